@@ -1,0 +1,57 @@
+/* backend.h — the one interface both backends (cpu, cuda) implement, chosen by name from a table.
+ *
+ * A forward call runs n_new tokens for each of n_seqs sequences, each on its own cache (so the variants of
+ * one sample, compressed differently, decode together and read each weight once per step). Prefill is a
+ * forward on an empty cache with an ObserveHook; the question feed and each decode step are forwards on
+ * gathered caches. Shape legend: B sequences, T new tokens, V vocab. */
+#ifndef KVBENCH_BACKEND_H
+#define KVBENCH_BACKEND_H
+
+#include "err.h"
+#include "kvcache.h"
+#include "model.h"
+#include "observation.h"
+
+/* Called after each layer's attention during a forward with n_seqs == 1, for the last `window` tokens. */
+typedef struct {
+    int window;
+    int want_value_norm;  /* a CUDA backend computes it on the device when set; the CPU leaves it to the policy side */
+    int (*on_layer)(void *user, Observation *obs, KvErr *err);
+    void *user;
+} ObserveHook;
+
+/* Called for every decode step (n_new == 1) with the new query's softmax over the sequence's cache:
+ * probs[H][n_keys_of_head] is passed one query head at a time; entry i of the head's cache has position
+ * cache->pos[l*K + h/G][i]. */
+typedef struct {
+    void (*on_attention)(void *user, int seq, int layer, int head, const float *probs, const int *positions,
+                         int n_keys);
+    void *user;
+} TraceHook;
+
+typedef struct Backend Backend;
+struct Backend {
+    const char *name;
+    const Model *model;
+    void *impl;
+    /* An empty uniform cache with `capacity` entries per head. */
+    int (*cache_new)(Backend *b, KvCache **out, int capacity, KvErr *err);
+    /* A head-variable cache of the kept entries of src, with `extra_capacity` more per head. */
+    int (*cache_gather)(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
+                        KvErr *err);
+    void (*cache_free)(Backend *b, KvCache *c);
+    /* tokens[B*T] (sequence-major); logits[B*V] receives each sequence's last-position logits (may be NULL).
+     * observe may be non-NULL only when B == 1; trace only when T == 1. */
+    int (*forward)(Backend *b, KvCache *const *caches, int n_seqs, const int *tokens, int n_new, float *logits,
+                   const ObserveHook *observe, const TraceHook *trace, KvErr *err);
+    void (*destroy)(Backend *b);
+};
+
+/* name: "cpu" or "cuda" (the latter only in a CUDA build, with a usable GPU: otherwise an error that says
+ * what was needed and what was found). */
+int backend_open(Backend **out, const char *name, const Model *m, KvErr *err);
+void backend_close(Backend *b);
+/* Names compiled into this binary, comma-separated. */
+const char *backend_available(void);
+
+#endif

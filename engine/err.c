@@ -1,0 +1,79 @@
+/* err.c — KvErr formatting and the small allocation / file helpers that report through it. */
+#include "err.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kv_fail(KvErr *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int kv_wrap(KvErr *err, const char *fmt, ...) {
+    if (err) {
+        char prefix[512], old[sizeof err->msg];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(prefix, sizeof prefix, fmt, ap);
+        va_end(ap);
+        memcpy(old, err->msg, sizeof old);
+        snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    }
+    return -1;
+}
+
+void *kv_malloc(size_t n, KvErr *err) {
+    void *p = malloc(n ? n : 1);
+    if (!p) kv_fail(err, "out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *kv_calloc(size_t count, size_t size, KvErr *err) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) kv_fail(err, "out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+char *kv_read_file(const char *path, size_t *len_out, KvErr *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kv_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        kv_fail(err, "%s: cannot seek (not a regular file?)", path);
+        return NULL;
+    }
+    long size = ftell(f);
+    if (size < 0) {
+        fclose(f);
+        kv_fail(err, "%s: cannot determine size", path);
+        return NULL;
+    }
+    rewind(f);
+    char *buf = malloc((size_t)size + 1);
+    if (!buf) {
+        fclose(f);
+        kv_fail(err, "%s: out of memory reading %ld bytes", path, size);
+        return NULL;
+    }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    fclose(f);
+    if (got != (size_t)size) {
+        free(buf);
+        kv_fail(err, "%s: short read (%zu of %ld bytes)", path, got, size);
+        return NULL;
+    }
+    buf[size] = '\0';
+    if (len_out) *len_out = (size_t)size;
+    return buf;
+}

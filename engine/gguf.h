@@ -1,0 +1,67 @@
+/* gguf.h — a reader for GGUF v3 files (llama.cpp's model format): metadata, tensor infos, tensor data.
+ *
+ * The file is read into memory once (mmap); lookups return pointers into it, valid until gguf_close.
+ * Used by the model loader (weights, hyper-parameters) and by the tokenizer (vocabulary in metadata).
+ * Spec: ../shared/spec/models.md §1. */
+#ifndef KVBENCH_GGUF_H
+#define KVBENCH_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+/* GGUF metadata value types (gguf_metadata_value_type). */
+typedef enum {
+    GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5, GGUF_F32 = 6,
+    GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10, GGUF_I64 = 11, GGUF_F64 = 12
+} GgufType;
+
+/* ggml tensor types kvbench can dequantise. */
+typedef enum {
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8,
+    GGML_Q4_K = 12, GGML_Q6_K = 14, GGML_BF16 = 30
+} GgmlType;
+
+typedef struct {
+    const char *name;     /* NUL-terminated copy */
+    int type;             /* GgmlType */
+    int n_dims;
+    uint64_t ne[4];       /* ne[0] is the fastest-varying (row length) */
+    uint64_t offset;      /* from the start of the data section */
+    const uint8_t *data;  /* pointer into the mapped file */
+    size_t n_bytes;
+} GgufTensor;
+
+typedef struct GgufFile GgufFile;
+
+int gguf_open(GgufFile **out, const char *path, KvErr *err);
+void gguf_close(GgufFile *g);
+const char *gguf_path(const GgufFile *g);
+
+/* Metadata lookups. Each returns 0 and writes the value, or -1 (with err naming the file and key) when the
+ * key is missing or has another type. Integer getters accept any integer type that fits. */
+int gguf_has(const GgufFile *g, const char *key);
+int gguf_get_u32(const GgufFile *g, const char *key, uint32_t *out, KvErr *err);
+int gguf_get_f32(const GgufFile *g, const char *key, float *out, KvErr *err);
+int gguf_get_bool(const GgufFile *g, const char *key, int *out, KvErr *err);
+/* Strings are not NUL-terminated in GGUF; *out points into the file and *len gives its length. */
+int gguf_get_str(const GgufFile *g, const char *key, const char **out, size_t *len, KvErr *err);
+/* Arrays: element type and count; then element access. String elements again come as (pointer, length). */
+int gguf_get_arr_info(const GgufFile *g, const char *key, GgufType *elem_type, uint64_t *count, KvErr *err);
+int gguf_get_arr_str(const GgufFile *g, const char *key, uint64_t index, const char **out, size_t *len, KvErr *err);
+/* Numeric array as a pointer to packed elements of elem_type (little-endian, as in the file). */
+int gguf_get_arr_data(const GgufFile *g, const char *key, const void **data, KvErr *err);
+
+int gguf_n_tensors(const GgufFile *g);
+const GgufTensor *gguf_tensor(const GgufFile *g, int index);
+const GgufTensor *gguf_find_tensor(const GgufFile *g, const char *name); /* NULL if absent */
+
+/* Dequantises n_elems elements (a whole number of blocks) of the given type into f32. Returns -1 for a type
+ * kvbench does not support, naming it. Shared by GGUF and safetensors (F16/BF16/F32). */
+int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr *err);
+const char *ggml_type_name(int type);
+/* Bytes for n_elems of a type (n_elems must be a multiple of the block size); 0 for an unknown type. */
+size_t ggml_type_bytes(int type, uint64_t n_elems);
+
+#endif

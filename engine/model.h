@@ -1,0 +1,88 @@
+/* model.h — one description of a Llama-family decoder (Llama, Mistral, Qwen2) and its weights in f32.
+ *
+ * Loaded from a GGUF file, a Hugging Face directory (config.json + safetensors), or made synthetic at a
+ * named real shape with random weights. Whatever the source, weights end up in one layout so both backends
+ * read the same thing: every matrix row-major [out][in] as in Hugging Face (y = W x), Q/K rows in the
+ * rotate-half (HF) order — GGUF's Llama row permutation is undone at load (spec models.md §1.9).
+ * Shape legend: N layers, D hidden, H heads, K kv-heads, d head dim, F feed-forward, V vocab. */
+#ifndef KVBENCH_MODEL_H
+#define KVBENCH_MODEL_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+struct Tokenizer;
+
+typedef enum { ARCH_LLAMA = 0, ARCH_MISTRAL = 1, ARCH_QWEN2 = 2 } ModelArch;
+
+/* The chat format of a family (engine/chat.h renders it). */
+typedef enum { CHAT_NONE = 0, CHAT_LLAMA3 = 1, CHAT_MISTRAL = 2, CHAT_QWEN2 = 3, CHAT_SMOLLM2 = 4 } ChatFormat;
+
+typedef struct {
+    ModelArch arch;
+    int n_layers;         /* N */
+    int d_model;          /* D */
+    int n_heads;          /* H */
+    int n_kv_heads;       /* K */
+    int head_dim;         /* d */
+    int d_ff;             /* F */
+    int vocab_size;       /* V */
+    int max_context;      /* max_position_embeddings */
+    float rope_theta;
+    float rms_eps;
+    /* Llama-3.1 ("llama3") RoPE scaling; rope_scaling == 0 means plain RoPE. */
+    int rope_scaling;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    int qkv_bias;         /* Qwen2: q/k/v projections have biases */
+    int tied_embeddings;  /* lm_head shares token_embd */
+    int bos_id;           /* -1 if none */
+    int add_bos;          /* the tokenizer adds BOS to a prompt */
+    int eos_ids[8];       /* stop tokens for generation */
+    int n_eos;
+    ChatFormat chat;
+} ModelConfig;
+
+typedef struct {
+    float *attn_norm;           /* [D] */
+    float *wq, *wk, *wv, *wo;   /* [H*d][D], [K*d][D], [K*d][D], [D][H*d] */
+    float *bq, *bk, *bv;        /* [H*d], [K*d], [K*d]; NULL unless qkv_bias */
+    float *ffn_norm;            /* [D] */
+    float *w_gate, *w_up;       /* [F][D] */
+    float *w_down;              /* [D][F] */
+} LayerWeights;
+
+typedef struct Model {
+    ModelConfig cfg;
+    float *tok_embd;            /* [V][D] */
+    float *out_norm;            /* [D] */
+    float *lm_head;             /* [V][D]; == tok_embd when tied */
+    float *rope_inv_freq;       /* [d/2] inverse frequencies, scaling applied */
+    LayerWeights *layers;       /* [N] */
+    struct Tokenizer *tokenizer;/* NULL for a synthetic model without one */
+    char source[1024];          /* the path or synthetic spec it came from */
+    char name[128];             /* e.g. "SmolLM2-135M-Instruct" (general.name or directory name) */
+    void *arena;                /* one allocation holding every weight */
+    size_t arena_bytes;
+} Model;
+
+/* Loads a model from:
+ *   - a path ending in .gguf,
+ *   - a Hugging Face directory (config.json, *.safetensors [+ index], tokenizer.json, tokenizer_config.json),
+ *   - "synthetic:SHAPE[:layers=N][:seed=S][:vocab=V]" with SHAPE one of smollm2-135m, llama-3.1-8b,
+ *     mistral-7b-v0.3, qwen2.5-32b (random weights; tokenizer NULL).
+ * Every failure names the file and the problem. */
+int model_load(Model **out, const char *spec, KvErr *err);
+void model_free(Model *m);
+
+/* Fills cfg->... from a named shape; used by the synthetic loader and by CUDA timing. */
+int model_shape_by_name(const char *shape, ModelConfig *cfg, KvErr *err);
+
+/* RoPE inverse frequencies for a config (plain or Llama-3.1 scaled): out[d/2]. */
+void model_rope_inv_freq(const ModelConfig *cfg, float *out);
+
+/* One-paragraph summary for `kvbench info`. */
+void model_print_info(const Model *m, void *file /* FILE* */);
+
+#endif

@@ -1,0 +1,49 @@
+/* tokenizer.h — byte-level BPE (GPT-2, Llama-3, Qwen2, SmolLM2, StarCoder pre-tokenizers) and
+ * SentencePiece-style BPE with byte fallback (Llama-2 / Mistral), loaded from a Hugging Face tokenizer.json
+ * (+ tokenizer_config.json) or from a GGUF file's metadata.
+ *
+ * Encoding never adds BOS/EOS by itself: callers render prompts (engine/chat.h) with the special tokens as
+ * text, and encode with parse_special=1 so "<|begin_of_text|>" inside the text becomes its id, as Hugging Face
+ * does by default. Spec: ../shared/spec/models.md §3. */
+#ifndef KVBENCH_TOKENIZER_H
+#define KVBENCH_TOKENIZER_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+struct GgufFile;
+typedef struct Tokenizer Tokenizer;
+
+/* A growable id list; free with ids_free. */
+typedef struct {
+    int *ids;
+    int n, cap;
+} TokenIds;
+
+int ids_push(TokenIds *v, int id, KvErr *err);
+void ids_free(TokenIds *v);
+
+/* path: a tokenizer.json, a directory holding one, or a .gguf file. tokenizer_config.json next to a
+ * tokenizer.json is read when present (added tokens, bos/eos, chat template family). */
+int tokenizer_load(Tokenizer **out, const char *path, KvErr *err);
+int tokenizer_load_gguf(Tokenizer **out, const struct GgufFile *g, KvErr *err);
+void tokenizer_free(Tokenizer *t);
+
+/* Appends the ids of text[0..len) to out. Invalid UTF-8 is an error naming the byte offset.
+ * parse_special: special/added token strings in the text map to their ids. */
+int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int parse_special, TokenIds *out,
+                     KvErr *err);
+
+/* Decodes ids into a malloc'd NUL-terminated string. skip_special drops control tokens (as HF's
+ * skip_special_tokens=True). Returns NULL with err set on an id out of range. */
+char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int skip_special, KvErr *err);
+
+int tokenizer_vocab_size(const Tokenizer *t);
+/* Id of an exact token string (special or normal), or -1. */
+int tokenizer_token_id(const Tokenizer *t, const char *token);
+int tokenizer_bos_id(const Tokenizer *t);  /* -1 if none */
+int tokenizer_eos_id(const Tokenizer *t);  /* -1 if none */
+int tokenizer_is_special(const Tokenizer *t, int id);
+
+#endif

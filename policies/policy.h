@@ -1,0 +1,60 @@
+/* policy.h — KV-cache eviction policies: observe each layer of a prefill, then select keep-sets per budget.
+ *
+ * The paper's scoring → aggregation → allocation framework; the table of policies lives in policy.c and is
+ * the one place that knows them. A PolicyState keeps per-layer scores between policy_observe and
+ * policy_select, so cross-layer policies (CAKE, Layer-DefensiveKV) work from the same single prefill, and one
+ * state serves every budget. Behaviour matches the reference press code: ../shared/spec/policies.md. */
+#ifndef KVBENCH_POLICY_H
+#define KVBENCH_POLICY_H
+
+#include "../engine/err.h"
+#include "../engine/kvcache.h"
+#include "../engine/observation.h"
+
+/* How scores are aggregated over the window queries and the query heads of a group (the paper's ablation).
+ * AGG_DEFAULT resolves to the policy's own (mean for SnapKV-family, max+prior for DefensiveKV). */
+typedef enum { AGG_DEFAULT = 0, AGG_MEAN = 1, AGG_MAX = 2, AGG_MAX_PRIOR = 3 } Aggregation;
+
+typedef struct {
+    const char *name;          /* canonical policy name, e.g. "defensivekv" */
+    Aggregation aggregation;   /* resolved, never AGG_DEFAULT after policy_config */
+    int window;                /* observation window w (default 32) */
+    int pool_kernel;           /* average-pooling kernel (default 5) */
+    int intended_window_bias;  /* opt-in: DefensiveKV's window bias over the window itself (spec §6) */
+} PolicyConfig;
+
+/* A budget: a keep fraction of the context (0.2 = "20% cache", i.e. compression ratio 0.8, with the
+ * reference's double arithmetic f = 1 - (1 - 0.2)), or a token count per kv-head on average. */
+typedef struct {
+    double keep_fraction;  /* in (0, 1]; used when tokens == 0 */
+    int tokens;            /* > 0: keep this many entries per head on average */
+} Budget;
+
+/* Parses "0.2", "20%" or "512tok"/"512 tokens". Errors name the text and the valid range. */
+int budget_parse(const char *text, Budget *out, KvErr *err);
+/* The compression ratio the reference code would be given for this budget at context length L. */
+double budget_compression_ratio(const Budget *b, int context_len);
+
+/* name: full, streamingllm, snapkv, adakv, cake, criticalkv, defensivekv, layer-defensivekv
+ * (reference press names such as "efficient_defensivekv" are accepted too); aggregation: NULL/"default",
+ * "mean", "max", "max+prior". An unknown name or an aggregation the policy cannot take is an error. */
+int policy_config(PolicyConfig *out, const char *name, const char *aggregation, KvErr *err);
+const char *aggregation_name(Aggregation a);
+/* Comma-separated names, for help and error messages. */
+const char *policy_names(void);
+/* Whether policy_observe needs obs->value_norm (so the runner prepares it once per layer). */
+int policy_needs_value_norm(const PolicyConfig *cfg);
+/* Whether the policy uses the observation at all (full and streamingllm do not). */
+int policy_needs_attention(const PolicyConfig *cfg);
+
+typedef struct PolicyState PolicyState;
+
+int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n_kv_heads, int context_len,
+                 KvErr *err);
+/* obs has been through observation_prepare (attn, and value_norm when needed). Layers come in order. */
+int policy_observe(PolicyState *st, const Observation *obs, KvErr *err);
+/* After every layer was observed. May be called for several budgets. */
+int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *err);
+void policy_end(PolicyState *st);
+
+#endif

@@ -1,0 +1,23 @@
+/* commands.h — the kvbench subcommands. Each takes the arguments after its name and returns the process
+ * exit status (0 ok, 1 a failure it reported on stderr, 2 a usage error). One file per group:
+ *   cmd_model.c   info, tokenize, generate          (engine)
+ *   cmd_select.c  select                            (policies)
+ *   cmd_data.c    data, score                       (datasets, metrics)
+ *   cmd_run.c     run, report, merge, slurm, trace  (runs, report)
+ */
+#ifndef KVBENCH_COMMANDS_H
+#define KVBENCH_COMMANDS_H
+
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_select(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_score(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_slurm(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
+
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# setup.sh — installs what kvbench builds and runs with, from Debian's packages (and, for the reference
+# generators and the llama.cpp benchmark peer, PyPI). Idempotent: skips what is already there.
+# Usage: scripts/setup.sh [--python]   (--python also installs the Python packages of tests/reference/)
+set -euo pipefail
+
+debs=(build-essential pkg-config libcjson-dev libsqlite3-dev zlib1g-dev libzip-dev libopenblas-dev
+      libgomp1 gnuplot-nox python3 python3-pip sqlite3)
+missing=()
+for p in "${debs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+    echo "setup: Debian packages present"
+fi
+
+if [ "${1:-}" = "--python" ]; then
+    python3 -m pip install -q -r tests/reference/requirements.txt
+fi
