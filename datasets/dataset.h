@@ -36,8 +36,13 @@ typedef struct {
 
 void sample_free(Sample *s);
 
-/* Counts the tokens of text; 0 on success. The runner passes the model's tokenizer. */
+/* Counts the tokens of text; 0 on success. The runner passes the model's tokenizer (no special tokens added).
+ * Token budgets are met by searching sizes with this function alone (RULER / NIAH haystack sizes, LongBench's
+ * middle truncation by bisection over character positions), so no offsets callback is needed. */
 typedef int (*TokenCountFn)(void *user, const char *text, int *n_tokens, KvErr *err);
+
+/* A TokenCountFn that counts whitespace-separated words (tests; `data show` without a model). */
+int dataset_count_words(void *user, const char *text, int *n_tokens, KvErr *err);
 
 typedef struct {
     const char *data_path;     /* LongBench: a directory of JSONL files or data.zip; RULER: optional SQuAD /

@@ -24,8 +24,10 @@ int kv_wrap(KvErr *err, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
+        char joined[sizeof prefix + sizeof old + 2];
         memcpy(old, err->msg, sizeof old);
-        snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+        snprintf(joined, sizeof joined, "%s: %s", prefix, old);
+        snprintf(err->msg, sizeof err->msg, "%.*s", (int)sizeof err->msg - 1, joined);
     }
     return -1;
 }

@@ -58,11 +58,13 @@ typedef struct Model {
     float *tok_embd;            /* [V][D] */
     float *out_norm;            /* [D] */
     float *lm_head;             /* [V][D]; == tok_embd when tied */
-    float *rope_inv_freq;       /* [d/2] inverse frequencies, scaling applied */
+    float *rope_inv_freq;       /* [d/2] inverse frequencies, scaling applied (from GGUF's rope_freqs.weight
+                                   when present, so use this rather than recomputing from cfg) */
     LayerWeights *layers;       /* [N] */
     struct Tokenizer *tokenizer;/* NULL for a synthetic model without one */
     char source[1024];          /* the path or synthetic spec it came from */
     char name[128];             /* e.g. "SmolLM2-135M-Instruct" (general.name or directory name) */
+    char tokenizer_kind[64];    /* e.g. "gguf gpt2 (pre smollm)", "tokenizer.json"; "" without a tokenizer */
     void *arena;                /* one allocation holding every weight */
     size_t arena_bytes;
 } Model;

@@ -11,20 +11,24 @@
 #include "../engine/kvcache.h"
 #include "../engine/observation.h"
 
-/* How scores are aggregated over the window queries and the query heads of a group (the paper's ablation).
- * AGG_DEFAULT resolves to the policy's own (mean for SnapKV-family, max+prior for DefensiveKV). */
+/* How scores are aggregated over the window queries and the query heads of a group (the paper's ablation;
+ * what each value means per policy family is documented at the top of policies/score.c).
+ * AGG_DEFAULT resolves to the policy's own (mean for SnapKV-family and CAKE, max+prior for DefensiveKV);
+ * it stays AGG_DEFAULT, named "none", for the policies that aggregate nothing (full, streamingllm). */
 typedef enum { AGG_DEFAULT = 0, AGG_MEAN = 1, AGG_MAX = 2, AGG_MAX_PRIOR = 3 } Aggregation;
 
 typedef struct {
     const char *name;          /* canonical policy name, e.g. "defensivekv" */
-    Aggregation aggregation;   /* resolved, never AGG_DEFAULT after policy_config */
+    Aggregation aggregation;   /* resolved by policy_config (AGG_DEFAULT only for full, streamingllm) */
     int window;                /* observation window w (default 32) */
     int pool_kernel;           /* average-pooling kernel (default 5) */
-    int intended_window_bias;  /* opt-in: DefensiveKV's window bias over the window itself (spec §6) */
+    int intended_window_bias;  /* opt-in: DefensiveKV's window bias over the window columns themselves instead
+                                * of the reference's last w prefix columns (spec §2.7 Step D, §6.1) */
 } PolicyConfig;
 
 /* A budget: a keep fraction of the context (0.2 = "20% cache", i.e. compression ratio 0.8, with the
- * reference's double arithmetic f = 1 - (1 - 0.2)), or a token count per kv-head on average. */
+ * reference's double arithmetic f = 1 - (1 - 0.2) = 0.19999999999999996), or a token count per kv-head on
+ * average (kept exactly: no float quirk). */
 typedef struct {
     double keep_fraction;  /* in (0, 1]; used when tokens == 0 */
     int tokens;            /* > 0: keep this many entries per head on average */
@@ -34,6 +38,9 @@ typedef struct {
 int budget_parse(const char *text, Budget *out, KvErr *err);
 /* The compression ratio the reference code would be given for this budget at context length L. */
 double budget_compression_ratio(const Budget *b, int context_len);
+/* The keep fraction f every budget formula uses (spec §1.6): 1 - (1 - keep_fraction) in double, or for a
+ * token budget tokens / L nudged up so that int(L * f) == tokens. */
+double budget_keep_fraction(const Budget *b, int context_len);
 
 /* name: full, streamingllm, snapkv, adakv, cake, criticalkv, defensivekv, layer-defensivekv
  * (reference press names such as "efficient_defensivekv" are accepted too); aggregation: NULL/"default",
@@ -51,9 +58,13 @@ typedef struct PolicyState PolicyState;
 
 int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n_kv_heads, int context_len,
                  KvErr *err);
-/* obs has been through observation_prepare (attn, and value_norm when needed). Layers come in order. */
+/* obs has been through observation_prepare (attn, and value_norm when needed). Layers come in order, and
+ * obs->w must equal cfg->window. policy_begin fails for a context not longer than the window (SnapKVPress
+ * asserts q_len > window_size) and for an even pooling kernel. */
 int policy_observe(PolicyState *st, const Observation *obs, KvErr *err);
-/* After every layer was observed. May be called for several budgets. */
+/* After every layer was observed (full and streamingllm need no observation). May be called for several
+ * budgets. A budget outside (0, 1], more tokens
+ * than the context, or one that keeps no token per head is an error; a budget of 1 keeps everything. */
 int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *err);
 void policy_end(PolicyState *st);
 

@@ -1,4 +1,171 @@
-/* cmd_select.c — PENDING: replaced by the module's owner. */
+/* cmd_select.c — `kvbench select`: one policy's keep-set on a real prefill, to see what a policy keeps.
+ *
+ * Tokenizes a text file with the model's tokenizer (plain text: no chat template, no BOS), prefills it with
+ * an observation hook (observation_prepare, then policy_observe, per layer), selects the budget and prints
+ * the kept counts per layer and kv-head with a summary. Usage errors exit 2, failures 1. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../engine/backend.h"
+#include "../engine/model.h"
+#include "../engine/observation.h"
+#include "../engine/tokenizer.h"
+#include "../policies/policy.h"
 #include "commands.h"
-int cmd_select(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "kvbench select: not built yet\n"); return 1; }
+
+static const char USAGE[] =
+    "usage: kvbench select --model M --file F --policy P --budget B [--aggregation A] [--window W] [--backend NAME]\n"
+    "  B: a keep fraction (0.2 or 20%%) or tokens per head (512tok); A: default, mean, max, max+prior\n";
+
+typedef struct {
+    PolicyState *state;
+    int want_value_norm;
+} SelectHook;
+
+static int on_layer(void *user, Observation *obs, KvErr *err) {
+    SelectHook *h = user;
+    int rc = observation_prepare(obs, h->want_value_norm, err);
+    if (!rc) rc = policy_observe(h->state, obs, err);
+    observation_release(obs);
+    return rc;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void print_keepset(const KeepSet *ks, int context_len) {
+    int lo = ks->counts[0], hi = ks->counts[0];
+    printf("layer  kept per kv-head\n");
+    for (int l = 0; l < ks->n_layers; l++) {
+        printf("%5d ", l);
+        for (int k = 0; k < ks->n_kv_heads; k++) {
+            int c = ks->counts[l * ks->n_kv_heads + k];
+            printf(" %d", c);
+            lo = c < lo ? c : lo;
+            hi = c > hi ? c : hi;
+        }
+        printf("\n");
+    }
+    double all = (double)context_len * ks->n_layers * ks->n_kv_heads;
+    printf("total kept %d of %.0f (%.2f%%), per head min %d max %d\n", ks->total, all, 100.0 * ks->total / all, lo,
+           hi);
+}
+
+/* Tokenizes, prefills with the hook, selects. Returns the exit status. */
+static int run_select(const char *model_path, const char *file, const char *backend_name, const PolicyConfig *cfg,
+                      const Budget *budget, KvErr *err) {
+    Model *m = NULL;
+    Backend *be = NULL;
+    KvCache *cache = NULL;
+    PolicyState *st = NULL;
+    TokenIds ids = {0};
+    KeepSet ks = {0};
+    char *text = NULL;
+    int rc = -1;
+    size_t len = 0;
+    if (!(text = kv_read_file(file, &len, err)) || model_load(&m, model_path, err)) goto done;
+    if (!m->tokenizer) {
+        kv_fail(err, "%s: the model has no tokenizer to read a text file with", model_path);
+        goto done;
+    }
+    if (tokenizer_encode(m->tokenizer, text, len, 0, &ids, err)) {
+        kv_wrap(err, "%s", file);
+        goto done;
+    }
+    const ModelConfig *c = &m->cfg;
+    int needs_attention = policy_needs_attention(cfg);
+    if (ids.n == 0) {
+        kv_fail(err, "%s: no tokens to prefill", file);
+        goto done;
+    }
+    if (needs_attention && ids.n <= cfg->window) {
+        kv_fail(err, "%s: %d tokens, but policy %s needs a context longer than its %d-token window", file, ids.n,
+                cfg->name, cfg->window);
+        goto done;
+    }
+    if (budget->tokens > ids.n) {
+        kv_fail(err, "%s: budget of %d tokens is more than the context (%d tokens)", file, budget->tokens, ids.n);
+        goto done;
+    }
+    if (backend_open(&be, backend_name, m, err) || be->cache_new(be, &cache, ids.n, err) ||
+        policy_begin(&st, cfg, c->n_layers, c->n_kv_heads, ids.n, err))
+        goto done;
+    SelectHook hook_state = {st, policy_needs_value_norm(cfg)};
+    ObserveHook hook = {.window = cfg->window, .want_value_norm = hook_state.want_value_norm, .on_layer = on_layer,
+                        .user = &hook_state};
+    double t0 = now_ms();
+    if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, needs_attention ? &hook : NULL, NULL, err)) goto done;
+    double t1 = now_ms();
+    if (policy_select(st, budget, &ks, err)) goto done;
+    double t2 = now_ms();
+    printf("model %s, %d tokens from %s, backend %s\n", m->name, ids.n, file, be->name);
+    printf("policy %s (aggregation %s, window %d, pool kernel %d), budget keep fraction %.17g (compression ratio %.17g)\n",
+           cfg->name, aggregation_name(cfg->aggregation), cfg->window, cfg->pool_kernel,
+           budget_keep_fraction(budget, ids.n), budget_compression_ratio(budget, ids.n));
+    print_keepset(&ks, ids.n);
+    printf("prefill %.1f ms (with observation), select %.2f ms\n", t1 - t0, t2 - t1);
+    rc = 0;
+done:
+    keepset_free(&ks);
+    policy_end(st);
+    if (cache) be->cache_free(be, cache);
+    backend_close(be);
+    ids_free(&ids);
+    free(text);
+    if (m) model_free(m);
+    return rc;
+}
+
+int cmd_select(int argc, char **argv) {
+    const char *model = NULL, *file = NULL, *policy = NULL, *budget_text = NULL, *aggregation = NULL;
+    const char *backend = "cpu", *window = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char **slot = !strcmp(argv[i], "--model")         ? &model
+                            : !strcmp(argv[i], "--file")        ? &file
+                            : !strcmp(argv[i], "--policy")      ? &policy
+                            : !strcmp(argv[i], "--budget")      ? &budget_text
+                            : !strcmp(argv[i], "--aggregation") ? &aggregation
+                            : !strcmp(argv[i], "--window")      ? &window
+                            : !strcmp(argv[i], "--backend")     ? &backend
+                                                                : NULL;
+        if (!slot) {
+            fprintf(stderr, "kvbench select: unknown option '%s'\n%s", argv[i], USAGE);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kvbench select: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        *slot = argv[++i];
+    }
+    if (!model || !file || !policy || !budget_text) {
+        fprintf(stderr, "kvbench select: --model, --file, --policy and --budget are required\n%s", USAGE);
+        return 2;
+    }
+    KvErr err = {{0}};
+    PolicyConfig cfg;
+    Budget budget;
+    if (policy_config(&cfg, policy, aggregation, &err) || budget_parse(budget_text, &budget, &err)) {
+        fprintf(stderr, "kvbench select: %s\n", err.msg);
+        return 2;
+    }
+    if (window) {
+        char *end;
+        long w = strtol(window, &end, 10);
+        if (*end || end == window || w < 1 || w > 1 << 20) {
+            fprintf(stderr, "kvbench select: --window '%s': expected a whole number of tokens, at least 1\n", window);
+            return 2;
+        }
+        cfg.window = (int)w;
+    }
+    if (run_select(model, file, backend, &cfg, &budget, &err)) {
+        fprintf(stderr, "kvbench select: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -2,8 +2,11 @@
  * exit status (0 ok, 1 a failure it reported on stderr, 2 a usage error). One file per group:
  *   cmd_model.c   info, tokenize, generate          (engine)
  *   cmd_select.c  select                            (policies)
- *   cmd_data.c    data, score                       (datasets, metrics)
- *   cmd_run.c     run, report, merge, slurm, trace  (runs, report)
+ *   cmd_data.c    data                              (datasets)
+ *   cmd_run.c     run, report, merge                (runs, report)
+ *   cmd_score.c   score                             (metrics)
+ *   cmd_slurm.c   slurm                             (scale-out)
+ *   cmd_trace.c   trace                             (fragility)
  */
 #ifndef KVBENCH_COMMANDS_H
 #define KVBENCH_COMMANDS_H

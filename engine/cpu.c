@@ -1,0 +1,344 @@
+/* cpu.c — the CPU backend: a Llama / Mistral / Qwen2 decoder forward in f32 over head-variable KV caches.
+ *
+ * One forward runs T new tokens for each of B sequences. All B*T rows go through every weight matrix in one
+ * GEMM (OpenBLAS), so the variants of a sample decode together and read the weights once per step.
+ * Attention runs per (sequence, query head) over that sequence's cache head, whose length is its own.
+ * Long inputs are processed in chunks of CPU_CHUNK tokens (a chunked prefill): the activations then take
+ * CPU_CHUNK rows whatever the context length, and attention scores tiles of CPU_TILE x n, never n x n.
+ * Threads: OpenMP only. Each thread calls a single-threaded OpenBLAS on its own slice of a product (set at
+ * open: OpenBLAS's own thread pool and OpenMP's spinning workers would otherwise fight over the cores at
+ * every switch between a product and a per-row loop, dozens of times per layer).
+ * Shape legend: B sequences, T new tokens, M rows (B * chunk), N layers, D hidden, H heads, K kv-heads,
+ * G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_internal.h"
+
+/* Tokens per prefill chunk: enough rows for efficient GEMMs, few enough that the activations of an 8k
+ * prefill stay ~12 MB. */
+#define CPU_CHUNK 512
+/* From this many query rows per (sequence, head) on, attention goes through two GEMMs instead of per-row
+ * loops, in tiles of CPU_TILE rows (CPU_TILE x n scores per thread). */
+#define CPU_BLOCK_MIN_ROWS 8
+#define CPU_TILE 128
+
+/* Activations and attention scratch, grown on demand and kept between forwards (decode steps reuse it). */
+typedef struct {
+    int rows;            /* row capacity of the activation buffers */
+    size_t score_floats; /* capacity of scores */
+    size_t prob_floats;  /* capacity of probs (all threads) */
+    size_t qwin_floats;  /* capacity of q_win */
+    void *rows_arena;    /* one allocation carved into the row buffers below */
+    float *x, *xn;       /* [M][D] residual stream, normed input */
+    float *q, *att;      /* [M][H*d] queries (after RoPE), attention output */
+    float *k, *v;        /* [M][K*d] */
+    float *gate, *up;    /* [M][F] */
+    float *cos_t, *sin_t;/* [M][d/2] RoPE angles of each row's position */
+    float *scores;       /* [threads][CPU_TILE][n] blocked attention */
+    float *probs;        /* [threads][n] per-row attention */
+    float *q_win;        /* [H][w][d] observation queries */
+} CpuScratch;
+
+typedef struct {
+    CpuScratch s;
+} CpuImpl;
+
+/* ------------------------------------------------------------------------------------------------ scratch */
+
+static int scratch_rows(CpuScratch *s, const ModelConfig *c, int rows, KvErr *err) {
+    if (rows <= s->rows) return 0;
+    size_t hd = (size_t)c->n_heads * c->head_dim, kd = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t widths[] = {c->d_model, c->d_model, hd, hd, kd, kd, c->d_ff, c->d_ff, c->head_dim / 2,
+                             c->head_dim / 2};
+    float **slots[] = {&s->x, &s->xn, &s->q, &s->att, &s->k, &s->v, &s->gate, &s->up, &s->cos_t, &s->sin_t};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) total += ((size_t)rows * widths[i] + 15) & ~(size_t)15;
+    float *arena = kv_malloc(total * sizeof(float), err);
+    if (!arena) return kv_wrap(err, "cpu backend: activations for %d rows", rows);
+    free(s->rows_arena);
+    s->rows_arena = arena;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        *slots[i] = arena;
+        arena += ((size_t)rows * widths[i] + 15) & ~(size_t)15;
+    }
+    s->rows = rows;
+    return 0;
+}
+
+static int scratch_floats(float **buf, size_t *cap, size_t want, const char *what, KvErr *err) {
+    if (want <= *cap) return 0;
+    float *p = kv_malloc(want * sizeof(float), err);
+    if (!p) return kv_wrap(err, "cpu backend: %s", what);
+    free(*buf);
+    *buf = p;
+    *cap = want;
+    return 0;
+}
+
+static void scratch_free(CpuScratch *s) {
+    free(s->rows_arena);
+    free(s->scores);
+    free(s->probs);
+    free(s->q_win);
+    memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------------------------------------------ checks */
+
+static int check_inputs(const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
+                        const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+    const ModelConfig *c = &m->cfg;
+    if (B < 1 || T < 1) return kv_fail(err, "cpu forward: need at least one sequence and one token (got %d x %d)", B, T);
+    if (observe && B != 1) return kv_fail(err, "cpu forward: an observation hook needs one sequence (got %d)", B);
+    if (trace && T != 1) return kv_fail(err, "cpu forward: a trace hook needs single-token steps (got %d tokens)", T);
+    for (int i = 0; i < B * T; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return kv_fail(err, "cpu forward: token id %d (sequence %d, index %d) outside the vocabulary of %d",
+                           tokens[i], i / T, i % T, c->vocab_size);
+    for (int b = 0; b < B; b++) {
+        const KvCache *kc = caches[b];
+        if (kc->on_device) return kv_fail(err, "cpu forward: cache of sequence %d lives on the GPU", b);
+        if (kc->n_layers != c->n_layers || kc->n_kv_heads != c->n_kv_heads || kc->head_dim != c->head_dim)
+            return kv_fail(err, "cpu forward: cache of sequence %d is %d layers x %d kv-heads x %d, the model %d x %d x %d",
+                           b, kc->n_layers, kc->n_kv_heads, kc->head_dim, c->n_layers, c->n_kv_heads, c->head_dim);
+        for (int i = 0; i < c->n_layers * c->n_kv_heads; i++)
+            if (kc->len[i] + T > kc->cap[i])
+                return kv_fail(err, "cpu forward: cache of sequence %d is full: layer %d kv-head %d holds %d of %d "
+                                    "entries, %d more needed", b, i / c->n_kv_heads, i % c->n_kv_heads, kc->len[i],
+                               kc->cap[i], T);
+    }
+    if (observe) {
+        const KvCache *kc = caches[0];
+        int L = kc->len[0] + T;
+        if (observe->window < 1) return kv_fail(err, "cpu forward: observation window %d must be positive", observe->window);
+        if (observe->window > L)
+            return kv_fail(err, "cpu forward: observation window %d is larger than the context of %d tokens",
+                           observe->window, L);
+        if (observe->window > T)
+            return kv_fail(err, "cpu forward: observation window %d is larger than the %d tokens of this forward",
+                           observe->window, T);
+        for (int i = 1; i < c->n_layers * c->n_kv_heads; i++)
+            if (kc->len[i] != kc->len[0])
+                return kv_fail(err, "cpu forward: an observation needs a uniform cache (layer %d kv-head %d holds %d, "
+                                    "the first head %d)", i / c->n_kv_heads, i % c->n_kv_heads, kc->len[i], kc->len[0]);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ forward */
+
+/* Attention of one layer for rows [b*tc + t]: appends this chunk's keys and values to every cache head, then
+ * each query head attends over its kv-head's entries, causal over the chunk. */
+static void layer_attention(CpuScratch *s, const ModelConfig *c, KvCache *const *caches, int B, int tc, int layer,
+                            int pos0, const TraceHook *trace) {
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
+    size_t hd = (size_t)H * d, kd = (size_t)K * d;
+    float scale = 1.0f / sqrtf((float)d);
+    for (int b = 0; b < B; b++) {
+        KvCache *kc = caches[b];
+        for (int kh = 0; kh < K; kh++) {
+            int i = layer * K + kh, at = kc->len[i];
+            for (int t = 0; t < tc; t++) {
+                size_t row = (size_t)b * tc + t;
+                memcpy(kc->k[i] + (size_t)(at + t) * d, s->k + row * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                memcpy(kc->v[i] + (size_t)(at + t) * d, s->v + row * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                kc->pos[i][at + t] = kc->n_pos + pos0 + t;
+            }
+            kc->len[i] += tc;
+        }
+    }
+    if (tc >= CPU_BLOCK_MIN_ROWS) {
+        /* one task per (sequence, head, tile of CPU_TILE query rows); a tile needs only the keys up to its
+         * last row, so the causal upper triangle is skipped tile by tile */
+        int tiles = (tc + CPU_TILE - 1) / CPU_TILE;
+        size_t stride = s->score_floats / (size_t)omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic) collapse(3)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int tile = 0; tile < tiles; tile++) {
+                    int i = layer * K + h / G, t_lo = tile * CPU_TILE;
+                    int rows = tc - t_lo < CPU_TILE ? tc - t_lo : CPU_TILE;
+                    size_t row0 = (size_t)b * tc + t_lo;
+                    cpu_attend_block(s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
+                                     (int)hd, caches[b]->k[i], caches[b]->v[i], rows, caches[b]->len[i] - tc + t_lo, d,
+                                     scale, s->scores + stride * (size_t)omp_get_thread_num());
+                }
+        return;
+    }
+    /* Few rows (decode, short feeds): one task per (sequence, head, row); serial when a trace wants the
+     * probabilities in order. */
+    size_t stride = s->prob_floats / (size_t)omp_get_max_threads();
+#pragma omp parallel for schedule(dynamic) collapse(3) if (!trace)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < tc; t++) {
+                KvCache *kc = caches[b];
+                int i = layer * K + h / G, n = kc->len[i] - tc + t + 1;
+                size_t row = (size_t)b * tc + t;
+                float *probs = s->probs + stride * (size_t)omp_get_thread_num();
+                cpu_attend_row(s->att + row * hd + (size_t)h * d, probs, s->q + row * hd + (size_t)h * d, kc->k[i],
+                               kc->v[i], n, d, scale);
+                if (trace) trace->on_attention(trace->user, b, layer, h, probs, kc->pos[i], n);
+            }
+}
+
+/* Hands the layer's observation to the hook: the last w queries of the chunk and the full cache heads. */
+static int layer_observe(CpuScratch *s, const Model *m, const KvCache *kc, int tc, int layer,
+                         const ObserveHook *observe, KvErr *err) {
+    const ModelConfig *c = &m->cfg;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, w = observe->window;
+    size_t hd = (size_t)H * d;
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < w; i++)
+            memcpy(s->q_win + ((size_t)h * w + i) * d, s->q + (size_t)(tc - w + i) * hd + (size_t)h * d,
+                   (size_t)d * sizeof(float));
+    const float *keys[K], *values[K];
+    for (int kh = 0; kh < K; kh++) {
+        keys[kh] = kc->k[layer * K + kh];
+        values[kh] = kc->v[layer * K + kh];
+    }
+    Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = kc->len[layer * K], .w = w, .H = H, .K = K,
+                       .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
+                       .w_o = m->layers[layer].wo};
+    if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
+    return 0;
+}
+
+/* One chunk: tokens [t0, t0 + tc) of every sequence through all layers. */
+static int forward_chunk(CpuScratch *s, const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
+                         int t0, int tc, const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+    const ModelConfig *c = &m->cfg;
+    int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2;
+    int M = B * tc;
+    size_t hd = (size_t)H * d, kd = (size_t)K * d;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < tc; t++) {
+            size_t row = (size_t)b * tc + t;
+            memcpy(s->x + row * D, m->tok_embd + (size_t)tokens[b * T + t0 + t] * D, (size_t)D * sizeof(float));
+            /* angles in double: positions reach 10^5 and an f32 product would lose the low bits */
+            double p = (double)caches[b]->n_pos + t0 + t;
+            for (int i = 0; i < half; i++) {
+                s->cos_t[row * half + i] = (float)cos(p * m->rope_inv_freq[i]);
+                s->sin_t[row * half + i] = (float)sin(p * m->rope_inv_freq[i]);
+            }
+        }
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *w = &m->layers[l];
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
+        cpu_matmul(s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
+        cpu_matmul(s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
+        cpu_matmul(s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < M; r++) {
+            cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+            cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+        }
+        layer_attention(s, c, caches, B, tc, l, t0, trace);
+        if (observe && t0 + tc == T && layer_observe(s, m, caches[0], tc, l, observe, err)) return -1;
+        cpu_matmul(s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
+        cpu_matmul(s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
+        cpu_matmul(s->up, s->xn, w->w_up, NULL, M, F, D, 0);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
+        cpu_matmul(s->x, s->gate, w->w_down, NULL, M, D, F, 1);
+    }
+    return 0;
+}
+
+static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *tokens, int T, float *logits,
+                       const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+    const Model *m = be->model;
+    const ModelConfig *c = &m->cfg;
+    CpuScratch *s = &((CpuImpl *)be->impl)->s;
+    if (check_inputs(m, caches, B, tokens, T, observe, trace, err)) return -1;
+    /* the observation window must fall inside the last chunk */
+    int chunk = observe && observe->window >= CPU_CHUNK ? observe->window + 1 : CPU_CHUNK;
+    int rows = B * (T < chunk ? T : chunk);
+    int max_keys = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < c->n_layers * c->n_kv_heads; i++)
+            if (caches[b]->len[i] + T > max_keys) max_keys = caches[b]->len[i] + T;
+    if (scratch_rows(s, c, rows, err) ||
+        scratch_floats(&s->probs, &s->prob_floats, (size_t)omp_get_max_threads() * max_keys, "attention rows", err) ||
+        scratch_floats(&s->scores, &s->score_floats, (size_t)omp_get_max_threads() * CPU_TILE * max_keys,
+                       "attention scores", err) ||
+        (observe && scratch_floats(&s->q_win, &s->qwin_floats, (size_t)c->n_heads * observe->window * c->head_dim,
+                                   "observation queries", err)))
+        return -1;
+    for (int t0 = 0; t0 < T;) {
+        int tc = T - t0 < chunk ? T - t0 : chunk;
+        int rest = T - t0 - tc;
+        if (observe && rest > 0 && rest < observe->window) tc -= observe->window - rest;
+        if (forward_chunk(s, m, caches, B, tokens, T, t0, tc, observe, trace, err)) return -1;
+        t0 += tc;
+        if (t0 == T && logits) {
+            int D = c->d_model;
+            for (int b = 0; b < B; b++)
+                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, m->out_norm, D, c->rms_eps);
+            cpu_matmul(logits, s->xn, m->lm_head, NULL, B, c->vocab_size, D, 0);
+        }
+    }
+    for (int b = 0; b < B; b++) caches[b]->n_pos += T;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ caches */
+
+static int cpu_cache_new(Backend *be, KvCache **out, int capacity, KvErr *err) {
+    const ModelConfig *c = &be->model->cfg;
+    return kvcache_new(out, c->n_layers, c->n_kv_heads, c->head_dim, capacity, err);
+}
+
+static int cpu_cache_gather(Backend *be, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
+                            KvErr *err) {
+    (void)be;
+    return kvcache_gather(out, src, keep, extra_capacity, err);
+}
+
+static void cpu_cache_free(Backend *be, KvCache *c) {
+    (void)be;
+    kvcache_free(c);
+}
+
+static void cpu_destroy(Backend *be) {
+    if (!be) return;
+    CpuImpl *impl = be->impl;
+    if (impl) scratch_free(&impl->s);
+    free(impl);
+    free(be);
+}
+
+int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
+    *out = NULL;
+    const ModelConfig *c = &m->cfg;
+    if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim % 2)
+        return kv_fail(err, "cpu backend: %s: unsupported head layout (%d heads, %d kv-heads, head dim %d)", m->source,
+                       c->n_heads, c->n_kv_heads, c->head_dim);
+    Backend *be = kv_calloc(1, sizeof *be, err);
+    CpuImpl *impl = be ? kv_calloc(1, sizeof *impl, err) : NULL;
+    if (!impl) {
+        free(be);
+        return -1;
+    }
+    openblas_set_num_threads(1);
+    be->name = "cpu";
+    be->model = m;
+    be->impl = impl;
+    be->cache_new = cpu_cache_new;
+    be->cache_gather = cpu_cache_gather;
+    be->cache_free = cpu_cache_free;
+    be->forward = cpu_forward;
+    be->destroy = cpu_destroy;
+    *out = be;
+    return 0;
+}

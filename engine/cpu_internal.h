@@ -1,0 +1,39 @@
+/* cpu_internal.h — the numeric kernels of the CPU backend (engine/cpu_kernels.c), shared by its forward pass
+ * (engine/cpu.c) and tested one by one. f32 throughout; the large products go to OpenBLAS, the rest are plain
+ * loops written so the compiler vectorises them (`omp simd`).
+ * Shape legend: T query rows, n keys, d head dim, D hidden. */
+#ifndef KVBENCH_CPU_INTERNAL_H
+#define KVBENCH_CPU_INTERNAL_H
+
+#include <stddef.h>
+
+/* y[M][N] = x[M][K] · w[N][K]^T (+ bias[N] when non-NULL) (+ the old y when accumulate): Hugging Face's
+ * y = W x for M rows at once, so each weight matrix is read once per call whatever M is. Threads split the
+ * N output features; each calls a single-threaded BLAS on its slice. */
+void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate);
+
+/* out = x / sqrt(mean(x^2) + eps) * w over one row of n. */
+void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* Rotate-half RoPE on one row of n_heads heads of d: pairs (i, i + d/2) rotated by the angle whose
+ * cos/sin are given for i < d/2. */
+void cpu_rope(float *x, int n_heads, int d, const float *cos_t, const float *sin_t);
+
+/* Softmax of x[0..n) in place. */
+void cpu_softmax(float *x, int n);
+
+/* g[i] = silu(g[i]) * u[i]: the SwiGLU gate. */
+void cpu_swiglu(float *g, const float *u, size_t n);
+
+/* One query row against n keys: probs[n] receives the softmax of q·k_j * scale, out[d] = sum_j probs_j v_j. */
+void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
+                    float scale);
+
+/* T query rows (row t at q + t*ldq) against n = n_past + T keys, causal: row t sees keys j <= n_past + t.
+ * Two BLAS products through scores[T][n] (the caller's buffer, so a long prefill is tiled into blocks of
+ * T rows and never holds an n x n matrix). Output row t at out + t*ldo. Single-threaded: the caller runs
+ * one block per thread. */
+void cpu_attend_block(float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
+                      int d, float scale, float *scores);
+
+#endif

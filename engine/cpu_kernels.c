@@ -1,0 +1,128 @@
+/* cpu_kernels.c — the CPU backend's numeric kernels (see cpu_internal.h).
+ *
+ * exp is a Cody–Waite range reduction plus a degree-6 polynomial (relative error ~2e-7) instead of libm's
+ * expf, because a call stops the compiler from vectorising the softmax and SwiGLU loops, and an 8k-token
+ * prefill of SmolLM2 takes ~9e9 exponentials in its softmaxes alone. */
+#include "cpu_internal.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#pragma omp declare simd
+static inline float exp_approx(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* n = round(x / ln2) by the 1.5 * 2^23 trick (no libm call, so the loop stays vectorisable) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)n + 127) * (1 << 23);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate) {
+    /* Each thread takes a contiguous slice of the output features (weight rows) for all M rows, so every
+     * weight is read by one thread only, once. Slices are multiples of 16 rows to keep BLAS's tiles whole. */
+    int parts = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++) {
+        int n0 = (int)((long)N * p / parts) & ~15, n1 = p == parts - 1 ? N : (int)((long)N * (p + 1) / parts) & ~15;
+        if (n1 <= n0) continue;
+        float beta = accumulate ? 1.0f : 0.0f;
+        if (bias) {
+            for (int m = 0; m < M; m++) {
+                float *row = y + (size_t)m * N;
+                if (accumulate) {
+#pragma omp simd
+                    for (int i = n0; i < n1; i++) row[i] += bias[i];
+                } else {
+                    memcpy(row + n0, bias + n0, (size_t)(n1 - n0) * sizeof(float));
+                }
+            }
+            beta = 1.0f;
+        }
+        if (M == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w + (size_t)n0 * K, K, x, 1, beta, y + n0, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, x, K, w + (size_t)n0 * K, K, beta,
+                        y + n0, N);
+    }
+}
+
+void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma omp simd
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+void cpu_rope(float *x, int n_heads, int d, const float *cos_t, const float *sin_t) {
+    int half = d / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *a = x + (size_t)h * d, *b = a + half;
+#pragma omp simd
+        for (int i = 0; i < half; i++) {
+            float x0 = a[i], x1 = b[i];
+            a[i] = x0 * cos_t[i] - x1 * sin_t[i];
+            b[i] = x1 * cos_t[i] + x0 * sin_t[i];
+        }
+    }
+}
+
+void cpu_softmax(float *x, int n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++) {
+        x[i] = exp_approx(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void cpu_swiglu(float *g, const float *u, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_approx(-g[i])) * u[i];
+}
+
+void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
+                    float scale) {
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * d;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < d; i++) s += q[i] * kj[i];
+        probs[j] = s * scale;
+    }
+    cpu_softmax(probs, n);
+    memset(out, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const float *vj = v + (size_t)j * d;
+        float p = probs[j];
+#pragma omp simd
+        for (int i = 0; i < d; i++) out[i] += p * vj[i];
+    }
+}
+
+void cpu_attend_block(float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
+                      int d, float scale, float *scores) {
+    int n = n_past + T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, d, scale, q, ldq, k, d, 0.0f, scores, n);
+    for (int t = 0; t < T; t++) {
+        float *row = scores + (size_t)t * n;
+        int seen = n_past + t + 1;
+        cpu_softmax(row, seen);
+        memset(row + seen, 0, (size_t)(n - seen) * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, n, 1.0f, scores, n, v, d, 0.0f, out, ldo);
+}

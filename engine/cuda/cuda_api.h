@@ -1,0 +1,52 @@
+/* cuda_api.h — what the CUDA part of kvbench offers to plain C besides the backend table entry.
+ *
+ * cuda_backend_open is reached through backend_open("cuda"); the functions here serve the GPU check program
+ * (tests/gpu/check_cuda.c) and the no-GPU test: the device check that backend_open runs first, the kernel lab's
+ * self-test (every fast attention kernel against its naive oracle) and the two ceilings that timings are quoted
+ * against. Only compiled into a CUDA build (KVBENCH_CUDA). */
+#ifndef KVBENCH_CUDA_API_H
+#define KVBENCH_CUDA_API_H
+
+#include <stddef.h>
+
+#include "../backend.h"
+#include "../err.h"
+#include "../model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char name[256];
+    int cc_major, cc_minor;      /* compute capability */
+    int driver_version;          /* cudaDriverGetVersion, e.g. 13000 */
+    int runtime_version;         /* cudaRuntimeGetVersion of this build */
+    size_t mem_free, mem_total;  /* bytes, cudaMemGetInfo */
+    int n_sms;
+} CudaDeviceInfo;
+
+/* Checks that device 0 exists, that the driver is new enough for this build's runtime and that its compute
+ * capability runs this build's code (sm_90 or newer). Fails with what was needed and what was found. */
+int cuda_device_query(CudaDeviceInfo *info, KvErr *err);
+
+int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
+
+/* Kernel lab: runs the flash prefill and split-K decode attention against the naive oracle kernel on random
+ * head-variable caches (several sequences, GQA) and reports the largest absolute difference of each. */
+typedef struct {
+    double flash_max_err;   /* flash prefill vs naive, over every output element */
+    double decode_max_err;  /* split-K decode + merge vs naive */
+    int cases;              /* shapes tried */
+} CudaSelftest;
+int cuda_kernel_selftest(CudaSelftest *out, KvErr *err);
+
+/* Ceilings measured on this GPU: a large bf16 GEMM through cuBLAS (fp32 accumulation) in TFLOP/s, and a large
+ * device-to-device cudaMemcpy in GB/s counting bytes read plus bytes written. */
+int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

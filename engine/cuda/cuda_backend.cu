@@ -1,0 +1,772 @@
+/* cuda_backend.cu — the "cuda" backend: the interface of engine/backend.h on one NVIDIA GPU.
+ *
+ * Weights live on the device in bf16 (one cudaMalloc carved by a size table; Q/K/V and gate/up fused so each
+ * is one GEMM), converted from the model's host f32 arrays at open. The residual stream stays f32; cuBLAS
+ * GEMMs take bf16 and accumulate in fp32. A forward runs in chunks of at most `rows` token rows so a 128k
+ * context needs activations for one chunk only; the keys and values of every token go straight into the
+ * cache, which the chunk's attention reads. Caches (KvCache with on_device = 1) keep K and V in device bf16,
+ * one arena per cache; len, cap and pos stay in host memory, and each chunk uploads a table of (pointer, len)
+ * per (sequence, layer, kv-head) for the kernels. The observation for the policies is computed on the device
+ * (window attention, projected value norms) and copied to host f32 with the raw tensors.
+ * Shape legend: see cuda_internal.h. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+extern "C" {
+#include "cuda_api.h"
+}
+
+/* Token rows per chunk: large enough for GEMMs at full speed, small enough that 32B-class activations fit. */
+enum { CHUNK_ROWS = 4096 };
+static const size_t MEM_MARGIN = (size_t)768 << 20; /* cuBLAS workspace, CUDA context, fragmentation */
+
+static double gib(size_t bytes) { return (double)bytes / (double)(1u << 30); }
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Device check                                                                                            */
+
+extern "C" int cuda_device_query(CudaDeviceInfo *info, KvErr *err) {
+    memset(info, 0, sizeof *info);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaRuntimeGetVersion(&info->runtime_version);
+    cudaDriverGetVersion(&info->driver_version);
+    int rt = info->runtime_version, drv = info->driver_version;
+    if (drv == 0)
+        return kv_fail(err, "backend 'cuda': no NVIDIA driver found (cudaGetDeviceCount: %s); needed: an NVIDIA "
+                            "GPU of compute capability 9.0 or newer with a driver for CUDA %d.%d; the cpu backend "
+                            "still works (--backend cpu)", cudaGetErrorString(e), rt / 1000, rt % 1000 / 10);
+    if (e == cudaErrorInsufficientDriver || drv < rt)
+        return kv_fail(err, "backend 'cuda': the NVIDIA driver supports CUDA %d.%d; needed: CUDA %d.%d or newer for "
+                            "this build; update the driver or use --backend cpu", drv / 1000, drv % 1000 / 10,
+                       rt / 1000, rt % 1000 / 10);
+    if (e != cudaSuccess || n == 0)
+        return kv_fail(err, "backend 'cuda': no usable NVIDIA GPU (cudaGetDeviceCount: %s, %d devices); needed: "
+                            "one GPU of compute capability 9.0 or newer; the cpu backend still works (--backend cpu)",
+                       e == cudaSuccess ? "ok" : cudaGetErrorString(e), n);
+    cudaDeviceProp p;
+    CU_CHECK(cudaGetDeviceProperties(&p, 0));
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->n_sms = p.multiProcessorCount;
+    if (p.major < 9)
+        return kv_fail(err, "backend 'cuda': GPU 0 (%s) has compute capability %d.%d; needed: 9.0 (Hopper) or newer, "
+                            "the code this build carries (add a -gencode for your GPU to CUFLAGS in the Makefile), or "
+                            "use --backend cpu", p.name, p.major, p.minor);
+    CU_CHECK(cudaSetDevice(0));
+    CU_CHECK(cudaMemGetInfo(&info->mem_free, &info->mem_total));
+    return 0;
+}
+
+/* Fails with what was needed and what is free when `bytes` more would not fit. */
+static int ensure_free(size_t bytes, const char *what, KvErr *err) {
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (bytes + MEM_MARGIN > free_b)
+        return kv_fail(err, "backend 'cuda': out of GPU memory for %s: needs %.2f GiB (+%.2f GiB margin), %.2f GiB "
+                            "free of %.2f GiB", what, gib(bytes), gib(MEM_MARGIN), gib(free_b), gib(total_b));
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Buffers grown on demand                                                                                 */
+
+typedef struct {
+    void *p;
+    size_t bytes;
+} DevBuf;
+
+static int devbuf_reserve(DevBuf *b, size_t bytes, const char *what, KvErr *err) {
+    if (b->bytes >= bytes) return 0;
+    if (b->p) CU_CHECK(cudaFree(b->p));
+    b->p = NULL;
+    b->bytes = 0;
+    if (ensure_free(bytes, what, err)) return -1;
+    CU_CHECK(cudaMalloc(&b->p, bytes));
+    b->bytes = bytes;
+    return 0;
+}
+
+/* Pinned host memory, so device-to-host copies run at full speed and asynchronously. */
+static int hostbuf_reserve(DevBuf *b, size_t bytes, KvErr *err) {
+    if (b->bytes >= bytes) return 0;
+    if (b->p) CU_CHECK(cudaFreeHost(b->p));
+    b->p = NULL;
+    b->bytes = 0;
+    CU_CHECK(cudaMallocHost(&b->p, bytes));
+    b->bytes = bytes;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* The backend's state                                                                                     */
+
+typedef struct {
+    bf16 *wqkv;               /* [(H+2K)d][D]: wq, wk, wv stacked */
+    bf16 *wo;                 /* [D][H*d] */
+    bf16 *wgu;                /* [2F][D]: w_gate, w_up stacked */
+    bf16 *wdown;              /* [D][F] */
+    float *bqkv;              /* [(H+2K)d] or NULL */
+    float *attn_norm, *ffn_norm; /* [D] */
+} CuLayer;
+
+typedef struct {
+    const Model *m;
+    CudaDeviceInfo dev;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    void *weights;            /* the one weight allocation */
+    size_t weight_bytes;
+    bf16 *tok_embd, *lm_head; /* [V][D]; the same pointer when tied */
+    float *out_norm, *inv_freq;
+    CuLayer *layers;          /* [N] host array of device pointers */
+    int rows;                 /* token rows per chunk */
+    void *act;                /* the one activation allocation */
+    size_t act_bytes;
+    float *x, *qkv, *gu;      /* [rows][D], [rows][(H+2K)d], [rows][2F] */
+    bf16 *xb, *q, *ao, *ffn;  /* [rows][D], [rows][H*d], [rows][H*d], [rows][F] */
+    DevBuf table, table_host; /* DevHead[B*N*K] then int seq_pos[B] then int tokens[B*Tc] */
+    DevBuf logits, xlast;     /* [B][V] f32, [B][D] bf16 */
+    DevBuf part_o, part_ml;   /* split-K partials */
+    DevBuf probs, probs_host; /* naive attention rows: observation attn or trace */
+    DevBuf obs_dev, obs_host; /* observation staging (f32) */
+    DevBuf gather_rows;       /* cache gather index lists */
+} Cuda;
+
+/* A device cache: the KvCache handed out is the first member. */
+typedef struct {
+    KvCache c;
+    long long *row0;          /* [N*K] first row of each head in the K (and V) region of the arena */
+    bf16 *k_base, *v_base;
+    void *host;               /* len, cap, k, v, pos arrays and pos storage in one block */
+} CudaCache;
+
+static Cuda *impl_of(Backend *b) { return (Cuda *)b->impl; }
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Weights                                                                                                 */
+
+/* Assigns every device pointer at base + offset (256-byte aligned) and returns the total; called once with
+ * base 0 to size the allocation, once with the real base. */
+static size_t weight_layout(Cuda *cu, uintptr_t base) {
+    const ModelConfig *c = &cu->m->cfg;
+    size_t D = c->d_model, d = c->head_dim, H = c->n_heads, K = c->n_kv_heads, F = c->d_ff, V = c->vocab_size;
+    size_t off = 0;
+#define CARVE(ptr, type, count)                                                                             \
+    do {                                                                                                    \
+        (ptr) = (type *)(base + off);                                                                       \
+        off += ((count) * sizeof(type) + 255) / 256 * 256;                                                  \
+    } while (0)
+    CARVE(cu->tok_embd, bf16, V * D);
+    if (c->tied_embeddings || cu->m->lm_head == cu->m->tok_embd)
+        cu->lm_head = cu->tok_embd;
+    else
+        CARVE(cu->lm_head, bf16, V * D);
+    CARVE(cu->out_norm, float, D);
+    CARVE(cu->inv_freq, float, d / 2);
+    for (int l = 0; l < c->n_layers; l++) {
+        CuLayer *L = &cu->layers[l];
+        CARVE(L->wqkv, bf16, (H + 2 * K) * d * D);
+        CARVE(L->wo, bf16, D * H * d);
+        CARVE(L->wgu, bf16, 2 * F * D);
+        CARVE(L->wdown, bf16, D * F);
+        if (c->qkv_bias)
+            CARVE(L->bqkv, float, (H + 2 * K) * d);
+        else
+            L->bqkv = NULL;
+        CARVE(L->attn_norm, float, D);
+        CARVE(L->ffn_norm, float, D);
+    }
+#undef CARVE
+    return off;
+}
+
+/* Host f32 -> device bf16 through a device f32 staging buffer, converted by a kernel. */
+static int upload_bf16(Cuda *cu, float *stage, size_t stage_n, bf16 *dst, const float *src, size_t n,
+                       const char *what, KvErr *err) {
+    if (!src) return kv_fail(err, "backend 'cuda': model weight %s is missing", what);
+    for (size_t i = 0; i < n; i += stage_n) {
+        size_t k = n - i < stage_n ? n - i : stage_n;
+        CU_CHECK(cudaMemcpyAsync(stage, src + i, k * sizeof(float), cudaMemcpyHostToDevice, cu->st));
+        if (launch_f32_to_bf16(stage, dst + i, k, cu->st, err)) return -1;
+        CU_CHECK(cudaStreamSynchronize(cu->st)); /* the staging buffer is reused by the next piece */
+    }
+    return 0;
+}
+
+static int upload_f32(Cuda *cu, float *dst, const float *src, size_t n, const char *what, KvErr *err) {
+    if (!src) return kv_fail(err, "backend 'cuda': model weight %s is missing", what);
+    CU_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, cu->st));
+    return 0;
+}
+
+static int upload_weights(Cuda *cu, KvErr *err) {
+    const Model *m = cu->m;
+    const ModelConfig *c = &m->cfg;
+    size_t D = c->d_model, d = c->head_dim, H = c->n_heads, K = c->n_kv_heads, F = c->d_ff, V = c->vocab_size;
+    size_t stage_n = (size_t)16 << 20;
+    float *stage = NULL;
+    CU_CHECK(cudaMalloc(&stage, stage_n * sizeof(float)));
+    int rc = -1;
+    if (upload_bf16(cu, stage, stage_n, cu->tok_embd, m->tok_embd, V * D, "token_embd", err)) goto done;
+    if (cu->lm_head != cu->tok_embd &&
+        upload_bf16(cu, stage, stage_n, cu->lm_head, m->lm_head, V * D, "lm_head", err))
+        goto done;
+    if (upload_f32(cu, cu->out_norm, m->out_norm, D, "output_norm", err)) goto done;
+    if (upload_f32(cu, cu->inv_freq, m->rope_inv_freq, d / 2, "rope_inv_freq", err)) goto done;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *w = &m->layers[l];
+        CuLayer *L = &cu->layers[l];
+        if (upload_bf16(cu, stage, stage_n, L->wqkv, w->wq, H * d * D, "wq", err) ||
+            upload_bf16(cu, stage, stage_n, L->wqkv + H * d * D, w->wk, K * d * D, "wk", err) ||
+            upload_bf16(cu, stage, stage_n, L->wqkv + (H + K) * d * D, w->wv, K * d * D, "wv", err) ||
+            upload_bf16(cu, stage, stage_n, L->wo, w->wo, D * H * d, "wo", err) ||
+            upload_bf16(cu, stage, stage_n, L->wgu, w->w_gate, F * D, "w_gate", err) ||
+            upload_bf16(cu, stage, stage_n, L->wgu + F * D, w->w_up, F * D, "w_up", err) ||
+            upload_bf16(cu, stage, stage_n, L->wdown, w->w_down, D * F, "w_down", err) ||
+            upload_f32(cu, L->attn_norm, w->attn_norm, D, "attn_norm", err) ||
+            upload_f32(cu, L->ffn_norm, w->ffn_norm, D, "ffn_norm", err)) {
+            kv_wrap(err, "layer %d", l);
+            goto done;
+        }
+        if (L->bqkv && (upload_f32(cu, L->bqkv, w->bq, H * d, "bq", err) ||
+                        upload_f32(cu, L->bqkv + H * d, w->bk, K * d, "bk", err) ||
+                        upload_f32(cu, L->bqkv + (H + K) * d, w->bv, K * d, "bv", err))) {
+            kv_wrap(err, "layer %d", l);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    cudaStreamSynchronize(cu->st);
+    cudaFree(stage);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Caches                                                                                                  */
+
+static void cuda_cache_free(Backend *b, KvCache *c) {
+    (void)b;
+    if (!c) return;
+    CudaCache *cc = (CudaCache *)c;
+    cudaFree(c->arena);
+    free(cc->host);
+    free(cc);
+}
+
+/* A cache with caps[i] entries for head i, empty. */
+static int cache_alloc(Cuda *cu, const int *caps, CudaCache **out, KvErr *err) {
+    const ModelConfig *cfg = &cu->m->cfg;
+    int NK = cfg->n_layers * cfg->n_kv_heads, d = cfg->head_dim;
+    long long rows = 0;
+    for (int i = 0; i < NK; i++) rows += caps[i];
+    size_t bytes = (size_t)rows * d * sizeof(bf16) * 2;
+    char what[160];
+    snprintf(what, sizeof what, "a KV cache of %lld entries (%d layers x %d kv-heads, up to %d per head)", rows,
+             cfg->n_layers, cfg->n_kv_heads, NK ? caps[0] : 0);
+    if (ensure_free(bytes, what, err)) return -1;
+    CudaCache *cc = (CudaCache *)kv_calloc(1, sizeof *cc, err);
+    if (!cc) return -1;
+    size_t host_bytes = (size_t)NK * (3 * sizeof(void *) + sizeof(long long) + 2 * sizeof(int)) +
+                        (size_t)rows * sizeof(int);
+    cc->host = kv_calloc(1, host_bytes, err);
+    if (!cc->host) {
+        free(cc);
+        return -1;
+    }
+    KvCache *c = &cc->c;
+    char *p = (char *)cc->host;
+    c->k = (float **)p, p += NK * sizeof(void *);
+    c->v = (float **)p, p += NK * sizeof(void *);
+    c->pos = (int **)p, p += NK * sizeof(void *);
+    cc->row0 = (long long *)p, p += NK * sizeof(long long);
+    c->len = (int *)p, p += NK * sizeof(int);
+    c->cap = (int *)p, p += NK * sizeof(int);
+    int *pos_store = (int *)p;
+    if (cudaMalloc(&c->arena, bytes ? bytes : 256) != cudaSuccess) {
+        free(cc->host);
+        free(cc);
+        return kv_fail(err, "backend 'cuda': cudaMalloc of %.2f GiB for %s failed", gib(bytes), what);
+    }
+    c->arena_bytes = bytes;
+    c->n_layers = cfg->n_layers;
+    c->n_kv_heads = cfg->n_kv_heads;
+    c->head_dim = d;
+    c->on_device = 1;
+    cc->k_base = (bf16 *)c->arena;
+    cc->v_base = cc->k_base + (size_t)rows * d;
+    long long row = 0;
+    for (int i = 0; i < NK; i++) {
+        cc->row0[i] = row;
+        c->cap[i] = caps[i];
+        c->k[i] = (float *)(cc->k_base + (size_t)row * d); /* bf16 on the device, typed as in kvcache.h */
+        c->v[i] = (float *)(cc->v_base + (size_t)row * d);
+        c->pos[i] = pos_store + row;
+        row += caps[i];
+    }
+    *out = cc;
+    return 0;
+}
+
+static int cuda_cache_new(Backend *b, KvCache **out, int capacity, KvErr *err) {
+    Cuda *cu = impl_of(b);
+    int NK = cu->m->cfg.n_layers * cu->m->cfg.n_kv_heads;
+    if (capacity < 1) return kv_fail(err, "backend 'cuda': cache capacity %d must be positive", capacity);
+    int *caps = (int *)kv_malloc((size_t)NK * sizeof(int), err);
+    if (!caps) return -1;
+    for (int i = 0; i < NK; i++) caps[i] = capacity;
+    CudaCache *cc = NULL;
+    int rc = cache_alloc(cu, caps, &cc, err);
+    free(caps);
+    if (rc) return -1;
+    *out = &cc->c;
+    return 0;
+}
+
+/* Index of position p among a head's entries (ascending: gathered segments are sorted, appends grow). */
+static int find_entry(const int *pos, int len, int p) {
+    int lo = 0, hi = len - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (pos[mid] == p) return mid;
+        if (pos[mid] < p)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static int cuda_cache_gather(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity,
+                             KvCache **out, KvErr *err) {
+    Cuda *cu = impl_of(b);
+    const ModelConfig *cfg = &cu->m->cfg;
+    int NK = cfg->n_layers * cfg->n_kv_heads, d = cfg->head_dim;
+    if (!src->on_device) return kv_fail(err, "backend 'cuda': cache_gather needs a cache made by this backend");
+    if (keep->n_layers != cfg->n_layers || keep->n_kv_heads != cfg->n_kv_heads)
+        return kv_fail(err, "backend 'cuda': keep-set is %d layers x %d kv-heads, the model has %d x %d",
+                       keep->n_layers, keep->n_kv_heads, cfg->n_layers, cfg->n_kv_heads);
+    if (extra_capacity < 0) return kv_fail(err, "backend 'cuda': extra capacity %d is negative", extra_capacity);
+    int *caps = (int *)kv_malloc((size_t)NK * sizeof(int), err);
+    if (!caps) return -1;
+    for (int i = 0; i < NK; i++) {
+        if (keep->counts[i] < 0 || keep->counts[i] > src->len[i]) {
+            free(caps);
+            return kv_fail(err, "backend 'cuda': keep-set keeps %d entries of layer %d kv-head %d, which holds %d",
+                           keep->counts[i], i / cfg->n_kv_heads, i % cfg->n_kv_heads, src->len[i]);
+        }
+        caps[i] = keep->counts[i] + extra_capacity;
+    }
+    CudaCache *dst = NULL;
+    int rc = cache_alloc(cu, caps, &dst, err);
+    free(caps);
+    if (rc) return -1;
+    const CudaCache *s = (const CudaCache *)src;
+    long long *rows = (long long *)kv_malloc(2 * (size_t)(keep->total ? keep->total : 1) * sizeof(long long), err);
+    if (!rows) {
+        cuda_cache_free(b, &dst->c);
+        return -1;
+    }
+    long long *src_rows = rows, *dst_rows = rows + keep->total;
+    int e = 0;
+    for (int i = 0; i < NK; i++) {
+        const int *kept = keep->positions + keep->offsets[i];
+        for (int j = 0; j < keep->counts[i]; j++, e++) {
+            int idx = find_entry(src->pos[i], src->len[i], kept[j]);
+            if (idx < 0) {
+                free(rows);
+                cuda_cache_free(b, &dst->c);
+                return kv_fail(err, "backend 'cuda': keep-set position %d is not in layer %d kv-head %d of the cache",
+                               kept[j], i / cfg->n_kv_heads, i % cfg->n_kv_heads);
+            }
+            src_rows[e] = s->row0[i] + idx;
+            dst_rows[e] = dst->row0[i] + j;
+            dst->c.pos[i][j] = kept[j];
+        }
+        dst->c.len[i] = keep->counts[i];
+    }
+    dst->c.n_pos = src->n_pos;
+    rc = devbuf_reserve(&cu->gather_rows, 2 * (size_t)keep->total * sizeof(long long), "gather index lists", err);
+    if (!rc && keep->total > 0) {
+        long long *dev = (long long *)cu->gather_rows.p;
+        cudaError_t ce = cudaMemcpyAsync(dev, rows, 2 * (size_t)keep->total * sizeof(long long),
+                                         cudaMemcpyHostToDevice, cu->st);
+        if (ce != cudaSuccess)
+            rc = kv_fail(err, "%s:%d: cudaMemcpyAsync: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
+        else
+            rc = launch_gather_rows(dev, dev + keep->total, keep->total, s->k_base, s->v_base, dst->k_base,
+                                    dst->v_base, d, cu->st, err);
+        ce = cudaStreamSynchronize(cu->st); /* also keeps `rows` alive until the copy has read it */
+        if (!rc && ce != cudaSuccess)
+            rc = kv_fail(err, "%s:%d: cache gather: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
+    }
+    free(rows);
+    if (rc) {
+        cuda_cache_free(b, &dst->c);
+        return -1;
+    }
+    *out = &dst->c;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Forward                                                                                                 */
+
+typedef struct {
+    KvCache *const *caches;
+    int B, T, Tc, t_start;   /* sequences, tokens of the call, tokens of this chunk, first token of it */
+    DevHead *heads;          /* device table of this chunk */
+    int w;                   /* observation window (0: no observation in this chunk) */
+    const ObserveHook *observe;
+    const TraceHook *trace;
+} Chunk;
+
+/* Window attention, raw tensors and (on request) projected value norms of one layer, handed to the hook. */
+static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
+    const ModelConfig *c = &cu->m->cfg;
+    const KvCache *kc = ch->caches[0];
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, G = H / K, F = c->d_ff;
+    int w = ch->w, Tc = ch->Tc, L = kc->len[l * K] + Tc, t0 = Tc - w;
+    int want_nu = ch->observe->want_value_norm;
+    size_t n_attn = (size_t)H * w * L, n_q = (size_t)H * w * d, n_kv = (size_t)K * L * d, n_nu = (size_t)K * L;
+    if (devbuf_reserve(&cu->probs, n_attn * sizeof(float), "the observation's window attention", err) ||
+        devbuf_reserve(&cu->obs_dev, ((n_q > (size_t)L * d ? n_q : (size_t)L * d) + n_nu) * sizeof(float),
+                       "observation staging", err) ||
+        hostbuf_reserve(&cu->obs_host, 2 * K * sizeof(float *) + (n_attn + n_q + 2 * n_kv + n_nu) * sizeof(float),
+                        err))
+        return -1;
+    const float **h_kp = (const float **)cu->obs_host.p, **h_vp = h_kp + K;
+    float *h_attn = (float *)(h_vp + K), *h_q = h_attn + n_attn, *h_k = h_q + n_q, *h_v = h_k + n_kv;
+    float *h_nu = h_v + n_kv;
+    float *stage = (float *)cu->obs_dev.p, *nu = stage + (n_q > (size_t)L * d ? n_q : (size_t)L * d);
+
+    if (launch_attention_naive(cu->q, NULL, (float *)cu->probs.p, L, ch->heads, l, c->n_layers, H, K, d, 1, Tc, t0,
+                               w, cu->st, err))
+        return -1;
+    CU_CHECK(cudaMemcpyAsync(h_attn, cu->probs.p, n_attn * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    if (launch_qwin(cu->q, stage, t0, w, H, d, cu->st, err)) return -1;
+    CU_CHECK(cudaMemcpyAsync(h_q, stage, n_q * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    for (int kh = 0; kh < K; kh++) {
+        const bf16 *src[2] = {(const bf16 *)kc->k[l * K + kh], (const bf16 *)kc->v[l * K + kh]};
+        float *dst[2] = {h_k + (size_t)kh * L * d, h_v + (size_t)kh * L * d};
+        for (int kv = 0; kv < 2; kv++) {
+            if (launch_bf16_to_f32(src[kv], stage, (size_t)L * d, cu->st, err)) return -1;
+            CU_CHECK(cudaMemcpyAsync(dst[kv], stage, (size_t)L * d * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+        }
+        h_kp[kh] = h_k + (size_t)kh * L * d;
+        h_vp[kh] = h_v + (size_t)kh * L * d;
+    }
+    if (want_nu) {
+        /* nu[k][j] = 1/G sum_g || v[k][j] W_O^(kG+g) ||_1: per query head one GEMM of the values with that
+         * head's d columns of o_proj into the (now idle) gate/up buffer, then row L1 norms. */
+        int chunk_rows = (int)(((size_t)cu->rows * 2 * F) / D);
+        const CuLayer *W = &cu->layers[l];
+        for (int kh = 0; kh < K; kh++)
+            for (int g = 0; g < G; g++)
+                for (int j0 = 0; j0 < L; j0 += chunk_rows) {
+                    int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
+                    const bf16 *vals = (const bf16 *)kc->v[l * K + kh] + (size_t)j0 * d;
+                    if (gemm_bf16(cu->blas, vals, d, W->wo + (size_t)(kh * G + g) * d, H * d, cu->gu, CUDA_R_32F,
+                                  D, rc, D, d, 0.0f, err) ||
+                        launch_l1_rows(cu->gu, rc, D, nu + (size_t)kh * L + j0, 1.0f / G, g > 0, cu->st, err))
+                        return -1;
+                }
+        CU_CHECK(cudaMemcpyAsync(h_nu, nu, n_nu * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    }
+    CU_CHECK(cudaStreamSynchronize(cu->st));
+    Observation obs;
+    memset(&obs, 0, sizeof obs);
+    obs.layer = l;
+    obs.n_layers = c->n_layers;
+    obs.L = L;
+    obs.w = w;
+    obs.H = H;
+    obs.K = K;
+    obs.d = d;
+    obs.D = D;
+    obs.q_win = h_q;
+    obs.keys = h_kp;
+    obs.values = h_vp;
+    obs.w_o = cu->m->layers[l].wo;
+    obs.attn = h_attn;
+    obs.value_norm = want_nu ? h_nu : NULL;
+    if (ch->observe->on_layer(ch->observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", l);
+    return 0;
+}
+
+/* Decode attention of every sequence and head through the naive kernel, whose probabilities go to the hook. */
+static int trace_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
+    const ModelConfig *c = &cu->m->cfg;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K, B = ch->B;
+    int max_n = 0;
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < K; kh++)
+            if (ch->caches[b]->len[l * K + kh] + 1 > max_n) max_n = ch->caches[b]->len[l * K + kh] + 1;
+    size_t n = (size_t)B * H * max_n;
+    if (devbuf_reserve(&cu->probs, n * sizeof(float), "the decode trace", err) ||
+        hostbuf_reserve(&cu->probs_host, n * sizeof(float), err) ||
+        launch_attention_naive(cu->q, cu->ao, (float *)cu->probs.p, max_n, ch->heads, l, c->n_layers, H, K, d, B, 1,
+                               0, 1, cu->st, err))
+        return -1;
+    CU_CHECK(cudaMemcpyAsync(cu->probs_host.p, cu->probs.p, n * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    CU_CHECK(cudaStreamSynchronize(cu->st));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int i = l * K + h / G;
+            ch->trace->on_attention(ch->trace->user, b, l, h, (const float *)cu->probs_host.p + ((size_t)b * H + h) * max_n,
+                                    ch->caches[b]->pos[i], ch->caches[b]->len[i] + 1);
+        }
+    return 0;
+}
+
+static int attention_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
+    const ModelConfig *c = &cu->m->cfg;
+    int N = c->n_layers, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, B = ch->B;
+    if (ch->Tc > 1) return launch_flash_prefill(cu->q, cu->ao, ch->heads, l, N, H, K, d, B, ch->Tc, cu->st, err);
+    if (ch->trace) return trace_layer(cu, ch, l, err);
+    int max_n = 0;
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < K; kh++)
+            if (ch->caches[b]->len[l * K + kh] + 1 > max_n) max_n = ch->caches[b]->len[l * K + kh] + 1;
+    int S = splitk_count(max_n);
+    size_t n_part = (size_t)B * H * S;
+    if (devbuf_reserve(&cu->part_o, n_part * d * sizeof(float), "decode partials", err) ||
+        devbuf_reserve(&cu->part_ml, n_part * 2 * sizeof(float), "decode partials", err))
+        return -1;
+    return launch_decode_attention(cu->q, cu->ao, (float *)cu->part_o.p, (float *)cu->part_ml.p, ch->heads, l, N, H,
+                                   K, d, B, S, cu->st, err);
+}
+
+static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *logits, KvErr *err) {
+    const ModelConfig *c = &cu->m->cfg;
+    int N = c->n_layers, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, F = c->d_ff;
+    int B = ch->B, Tc = ch->Tc, M = B * Tc, NK = N * K, QKV = (H + 2 * K) * d;
+
+    /* The head table, the sequences' first positions and the tokens go up in one copy. */
+    size_t heads_bytes = (size_t)B * NK * sizeof(DevHead);
+    size_t bytes = heads_bytes + (size_t)B * sizeof(int) + (size_t)M * sizeof(int);
+    if (devbuf_reserve(&cu->table, bytes, "the head table", err) || hostbuf_reserve(&cu->table_host, bytes, err))
+        return -1;
+    DevHead *th = (DevHead *)cu->table_host.p;
+    int *seq_pos = (int *)((char *)cu->table_host.p + heads_bytes), *tok = seq_pos + B;
+    for (int b = 0; b < B; b++) {
+        KvCache *kc = ch->caches[b];
+        for (int i = 0; i < NK; i++) {
+            th[(size_t)b * NK + i].k = (bf16 *)kc->k[i];
+            th[(size_t)b * NK + i].v = (bf16 *)kc->v[i];
+            th[(size_t)b * NK + i].len = kc->len[i];
+            th[(size_t)b * NK + i].cap = kc->cap[i];
+            for (int t = 0; t < Tc; t++) kc->pos[i][kc->len[i] + t] = kc->n_pos + t;
+        }
+        seq_pos[b] = kc->n_pos;
+        for (int t = 0; t < Tc; t++) tok[b * Tc + t] = tokens[(size_t)b * ch->T + ch->t_start + t];
+    }
+    CU_CHECK(cudaMemcpyAsync(cu->table.p, cu->table_host.p, bytes, cudaMemcpyHostToDevice, cu->st));
+    ch->heads = (DevHead *)cu->table.p;
+    const int *d_seq_pos = (const int *)((char *)cu->table.p + heads_bytes), *d_tok = d_seq_pos + B;
+
+    if (launch_embed(d_tok, cu->tok_embd, cu->x, M, D, cu->st, err)) return -1;
+    for (int l = 0; l < N; l++) {
+        const CuLayer *W = &cu->layers[l];
+        if (launch_rmsnorm(cu->x, W->attn_norm, cu->xb, M, D, c->rms_eps, 1, 0, cu->st, err) ||
+            gemm_bf16(cu->blas, cu->xb, D, W->wqkv, D, cu->qkv, CUDA_R_32F, QKV, M, QKV, D, 0.0f, err) ||
+            launch_qkv_rope(cu->qkv, W->bqkv, cu->inv_freq, cu->q, ch->heads, d_seq_pos, l, N, H, K, d, B, Tc, cu->st,
+                            err) ||
+            attention_layer(cu, ch, l, err))
+            return kv_wrap(err, "backend 'cuda': layer %d", l);
+        if (ch->w && observe_layer(cu, ch, l, err)) return -1;
+        if (gemm_bf16(cu->blas, cu->ao, H * d, W->wo, H * d, cu->x, CUDA_R_32F, D, M, D, H * d, 1.0f, err) ||
+            launch_rmsnorm(cu->x, W->ffn_norm, cu->xb, M, D, c->rms_eps, 1, 0, cu->st, err) ||
+            gemm_bf16(cu->blas, cu->xb, D, W->wgu, D, cu->gu, CUDA_R_32F, 2 * F, M, 2 * F, D, 0.0f, err) ||
+            launch_swiglu(cu->gu, cu->ffn, M, F, cu->st, err) ||
+            gemm_bf16(cu->blas, cu->ffn, F, W->wdown, F, cu->x, CUDA_R_32F, D, M, D, F, 1.0f, err))
+            return kv_wrap(err, "backend 'cuda': layer %d", l);
+    }
+    if (last && logits) {
+        int V = c->vocab_size;
+        if (devbuf_reserve(&cu->xlast, (size_t)B * D * sizeof(bf16), "the last hidden states", err) ||
+            devbuf_reserve(&cu->logits, (size_t)B * V * sizeof(float), "the logits", err) ||
+            launch_rmsnorm(cu->x, cu->out_norm, (bf16 *)cu->xlast.p, B, D, c->rms_eps, Tc, Tc - 1, cu->st, err) ||
+            gemm_bf16(cu->blas, (const bf16 *)cu->xlast.p, D, cu->lm_head, D, cu->logits.p, CUDA_R_32F, V, B, V, D,
+                      0.0f, err))
+            return -1;
+        CU_CHECK(cudaMemcpyAsync(logits, cu->logits.p, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    }
+    CU_CHECK(cudaStreamSynchronize(cu->st));
+    for (int b = 0; b < B; b++) {
+        KvCache *kc = ch->caches[b];
+        for (int i = 0; i < NK; i++) kc->len[i] += Tc;
+        kc->n_pos += Tc;
+    }
+    return 0;
+}
+
+static int cuda_forward(Backend *be, KvCache *const *caches, int n_seqs, const int *tokens, int n_new,
+                        float *logits, const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+    Cuda *cu = impl_of(be);
+    const ModelConfig *c = &cu->m->cfg;
+    int NK = c->n_layers * c->n_kv_heads;
+    if (n_seqs < 1 || n_new < 1)
+        return kv_fail(err, "backend 'cuda': forward of %d sequences x %d tokens", n_seqs, n_new);
+    if (n_seqs > cu->rows)
+        return kv_fail(err, "backend 'cuda': %d sequences in one batch, at most %d", n_seqs, cu->rows);
+    if (observe && n_seqs != 1) return kv_fail(err, "backend 'cuda': an observed forward takes one sequence");
+    if (trace && n_new != 1) return kv_fail(err, "backend 'cuda': a traced forward takes one token per sequence");
+    for (long i = 0; i < (long)n_seqs * n_new; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return kv_fail(err, "backend 'cuda': token id %d at index %ld is outside the vocabulary (0..%d)", tokens[i],
+                           i, c->vocab_size - 1);
+    for (int b = 0; b < n_seqs; b++) {
+        const KvCache *kc = caches[b];
+        if (!kc || !kc->on_device)
+            return kv_fail(err, "backend 'cuda': sequence %d has no cache made by this backend", b);
+        for (int i = 0; i < NK; i++)
+            if (kc->len[i] + n_new > kc->cap[i])
+                return kv_fail(err, "backend 'cuda': sequence %d: layer %d kv-head %d holds %d of %d entries, no room "
+                                    "for %d more (gather with a larger extra capacity)", b, i / c->n_kv_heads,
+                               i % c->n_kv_heads, kc->len[i], kc->cap[i], n_new);
+    }
+    int w = 0;
+    if (observe) {
+        w = observe->window;
+        if (w < 1 || w > n_new)
+            return kv_fail(err, "backend 'cuda': observation window %d must be in 1..%d, the tokens of this forward",
+                           w, n_new);
+        for (int i = 0; i < NK; i++)
+            if (caches[0]->len[i] != caches[0]->len[(i / c->n_kv_heads) * c->n_kv_heads])
+                return kv_fail(err, "backend 'cuda': an observed forward needs every kv-head of a layer to hold the "
+                                    "same number of entries (layer %d differs)", i / c->n_kv_heads);
+    }
+    Chunk ch;
+    memset(&ch, 0, sizeof ch);
+    ch.caches = caches;
+    ch.B = n_seqs;
+    ch.T = n_new;
+    ch.observe = observe;
+    ch.trace = trace;
+    int max_tc = cu->rows / n_seqs;
+    for (int start = 0; start < n_new;) {
+        int n = n_new - start < max_tc ? n_new - start : max_tc;
+        int rest = n_new - start - n;
+        if (w && rest > 0 && rest < w) n = n_new - start - w; /* the window must fall in the last chunk */
+        int last = start + n == n_new;
+        ch.t_start = start;
+        ch.Tc = n;
+        ch.w = last ? w : 0;
+        if (run_chunk(cu, &ch, tokens, last, logits, err)) return -1;
+        start += n;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Open / destroy                                                                                          */
+
+static void cuda_destroy(Backend *b) {
+    if (!b) return;
+    Cuda *cu = impl_of(b);
+    if (cu) {
+        DevBuf *dev[] = {&cu->table, &cu->logits, &cu->xlast, &cu->part_o, &cu->part_ml, &cu->probs, &cu->obs_dev,
+                         &cu->gather_rows};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]->p);
+        DevBuf *host[] = {&cu->table_host, &cu->probs_host, &cu->obs_host};
+        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) cudaFreeHost(host[i]->p);
+        cudaFree(cu->act);
+        cudaFree(cu->weights);
+        if (cu->blas) cublasDestroy(cu->blas);
+        if (cu->st) cudaStreamDestroy(cu->st);
+        free(cu->layers);
+        free(cu);
+    }
+    free(b);
+}
+
+static int check_shape(const ModelConfig *c, KvErr *err) {
+    if (c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0)
+        return kv_fail(err, "backend 'cuda': %d heads over %d kv-heads is not a grouped-query shape", c->n_heads,
+                       c->n_kv_heads);
+    if (c->head_dim % 16 != 0 || c->head_dim > ATTN_MAX_HEAD_DIM)
+        return kv_fail(err, "backend 'cuda': head dim %d unsupported (a multiple of 16 up to %d)", c->head_dim,
+                       ATTN_MAX_HEAD_DIM);
+    if (c->n_heads / c->n_kv_heads > ATTN_MAX_GROUP)
+        return kv_fail(err, "backend 'cuda': %d query heads per kv-head, at most %d", c->n_heads / c->n_kv_heads,
+                       ATTN_MAX_GROUP);
+    return 0;
+}
+
+extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    const ModelConfig *c = &m->cfg;
+    if (check_shape(c, err)) return -1;
+    Backend *b = (Backend *)kv_calloc(1, sizeof *b, err);
+    Cuda *cu = (Cuda *)kv_calloc(1, sizeof *cu, err);
+    CuLayer *layers = (CuLayer *)kv_calloc((size_t)c->n_layers, sizeof *layers, err);
+    if (!b || !cu || !layers) {
+        free(b);
+        free(cu);
+        free(layers);
+        return -1;
+    }
+    b->name = "cuda";
+    b->model = m;
+    b->impl = cu;
+    b->cache_new = cuda_cache_new;
+    b->cache_gather = cuda_cache_gather;
+    b->cache_free = cuda_cache_free;
+    b->forward = cuda_forward;
+    b->destroy = cuda_destroy;
+    cu->m = m;
+    cu->dev = dev;
+    cu->layers = layers;
+    cu->rows = CHUNK_ROWS;
+
+    size_t R = cu->rows, D = c->d_model, Hd = (size_t)c->n_heads * c->head_dim, F = c->d_ff;
+    size_t QKV = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    cu->weight_bytes = weight_layout(cu, 0);
+    size_t act_f32 = R * (D + QKV + 2 * F), act_bf16 = R * (D + 2 * Hd + F);
+    cu->act_bytes = act_f32 * sizeof(float) + act_bf16 * sizeof(bf16);
+    char what[512];
+    snprintf(what, sizeof what, "model %s (%.2f GiB of bf16 weights, %.2f GiB of activations)", m->name,
+             gib(cu->weight_bytes), gib(cu->act_bytes));
+    if (ensure_free(cu->weight_bytes + cu->act_bytes, what, err)) {
+        cuda_destroy(b);
+        return -1;
+    }
+    cudaError_t ce = cudaStreamCreateWithFlags(&cu->st, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) ce = cudaMalloc(&cu->weights, cu->weight_bytes);
+    if (ce == cudaSuccess) ce = cudaMalloc(&cu->act, cu->act_bytes);
+    if (ce != cudaSuccess) {
+        kv_fail(err, "backend 'cuda': setting up %s: %s", what, cudaGetErrorString(ce));
+        cuda_destroy(b);
+        return -1;
+    }
+    if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu->blas, cu->st) != CUBLAS_STATUS_SUCCESS) {
+        cu->blas = NULL;
+        kv_fail(err, "backend 'cuda': cuBLAS could not be initialised");
+        cuda_destroy(b);
+        return -1;
+    }
+    weight_layout(cu, (uintptr_t)cu->weights);
+    char *a = (char *)cu->act;
+    cu->x = (float *)a, a += R * D * sizeof(float);
+    cu->qkv = (float *)a, a += R * QKV * sizeof(float);
+    cu->gu = (float *)a, a += R * 2 * F * sizeof(float);
+    cu->xb = (bf16 *)a, a += R * D * sizeof(bf16);
+    cu->q = (bf16 *)a, a += R * Hd * sizeof(bf16);
+    cu->ao = (bf16 *)a, a += R * Hd * sizeof(bf16);
+    cu->ffn = (bf16 *)a;
+    if (upload_weights(cu, err)) {
+        kv_wrap(err, "backend 'cuda': %s", m->name);
+        cuda_destroy(b);
+        return -1;
+    }
+    *out = b;
+    return 0;
+}

@@ -1,0 +1,175 @@
+/* cuda_lab.cu — the kernel lab: the fast attention kernels checked against the naive oracle on random
+ * head-variable caches, and the two ceilings (cuBLAS bf16 GEMM rate, device copy bandwidth) that the GPU check
+ * quotes timings against. In the spirit of llm.c's dev/cuda: the oracle stays, a faster kernel must match it.
+ * Called by tests/gpu/check_cuda.c; nothing here runs during normal use. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "cuda_internal.h"
+extern "C" {
+#include "cuda_api.h"
+}
+
+/* Device memory freed on every exit path of a test case. */
+struct DevPool {
+    std::vector<void *> ptrs;
+    ~DevPool() {
+        for (void *p : ptrs) cudaFree(p);
+    }
+    int alloc(void **out, size_t bytes, KvErr *err) {
+        CU_CHECK(cudaMalloc(out, bytes ? bytes : 16));
+        ptrs.push_back(*out);
+        return 0;
+    }
+};
+
+static unsigned long long lcg_state = 0x9E3779B97F4A7C15ull;
+static float lab_uniform(void) { /* in [-1, 1) */
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((lcg_state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+static int upload_random(DevPool &pool, bf16 **out, size_t n, float amplitude, KvErr *err) {
+    std::vector<bf16> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(amplitude * lab_uniform());
+    if (pool.alloc((void **)out, n * sizeof(bf16), err)) return -1;
+    CU_CHECK(cudaMemcpy(*out, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int max_abs_diff(const bf16 *a, const bf16 *b, size_t n, double *out, KvErr *err) {
+    std::vector<bf16> ha(n), hb(n);
+    CU_CHECK(cudaMemcpy(ha.data(), a, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    CU_CHECK(cudaMemcpy(hb.data(), b, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs((double)__bfloat162float(ha[i]) - (double)__bfloat162float(hb[i]));
+        if (!(diff <= m)) m = diff; /* NaN propagates as a failure */
+    }
+    *out = m;
+    return 0;
+}
+
+/* One shape: B sequences, K kv-heads of G query heads, head dim d, Tc new tokens over caches whose heads held
+ * lens[b*K + kh] entries before (one layer). Runs the chunk through flash and naive, then one decode token
+ * through split-K and naive. */
+static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, double *flash_err, double *decode_err,
+                    KvErr *err) {
+    DevPool pool;
+    std::vector<DevHead> heads(B * K);
+    int max_n = 0;
+    for (int i = 0; i < B * K; i++) {
+        int cap = lens[i] + Tc;
+        if (upload_random(pool, &heads[i].k, (size_t)cap * d, 2.0f, err) ||
+            upload_random(pool, &heads[i].v, (size_t)cap * d, 1.0f, err))
+            return -1;
+        heads[i].len = lens[i];
+        heads[i].cap = cap;
+        if (cap > max_n) max_n = cap;
+    }
+    DevHead *d_heads;
+    bf16 *q, *out_fast, *out_ref;
+    float *probs, *o_part, *ml_part;
+    size_t n_out = (size_t)B * Tc * H * d;
+    int S = splitk_count(max_n + 1);
+    if (pool.alloc((void **)&d_heads, heads.size() * sizeof(DevHead), err) ||
+        upload_random(pool, &q, n_out, 2.0f, err) || pool.alloc((void **)&out_fast, n_out * sizeof(bf16), err) ||
+        pool.alloc((void **)&out_ref, n_out * sizeof(bf16), err) ||
+        pool.alloc((void **)&probs, (size_t)B * H * Tc * (max_n + 1) * sizeof(float), err) ||
+        pool.alloc((void **)&o_part, (size_t)B * H * S * d * sizeof(float), err) ||
+        pool.alloc((void **)&ml_part, (size_t)B * H * S * 2 * sizeof(float), err))
+        return -1;
+    CU_CHECK(cudaMemcpy(d_heads, heads.data(), heads.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+    if (launch_flash_prefill(q, out_fast, d_heads, 0, 1, H, K, d, B, Tc, 0, err) ||
+        launch_attention_naive(q, out_ref, probs, max_n, d_heads, 0, 1, H, K, d, B, Tc, 0, Tc, 0, err))
+        return -1;
+    CU_CHECK(cudaDeviceSynchronize());
+    if (max_abs_diff(out_fast, out_ref, n_out, flash_err, err)) return -1;
+
+    /* Decode: the token after the chunk, one query per sequence (rows 0..B-1 of q reused). */
+    for (int i = 0; i < B * K; i++) heads[i].len = lens[i] + Tc - 1;
+    CU_CHECK(cudaMemcpy(d_heads, heads.data(), heads.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+    size_t n_dec = (size_t)B * H * d;
+    if (launch_decode_attention(q, out_fast, o_part, ml_part, d_heads, 0, 1, H, K, d, B, S, 0, err) ||
+        launch_attention_naive(q, out_ref, probs, max_n, d_heads, 0, 1, H, K, d, B, 1, 0, 1, 0, err))
+        return -1;
+    CU_CHECK(cudaDeviceSynchronize());
+    return max_abs_diff(out_fast, out_ref, n_dec, decode_err, err);
+}
+
+extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    memset(out, 0, sizeof *out);
+    /* SmolLM2-like (G = 3, d = 64) and Llama-like (G = 4, d = 128); lengths cross tile (64) and split (256)
+     * boundaries, include empty heads and a cache longer than several splits. */
+    static const int lens_a[2 * 3] = {0, 37, 130, 5, 64, 300};
+    static const int lens_b[3 * 8] = {0, 1, 63, 64, 65, 255, 256, 700, 3, 100, 200, 300, 400, 500, 600, 1100,
+                                      0, 0, 0, 0, 17, 17, 17, 900};
+    struct {
+        int B, H, K, d, Tc;
+        const int *lens;
+    } cases[] = {{2, 9, 3, 64, 100, lens_a}, {3, 32, 8, 128, 130, lens_b}, {2, 9, 3, 64, 2, lens_a},
+                 {3, 32, 8, 128, 64, lens_b}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double fe = 0, de = 0;
+        if (lab_case(cases[i].B, cases[i].H, cases[i].K, cases[i].d, cases[i].Tc, cases[i].lens, &fe, &de, err))
+            return kv_wrap(err, "kernel lab case %zu", i);
+        if (!(fe <= out->flash_max_err)) out->flash_max_err = fe;
+        if (!(de <= out->decode_max_err)) out->decode_max_err = de;
+        out->cases++;
+    }
+    return 0;
+}
+
+extern "C" int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    DevPool pool;
+    const int n = 8192, reps = 10;
+    bf16 *a, *b, *c; /* random operands: zeros would draw less power and flatter the clock */
+    if (upload_random(pool, &a, (size_t)n * n, 1.0f, err) || upload_random(pool, &b, (size_t)n * n, 1.0f, err) ||
+        pool.alloc((void **)&c, (size_t)n * n * sizeof(bf16), err))
+        return -1;
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    int rc = -1;
+    float ms = 0;
+    for (int i = 0; i < 2 + reps; i++) {
+        if (i == 2) cudaEventRecord(e0);
+        if (gemm_bf16(h, a, n, b, n, c, CUDA_R_16BF, n, n, n, n, 0.0f, err)) goto done;
+    }
+    cudaEventRecord(e1);
+    if (cudaEventSynchronize(e1) != cudaSuccess) {
+        kv_fail(err, "GEMM ceiling: %s", cudaGetErrorString(cudaGetLastError()));
+        goto done;
+    }
+    cudaEventElapsedTime(&ms, e0, e1);
+    *gemm_tflops = 2.0 * n * (double)n * n * reps / (ms * 1e-3) / 1e12;
+    {
+        size_t bytes = (size_t)n * n * sizeof(bf16); /* 128 MiB, well past the L2 */
+        for (int i = 0; i < 2 + reps; i++) {
+            if (i == 2) cudaEventRecord(e0);
+            if (cudaMemcpyAsync(c, a, bytes, cudaMemcpyDeviceToDevice) != cudaSuccess) {
+                kv_fail(err, "copy ceiling: cudaMemcpyAsync failed");
+                goto done;
+            }
+        }
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        *copy_gbs = 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
+    }
+    rc = 0;
+done:
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cublasDestroy(h);
+    return rc;
+}

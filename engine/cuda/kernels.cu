@@ -1,0 +1,546 @@
+/* kernels.cu — the CUDA kernels of the backend and their launchers (declared in cuda_internal.h).
+ *
+ * Element-wise and row kernels are written plainly: one block per row, f32 arithmetic, bf16 only for storage.
+ * Attention has three kernels: the naive one (one block per query row; it is the oracle the kernel lab checks
+ * the others against, and it also serves the trace hook and the observation, which need the probabilities
+ * themselves), a flash-style prefill kernel on tensor cores (WMMA bf16, fp32 accumulation, online softmax,
+ * query x key tiles in shared memory) and a split-K decode kernel with a merge kernel (splitk.h). */
+#include <mma.h>
+
+#include "cuda_internal.h"
+
+using namespace nvcuda;
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Reductions                                                                                              */
+
+__device__ static inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ static inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Every thread of the block gets the result. blockDim.x is a multiple of 32; red holds 32 floats. */
+template <bool IS_MAX>
+__device__ static float block_reduce(float v, float *red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = IS_MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = IS_MAX ? -INFINITY : 0.0f;
+    for (int i = 0; i < n_warps; i++) r = IS_MAX ? fmaxf(r, red[i]) : r + red[i];
+    return r;
+}
+
+__device__ static inline void bf16x8_to_f32(uint4 raw, float *f) {
+    const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(p[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+static unsigned blocks_for(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1048576 ? b : 1048576); /* grid-stride loops cover the rest */
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Conversions, embedding, norms, RoPE, SwiGLU                                                             */
+
+__global__ static void k_f32_to_bf16(const float *src, bf16 *dst, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16(src[i]);
+}
+
+__global__ static void k_bf16_to_f32(const bf16 *src, float *dst, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+int launch_f32_to_bf16(const float *src, bf16 *dst, size_t n, cudaStream_t st, KvErr *err) {
+    if (n == 0) return 0;
+    k_f32_to_bf16<<<blocks_for(n, 256), 256, 0, st>>>(src, dst, n);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+int launch_bf16_to_f32(const bf16 *src, float *dst, size_t n, cudaStream_t st, KvErr *err) {
+    if (n == 0) return 0;
+    k_bf16_to_f32<<<blocks_for(n, 256), 256, 0, st>>>(src, dst, n);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+__global__ static void k_embed(const int *tokens, const bf16 *emb, float *x, int D) {
+    const bf16 *row = emb + (size_t)tokens[blockIdx.x] * D;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) x[(size_t)blockIdx.x * D + c] = __bfloat162float(row[c]);
+}
+
+int launch_embed(const int *tokens, const bf16 *emb, float *x, int M, int D, cudaStream_t st, KvErr *err) {
+    k_embed<<<M, 256, 0, st>>>(tokens, emb, x, D);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+__global__ static void k_rmsnorm(const float *x, const float *w, bf16 *y, int D, float eps, int src_step,
+                                 int src_offset) {
+    __shared__ float red[32];
+    const float *src = x + ((size_t)blockIdx.x * src_step + src_offset) * D;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) ss += src[c] * src[c];
+    ss = block_reduce<false>(ss, red);
+    float inv = rsqrtf(ss / (float)D + eps);
+    for (int c = threadIdx.x; c < D; c += blockDim.x)
+        y[(size_t)blockIdx.x * D + c] = __float2bfloat16(src[c] * inv * w[c]);
+}
+
+int launch_rmsnorm(const float *x, const float *w, bf16 *y, int rows, int D, float eps, int src_step,
+                   int src_offset, cudaStream_t st, KvErr *err) {
+    k_rmsnorm<<<rows, 256, 0, st>>>(x, w, y, D, eps, src_step, src_offset);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* One block per row r = b*Tc + t. RoPE pairs (i, i + d/2) as Hugging Face's rotate_half; the angle is
+ * computed in f32 as pos * inv_freq[i], like the CPU backend and HF. */
+__global__ static void k_qkv_rope(const float *qkv, const float *bias, const float *inv_freq, bf16 *q,
+                                  const DevHead *heads, const int *seq_pos, int layer, int N, int H, int K,
+                                  int d, int Tc) {
+    int r = blockIdx.x, b = r / Tc, t = r % Tc, half = d / 2;
+    int width = (H + 2 * K) * d;
+    const float *src = qkv + (size_t)r * width;
+    float pos = (float)(seq_pos[b] + t);
+    for (int idx = threadIdx.x; idx < (H + K) * half; idx += blockDim.x) {
+        int head = idx / half, i = idx % half, col = head * d + i;
+        float x1 = src[col] + (bias ? bias[col] : 0.0f);
+        float x2 = src[col + half] + (bias ? bias[col + half] : 0.0f);
+        float s, c;
+        sincosf(pos * inv_freq[i], &s, &c);
+        float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+        bf16 *dst;
+        if (head < H) {
+            dst = q + ((size_t)r * H + head) * d;
+        } else {
+            DevHead hd = heads[head_slot(b, layer, head - H, N, K)];
+            dst = hd.k + (size_t)(hd.len + t) * d;
+        }
+        dst[i] = __float2bfloat16(y1);
+        dst[i + half] = __float2bfloat16(y2);
+    }
+    for (int idx = threadIdx.x; idx < K * d; idx += blockDim.x) {
+        int kh = idx / d, c = idx % d, col = (H + K) * d + idx;
+        DevHead hd = heads[head_slot(b, layer, kh, N, K)];
+        hd.v[(size_t)(hd.len + t) * d + c] = __float2bfloat16(src[col] + (bias ? bias[col] : 0.0f));
+    }
+}
+
+int launch_qkv_rope(const float *qkv, const float *bias, const float *inv_freq, bf16 *q, const DevHead *heads,
+                    const int *seq_pos, int layer, int N, int H, int K, int d, int B, int Tc, cudaStream_t st,
+                    KvErr *err) {
+    k_qkv_rope<<<B * Tc, 128, 0, st>>>(qkv, bias, inv_freq, q, heads, seq_pos, layer, N, H, K, d, Tc);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+__global__ static void k_swiglu(const float *gu, bf16 *act, int M, int F) {
+    size_t n = (size_t)M * F;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / F, f = i % F;
+        float g = gu[r * 2 * F + f], u = gu[r * 2 * F + F + f];
+        act[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+int launch_swiglu(const float *gu, bf16 *act, int M, int F, cudaStream_t st, KvErr *err) {
+    k_swiglu<<<blocks_for((size_t)M * F, 256), 256, 0, st>>>(gu, act, M, F);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Naive attention: the oracle                                                                             */
+
+__global__ static void k_attention_naive(const bf16 *q, bf16 *out, float *probs, int probs_ld,
+                                         const DevHead *heads, int layer, int N, int H, int K, int d, int Tc,
+                                         int t0, float scale) {
+    extern __shared__ float sh_naive[];
+    float *sq = sh_naive, *red = sh_naive + d;
+    int t = t0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, G = H / K;
+    DevHead hd = heads[head_slot(b, layer, h / G, N, K)];
+    int n = hd.len + t + 1;
+    size_t qrow = ((size_t)(b * Tc + t) * H + h) * d;
+    float *row = probs + (((size_t)b * H + h) * gridDim.x + blockIdx.x) * probs_ld;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) sq[c] = __bfloat162float(q[qrow + c]) * scale;
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const bf16 *kr = hd.k + (size_t)j * d;
+        float s = 0.0f;
+        for (int c = 0; c < d; c++) s += sq[c] * __bfloat162float(kr[c]);
+        row[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_reduce<true>(mx, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        float p = expf(row[j] - mx);
+        row[j] = p;
+        sum += p;
+    }
+    sum = block_reduce<false>(sum, red);
+    for (int j = threadIdx.x; j < probs_ld; j += blockDim.x) row[j] = j < n ? row[j] / sum : 0.0f;
+    __syncthreads(); /* the whole row must be normalised before the output reads it */
+    if (!out) return;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float o = 0.0f;
+        for (int j = 0; j < n; j++) o += row[j] * __bfloat162float(hd.v[(size_t)j * d + c]);
+        out[qrow + c] = __float2bfloat16(o);
+    }
+}
+
+int launch_attention_naive(const bf16 *q, bf16 *out, float *probs, int probs_ld, const DevHead *heads,
+                           int layer, int N, int H, int K, int d, int B, int Tc, int t0, int n_rows,
+                           cudaStream_t st, KvErr *err) {
+    dim3 grid(n_rows, H, B);
+    size_t smem = (size_t)(d + 32) * sizeof(float);
+    k_attention_naive<<<grid, 256, smem, st>>>(q, out, probs, probs_ld, heads, layer, N, H, K, d, Tc, t0,
+                                               1.0f / sqrtf((float)d));
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Flash prefill: one block of 4 warps per (64-query tile, head, sequence); each warp owns 16 query rows.  */
+/* Per 64-key tile: S = Q K^T on tensor cores into shared memory, online softmax by rows (the running max  */
+/* and sum per row in shared memory, the output rows rescaled in place), O += P V on tensor cores.         */
+
+enum { FA_BQ = 64, FA_BK = 64, FA_WARPS = 4 };
+
+size_t flash_smem_bytes(int d) {
+    return (size_t)(FA_BQ + 2 * FA_BK) * d * sizeof(bf16) /* Q, K, V tiles */
+           + (size_t)FA_BQ * FA_BK * sizeof(float)        /* S */
+           + (size_t)FA_BQ * FA_BK * sizeof(bf16)         /* P */
+           + (size_t)FA_BQ * d * sizeof(float)            /* O */
+           + 2 * FA_BQ * sizeof(float);                   /* running max and sum */
+}
+
+__global__ static void __launch_bounds__(FA_WARPS * 32)
+    k_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d, int Tc,
+                    float scale) {
+    extern __shared__ __align__(128) unsigned char sh_flash[];
+    bf16 *sQ = reinterpret_cast<bf16 *>(sh_flash);
+    bf16 *sK = sQ + FA_BQ * d;
+    bf16 *sV = sK + FA_BK * d;
+    float *sS = reinterpret_cast<float *>(sV + FA_BK * d);
+    bf16 *sP = reinterpret_cast<bf16 *>(sS + FA_BQ * FA_BK);
+    float *sO = reinterpret_cast<float *>(sP + FA_BQ * FA_BK);
+    float *sM = sO + FA_BQ * d, *sL = sM + FA_BQ;
+
+    int q0 = blockIdx.x * FA_BQ, h = blockIdx.y, b = blockIdx.z, G = H / K;
+    int nq = min(FA_BQ, Tc - q0);
+    DevHead hd = heads[head_slot(b, layer, h / G, N, K)];
+    int n_keys = hd.len + q0 + nq; /* what the tile's last query sees */
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = warp * 16;
+    int vec = d / 8; /* uint4 = 8 bf16 per load */
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    for (int idx = threadIdx.x; idx < FA_BQ * vec; idx += blockDim.x) {
+        int row = idx / vec, c8 = idx % vec;
+        const uint4 *src = reinterpret_cast<const uint4 *>(q + ((size_t)(b * Tc + q0 + row) * H + h) * d) + c8;
+        reinterpret_cast<uint4 *>(sQ + row * d)[c8] = row < nq ? *src : zero;
+    }
+    for (int idx = threadIdx.x; idx < FA_BQ * d; idx += blockDim.x) sO[idx] = 0.0f;
+    for (int idx = threadIdx.x; idx < FA_BQ; idx += blockDim.x) {
+        sM[idx] = -INFINITY;
+        sL[idx] = 0.0f;
+    }
+    /* The last key any row of this warp may see; tiles past it are skipped by the warp. */
+    int warp_last_key = r0 < nq ? hd.len + q0 + min(r0 + 15, nq - 1) : -1;
+
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fk;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+
+    for (int k0 = 0; k0 < n_keys; k0 += FA_BK) {
+        __syncthreads(); /* every warp is done with the previous K/V tile */
+        for (int idx = threadIdx.x; idx < FA_BK * vec; idx += blockDim.x) {
+            int row = idx / vec, c8 = idx % vec, key = k0 + row;
+            uint4 kv = zero, vv = zero;
+            if (key < n_keys) {
+                kv = reinterpret_cast<const uint4 *>(hd.k + (size_t)key * d)[c8];
+                vv = reinterpret_cast<const uint4 *>(hd.v + (size_t)key * d)[c8];
+            }
+            reinterpret_cast<uint4 *>(sK + row * d)[c8] = kv;
+            reinterpret_cast<uint4 *>(sV + row * d)[c8] = vv;
+        }
+        __syncthreads();
+        if (k0 > warp_last_key) continue; /* warp-uniform: nothing of this tile is visible to these rows */
+
+        for (int j = 0; j < FA_BK / 16; j++) {
+            wmma::fill_fragment(fc, 0.0f);
+            for (int kk = 0; kk < d / 16; kk++) {
+                wmma::load_matrix_sync(fa, sQ + r0 * d + kk * 16, d);
+                wmma::load_matrix_sync(fk, sK + j * 16 * d + kk * 16, d);
+                wmma::mma_sync(fc, fa, fk, fc);
+            }
+            wmma::store_matrix_sync(sS + r0 * FA_BK + j * 16, fc, FA_BK, wmma::mem_row_major);
+        }
+        __syncwarp();
+
+        for (int r = 0; r < 16; r++) {
+            int row = r0 + r;
+            float *srow = sS + row * FA_BK;
+            bf16 *prow = sP + row * FA_BK;
+            int limit = row < nq ? hd.len + q0 + row + 1 : 0; /* keys < limit are visible */
+            float sv[FA_BK / 32], tmax = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < FA_BK / 32; u++) {
+                int c = lane + 32 * u;
+                sv[u] = k0 + c < limit ? srow[c] * scale : -INFINITY;
+                tmax = fmaxf(tmax, sv[u]);
+            }
+            tmax = warp_max(tmax);
+            float m_old = sM[row], m_new = fmaxf(m_old, tmax), alpha = 1.0f, tsum = 0.0f;
+            if (m_new == -INFINITY) {
+#pragma unroll
+                for (int u = 0; u < FA_BK / 32; u++) prow[lane + 32 * u] = __float2bfloat16(0.0f);
+            } else {
+                alpha = expf(m_old - m_new);
+#pragma unroll
+                for (int u = 0; u < FA_BK / 32; u++) {
+                    float p = expf(sv[u] - m_new);
+                    tsum += p;
+                    prow[lane + 32 * u] = __float2bfloat16(p);
+                }
+            }
+            tsum = warp_sum(tsum);
+            if (lane == 0) {
+                sM[row] = m_new;
+                sL[row] = sL[row] * alpha + tsum;
+            }
+            for (int c = lane; c < d; c += 32) sO[row * d + c] *= alpha;
+        }
+        __syncwarp();
+
+        for (int j = 0; j < d / 16; j++) {
+            wmma::load_matrix_sync(fc, sO + r0 * d + j * 16, d, wmma::mem_row_major);
+            for (int kk = 0; kk < FA_BK / 16; kk++) {
+                wmma::load_matrix_sync(fa, sP + r0 * FA_BK + kk * 16, FA_BK);
+                wmma::load_matrix_sync(fv, sV + kk * 16 * d + j * 16, d);
+                wmma::mma_sync(fc, fa, fv, fc);
+            }
+            wmma::store_matrix_sync(sO + r0 * d + j * 16, fc, d, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nq * d; idx += blockDim.x) {
+        int row = idx / d, c = idx % d;
+        out[((size_t)(b * Tc + q0 + row) * H + h) * d + c] = __float2bfloat16(sO[row * d + c] / sL[row]);
+    }
+}
+
+int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d,
+                         int B, int Tc, cudaStream_t st, KvErr *err) {
+    if (d % 16 != 0 || d > ATTN_MAX_HEAD_DIM)
+        return kv_fail(err, "flash attention: head dim %d unsupported (a multiple of 16, at most %d)", d,
+                       ATTN_MAX_HEAD_DIM);
+    size_t smem = flash_smem_bytes(d);
+    CU_CHECK(cudaFuncSetAttribute(k_flash_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((Tc + FA_BQ - 1) / FA_BQ, H, B);
+    k_flash_prefill<<<grid, FA_WARPS * 32, smem, st>>>(q, out, heads, layer, N, H, K, d, Tc,
+                                                       1.0f / sqrtf((float)d));
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Split-K decode: one block per (split, kv-head, sequence) serving the G query heads of the group, so     */
+/* each key and value is read once. Thread i scores key i for every head; threads over d accumulate P V.   */
+
+enum { DEC_THREADS = 128 };
+
+__global__ static void __launch_bounds__(DEC_THREADS)
+    k_decode_split(const bf16 *q, float *o_part, float *ml_part, const DevHead *heads, int layer, int N, int H,
+                   int K, int d, int n_splits, float scale) {
+    extern __shared__ float sh_dec[];
+    int s = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, G = H / K;
+    float *sq = sh_dec, *sc = sq + G * d, *red = sc + G * SPLITK_KEYS;
+    DevHead hd = heads[head_slot(b, layer, kh, N, K)];
+    int j0, j1;
+    splitk_range(s, hd.len + 1, &j0, &j1);
+    int nk = j1 - j0;
+    size_t part0 = ((size_t)b * H + (size_t)kh * G) * n_splits + s; /* partial of head g: part0 + g*n_splits */
+    if (nk <= 0) {
+        for (int g = 0; g < G; g++) {
+            for (int c = threadIdx.x; c < d; c += blockDim.x) o_part[(part0 + (size_t)g * n_splits) * d + c] = 0;
+            if (threadIdx.x == 0) {
+                ml_part[(part0 + (size_t)g * n_splits) * 2] = -INFINITY;
+                ml_part[(part0 + (size_t)g * n_splits) * 2 + 1] = 0.0f;
+            }
+        }
+        return;
+    }
+    const bf16 *qg = q + ((size_t)b * H + (size_t)kh * G) * d; /* the group's heads are adjacent */
+    for (int i = threadIdx.x; i < G * d; i += blockDim.x) sq[i] = __bfloat162float(qg[i]) * scale;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        const uint4 *kr = reinterpret_cast<const uint4 *>(hd.k + (size_t)(j0 + i) * d);
+        float acc[ATTN_MAX_GROUP];
+#pragma unroll
+        for (int g = 0; g < ATTN_MAX_GROUP; g++) acc[g] = 0.0f;
+        for (int c8 = 0; c8 < d / 8; c8++) {
+            float kf[8];
+            bf16x8_to_f32(kr[c8], kf);
+#pragma unroll
+            for (int g = 0; g < ATTN_MAX_GROUP; g++)
+                if (g < G)
+                    for (int e = 0; e < 8; e++) acc[g] += sq[g * d + c8 * 8 + e] * kf[e];
+        }
+#pragma unroll
+        for (int g = 0; g < ATTN_MAX_GROUP; g++)
+            if (g < G) sc[g * SPLITK_KEYS + i] = acc[g];
+    }
+    __syncthreads();
+    for (int g = 0; g < G; g++) {
+        float mx = -INFINITY;
+        for (int i = threadIdx.x; i < nk; i += blockDim.x) mx = fmaxf(mx, sc[g * SPLITK_KEYS + i]);
+        mx = block_reduce<true>(mx, red);
+        float sum = 0.0f;
+        for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+            float p = expf(sc[g * SPLITK_KEYS + i] - mx);
+            sc[g * SPLITK_KEYS + i] = p;
+            sum += p;
+        }
+        sum = block_reduce<false>(sum, red);
+        if (threadIdx.x == 0) {
+            ml_part[(part0 + (size_t)g * n_splits) * 2] = mx;
+            ml_part[(part0 + (size_t)g * n_splits) * 2 + 1] = sum;
+        }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float o[ATTN_MAX_GROUP];
+#pragma unroll
+        for (int g = 0; g < ATTN_MAX_GROUP; g++) o[g] = 0.0f;
+        for (int i = 0; i < nk; i++) {
+            float v = __bfloat162float(hd.v[(size_t)(j0 + i) * d + c]);
+#pragma unroll
+            for (int g = 0; g < ATTN_MAX_GROUP; g++)
+                if (g < G) o[g] += sc[g * SPLITK_KEYS + i] * v;
+        }
+#pragma unroll
+        for (int g = 0; g < ATTN_MAX_GROUP; g++)
+            if (g < G) o_part[(part0 + (size_t)g * n_splits) * d + c] = o[g];
+    }
+}
+
+/* One block per (head, sequence): each thread merges its output dimensions over the splits. */
+__global__ static void k_decode_merge(const float *o_part, const float *ml_part, bf16 *out, int H, int d,
+                                      int n_splits) {
+    extern __shared__ float sh_merge[];
+    int h = blockIdx.x, b = blockIdx.y;
+    size_t part0 = ((size_t)b * H + h) * n_splits;
+    float *m = sh_merge, *l = sh_merge + n_splits;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        m[s] = ml_part[(part0 + s) * 2];
+        l[s] = ml_part[(part0 + s) * 2 + 1];
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        out[((size_t)b * H + h) * d + c] = __float2bfloat16(splitk_merge(m, l, o_part + part0 * d + c, n_splits, d));
+}
+
+int launch_decode_attention(const bf16 *q, bf16 *out, float *o_part, float *ml_part, const DevHead *heads,
+                            int layer, int N, int H, int K, int d, int B, int n_splits, cudaStream_t st,
+                            KvErr *err) {
+    int G = H / K;
+    if (G > ATTN_MAX_GROUP || d % 8 != 0 || d > ATTN_MAX_HEAD_DIM)
+        return kv_fail(err, "decode attention: group %d / head dim %d unsupported (group <= %d, head dim a "
+                            "multiple of 8 up to %d)", G, d, ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM);
+    size_t smem = ((size_t)G * d + (size_t)G * SPLITK_KEYS + 32) * sizeof(float);
+    dim3 grid(n_splits, K, B);
+    k_decode_split<<<grid, DEC_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H, K, d, n_splits,
+                                                    1.0f / sqrtf((float)d));
+    LAUNCH_CHECK();
+    size_t smem_merge = 2 * (size_t)n_splits * sizeof(float);
+    if (smem_merge > 48 * 1024)
+        return kv_fail(err, "decode attention: %d splits exceed the merge kernel's shared memory", n_splits);
+    k_decode_merge<<<dim3(H, B), 128, smem_merge, st>>>(o_part, ml_part, out, H, d, n_splits);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Observation helpers, cache gather, GEMM                                                                 */
+
+__global__ static void k_l1_rows(const float *P, int D, float *out, float scale, int accumulate) {
+    __shared__ float red[32];
+    const float *row = P + (size_t)blockIdx.x * D;
+    float s = 0.0f;
+    for (int e = threadIdx.x; e < D; e += blockDim.x) s += fabsf(row[e]);
+    s = block_reduce<false>(s, red);
+    if (threadIdx.x == 0) out[blockIdx.x] = (accumulate ? out[blockIdx.x] : 0.0f) + scale * s;
+}
+
+int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int accumulate, cudaStream_t st,
+                   KvErr *err) {
+    if (rows == 0) return 0;
+    k_l1_rows<<<rows, 256, 0, st>>>(P, D, out, scale, accumulate);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+__global__ static void k_qwin(const bf16 *q, float *q_win, int t0, int w, int H, int d) {
+    size_t n = (size_t)H * w * d;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t h = idx / ((size_t)w * d), i = (idx / d) % w, c = idx % d;
+        q_win[idx] = __bfloat162float(q[((t0 + i) * H + h) * d + c]);
+    }
+}
+
+int launch_qwin(const bf16 *q, float *q_win, int t0, int w, int H, int d, cudaStream_t st, KvErr *err) {
+    k_qwin<<<blocks_for((size_t)H * w * d, 256), 256, 0, st>>>(q, q_win, t0, w, H, d);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+__global__ static void k_gather_rows(const long long *src_rows, const long long *dst_rows, int n,
+                                     const bf16 *src_k, const bf16 *src_v, bf16 *dst_k, bf16 *dst_v, int d) {
+    for (int e = blockIdx.x; e < n; e += gridDim.x) {
+        size_t s = (size_t)src_rows[e] * d, t = (size_t)dst_rows[e] * d;
+        for (int c = threadIdx.x; c < d; c += blockDim.x) {
+            dst_k[t + c] = src_k[s + c];
+            dst_v[t + c] = src_v[s + c];
+        }
+    }
+}
+
+int launch_gather_rows(const long long *src_rows, const long long *dst_rows, int n, const bf16 *src_k,
+                       const bf16 *src_v, bf16 *dst_k, bf16 *dst_v, int d, cudaStream_t st, KvErr *err) {
+    if (n == 0) return 0;
+    k_gather_rows<<<n < 65536 ? n : 65536, 128, 0, st>>>(src_rows, dst_rows, n, src_k, src_v, dst_k, dst_v, d);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* Row-major Y = X W^T is column-major Y^T = W^T' X^T': cuBLAS sees W as a column-major Kd x N matrix
+ * (transposed) and X as Kd x M. */
+int gemm_bf16(cublasHandle_t h, const bf16 *X, int ldx, const bf16 *W, int ldw, void *Y, cudaDataType y_type,
+              int ldy, int M, int N, int Kd, float beta, KvErr *err) {
+    if (M == 0) return 0;
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, Kd, &alpha, W, CUDA_R_16BF, ldw, X, CUDA_R_16BF,
+                              ldx, &beta, Y, y_type, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}

@@ -1,0 +1,150 @@
+/* kvcache.c — host KV caches whose length varies per (layer, kv-head), and the gather that builds one
+ * from a keep-set.
+ *
+ * One arena per cache (DESIGN habit 7): the per-head index arrays first, then for each head its key rows,
+ * value rows and positions at a fixed offset, each 64-byte aligned so the attention loops stream whole
+ * cache lines. Heads never move once carved, so a gathered cache with a 20% budget really holds 20%.
+ * Shape legend: N layers, K kv-heads, d head dim. */
+#include "kvcache.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_ALIGN 64
+
+static size_t align_up(size_t n) { return (n + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN; }
+
+/* Carves an arena for N*K heads with the given per-head capacities; len = 0 everywhere. */
+static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim, const int *caps, KvErr *err) {
+    *out = NULL;
+    if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0)
+        return kv_fail(err, "kvcache: invalid shape %d layers x %d kv-heads x %d head dim", n_layers, n_kv_heads,
+                       head_dim);
+    size_t n_heads = (size_t)n_layers * (size_t)n_kv_heads;
+    size_t index_bytes = align_up(n_heads * (2 * sizeof(int) + 2 * sizeof(float *) + sizeof(int *)));
+    size_t data_bytes = 0;
+    for (size_t i = 0; i < n_heads; i++) {
+        if (caps[i] < 0) return kv_fail(err, "kvcache: negative capacity %d for head %zu", caps[i], i);
+        size_t rows = (size_t)caps[i];
+        data_bytes += 2 * align_up(rows * (size_t)head_dim * sizeof(float)) + align_up(rows * sizeof(int));
+    }
+    KvCache *c = kv_calloc(1, sizeof *c, err);
+    if (!c) return -1;
+    uint8_t *arena = NULL;
+    if (posix_memalign((void **)&arena, KV_ALIGN, index_bytes + data_bytes) != 0) {
+        free(c);
+        return kv_fail(err, "kvcache: out of memory allocating %zu bytes for %d layers x %d kv-heads",
+                       index_bytes + data_bytes, n_layers, n_kv_heads);
+    }
+    c->n_layers = n_layers;
+    c->n_kv_heads = n_kv_heads;
+    c->head_dim = head_dim;
+    c->arena = arena;
+    c->arena_bytes = index_bytes + data_bytes;
+    /* Index arrays: pointers first (their alignment is the strictest), then the two int arrays. */
+    c->k = (float **)arena;
+    c->v = c->k + n_heads;
+    c->pos = (int **)(c->v + n_heads);
+    c->len = (int *)(c->pos + n_heads);
+    c->cap = c->len + n_heads;
+    uint8_t *p = arena + index_bytes;
+    for (size_t i = 0; i < n_heads; i++) {
+        size_t rows = (size_t)caps[i];
+        c->len[i] = 0;
+        c->cap[i] = caps[i];
+        c->k[i] = (float *)p;
+        p += align_up(rows * (size_t)head_dim * sizeof(float));
+        c->v[i] = (float *)p;
+        p += align_up(rows * (size_t)head_dim * sizeof(float));
+        c->pos[i] = (int *)p;
+        p += align_up(rows * sizeof(int));
+    }
+    *out = c;
+    return 0;
+}
+
+int kvcache_new(KvCache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, KvErr *err) {
+    *out = NULL;
+    if (capacity <= 0) return kv_fail(err, "kvcache: capacity must be positive (got %d)", capacity);
+    if (n_layers <= 0 || n_kv_heads <= 0)
+        return kv_fail(err, "kvcache: invalid shape %d layers x %d kv-heads", n_layers, n_kv_heads);
+    size_t n_heads = (size_t)n_layers * (size_t)n_kv_heads;
+    int *caps = kv_malloc(n_heads * sizeof *caps, err);
+    if (!caps) return -1;
+    for (size_t i = 0; i < n_heads; i++) caps[i] = capacity;
+    int rc = cache_alloc(out, n_layers, n_kv_heads, head_dim, caps, err);
+    free(caps);
+    return rc;
+}
+
+/* Index of `position` in a head's ascending position array, or -1. */
+static int find_position(const int *pos, int n, int position) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (pos[mid] == position) return mid;
+        if (pos[mid] < position) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
+    *out = NULL;
+    if (src->on_device) return kv_fail(err, "kvcache_gather: source cache lives on the GPU (use the backend's gather)");
+    if (keep->n_layers != src->n_layers || keep->n_kv_heads != src->n_kv_heads)
+        return kv_fail(err, "kvcache_gather: keep-set shape %d layers x %d kv-heads does not match the cache's %d x %d",
+                       keep->n_layers, keep->n_kv_heads, src->n_layers, src->n_kv_heads);
+    if (extra_capacity < 0) return kv_fail(err, "kvcache_gather: negative extra capacity %d", extra_capacity);
+    int n_heads = src->n_layers * src->n_kv_heads;
+    int *caps = kv_malloc((size_t)n_heads * sizeof *caps, err);
+    if (!caps) return -1;
+    for (int i = 0; i < n_heads; i++) {
+        int count = keep->counts[i];
+        if (count < 0 || count > src->len[i] || keep->offsets[i] < 0 || keep->offsets[i] + count > keep->total) {
+            free(caps);
+            return kv_fail(err, "kvcache_gather: layer %d kv-head %d keeps %d entries at offset %d, but the cache "
+                                "holds %d and the keep-set %d in all",
+                           i / src->n_kv_heads, i % src->n_kv_heads, count, keep->offsets[i], src->len[i], keep->total);
+        }
+        caps[i] = count + extra_capacity;
+    }
+    KvCache *c;
+    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, err);
+    free(caps);
+    if (rc) return rc;
+    size_t row = (size_t)src->head_dim;
+    for (int i = 0; i < n_heads; i++) {
+        const int *want = keep->positions + keep->offsets[i];
+        for (int j = 0; j < keep->counts[i]; j++) {
+            int at = find_position(src->pos[i], src->len[i], want[j]);
+            if (at < 0 || (j > 0 && want[j] <= want[j - 1])) {
+                kvcache_free(c);
+                return kv_fail(err, "kvcache_gather: layer %d kv-head %d: position %d %s", i / src->n_kv_heads,
+                               i % src->n_kv_heads, want[j],
+                               at < 0 ? "is not in the cache" : "is out of ascending order in the keep-set");
+            }
+            memcpy(c->k[i] + j * row, src->k[i] + (size_t)at * row, row * sizeof(float));
+            memcpy(c->v[i] + j * row, src->v[i] + (size_t)at * row, row * sizeof(float));
+            c->pos[i][j] = want[j];
+        }
+        c->len[i] = keep->counts[i];
+    }
+    c->n_pos = src->n_pos;
+    *out = c;
+    return 0;
+}
+
+void kvcache_free(KvCache *c) {
+    if (!c) return;
+    free(c->arena);
+    free(c);
+}
+
+size_t kvcache_bytes_used(const KvCache *c, size_t elem_bytes) {
+    size_t total = 0;
+    for (int i = 0; i < c->n_layers * c->n_kv_heads; i++)
+        total += (size_t)c->len[i] * (size_t)c->head_dim * 2 * elem_bytes;
+    return total;
+}

@@ -1,0 +1,218 @@
+/* policy.c — the table of policies, their configuration, budgets, and the observe/select life cycle.
+ *
+ * POLICIES below is the one place that names a policy and holds its constants (spec policies.md §3).
+ * Scoring lives in score.c, budget allocation in allocate.c. */
+#include "policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy_internal.h"
+
+/* name, press, scoring, allocation, default aggregation, value norm, n_sink, alpha, epsilon,
+ * first-stage ratio, tau1, tau2, gamma, mass threshold */
+static const PolicyRow POLICIES[] = {
+    {"full", "no_press", SCORE_NONE, ALLOC_ALL, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"streamingllm", "streaming_llm", SCORE_SINKS, ALLOC_UNIFORM, AGG_DEFAULT, 0, 4, 0, 0, 0, 0, 0, 0, 0},
+    {"snapkv", "snapkv", SCORE_SNAPKV, ALLOC_UNIFORM, AGG_MEAN, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"adakv", "adasnapkv", SCORE_SNAPKV, ALLOC_ADAPTIVE, AGG_MEAN, 0, 0, 0.2, 0, 0, 0, 0, 0, 0},
+    {"cake", "cake_global", SCORE_CAKE, ALLOC_CAKE, AGG_MEAN, 0, 0, 0, 0, 0, 1.6, 0.6, 200.0, 0},
+    {"criticalkv", "criti_adasnapkv", SCORE_SNAPKV, ALLOC_CRITICAL, AGG_MEAN, 1, 0, 0.2, 1e-4, 0.5, 0, 0, 0, 0},
+    {"defensivekv", "efficient_defensivekv", SCORE_DEFENSIVE, ALLOC_LAYER, AGG_MAX_PRIOR, 1, 0, 0, 0, 0, 0, 0, 0, 0.9},
+    {"layer-defensivekv", "efficient_layer_defensivekv", SCORE_DEFENSIVE, ALLOC_GLOBAL, AGG_MAX_PRIOR, 1, 0, 0, 0, 0,
+     0, 0, 0, 0.9},
+};
+#define N_POLICIES (int)(sizeof POLICIES / sizeof POLICIES[0])
+
+#define DEFAULT_WINDOW 32
+#define DEFAULT_POOL_KERNEL 5
+
+struct PolicyState {
+    PolicyConfig cfg;
+    const PolicyRow *row;
+    int n_layers, n_kv_heads, context_len;
+    int observed;         /* layers observed so far */
+    LayerScores *layers;  /* [N] */
+};
+
+const PolicyRow *policy_row(const char *name) {
+    for (int i = 0; name && i < N_POLICIES; i++)
+        if (!strcmp(name, POLICIES[i].name) || !strcmp(name, POLICIES[i].press_name)) return &POLICIES[i];
+    return NULL;
+}
+
+const char *policy_names(void) {
+    static char names[256];
+    if (!names[0])
+        for (int i = 0; i < N_POLICIES; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", POLICIES[i].name);
+    return names;
+}
+
+const char *aggregation_name(Aggregation a) {
+    switch (a) {
+    case AGG_MEAN: return "mean";
+    case AGG_MAX: return "max";
+    case AGG_MAX_PRIOR: return "max+prior";
+    default: return "none";
+    }
+}
+
+int policy_config(PolicyConfig *out, const char *name, const char *aggregation, KvErr *err) {
+    const PolicyRow *row = policy_row(name);
+    if (!row) return kv_fail(err, "unknown policy '%s' (known: %s)", name ? name : "", policy_names());
+    *out = (PolicyConfig){.name = row->name, .aggregation = row->default_aggregation, .window = DEFAULT_WINDOW,
+                          .pool_kernel = DEFAULT_POOL_KERNEL};
+    if (!aggregation || !strcmp(aggregation, "default")) return 0;
+    Aggregation a = !strcmp(aggregation, "mean") ? AGG_MEAN
+                    : !strcmp(aggregation, "max") ? AGG_MAX
+                    : !strcmp(aggregation, "max+prior") || !strcmp(aggregation, "maxprior") ? AGG_MAX_PRIOR
+                    : AGG_DEFAULT;
+    if (a == AGG_DEFAULT)
+        return kv_fail(err, "unknown aggregation '%s' (known: default, mean, max, max+prior)", aggregation);
+    if (row->default_aggregation == AGG_DEFAULT)
+        return kv_fail(err, "policy %s does not aggregate scores, so it takes no aggregation (got '%s')", row->name,
+                       aggregation);
+    out->aggregation = a;
+    return 0;
+}
+
+int policy_needs_value_norm(const PolicyConfig *cfg) {
+    const PolicyRow *row = policy_row(cfg->name);
+    return row && row->needs_value_norm;
+}
+
+int policy_needs_attention(const PolicyConfig *cfg) {
+    const PolicyRow *row = policy_row(cfg->name);
+    return row && row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS;
+}
+
+/* ---- budgets ---- */
+
+int budget_parse(const char *text, Budget *out, KvErr *err) {
+    *out = (Budget){0};
+    if (!text || !*text) return kv_fail(err, "empty budget (expected e.g. 0.2, 20%% or 512tok)");
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno) return kv_fail(err, "budget '%s': not a number (expected e.g. 0.2, 20%% or 512tok)", text);
+    while (isspace((unsigned char)*end)) end++;
+    if (!strcmp(end, "tok") || !strcmp(end, "tokens") || !strcmp(end, "token")) {
+        if (v != (int)v || v < 1 || v > 1e9)
+            return kv_fail(err, "budget '%s': a token budget must be a whole number of at least 1", text);
+        out->tokens = (int)v;
+        return 0;
+    }
+    if (!strcmp(end, "%")) v /= 100.0;
+    else if (*end) return kv_fail(err, "budget '%s': unexpected '%s' (expected e.g. 0.2, 20%% or 512tok)", text, end);
+    if (!(v > 0.0 && v <= 1.0)) return kv_fail(err, "budget '%s': the keep fraction must be in (0, 1]", text);
+    out->keep_fraction = v;
+    return 0;
+}
+
+/* A fraction budget goes through the reference's double arithmetic, f = 1 - (1 - keep_fraction), so 20%
+ * keeps int(L * 0.19999999999999996) per head like the reference at compression ratio 0.8. A token budget
+ * keeps exactly `tokens` per head: f = tokens / L, nudged up to the next double where L * f would truncate
+ * below `tokens`. */
+double budget_keep_fraction(const Budget *b, int context_len) {
+    if (b->tokens > 0) {
+        double f = (double)b->tokens / context_len;
+        while ((int)(context_len * f) < b->tokens) f = nextafter(f, 2.0);
+        return f;
+    }
+    return 1.0 - (1.0 - b->keep_fraction);
+}
+
+double budget_compression_ratio(const Budget *b, int context_len) {
+    return b->tokens > 0 ? 1.0 - budget_keep_fraction(b, context_len) : 1.0 - b->keep_fraction;
+}
+
+/* ---- life cycle ---- */
+
+int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n_kv_heads, int context_len,
+                 KvErr *err) {
+    *out = NULL;
+    const PolicyRow *row = policy_row(cfg->name);
+    if (!row) return kv_fail(err, "unknown policy '%s' (known: %s)", cfg->name ? cfg->name : "", policy_names());
+    if (n_layers <= 0 || n_kv_heads <= 0 || context_len <= 0)
+        return kv_fail(err, "policy %s: invalid shape (%d layers, %d kv-heads, %d tokens)", row->name, n_layers,
+                       n_kv_heads, context_len);
+    if (row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS) {
+        if (cfg->window < 1)
+            return kv_fail(err, "policy %s: window %d must be at least 1", row->name, cfg->window);
+        /* SnapKVPress asserts q_len > window_size; every attention-based press inherits it. */
+        if (context_len <= cfg->window)
+            return kv_fail(err, "policy %s: the context (%d tokens) must be longer than the window (%d tokens)",
+                           row->name, context_len, cfg->window);
+        if (cfg->pool_kernel < 1 || cfg->pool_kernel % 2 == 0)
+            return kv_fail(err, "policy %s: pooling kernel %d must be odd and at least 1", row->name,
+                           cfg->pool_kernel);
+        if (cfg->aggregation == AGG_DEFAULT)
+            return kv_fail(err, "policy %s: configuration was not resolved by policy_config", row->name);
+    }
+    PolicyState *st = kv_calloc(1, sizeof *st, err);
+    if (!st) return -1;
+    st->layers = kv_calloc((size_t)n_layers, sizeof *st->layers, err);
+    if (!st->layers) {
+        free(st);
+        return -1;
+    }
+    st->cfg = *cfg;
+    st->cfg.name = row->name;
+    st->row = row;
+    st->n_layers = n_layers;
+    st->n_kv_heads = n_kv_heads;
+    st->context_len = context_len;
+    *out = st;
+    return 0;
+}
+
+int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
+    const char *name = st->row->name;
+    if (st->observed >= st->n_layers)
+        return kv_fail(err, "policy %s: layer %d observed after all %d layers", name, obs->layer, st->n_layers);
+    if (obs->layer != st->observed)
+        return kv_fail(err, "policy %s: layer %d observed, expected layer %d (layers come in order)", name, obs->layer,
+                       st->observed);
+    if (obs->L != st->context_len || obs->K != st->n_kv_heads)
+        return kv_fail(err, "policy %s: layer %d has L=%d K=%d, the policy began with L=%d K=%d", name, obs->layer,
+                       obs->L, obs->K, st->context_len, st->n_kv_heads);
+    if (policy_needs_attention(&st->cfg) && obs->w != st->cfg.window)
+        return kv_fail(err, "policy %s: layer %d was observed with a %d-token window, the policy uses %d", name,
+                       obs->layer, obs->w, st->cfg.window);
+    if (score_layer(st->row, &st->cfg, obs, &st->layers[st->observed], err)) return -1;
+    st->observed++;
+    return 0;
+}
+
+int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *err) {
+    const char *name = st->row->name;
+    const int L = st->context_len;
+    *out = (KeepSet){0};
+    if (policy_needs_attention(&st->cfg) && st->observed != st->n_layers)
+        return kv_fail(err, "policy %s: select after %d of %d layers were observed", name, st->observed, st->n_layers);
+    if (budget->tokens > 0) {
+        if (budget->tokens > L)
+            return kv_fail(err, "policy %s: budget of %d tokens is more than the context (%d tokens)", name,
+                           budget->tokens, L);
+    } else if (!(budget->keep_fraction > 0.0 && budget->keep_fraction <= 1.0)) {
+        return kv_fail(err, "policy %s: keep fraction %g is outside (0, 1]", name, budget->keep_fraction);
+    }
+    double f = budget_keep_fraction(budget, L);
+    /* A compression ratio of 0 leaves the cache alone in every press. */
+    if (f >= 1.0) return keepset_full(out, st->n_layers, st->n_kv_heads, L, err);
+    if ((int)(L * f) < 1)
+        return kv_fail(err, "policy %s: budget %g of a %d-token context keeps no token per head", name, f, L);
+    return allocate_keepset(st->row, &st->cfg, st->layers, st->n_layers, st->n_kv_heads, L, f, out, err);
+}
+
+void policy_end(PolicyState *st) {
+    if (!st) return;
+    for (int l = 0; l < st->n_layers; l++) layer_scores_free(&st->layers[l]);
+    free(st->layers);
+    free(st);
+}

@@ -1,0 +1,257 @@
+/* score.c — per-layer scoring of the attention-based policies (spec policies.md §1.3, §2.2, §2.6, §2.7).
+ *
+ * Everything reads the window attention A[H][w][L] of observation_prepare; only the prefix columns j < P
+ * are scored, the window is handled by each allocation. Arithmetic is f32 storage with double sums, so the
+ * float32 golden runs are matched to ~1e-6 of each array's max.
+ *
+ * Aggregation (the paper's ablation, PolicyConfig.aggregation) means, per family:
+ *   SnapKV, AdaKV, Ada-CriticalKV (reference = mean):
+ *     mean       a[h,j] = mean_i A[h,i,j], pooled, then the mean over the G heads of the group (the reference)
+ *     max        a[h,j] = max_i A[h,i,j], pooled, then the max over the group
+ *     max+prior  max, then clamped from below at each kv-head's mean over the prefix (DefensiveKV's prior)
+ *   CAKE (reference = mean): the same, with the query statistic mean_i A + gamma*var_i A (mean) or
+ *     max_i A + gamma*var_i A (max, max+prior); the layer preference does not depend on it.
+ *   DefensiveKV, Layer-DefensiveKV (reference = max+prior): each query row is pooled and its prefix mass
+ *     restored first, then mean or max over the G heads and w window queries together; max+prior clamps
+ *     at the kv-head's prefix mean. mean and max are exactly the golden defensivekv_agg_mean/max runs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy_internal.h"
+
+/* F.avg_pool1d(kernel, stride 1, padding kernel/2, count_include_pad=True): zero padded, always / kernel. */
+static void pool_avg(const float *x, int n, int kernel, float *out) {
+    int r = kernel / 2;
+    for (int j = 0; j < n; j++) {
+        int lo = j - r < 0 ? 0 : j - r, hi = j + r >= n ? n - 1 : j + r;
+        double s = 0.0;
+        for (int t = lo; t <= hi; t++) s += x[t];
+        out[j] = (float)(s / kernel);
+    }
+}
+
+/* Folds `rows` consecutive rows of x (row stride `stride`) into out[0..n): mean or max over the rows. */
+static void fold_rows(const float *x, int rows, size_t stride, int n, Aggregation agg, float *out) {
+    for (int j = 0; j < n; j++) {
+        double acc = agg == AGG_MEAN ? 0.0 : -INFINITY;
+        for (int r = 0; r < rows; r++) {
+            double v = x[(size_t)r * stride + j];
+            acc = agg == AGG_MEAN ? acc + v : (v > acc ? v : acc);
+        }
+        out[j] = (float)(agg == AGG_MEAN ? acc / rows : acc);
+    }
+}
+
+/* max+prior: no entry scores below its head's mean (the uniform prior of DefensiveKV, §2.7 Step B). */
+static void clamp_at_mean(float *x, int n) {
+    double mean = 0.0;
+    for (int j = 0; j < n; j++) mean += x[j];
+    float mu = (float)(mean / n);
+    for (int j = 0; j < n; j++) x[j] = x[j] > mu ? x[j] : mu;
+}
+
+/* SnapKV / CAKE token scores out[K][P]: query statistic per head (mean or max over the window queries,
+ * plus gamma times the unbiased variance when gamma != 0), pooled, then folded over the group. */
+static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, double gamma, float *out, KvErr *err) {
+    const int L = o->L, w = o->w, P = L - w, G = o->H / o->K;
+    Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
+    float *stat = kv_malloc(sizeof(float) * (size_t)P, err);
+    float *pooled = stat ? kv_malloc(sizeof(float) * (size_t)o->H * P, err) : NULL;
+    if (!pooled) {
+        free(stat);
+        return -1;
+    }
+    for (int h = 0; h < o->H; h++) {
+        const float *a = o->attn + (size_t)h * w * L;
+        fold_rows(a, w, (size_t)L, P, fold, stat);
+        if (gamma != 0.0) {
+            for (int j = 0; j < P; j++) {
+                double mean = 0.0, ss = 0.0;
+                for (int i = 0; i < w; i++) mean += a[(size_t)i * L + j];
+                mean /= w;
+                for (int i = 0; i < w; i++) {
+                    double dv = a[(size_t)i * L + j] - mean;
+                    ss += dv * dv;
+                }
+                stat[j] = (float)(stat[j] + gamma * (w > 1 ? ss / (w - 1) : 0.0));
+            }
+        }
+        pool_avg(stat, P, cfg->pool_kernel, pooled + (size_t)h * P);
+    }
+    for (int k = 0; k < o->K; k++) {
+        fold_rows(pooled + (size_t)k * G * P, G, (size_t)P, P, fold, out + (size_t)k * P);
+        if (cfg->aggregation == AGG_MAX_PRIOR) clamp_at_mean(out + (size_t)k * P, P);
+    }
+    free(stat);
+    free(pooled);
+    return 0;
+}
+
+/* SnapKV score s[K][L]: pooled heads, window padded with the max over the whole layer (§2.2 step 4). */
+static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScores *out, KvErr *err) {
+    const int L = o->L, P = L - o->w, K = o->K;
+    float *prefix = kv_malloc(sizeof(float) * (size_t)K * P, err);
+    out->score = prefix ? kv_malloc(sizeof(float) * (size_t)K * L, err) : NULL;
+    if (!out->score || score_pooled_heads(o, cfg, 0.0, prefix, err)) {
+        free(prefix);
+        return -1;
+    }
+    float mx = prefix[0];
+    for (size_t t = 1; t < (size_t)K * P; t++) mx = prefix[t] > mx ? prefix[t] : mx;
+    for (int k = 0; k < K; k++) {
+        memcpy(out->score + (size_t)k * L, prefix + (size_t)k * P, sizeof(float) * (size_t)P);
+        for (int j = P; j < L; j++) out->score[(size_t)k * L + j] = mx;
+    }
+    free(prefix);
+    return 0;
+}
+
+/* CAKE (§2.6): token scores [K][P] and the layer preference from entropy and variance of A. */
+static int score_cake(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
+                      KvErr *err) {
+    const int L = o->L, w = o->w, P = L - w;
+    out->score = kv_malloc(sizeof(float) * (size_t)o->K * P, err);
+    if (!out->score || score_pooled_heads(o, cfg, row->gamma, out->score, err)) return -1;
+    double entropy = 0.0, var_sum = 0.0;
+    for (int h = 0; h < o->H; h++) {
+        const float *a = o->attn + (size_t)h * w * L;
+        for (int j = 0; j < P; j++) {
+            double mean = 0.0, ss = 0.0;
+            for (int i = 0; i < w; i++) {
+                double x = a[(size_t)i * L + j];
+                entropy -= x * log(x + 1e-10);
+                mean += x;
+            }
+            mean /= w;
+            for (int i = 0; i < w; i++) {
+                double dv = a[(size_t)i * L + j] - mean;
+                ss += dv * dv;
+            }
+            var_sum += w > 1 ? ss / (w - 1) : 0.0;
+        }
+    }
+    out->entropy = entropy;
+    out->variance_sum = var_sum;
+    out->preference = pow(entropy, 1.0 / row->tau1) * pow(var_sum, 1.0 / row->tau2);
+    return 0;
+}
+
+/* A kv-head's prefix positions by descending share of the mean attention, and how many come before the
+ * cumulative share reaches the threshold (0 when it never does, as argmax of an all-false mask). */
+static int mass_prefix(const float *abar, int P, double threshold, int *order, int *n_mass, KvErr *err) {
+    if (sort_desc_stable(abar, P, order, err)) return -1;
+    double total = 0.0;
+    for (int j = 0; j < P; j++) total += abar[j];
+    double cum = 0.0;
+    *n_mass = 0;
+    for (int t = 0; t < P; t++) {
+        cum += total > 0.0 ? (double)(float)(abar[order[t]] / total) : 0.0;
+        if (cum >= threshold) {
+            *n_mass = t;
+            break;
+        }
+    }
+    return 0;
+}
+
+/* DefensiveKV / Layer-DefensiveKV (§2.7 Steps A-D; the forced set is applied per budget at selection). */
+static int score_defensive(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
+                           KvErr *err) {
+    const int L = o->L, w = o->w, P = L - w, K = o->K, G = o->H / o->K;
+    const size_t KP = (size_t)K * P;
+    out->score = kv_malloc(sizeof(float) * KP, err);
+    out->abar = out->score ? kv_malloc(sizeof(float) * KP, err) : NULL;
+    out->delta = out->abar ? kv_malloc(sizeof(float) * KP, err) : NULL;
+    out->nu_prefix = out->delta ? kv_malloc(sizeof(float) * KP, err) : NULL;
+    out->mass_order = out->nu_prefix ? kv_malloc(sizeof(int) * KP, err) : NULL;
+    out->n_mass = out->mass_order ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
+    float *pooled = out->n_mass ? kv_malloc(sizeof(float) * (size_t)G * w * P, err) : NULL;
+    if (!pooled) return -1;
+    Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
+    /* Step A + B: pool each query row, restore its prefix mass, fold over (g, i). */
+    for (int k = 0; k < K; k++) {
+        for (int r = 0; r < G * w; r++) {
+            const float *a = o->attn + ((size_t)k * G * w + r) * L;
+            float *p = pooled + (size_t)r * P;
+            pool_avg(a, P, cfg->pool_kernel, p);
+            double base = 0.0, psum = 0.0;
+            for (int j = 0; j < P; j++) {
+                base += a[j];
+                psum += p[j];
+            }
+            double scale = psum > 0.0 ? base / psum : 0.0;
+            for (int j = 0; j < P; j++) p[j] = (float)(p[j] * scale);
+        }
+        float *delta = out->delta + (size_t)k * P;
+        fold_rows(pooled, G * w, (size_t)P, P, fold, delta);
+        if (cfg->aggregation == AGG_MAX_PRIOR) clamp_at_mean(delta, P);
+        /* Stage-1 input: unpooled mean over the group and window queries. */
+        fold_rows(o->attn + (size_t)k * G * w * L, G * w, (size_t)L, P, AGG_MEAN, out->abar + (size_t)k * P);
+    }
+    free(pooled);
+    /* Step C: value norms normalised across kv-heads at each position. */
+    for (int k = 0; k < K; k++) memcpy(out->nu_prefix + (size_t)k * P, o->value_norm + (size_t)k * L, sizeof(float) * (size_t)P);
+    out->layer_max = -INFINITY;
+    for (int j = 0; j < P; j++) {
+        double col = 0.0;
+        for (int k = 0; k < K; k++) col += out->nu_prefix[(size_t)k * P + j];
+        for (int k = 0; k < K; k++) {
+            size_t t = (size_t)k * P + j;
+            float c = col > 0.0 ? (float)(out->delta[t] * (out->nu_prefix[t] / col)) : 0.0f;
+            out->score[t] = c;
+            out->layer_max = c > out->layer_max ? c : out->layer_max;
+        }
+    }
+    /* Step D: window bias (as coded: the last w prefix columns; intended: the window columns). */
+    int lo = cfg->intended_window_bias ? P : (P - w > 0 ? P - w : 0);
+    int hi = cfg->intended_window_bias ? L : P;
+    double bias = 0.0;
+    for (int row_i = 0; row_i < o->H * w; row_i++) {
+        const float *a = o->attn + (size_t)row_i * L;
+        for (int j = lo; j < hi; j++) bias += a[j];
+    }
+    out->window_bias = bias / (o->H * w);
+    out->threshold = row->mass_threshold - out->window_bias;
+    for (int k = 0; k < K; k++)
+        if (mass_prefix(out->abar + (size_t)k * P, P, out->threshold, out->mass_order + (size_t)k * P,
+                        &out->n_mass[k], err))
+            return -1;
+    return 0;
+}
+
+int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+                KvErr *err) {
+    *out = (LayerScores){0};
+    if (row->scoring == SCORE_NONE || row->scoring == SCORE_SINKS) return 0;
+    if (!obs->attn) return kv_fail(err, "policy %s: layer %d was observed without attention", row->name, obs->layer);
+    if (row->needs_value_norm && !obs->value_norm)
+        return kv_fail(err, "policy %s: layer %d was observed without value norms", row->name, obs->layer);
+    int rc = 0;
+    switch (row->scoring) {
+    case SCORE_SNAPKV:
+        rc = score_snapkv(obs, cfg, out, err);
+        if (!rc && row->needs_value_norm) {
+            out->value_norm = kv_malloc(sizeof(float) * (size_t)obs->K * obs->L, err);
+            if (out->value_norm) memcpy(out->value_norm, obs->value_norm, sizeof(float) * (size_t)obs->K * obs->L);
+            else rc = -1;
+        }
+        break;
+    case SCORE_CAKE: rc = score_cake(row, obs, cfg, out, err); break;
+    case SCORE_DEFENSIVE: rc = score_defensive(row, obs, cfg, out, err); break;
+    default: break;
+    }
+    if (rc) layer_scores_free(out);
+    return rc;
+}
+
+void layer_scores_free(LayerScores *ls) {
+    free(ls->score);
+    free(ls->value_norm);
+    free(ls->abar);
+    free(ls->delta);
+    free(ls->nu_prefix);
+    free(ls->mass_order);
+    free(ls->n_mass);
+    *ls = (LayerScores){0};
+}

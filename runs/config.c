@@ -1,0 +1,474 @@
+/* config.c — reads and validates a sweep configuration (schema: configs/README.md).
+ *
+ * Validation is strict and happens here, all of it, before the runner touches a model: every object has a
+ * fixed set of keys, every value a type and a range, policies and tasks are checked against their registries.
+ * Error messages name the file and the JSON path of the key ("configs/x.json: datasets[1].tasks[0]: ..."). */
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../datasets/dataset.h"
+
+/* ---------------------------------------------------------------- small helpers */
+
+static char *dup_str(const char *s, KvErr *err) {
+    size_t n = strlen(s) + 1;
+    char *d = kv_malloc(n, err);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+char *config_expand_env(const char *text, KvErr *err) {
+    size_t cap = strlen(text) + 1, n = 0;
+    char *out = kv_malloc(cap, err);
+    if (!out) return NULL;
+    for (const char *p = text; *p;) {
+        const char *piece = p;
+        size_t piece_len = 1;
+        if (p[0] == '$' && p[1] == '{') {
+            const char *end = strchr(p + 2, '}');
+            if (!end) {
+                free(out);
+                kv_fail(err, "unterminated '${' in \"%s\"", text);
+                return NULL;
+            }
+            char name[256];
+            size_t name_len = (size_t)(end - (p + 2));
+            if (name_len == 0 || name_len >= sizeof name) {
+                free(out);
+                kv_fail(err, "bad variable name in \"%s\"", text);
+                return NULL;
+            }
+            memcpy(name, p + 2, name_len);
+            name[name_len] = 0;
+            piece = getenv(name);
+            if (!piece) {
+                free(out);
+                kv_fail(err, "environment variable %s is not set (used in \"%s\")", name, text);
+                return NULL;
+            }
+            piece_len = strlen(piece);
+            p = end + 1;
+        } else {
+            p++;
+        }
+        if (n + piece_len + 1 > cap) {
+            cap = 2 * (n + piece_len + 1);
+            char *grown = realloc(out, cap);
+            if (!grown) {
+                free(out);
+                kv_fail(err, "out of memory expanding \"%s\"", text);
+                return NULL;
+            }
+            out = grown;
+        }
+        memcpy(out + n, piece, piece_len);
+        n += piece_len;
+    }
+    out[n] = 0;
+    return out;
+}
+
+/* The parse context: file name for messages, the JSON path of the object being read. */
+typedef struct {
+    const char *file;
+    KvErr *err;
+} Ctx;
+
+static int bad(const Ctx *c, const char *where, const char *what) {
+    return kv_fail(c->err, "%s: %s: %s", c->file, where, what);
+}
+
+static int check_keys(const Ctx *c, const cJSON *obj, const char *where, const char *const *allowed) {
+    if (!cJSON_IsObject(obj)) return bad(c, where, "expected an object");
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++) ok |= !strcmp(it->string, *a);
+        if (!ok) {
+            char list[512] = "";
+            for (const char *const *a = allowed; *a; a++) {
+                if (a != allowed) strncat(list, ", ", sizeof list - strlen(list) - 1);
+                strncat(list, *a, sizeof list - strlen(list) - 1);
+            }
+            return kv_fail(c->err, "%s: %s: unknown key '%s' (allowed: %s)", c->file, where, it->string, list);
+        }
+    }
+    return 0;
+}
+
+static void path_join(char *out, size_t n, const char *where, const char *key) {
+    snprintf(out, n, "%s%s%s", where, *where ? "." : "", key);
+}
+
+/* Reads an optional string; *out stays NULL when absent. expand: ${VAR} substitution (paths). */
+static int get_string(const Ctx *c, const cJSON *obj, const char *where, const char *key, int expand, char **out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char at[256];
+    path_join(at, sizeof at, where, key);
+    if (!v) return 0;
+    if (!cJSON_IsString(v)) return bad(c, at, "expected a string");
+    if (!v->valuestring[0]) return bad(c, at, "must not be empty");
+    if (!expand) return (*out = dup_str(v->valuestring, c->err)) ? 0 : -1;
+    *out = config_expand_env(v->valuestring, c->err);
+    return *out ? 0 : kv_wrap(c->err, "%s: %s", c->file, at);
+}
+
+static int get_number(const Ctx *c, const cJSON *obj, const char *where, const char *key, double lo, double hi,
+                      int integer, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char at[256], msg[160];
+    path_join(at, sizeof at, where, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return bad(c, at, integer ? "expected an integer" : "expected a number");
+    if (integer && v->valuedouble != (double)(long long)v->valuedouble) return bad(c, at, "expected an integer");
+    if (v->valuedouble < lo || v->valuedouble > hi) {
+        snprintf(msg, sizeof msg, "%g is out of range [%g, %g]", v->valuedouble, lo, hi);
+        return bad(c, at, msg);
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_int(const Ctx *c, const cJSON *obj, const char *where, const char *key, int lo, int hi, int *out) {
+    double d = *out;
+    if (get_number(c, obj, where, key, lo, hi, 1, &d)) return -1;
+    *out = (int)d;
+    return 0;
+}
+
+static int get_bool(const Ctx *c, const cJSON *obj, const char *where, const char *key, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char at[256];
+    path_join(at, sizeof at, where, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return bad(c, at, "expected true or false");
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+/* A required non-empty array at obj[key]. */
+static const cJSON *get_array(const Ctx *c, const cJSON *obj, const char *where, const char *key, int required) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char at[256];
+    path_join(at, sizeof at, where, key);
+    if (!v) {
+        if (required) bad(c, at, "missing (required)");
+        return NULL;
+    }
+    if (!cJSON_IsArray(v) || !v->child) {
+        bad(c, at, "expected a non-empty array");
+        return NULL;
+    }
+    return v;
+}
+
+/* ---------------------------------------------------------------- sections */
+
+static int parse_model(const Ctx *c, const cJSON *o, const char *where, RunModel *m) {
+    static const char *const keys[] = {"path", "name", "backend", "tokenizer", NULL};
+    char at[256];
+    if (check_keys(c, o, where, keys)) return -1;
+    if (get_string(c, o, where, "path", 1, &m->path) || get_string(c, o, where, "name", 0, &m->name) ||
+        get_string(c, o, where, "backend", 0, &m->backend) || get_string(c, o, where, "tokenizer", 1, &m->tokenizer))
+        return -1;
+    path_join(at, sizeof at, where, "path");
+    if (!m->path) return bad(c, at, "missing (required)");
+    if (!m->backend && !(m->backend = dup_str("cpu", c->err))) return -1;
+    if (strcmp(m->backend, "cpu") && strcmp(m->backend, "cuda")) {
+        path_join(at, sizeof at, where, "backend");
+        return bad(c, at, "expected \"cpu\" or \"cuda\"");
+    }
+    if (!m->name) {
+        const char *base = m->path + strlen(m->path);
+        while (base > m->path && base[-1] == '/') base--;
+        const char *end = base;
+        while (base > m->path && base[-1] != '/') base--;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(end - base), base);
+        if (!(m->name = dup_str(name, c->err))) return -1;
+    }
+    return 0;
+}
+
+static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDataset *d) {
+    static const char *const keys[] = {"suite", "tasks", "data_path", "fraction", "first_n", "seed", "target_tokens",
+                                       "n_samples", "depths", "lengths", "skip_bad_lines", NULL};
+    char at[256];
+    double seed = 42;
+    if (check_keys(c, o, where, keys)) return -1;
+    if (get_string(c, o, where, "suite", 0, &d->suite) || get_string(c, o, where, "data_path", 1, &d->data_path) ||
+        get_number(c, o, where, "fraction", 0, 1, 0, &d->fraction) ||
+        get_int(c, o, where, "first_n", 0, 1 << 30, &d->first_n) ||
+        get_number(c, o, where, "seed", 0, 9007199254740992.0, 1, &seed) ||
+        get_int(c, o, where, "target_tokens", 0, 1 << 24, &d->target_tokens) ||
+        get_int(c, o, where, "n_samples", 0, 1 << 24, &d->n_samples) ||
+        get_bool(c, o, where, "skip_bad_lines", &d->skip_bad_lines))
+        return -1;
+    d->seed = (unsigned long long)seed;
+    path_join(at, sizeof at, where, "suite");
+    if (!d->suite) return bad(c, at, "missing (required)");
+    const cJSON *tasks = get_array(c, o, where, "tasks", 1);
+    if (!tasks) return -1;
+    d->n_tasks = cJSON_GetArraySize(tasks);
+    if (!(d->tasks = kv_calloc((size_t)d->n_tasks, sizeof *d->tasks, c->err))) return -1;
+    int i = 0;
+    for (const cJSON *t = tasks->child; t; t = t->next, i++) {
+        char spec[256];
+        snprintf(at, sizeof at, "%s.tasks[%d]", where, i);
+        if (!cJSON_IsString(t)) return bad(c, at, "expected a task name");
+        snprintf(spec, sizeof spec, "%s:%s", d->suite, t->valuestring);
+        if (!dataset_task_known(spec, c->err)) return kv_wrap(c->err, "%s: %s", c->file, at);
+        if (!(d->tasks[i] = dup_str(t->valuestring, c->err))) return -1;
+    }
+    const cJSON *depths = cJSON_GetObjectItemCaseSensitive(o, "depths");
+    if (depths && !(depths = get_array(c, o, where, "depths", 1))) return -1;
+    if (depths) {
+        d->n_depths = cJSON_GetArraySize(depths);
+        if (!(d->depths = kv_calloc((size_t)d->n_depths, sizeof *d->depths, c->err))) return -1;
+        i = 0;
+        for (const cJSON *t = depths->child; t; t = t->next, i++) {
+            snprintf(at, sizeof at, "%s.depths[%d]", where, i);
+            if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 100)
+                return bad(c, at, "expected a depth percent in [0, 100]");
+            d->depths[i] = t->valuedouble;
+        }
+    }
+    const cJSON *lengths = cJSON_GetObjectItemCaseSensitive(o, "lengths");
+    if (lengths && !(lengths = get_array(c, o, where, "lengths", 1))) return -1;
+    if (lengths) {
+        d->n_lengths = cJSON_GetArraySize(lengths);
+        if (!(d->lengths = kv_calloc((size_t)d->n_lengths, sizeof *d->lengths, c->err))) return -1;
+        i = 0;
+        for (const cJSON *t = lengths->child; t; t = t->next, i++) {
+            snprintf(at, sizeof at, "%s.lengths[%d]", where, i);
+            if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > (1 << 24) ||
+                t->valuedouble != (double)(int)t->valuedouble)
+                return bad(c, at, "expected a context length in tokens (a positive integer)");
+            d->lengths[i] = (int)t->valuedouble;
+        }
+    }
+    return 0;
+}
+
+/* Appends a variant unless an identical one is already there (e.g. "default" and the policy's own
+ * aggregation named explicitly). */
+static int add_variant(RunConfig *cfg, const RunVariant *v, int *cap, KvErr *err) {
+    for (int i = 0; i < cfg->n_variants; i++) {
+        const RunVariant *o = &cfg->variants[i];
+        if (!strcmp(o->policy.name, v->policy.name) && o->policy.aggregation == v->policy.aggregation &&
+            !strcmp(o->budget_label, v->budget_label) && !strcmp(o->params, v->params))
+            return 0;
+    }
+    if (cfg->n_variants == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        RunVariant *grown = realloc(cfg->variants, (size_t)*cap * sizeof *grown);
+        if (!grown) return kv_fail(err, "out of memory");
+        cfg->variants = grown;
+    }
+    cfg->variants[cfg->n_variants++] = *v;
+    return 0;
+}
+
+static int parse_budget(const Ctx *c, const cJSON *b, const char *at, Budget *out, char *label, size_t label_n) {
+    char text[64];
+    if (cJSON_IsString(b)) snprintf(text, sizeof text, "%s", b->valuestring);
+    else if (cJSON_IsNumber(b)) snprintf(text, sizeof text, "%.17g", b->valuedouble);
+    else return bad(c, at, "expected a budget such as \"20%\", 0.2 or \"512tok\"");
+    if (budget_parse(text, out, c->err)) return kv_wrap(c->err, "%s: %s", c->file, at);
+    if (out->tokens > 0) snprintf(label, label_n, "%dtok", out->tokens);
+    else snprintf(label, label_n, "%g%%", out->keep_fraction * 100.0);
+    return 0;
+}
+
+/* One policies[] entry: a name, or {"name", "aggregations", "pool_kernel", "intended_window_bias"}. The window
+ * is the sweep's (top-level "window"): every policy observes the same prefill, whose hook has one window. */
+static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs, int window,
+                        int pool_kernel, const cJSON *budgets, RunConfig *cfg, int *cap) {
+    static const char *const keys[] = {"name", "aggregations", "pool_kernel", "intended_window_bias", NULL};
+    char at[256];
+    const char *name;
+    const cJSON *aggs = default_aggs;
+    int intended = 0, explicit_aggs = 0;
+    if (cJSON_IsString(p)) {
+        name = p->valuestring;
+    } else {
+        if (check_keys(c, p, where, keys)) return -1;
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(p, "name");
+        path_join(at, sizeof at, where, "name");
+        if (!cJSON_IsString(n)) return bad(c, at, n ? "expected a string" : "missing (required)");
+        name = n->valuestring;
+        if (cJSON_GetObjectItemCaseSensitive(p, "aggregations")) {
+            if (!(aggs = get_array(c, p, where, "aggregations", 1))) return -1;
+            explicit_aggs = 1;
+        }
+        if (get_int(c, p, where, "pool_kernel", 1, 1 << 10, &pool_kernel) ||
+            get_bool(c, p, where, "intended_window_bias", &intended))
+            return -1;
+    }
+    PolicyConfig probe;
+    if (policy_config(&probe, name, NULL, c->err)) return kv_wrap(c->err, "%s: %s", c->file, where);
+    int uses_attention = policy_needs_attention(&probe);
+    int n_aggs = uses_attention || explicit_aggs ? cJSON_GetArraySize(aggs) : 1;
+    for (int a = 0; a < n_aggs; a++) {
+        const cJSON *agg = uses_attention || explicit_aggs ? cJSON_GetArrayItem(aggs, a) : NULL;
+        snprintf(at, sizeof at, "%s%saggregations[%d]", explicit_aggs ? where : "", explicit_aggs ? "." : "", a);
+        if (agg && !cJSON_IsString(agg)) return bad(c, at, "expected an aggregation name");
+        RunVariant v;
+        memset(&v, 0, sizeof v);
+        if (policy_config(&v.policy, name, agg ? agg->valuestring : NULL, c->err))
+            return kv_wrap(c->err, "%s: %s", c->file, agg ? at : where);
+        if (uses_attention) {
+            v.policy.window = window;
+            v.policy.pool_kernel = pool_kernel;
+            v.policy.intended_window_bias = intended;
+            snprintf(v.params, sizeof v.params, "w=%d,k=%d%s", window, pool_kernel, intended ? ",intended" : "");
+        }
+        if (!strcmp(v.policy.name, "full")) {
+            v.budget.keep_fraction = 1.0;
+            snprintf(v.budget_label, sizeof v.budget_label, "full");
+            if (add_variant(cfg, &v, cap, c->err)) return -1;
+            continue;
+        }
+        if (!budgets) return kv_fail(c->err, "%s: budgets: missing (required by policy '%s')", c->file, name);
+        int b = 0;
+        for (const cJSON *bj = budgets->child; bj; bj = bj->next, b++) {
+            snprintf(at, sizeof at, "budgets[%d]", b);
+            if (parse_budget(c, bj, at, &v.budget, v.budget_label, sizeof v.budget_label)) return -1;
+            if (add_variant(cfg, &v, cap, c->err)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the whole file */
+
+int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err) {
+    static const char *const keys[] = {"name", "description", "db", "models", "datasets", "policies",
+                                       "aggregations", "budgets", "compress_question", "max_new_tokens",
+                                       "window", "pool_kernel", NULL};
+    Ctx c = {file, err};
+    memset(cfg, 0, sizeof *cfg);
+    cJSON *root = cJSON_Parse(text);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1;
+        for (const char *p = text; at && p < at && *p; p++) line += *p == '\n';
+        return kv_fail(err, "%s: line %d: not valid JSON", file, line);
+    }
+    int rc = -1, cap = 0, window = 32, pool_kernel = 5;
+    const cJSON *aggs = NULL, *budgets = NULL, *list;
+    if (!(cfg->file = dup_str(file, err)) || !(cfg->text = dup_str(text, err))) goto done;
+    if (check_keys(&c, root, "(top level)", keys)) goto done;
+    if (get_string(&c, root, "", "name", 0, &cfg->name) || get_string(&c, root, "", "db", 1, &cfg->db) ||
+        get_bool(&c, root, "", "compress_question", &cfg->compress_question) ||
+        get_int(&c, root, "", "max_new_tokens", 0, 1 << 20, &cfg->max_new_tokens) ||
+        get_int(&c, root, "", "window", 1, 1 << 20, &window) ||
+        get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel))
+        goto done;
+    const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
+    if (description && !cJSON_IsString(description)) {
+        bad(&c, "description", "expected a string");
+        goto done;
+    }
+    if (!cfg->name) {
+        const char *base = strrchr(file, '/');
+        base = base ? base + 1 : file;
+        size_t n = strlen(base);
+        if (n > 5 && !strcmp(base + n - 5, ".json")) n -= 5;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)n, base);
+        if (!(cfg->name = dup_str(name, err))) goto done;
+    }
+
+    if (!(list = get_array(&c, root, "", "models", 1))) goto done;
+    cfg->n_models = cJSON_GetArraySize(list);
+    if (!(cfg->models = kv_calloc((size_t)cfg->n_models, sizeof *cfg->models, err))) goto done;
+    for (int i = 0; i < cfg->n_models; i++) {
+        char where[64];
+        snprintf(where, sizeof where, "models[%d]", i);
+        if (parse_model(&c, cJSON_GetArrayItem(list, i), where, &cfg->models[i])) goto done;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(cfg->models[j].name, cfg->models[i].name)) {
+                bad(&c, where, "two models with the same name (set \"name\" to tell them apart)");
+                goto done;
+            }
+    }
+
+    if (!(list = get_array(&c, root, "", "datasets", 1))) goto done;
+    cfg->n_datasets = cJSON_GetArraySize(list);
+    if (!(cfg->datasets = kv_calloc((size_t)cfg->n_datasets, sizeof *cfg->datasets, err))) goto done;
+    for (int i = 0; i < cfg->n_datasets; i++) {
+        char where[64];
+        snprintf(where, sizeof where, "datasets[%d]", i);
+        cfg->datasets[i].seed = 42;
+        if (parse_dataset(&c, cJSON_GetArrayItem(list, i), where, &cfg->datasets[i])) goto done;
+    }
+
+    if (cJSON_GetObjectItemCaseSensitive(root, "aggregations") && !(aggs = get_array(&c, root, "", "aggregations", 1)))
+        goto done;
+    if (cJSON_GetObjectItemCaseSensitive(root, "budgets") && !(budgets = get_array(&c, root, "", "budgets", 1)))
+        goto done;
+    cJSON *default_aggs = NULL;
+    if (!aggs) {
+        default_aggs = cJSON_CreateArray();
+        cJSON_AddItemToArray(default_aggs, cJSON_CreateString("default"));
+        aggs = default_aggs;
+    }
+    if (!(list = get_array(&c, root, "", "policies", 1))) {
+        cJSON_Delete(default_aggs);
+        goto done;
+    }
+    int i = 0, failed = 0;
+    for (const cJSON *p = list->child; p && !failed; p = p->next, i++) {
+        char where[64];
+        snprintf(where, sizeof where, "policies[%d]", i);
+        if (!cJSON_IsString(p) && !cJSON_IsObject(p)) failed = bad(&c, where, "expected a policy name or object");
+        else failed = parse_policy(&c, p, where, aggs, window, pool_kernel, budgets, cfg, &cap);
+    }
+    cJSON_Delete(default_aggs);
+    if (failed) goto done;
+    cfg->window = window;
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    if (rc) config_free(cfg);
+    return rc;
+}
+
+int config_load(RunConfig *cfg, const char *path, KvErr *err) {
+    char *text = kv_read_file(path, NULL, err);
+    memset(cfg, 0, sizeof *cfg);
+    if (!text) return -1;
+    int rc = config_parse(cfg, path, text, err);
+    free(text);
+    return rc;
+}
+
+void config_free(RunConfig *cfg) {
+    for (int i = 0; i < cfg->n_models; i++) {
+        free(cfg->models[i].path);
+        free(cfg->models[i].name);
+        free(cfg->models[i].backend);
+        free(cfg->models[i].tokenizer);
+    }
+    for (int i = 0; i < cfg->n_datasets; i++) {
+        RunDataset *d = &cfg->datasets[i];
+        for (int t = 0; t < d->n_tasks; t++) free(d->tasks[t]);
+        free(d->tasks);
+        free(d->suite);
+        free(d->data_path);
+        free(d->depths);
+        free(d->lengths);
+    }
+    free(cfg->models);
+    free(cfg->datasets);
+    free(cfg->variants);
+    free(cfg->file);
+    free(cfg->text);
+    free(cfg->name);
+    free(cfg->db);
+    memset(cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,69 @@
+/* config.h — a sweep configuration (configs/NAME.json): models × datasets × policy variants.
+ *
+ * Everything is validated while loading — unknown keys, wrong types, unknown policies, aggregations or tasks,
+ * budgets out of range, unset environment variables in paths — so a bad config fails with one line naming the
+ * file and the key before any model is loaded. The schema is documented in configs/README.md.
+ * A variant is one (policy, aggregation, budget) cell of the sweep; `full` is budget-independent and appears
+ * once. Shape legend: none (no tensors here). */
+#ifndef KVBENCH_RUNS_CONFIG_H
+#define KVBENCH_RUNS_CONFIG_H
+
+#include "../engine/err.h"
+#include "../policies/policy.h"
+
+typedef struct {
+    char *path;       /* GGUF file, HF directory or synthetic spec, ${VAR} expanded */
+    char *name;       /* the key results are stored under (default: last path component) */
+    char *backend;    /* "cpu" (default) or "cuda" */
+    char *tokenizer;  /* optional separate tokenizer (needed by synthetic models), ${VAR} expanded */
+} RunModel;
+
+typedef struct {
+    char *suite;                 /* "longbench" | "ruler" | "niah" */
+    char **tasks;                /* task names within the suite */
+    int n_tasks;
+    char *data_path;             /* NULL if not given */
+    double fraction;             /* 0 = all */
+    int first_n;                 /* 0 = all */
+    unsigned long long seed;
+    int target_tokens;
+    int n_samples;
+    double *depths;              /* NIAH grid, NULL = the suite's default */
+    int n_depths;
+    int *lengths;
+    int n_lengths;
+    int skip_bad_lines;
+} RunDataset;
+
+typedef struct {
+    PolicyConfig policy;         /* resolved: canonical name and aggregation */
+    Budget budget;
+    char budget_label[32];       /* "20%", "512tok", or "full" */
+    char params[64];             /* "w=32,k=5" (+",intended"): settings that change the keep-set */
+} RunVariant;
+
+typedef struct {
+    char *file;                  /* the path it was read from */
+    char *text;                  /* the file's bytes, stored with every run */
+    char *name;                  /* "name" or the file's base name */
+    char *db;                    /* default database path ("db" key), NULL if absent */
+    RunModel *models;
+    int n_models;
+    RunDataset *datasets;
+    int n_datasets;
+    RunVariant *variants;        /* policies × aggregations × budgets, duplicates removed */
+    int n_variants;
+    int compress_question;       /* compress context and question together (policies.md §1.1) */
+    int max_new_tokens;          /* caps every task's max new tokens; 0 = the task's own */
+    int window;                  /* observation window of the prefill, shared by every attention policy */
+} RunConfig;
+
+int config_load(RunConfig *cfg, const char *path, KvErr *err);
+/* Parses config text; `file` names it in error messages. */
+int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err);
+void config_free(RunConfig *cfg);
+
+/* Expands ${NAME} references from the environment into a malloc'd string; an unset variable is an error. */
+char *config_expand_env(const char *text, KvErr *err);
+
+#endif

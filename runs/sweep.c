@@ -1,0 +1,629 @@
+/* sweep.c — the runner behind `kvbench run`: plan, then per sample one prefill, every keep-set, one batched
+ * decode, scores, and one database transaction.
+ *
+ * Why the shape (DESIGN.md §1): every policy compresses after each layer's full attention over the context,
+ * so the prefill does not depend on the policy. The prefill runs once with an ObserveHook that prepares each
+ * layer's observation once (attention, value norms if any policy wants them) and hands it to every policy
+ * state; each state then selects a keep-set per budget; each keep-set is gathered into its own cache; and all
+ * variants decode as one batch, reading the weights once per step. The `full` variant decodes on the prefill
+ * cache itself (allocated with room for the question and answer), so it costs no copy.
+ *
+ * Resume: the plan is built from the database (rows already there are skipped), and a sample's rows are
+ * written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the sample in flight. */
+#include "sweep.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../datasets/dataset.h"
+#include "../engine/backend.h"
+#include "../engine/chat.h"
+#include "../engine/generate.h"
+#include "../engine/model.h"
+#include "../engine/tokenizer.h"
+#include "../metrics/metrics.h"
+#include "store.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- state of one model's sweep */
+
+typedef struct {
+    const RunConfig *cfg;
+    const SweepOptions *opt;
+    const RunModel *rm;
+    Model *model;
+    Tokenizer *tok;        /* the model's, or own_tok */
+    Tokenizer *own_tok;    /* loaded from the config's "tokenizer" */
+    Backend *be;
+    Store *store;
+    long long run_id;
+    char setup[64];        /* what else changes predictions: compress_question, max_new_tokens cap */
+    StoreVariantKey *keys; /* [n_variants] */
+    SweepStats *stats;
+    double started_ms;
+} Sweep;
+
+typedef struct {
+    int dataset, task, index;
+    unsigned char *pending; /* [n_variants]: 1 = still to run */
+} PlanItem;
+
+typedef struct {
+    Dataset **open;         /* [sum of tasks] */
+    int *first;             /* [n_datasets] index of a dataset's first task in open */
+    PlanItem *items;
+    int n_items;
+} Plan;
+
+static int count_tokens(void *user, const char *text, int *n_tokens, KvErr *err) {
+    TokenIds ids = {0};
+    int rc = tokenizer_encode(user, text, strlen(text), 0, &ids, err);
+    *n_tokens = ids.n;
+    ids_free(&ids);
+    return rc;
+}
+
+static void sample_key(const Sample *s, char *out, size_t n) {
+    if (s->target_tokens > 0) snprintf(out, n, "%s@%d", s->id, s->target_tokens);
+    else snprintf(out, n, "%s", s->id);
+}
+
+int sweep_parse_shard(const char *text, int *index, int *count, KvErr *err) {
+    char *end;
+    errno = 0;
+    long i = strtol(text, &end, 10);
+    if (end == text || *end != '/' || errno) return kv_fail(err, "--shard '%s': expected i/N, e.g. 0/4", text);
+    const char *rest = end + 1;
+    long n = strtol(rest, &end, 10);
+    if (end == rest || *end || errno || n < 1 || n > 1000000 || i < 0 || i >= n)
+        return kv_fail(err, "--shard '%s': expected i/N with 0 <= i < N", text);
+    *index = (int)i;
+    *count = (int)n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- plan */
+
+static void plan_free(Plan *p, const RunConfig *cfg) {
+    int total = 0;
+    for (int d = 0; d < cfg->n_datasets; d++) total += cfg->datasets[d].n_tasks;
+    for (int i = 0; p->open && i < total; i++) dataset_close(p->open[i]);
+    for (int i = 0; i < p->n_items; i++) free(p->items[i].pending);
+    free(p->open);
+    free(p->first);
+    free(p->items);
+    memset(p, 0, sizeof *p);
+}
+
+static int plan_add(Plan *p, int *cap, int d, int t, int index, const unsigned char *pending, int n, KvErr *err) {
+    if (p->n_items == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        PlanItem *grown = realloc(p->items, (size_t)*cap * sizeof *grown);
+        if (!grown) return kv_fail(err, "out of memory planning the sweep");
+        p->items = grown;
+    }
+    PlanItem *it = &p->items[p->n_items];
+    if (!(it->pending = kv_malloc((size_t)n, err))) return -1;
+    memcpy(it->pending, pending, (size_t)n);
+    it->dataset = d;
+    it->task = t;
+    it->index = index;
+    p->n_items++;
+    return 0;
+}
+
+/* Opens every task and lists the samples of this shard (and --limit) that still miss a row. */
+static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
+    const RunConfig *cfg = sw->cfg;
+    int total = 0, cap = 0, nv = cfg->n_variants;
+    memset(p, 0, sizeof *p);
+    for (int d = 0; d < cfg->n_datasets; d++) total += cfg->datasets[d].n_tasks;
+    unsigned char *done = kv_malloc((size_t)nv, err);
+    p->open = kv_calloc((size_t)total, sizeof *p->open, err);
+    p->first = kv_calloc((size_t)cfg->n_datasets, sizeof *p->first, err);
+    if (!done || !p->open || !p->first) goto fail;
+    for (int d = 0, k = 0; d < cfg->n_datasets; d++) {
+        const RunDataset *rd = &cfg->datasets[d];
+        p->first[d] = k;
+        DatasetOptions o = {rd->data_path, NULL, rd->fraction, rd->first_n, rd->seed, rd->target_tokens,
+                            rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
+                            rd->skip_bad_lines, count_tokens, sw->tok};
+        for (int t = 0; t < rd->n_tasks; t++, k++) {
+            char spec[256], key[600];
+            snprintf(spec, sizeof spec, "%s:%s", rd->suite, rd->tasks[t]);
+            if (dataset_open(&p->open[k], spec, &o, err)) {
+                kv_wrap(err, "%s: datasets[%d]", cfg->file, d);
+                goto fail;
+            }
+            int n = dataset_count(p->open[k]), taken = 0;
+            for (int i = 0; i < n && (!sw->opt->limit || taken < sw->opt->limit); i++) {
+                Sample s;
+                if (dataset_get(p->open[k], i, &s, err)) {
+                    kv_wrap(err, "%s sample %d", spec, i);
+                    goto fail;
+                }
+                sample_key(&s, key, sizeof key);
+                sample_free(&s);
+                if (sw->opt->shard_count > 1 &&
+                    util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
+                    continue;
+                taken++;
+                if (store_finished(sw->store, sw->rm->name, sw->setup, key, sw->keys, nv, done, err)) goto fail;
+                int missing = 0;
+                for (int v = 0; v < nv; v++) {
+                    done[v] = !done[v]; /* now: pending */
+                    missing |= done[v];
+                }
+                if (missing && plan_add(p, &cap, d, k, i, done, nv, err)) goto fail;
+            }
+        }
+    }
+    free(done);
+    return 0;
+fail:
+    free(done);
+    plan_free(p, cfg);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- one sample */
+
+typedef struct {
+    PolicyState *state;
+    PolicyConfig cfg;
+    double ms;          /* time in policy_observe */
+    int failed;
+    KvErr err;
+} StateSlot;
+
+typedef struct {
+    const RunVariant *v;
+    int slot;           /* index into the state slots; -1 for full */
+    KvCache *cache;
+    TokenIds out;
+    char *prediction;
+    double score, select_ms, kept;
+    int budget_tokens;
+    int failed;
+    KvErr err;
+} VariantRun;
+
+typedef struct {
+    StateSlot *slots;
+    int n_slots;
+    int want_attention, want_value_norm;
+    double policy_ms;
+} ObserveCtx;
+
+static int on_layer(void *user, Observation *obs, KvErr *err) {
+    ObserveCtx *c = user;
+    if (c->want_attention && observation_prepare(obs, c->want_value_norm, err)) return -1;
+    for (int i = 0; i < c->n_slots; i++) {
+        StateSlot *s = &c->slots[i];
+        if (s->failed) continue;
+        double t = util_now_ms();
+        if (policy_observe(s->state, obs, &s->err)) s->failed = 1;
+        s->ms += util_now_ms() - t;
+        c->policy_ms += util_now_ms() - t;
+    }
+    observation_release(obs);
+    return 0;
+}
+
+static void fail_all(VariantRun *runs, int n, const KvErr *err) {
+    for (int i = 0; i < n; i++)
+        if (!runs[i].failed) {
+            runs[i].failed = 1;
+            runs[i].err = *err;
+        }
+}
+
+/* Tokenizes the chat split of a sample: ctx and question ids (policies.md §4.3). */
+static int tokenize_sample(Sweep *sw, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err) {
+    ChatFormat f = s->use_chat ? sw->model->cfg.chat : CHAT_NONE;
+    char *bos_text = NULL, *joined = NULL;
+    int bos = tokenizer_bos_id(sw->tok);
+    if (f == CHAT_NONE && s->add_bos && bos >= 0 && !(bos_text = tokenizer_decode(sw->tok, &bos, 1, 0, err)))
+        return -1;
+    const char *context = s->context, *question = s->question;
+    if (sw->cfg->compress_question) {
+        /* The reference's compress_questions mode: question appended to the context, "\n" asked after. */
+        size_t a = strlen(s->context), b = strlen(s->question);
+        if (!(joined = kv_malloc(a + b + 1, err))) {
+            free(bos_text);
+            return -1;
+        }
+        memcpy(joined, s->context, a);
+        memcpy(joined + a, s->question, b + 1);
+        context = joined;
+        question = "\n";
+    }
+    ChatSplit split = {0};
+    int rc = chat_split(f, bos_text ? bos_text : "", context, question, s->answer_prefix ? s->answer_prefix : "",
+                        &split, err);
+    if (!rc) rc = tokenizer_encode(sw->tok, split.context_text, strlen(split.context_text), 1, ctx, err);
+    if (!rc) rc = tokenizer_encode(sw->tok, split.question_text, strlen(split.question_text), 1, q, err);
+    chat_split_free(&split);
+    free(bos_text);
+    free(joined);
+    return rc;
+}
+
+/* Stop ids: the model's EOS ids, the tokenizer's EOS, and "\n" where the task stops at a newline. */
+static int stop_ids(Sweep *sw, const Sample *s, TokenIds *out, KvErr *err) {
+    for (int i = 0; i < sw->model->cfg.n_eos; i++)
+        if (ids_push(out, sw->model->cfg.eos_ids[i], err)) return -1;
+    int eos = tokenizer_eos_id(sw->tok);
+    if (eos >= 0 && ids_push(out, eos, err)) return -1;
+    if (s->stop_on_newline) {
+        TokenIds nl = {0};
+        int rc = tokenizer_encode(sw->tok, s->stop_on_newline, strlen(s->stop_on_newline), 0, &nl, err);
+        /* The newline is the last piece of its encoding (a SentencePiece tokenizer may put "▁" first). */
+        if (!rc && nl.n > 0) rc = ids_push(out, nl.ids[nl.n - 1], err);
+        ids_free(&nl);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* Prefill, keep-sets, batched decode and scores for the pending variants of one sample. Every failure lands
+ * in the failing variants' runs[i].err (a failure before the keep-sets fails them all). */
+static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, double *prefill_ms, double *decode_ms,
+                       int *n_ctx_out, int *n_q_out) {
+    const Model *m = sw->model;
+    const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
+    TokenIds ctx = {0}, q = {0}, stops = {0};
+    StateSlot *slots = NULL;
+    KvCache *prefill = NULL, **caches = NULL;
+    TokenIds *outs = NULL;
+    int *batch_of = NULL, n_slots = 0, has_full = 0;
+    KvErr err = {{0}};
+    *prefill_ms = *decode_ms = 0;
+    *n_ctx_out = *n_q_out = 0;
+
+    if (tokenize_sample(sw, s, &ctx, &q, &err) || stop_ids(sw, s, &stops, &err)) goto fail_all;
+    *n_ctx_out = ctx.n;
+    *n_q_out = q.n;
+    int max_new = s->max_new_tokens;
+    if (sw->cfg->max_new_tokens > 0 && sw->cfg->max_new_tokens < max_new) max_new = sw->cfg->max_new_tokens;
+    if (m->cfg.max_context > 0 && ctx.n + q.n + max_new > m->cfg.max_context) {
+        kv_fail(&err, "context %d + question %d + %d new tokens exceed the model's max context of %d tokens", ctx.n,
+                q.n, max_new, m->cfg.max_context);
+        goto fail_all;
+    }
+    if (ctx.n < 1 || q.n < 1) {
+        kv_fail(&err, "empty %s after tokenization", ctx.n < 1 ? "context" : "question");
+        goto fail_all;
+    }
+
+    /* One policy state per (policy, aggregation, params); budgets share it. */
+    if (!(slots = kv_calloc((size_t)n, sizeof *slots, &err))) goto fail_all;
+    ObserveCtx oc = {slots, 0, 0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        const PolicyConfig *pc = &runs[i].v->policy;
+        if (!strcmp(pc->name, "full")) {
+            runs[i].slot = -1;
+            has_full = 1;
+            continue;
+        }
+        int k;
+        for (k = 0; k < n_slots; k++)
+            if (!strcmp(slots[k].cfg.name, pc->name) && slots[k].cfg.aggregation == pc->aggregation &&
+                slots[k].cfg.pool_kernel == pc->pool_kernel &&
+                slots[k].cfg.intended_window_bias == pc->intended_window_bias)
+                break;
+        runs[i].slot = k;
+        if (k < n_slots) continue;
+        slots[k].cfg = *pc;
+        n_slots++;
+        if (policy_begin(&slots[k].state, pc, N, K, ctx.n, &slots[k].err)) slots[k].failed = 1;
+        oc.want_attention |= policy_needs_attention(pc);
+        oc.want_value_norm |= policy_needs_value_norm(pc);
+    }
+    oc.n_slots = n_slots;
+
+    /* The prefill (the full variant decodes on this cache, so it gets room for question and answer). */
+    int window = sw->cfg->window < ctx.n ? sw->cfg->window : ctx.n;
+    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc};
+    double t = util_now_ms();
+    if (sw->be->cache_new(sw->be, &prefill, ctx.n + (has_full ? q.n + max_new : 0), &err) ||
+        sw->be->forward(sw->be, &prefill, 1, ctx.ids, ctx.n, NULL, &hook, NULL, &err)) {
+        kv_wrap(&err, "prefill of %d tokens", ctx.n);
+        goto fail_all;
+    }
+    *prefill_ms = util_now_ms() - t - oc.policy_ms;
+
+    /* Keep-sets and compressed caches. */
+    for (int i = 0; i < n; i++) {
+        VariantRun *r = &runs[i];
+        if (r->slot < 0) {
+            r->cache = prefill;
+            r->kept = r->budget_tokens = ctx.n;
+            continue;
+        }
+        StateSlot *st = &slots[r->slot];
+        if (st->failed) {
+            r->failed = 1;
+            r->err = st->err;
+            continue;
+        }
+        KeepSet keep = {0};
+        t = util_now_ms();
+        const Budget *b = &r->v->budget;
+        r->budget_tokens = b->tokens > 0 ? b->tokens : (int)(ctx.n * (1.0 - budget_compression_ratio(b, ctx.n)));
+        if (policy_select(st->state, b, &keep, &r->err) ||
+            sw->be->cache_gather(sw->be, prefill, &keep, q.n + max_new, &r->cache, &r->err))
+            r->failed = 1;
+        else r->kept = (double)keep.total / (N * K);
+        keepset_free(&keep);
+        r->select_ms = st->ms + util_now_ms() - t;
+    }
+
+    /* One batched decode of every variant that has a cache. */
+    caches = kv_calloc((size_t)n, sizeof *caches, &err);
+    outs = kv_calloc((size_t)n, sizeof *outs, &err);
+    batch_of = kv_calloc((size_t)n, sizeof *batch_of, &err);
+    if (!caches || !outs || !batch_of) goto fail_all;
+    int nb = 0;
+    for (int i = 0; i < n; i++)
+        if (!runs[i].failed) {
+            batch_of[nb] = i;
+            caches[nb++] = runs[i].cache;
+        }
+    if (nb > 0) {
+        GenerateOptions go = {max_new, stops.ids, stops.n, NULL};
+        GenerateStats gs = {0};
+        if (generate_greedy(sw->be, caches, nb, q.ids, q.n, &go, outs, &gs, &err)) {
+            kv_wrap(&err, "decode");
+            goto fail_all;
+        }
+        *decode_ms = gs.feed_ms + gs.decode_ms;
+        sw->stats->decode_tokens += gs.decode_tokens;
+    }
+    for (int j = 0; j < nb; j++) {
+        VariantRun *r = &runs[batch_of[j]];
+        r->out = outs[j];
+        outs[j] = (TokenIds){0};
+        if (!(r->prediction = tokenizer_decode(sw->tok, r->out.ids, r->out.n, 1, &r->err)) ||
+            metric_score(s->metric, s->task, r->prediction, (const char *const *)s->answers, s->n_answers,
+                         (const char *const *)s->all_classes, s->n_classes, &r->score, &r->err))
+            r->failed = 1;
+    }
+    sw->stats->prefill_tokens += ctx.n;
+    goto cleanup;
+
+fail_all:
+    fail_all(runs, n, &err);
+cleanup:
+    for (int i = 0; i < n; i++) {
+        if (runs[i].cache && runs[i].cache != prefill) sw->be->cache_free(sw->be, runs[i].cache);
+        runs[i].cache = NULL;
+    }
+    if (prefill) sw->be->cache_free(sw->be, prefill);
+    for (int k = 0; k < n_slots; k++) policy_end(slots[k].state);
+    for (int i = 0; outs && i < n; i++) ids_free(&outs[i]);
+    free(slots);
+    free(caches);
+    free(outs);
+    free(batch_of);
+    ids_free(&ctx);
+    ids_free(&q);
+    ids_free(&stops);
+}
+
+static char *answers_json(const Sample *s) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < s->n_answers; i++) cJSON_AddItemToArray(a, cJSON_CreateString(s->answers[i]));
+    char *text = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    return text;
+}
+
+/* Runs one planned sample and stores it; -1 only when the database write failed (fatal). */
+static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
+    const RunConfig *cfg = sw->cfg;
+    Sample s;
+    char key[600];
+    KvErr serr = {{0}};
+    int n = 0, rc = 0;
+    VariantRun *runs = kv_calloc((size_t)cfg->n_variants, sizeof *runs, err);
+    StoreResult *rows = kv_calloc((size_t)cfg->n_variants, sizeof *rows, err);
+    if (!runs || !rows) {
+        free(runs);
+        free(rows);
+        return -1;
+    }
+    for (int v = 0; v < cfg->n_variants; v++)
+        if (it->pending[v]) runs[n++].v = &cfg->variants[v];
+    double prefill_ms = 0, decode_ms = 0;
+    int n_ctx = 0, n_q = 0;
+    if (dataset_get(p->open[it->task], it->index, &s, &serr)) {
+        /* A sample that cannot be built cannot be keyed either: report it and go on. */
+        fprintf(sw->opt->log, "%s: sample %d of task %d could not be built: %s\n", sw->rm->name, it->index, it->task,
+                serr.msg);
+        sw->stats->samples_failed++;
+        free(runs);
+        free(rows);
+        return 0;
+    }
+    sample_key(&s, key, sizeof key);
+    run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q);
+    int n_failed = 0;
+    for (int i = 0; i < n; i++) {
+        VariantRun *r = &runs[i];
+        int vi = (int)(r->v - cfg->variants);
+        StoreResult *row = &rows[i];
+        row->key = sw->keys[vi];
+        row->keep_fraction = r->v->budget.tokens > 0 ? 0 : r->v->budget.keep_fraction;
+        row->budget_tokens = r->budget_tokens;
+        row->kept_tokens = r->kept;
+        row->prediction = r->failed ? NULL : r->prediction;
+        row->score = r->score;
+        row->generated_tokens = r->out.n;
+        row->prefill_ms = prefill_ms;
+        row->select_ms = r->select_ms;
+        row->decode_ms = decode_ms;
+        row->error = r->failed ? r->err.msg : NULL;
+        n_failed += r->failed;
+    }
+    char *answers = answers_json(&s);
+    StoreSample ss = {sw->rm->name, sw->setup, key, s.suite, s.task, s.domain, s.metric, s.index, s.depth_percent,
+                      s.target_tokens, n_ctx, n_q, answers, s.note};
+    if (store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
+    else {
+        sw->stats->rows_written += n;
+        sw->stats->samples_done++;
+        if (n_failed == n) sw->stats->samples_failed++;
+        sw->stats->prefill_ms += prefill_ms;
+        sw->stats->decode_ms += decode_ms;
+        if (n_failed && !sw->opt->progress_line)
+            fprintf(sw->opt->log, "%s: %s: %d of %d variants failed: %s\n", sw->rm->name, key, n_failed, n,
+                    runs[0].failed ? runs[0].err.msg : "see the error column");
+        else if (n_failed)
+            fprintf(sw->opt->log, "\r\033[K%s: %s: %d of %d variants failed\n", sw->rm->name, key, n_failed, n);
+    }
+    if (!sw->opt->progress_line && rc == 0) {
+        double mean = 0;
+        int ok = 0;
+        for (int i = 0; i < n; i++)
+            if (!runs[i].failed) mean += runs[i].score, ok++;
+        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms, mean score "
+                              "%.3f\n",
+                sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
+                decode_ms, ok ? mean / ok : 0.0);
+    }
+    free(answers);
+    for (int i = 0; i < n; i++) {
+        free(runs[i].prediction);
+        ids_free(&runs[i].out);
+    }
+    free(runs);
+    free(rows);
+    sample_free(&s);
+    return rc;
+}
+
+static void progress(Sweep *sw) {
+    const SweepStats *st = sw->stats;
+    if (!sw->opt->progress_line || st->samples_planned == 0) return;
+    double elapsed = util_now_ms() - sw->started_ms;
+    double per = st->samples_done ? elapsed / st->samples_done : 0;
+    double eta = per * (st->samples_planned - st->samples_done) / 1000.0;
+    fprintf(sw->opt->log, "\r\033[K%s: %d/%d samples  ETA %dm%02ds  prefill %.0f tok/s  decode %.1f tok/s",
+            sw->rm->name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
+            st->prefill_ms > 0 ? st->prefill_tokens / (st->prefill_ms / 1000) : 0.0,
+            st->decode_ms > 0 ? st->decode_tokens / (st->decode_ms / 1000) : 0.0);
+    fflush(sw->opt->log);
+}
+
+/* ---------------------------------------------------------------- one model */
+
+static int load_model(Sweep *sw, KvErr *err) {
+    const RunModel *rm = sw->rm;
+    if (model_load(&sw->model, rm->path, err)) return kv_wrap(err, "%s: model '%s'", sw->cfg->file, rm->name);
+    if (rm->tokenizer) {
+        if (tokenizer_load(&sw->own_tok, rm->tokenizer, err)) return kv_wrap(err, "%s: tokenizer", sw->cfg->file);
+        sw->tok = sw->own_tok;
+    } else {
+        sw->tok = sw->model->tokenizer;
+    }
+    if (!sw->tok)
+        return kv_fail(err, "%s: model '%s' has no tokenizer (a synthetic model needs \"tokenizer\": PATH)",
+                       sw->cfg->file, rm->name);
+    if (tokenizer_vocab_size(sw->tok) > sw->model->cfg.vocab_size)
+        return kv_fail(err, "%s: model '%s': the tokenizer has %d tokens, the model's vocabulary only %d",
+                       sw->cfg->file, rm->name, tokenizer_vocab_size(sw->tok), sw->model->cfg.vocab_size);
+    return backend_open(&sw->be, rm->backend, sw->model, err);
+}
+
+static int begin_run(Sweep *sw, KvErr *err) {
+    char sha[80], rev[64], host[256] = "unknown", hash[32], shard[32];
+    if (util_model_sha256(sw->rm->path, sha, sizeof sha, err)) return -1;
+    util_git_revision(rev, sizeof rev);
+    gethostname(host, sizeof host - 1);
+    snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
+    snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
+    const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
+    StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sha, tokenizer,
+                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
+    return store_begin_run(sw->store, &r, &sw->run_id, err);
+}
+
+static int sweep_model(Sweep *sw, KvErr *err) {
+    Plan plan = {0};
+    int rc = load_model(sw, err);
+    if (!rc) rc = plan_build(sw, &plan, err);
+    if (!rc) {
+        int variants = 0;
+        for (int i = 0; i < plan.n_items; i++)
+            for (int v = 0; v < sw->cfg->n_variants; v++) variants += plan.items[i].pending[v];
+        fprintf(sw->opt->log, "%s: %d samples to run (%d rows); %s\n", sw->rm->name, plan.n_items, variants,
+                plan.n_items ? "starting" : "nothing to do");
+    }
+    if (!rc && plan.n_items) rc = begin_run(sw, err);
+    if (!rc && plan.n_items) {
+        sw->stats->samples_planned += plan.n_items;
+        for (int i = 0; i < plan.n_items && !rc; i++) {
+            rc = process_item(sw, &plan, &plan.items[i], err);
+            progress(sw);
+        }
+        if (sw->opt->progress_line) fputc('\n', sw->opt->log);
+        if (!rc) rc = store_end_run(sw->store, sw->run_id, err);
+    }
+    plan_free(&plan, sw->cfg);
+    backend_close(sw->be);
+    tokenizer_free(sw->own_tok);
+    model_free(sw->model);
+    sw->be = NULL;
+    sw->own_tok = NULL;
+    sw->model = NULL;
+    sw->tok = NULL;
+    return rc;
+}
+
+/* Model files and tokenizers exist: checked for every model before the first one is loaded. */
+static int check_inputs(const RunConfig *cfg, KvErr *err) {
+    struct stat st;
+    for (int i = 0; i < cfg->n_models; i++) {
+        const RunModel *m = &cfg->models[i];
+        if (strncmp(m->path, "synthetic:", 10) && stat(m->path, &st))
+            return kv_fail(err, "%s: models[%d].path: %s: %s", cfg->file, i, m->path, strerror(errno));
+        if (m->tokenizer && stat(m->tokenizer, &st))
+            return kv_fail(err, "%s: models[%d].tokenizer: %s: %s", cfg->file, i, m->tokenizer, strerror(errno));
+        if (strcmp(m->backend, "cpu") && !strstr(backend_available(), m->backend))
+            return kv_fail(err, "%s: models[%d].backend: '%s' is not in this build (available: %s)", cfg->file, i,
+                           m->backend, backend_available());
+    }
+    return 0;
+}
+
+int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err) {
+    SweepStats local = {0};
+    Sweep sw = {0};
+    sw.cfg = cfg;
+    sw.opt = opt;
+    sw.stats = stats ? stats : &local;
+    memset(sw.stats, 0, sizeof *sw.stats);
+    sw.started_ms = util_now_ms();
+    snprintf(sw.setup, sizeof sw.setup, "cq=%d,max_new=%d", cfg->compress_question, cfg->max_new_tokens);
+    if (check_inputs(cfg, err) || util_make_parent_dirs(opt->db_path, err)) return -1;
+    if (!(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) return -1;
+    for (int v = 0; v < cfg->n_variants; v++) {
+        const RunVariant *x = &cfg->variants[v];
+        sw.keys[v] = (StoreVariantKey){x->policy.name, aggregation_name(x->policy.aggregation), x->params,
+                                       x->budget_label};
+    }
+    int rc = store_open(&sw.store, opt->db_path, 0, err);
+    for (int i = 0; i < cfg->n_models && !rc; i++) {
+        sw.rm = &cfg->models[i];
+        rc = sweep_model(&sw, err);
+    }
+    store_close(sw.store);
+    free(sw.keys);
+    sw.stats->wall_ms = util_now_ms() - sw.started_ms;
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* sweep.h — runs a configuration into a results database: models × tasks × samples, and per sample one
+ * prefill shared by every policy variant, whose compressed caches then decode together as one batch
+ * (DESIGN.md §1). The plan is the expansion minus the rows the database already holds, so a killed run
+ * resumes where it stopped; a failing sample becomes failed rows and the run goes on. */
+#ifndef KVBENCH_RUNS_SWEEP_H
+#define KVBENCH_RUNS_SWEEP_H
+
+#include <stdio.h>
+
+#include "../engine/err.h"
+#include "config.h"
+
+typedef struct {
+    const char *db_path;
+    int limit;            /* at most this many samples per task (after sharding); 0 = all */
+    int shard_index;      /* this process runs the samples whose key hashes to shard_index mod shard_count */
+    int shard_count;      /* 0 or 1: no sharding */
+    FILE *log;            /* progress and log lines */
+    int progress_line;    /* redraw one progress line (a terminal) instead of a line per sample */
+} SweepOptions;
+
+typedef struct {
+    int samples_planned, samples_done, samples_failed;
+    long rows_written;
+    long prefill_tokens, decode_tokens;
+    double prefill_ms, decode_ms, wall_ms;
+} SweepStats;
+
+/* Parses "i/N" with 0 <= i < N. */
+int sweep_parse_shard(const char *text, int *index, int *count, KvErr *err);
+
+/* Returns 0 when every planned sample was processed (failed samples included), -1 on a fatal error (the
+ * database cannot be written, a model cannot be loaded); rows written before it stay. stats may be NULL. */
+int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err);
+
+#endif

@@ -1,0 +1,641 @@
+/* check_cuda.c — the CUDA backend against the CPU backend, then its speed against ceilings measured in the same
+ * run. Built and run by tests/gpu/check.sh on a machine with an NVIDIA GPU; prints one PASS/FAIL line per check,
+ * one pass/miss line per speed target, a summary, and exits 1 if any check failed (a missed target is reported,
+ * not a failure).
+ *
+ * Correctness, on synthetic models at real shapes (random weights made here, nothing shipped):
+ *   - kernel lab: flash prefill and split-K decode attention against the naive oracle kernel;
+ *   - prefill logits, window attention, projected value norms and keys against the CPU backend;
+ *   - keep-sets of every policy run on each backend's observation: the CUDA side may disagree with the CPU
+ *     side no more than the CPU side disagrees with itself when its scores are rounded to bf16 (the
+ *     "separated by more than bf16 rounding" criterion, measured rather than assumed), exactly for policies
+ *     that read no observation;
+ *   - a batch of sequences on gathered head-variable caches: question feed and decode steps (logits, and the
+ *     traced attention probabilities);
+ *   - bad input: a cache larger than the GPU, a token outside the vocabulary, a full cache.
+ * Speed, on Llama-3.1-8B shapes: prefill at 4k and 32k tokens in TFLOP/s (matrix and attention FLOPs) against
+ * a large cuBLAS bf16 GEMM; decode at several cache and batch sizes in GB/s (weights plus kept KV bytes per
+ * step) against a device-to-device copy; observation and selection time against prefill time.
+ *
+ * Usage: check_cuda [--quick]   (--quick skips the 32k-token timings) */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../engine/backend.h"
+#include "../../engine/cuda/cuda_api.h"
+#include "../../engine/kvcache.h"
+#include "../../engine/model.h"
+#include "../../engine/observation.h"
+#include "../../policies/policy.h"
+
+/* Tolerances (bf16 weights and activations against the f32 CPU reference). */
+#define TOL_LOGITS 2e-2    /* max |a-b| / max |a| */
+#define TOL_ATTN 2e-2      /* max |a-b| of probabilities */
+#define TOL_REL 3e-2       /* value norms, keys: max |a-b| / max |a| */
+#define TOL_KERNEL 2e-2    /* fast kernel vs oracle, absolute, outputs of magnitude <= 1 */
+#define KEEP_SLACK 0.02    /* keep-set disagreement allowed beyond twice the bf16 self-disagreement */
+
+enum { N_POLICIES = 8, CTX = 300, QUESTION = 16, STEPS = 4, N_DECODE = 4 };
+static const char *POLICIES[N_POLICIES] = {"full",       "streamingllm", "snapkv",      "adakv",
+                                           "cake",       "criticalkv",   "defensivekv", "layer-defensivekv"};
+/* The sequences of the decode batch: keep-sets of these policies (indices into POLICIES). */
+static const int DECODE_POLICIES[N_DECODE] = {0, 2, 6, 1};
+
+typedef struct {
+    int checks, fails, targets, misses;
+} Summary;
+
+static void verdict(Summary *s, int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s  ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    fflush(stdout);
+    s->checks++;
+    s->fails += !ok;
+}
+
+static void target(Summary *s, int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("target %s  ", ok ? "pass" : "MISS");
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    fflush(stdout);
+    s->targets++;
+    s->misses += !ok;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static int random_token(int vocab) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (int)(rng % (uint64_t)vocab);
+}
+
+static double rel_err(const float *ref, const float *got, size_t n) {
+    double scale = 0.0, diff = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        scale = fmax(scale, fabs(ref[i]));
+        double e = fabs((double)ref[i] - got[i]);
+        if (!(e <= diff)) diff = e; /* NaN counts as the worst */
+    }
+    return diff / (scale > 0 ? scale : 1.0);
+}
+
+static double abs_err(const float *ref, const float *got, size_t n) {
+    double diff = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)ref[i] - got[i]);
+        if (!(e <= diff)) diff = e;
+    }
+    return diff;
+}
+
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Capturing a prefill's observations and running the policies on them                                    */
+
+typedef struct {
+    int is_cpu;                        /* the CPU observation needs observation_prepare */
+    int round_bf16;                    /* also run the policies on bf16-rounded scores (CPU side only) */
+    PolicyConfig cfg[N_POLICIES];
+    PolicyState *st[N_POLICIES], *st_bf16[N_POLICIES];
+    float **attn, **nu, **keys;        /* per layer: [H*w*L], [K*L], [K*L*d] */
+    int L, w, H, K, d;
+} Capture;
+
+static int capture_begin(Capture *c, const Model *m, int is_cpu, int L, KvErr *err) {
+    memset(c, 0, sizeof *c);
+    c->is_cpu = is_cpu;
+    c->round_bf16 = is_cpu;
+    int N = m->cfg.n_layers;
+    c->attn = calloc(N, sizeof(float *));
+    c->nu = calloc(N, sizeof(float *));
+    c->keys = calloc(N, sizeof(float *));
+    if (!c->attn || !c->nu || !c->keys) return kv_fail(err, "out of memory");
+    for (int p = 0; p < N_POLICIES; p++) {
+        if (policy_config(&c->cfg[p], POLICIES[p], NULL, err) ||
+            policy_begin(&c->st[p], &c->cfg[p], N, m->cfg.n_kv_heads, L, err) ||
+            (c->round_bf16 && policy_begin(&c->st_bf16[p], &c->cfg[p], N, m->cfg.n_kv_heads, L, err)))
+            return kv_wrap(err, "policy %s", POLICIES[p]);
+    }
+    return 0;
+}
+
+static void capture_end(Capture *c, int n_layers) {
+    for (int p = 0; p < N_POLICIES; p++) {
+        if (c->st[p]) policy_end(c->st[p]);
+        if (c->st_bf16[p]) policy_end(c->st_bf16[p]);
+    }
+    for (int l = 0; l < n_layers && c->attn; l++) {
+        free(c->attn[l]);
+        free(c->nu[l]);
+        free(c->keys[l]);
+    }
+    free(c->attn);
+    free(c->nu);
+    free(c->keys);
+}
+
+static float *copy_floats(const float *src, size_t n, int round) {
+    float *dst = malloc(n * sizeof(float));
+    if (dst)
+        for (size_t i = 0; i < n; i++) dst[i] = round ? bf16_round(src[i]) : src[i];
+    return dst;
+}
+
+static int on_layer(void *user, Observation *obs, KvErr *err) {
+    Capture *c = user;
+    if (c->is_cpu && observation_prepare(obs, 1, err)) return -1;
+    int l = obs->layer;
+    size_t n_attn = (size_t)obs->H * obs->w * obs->L, n_nu = (size_t)obs->K * obs->L;
+    c->L = obs->L, c->w = obs->w, c->H = obs->H, c->K = obs->K, c->d = obs->d;
+    c->attn[l] = copy_floats(obs->attn, n_attn, 0);
+    c->nu[l] = copy_floats(obs->value_norm, n_nu, 0);
+    c->keys[l] = malloc(n_nu * obs->d * sizeof(float));
+    if (!c->attn[l] || !c->nu[l] || !c->keys[l]) return kv_fail(err, "out of memory");
+    for (int k = 0; k < obs->K; k++)
+        memcpy(c->keys[l] + (size_t)k * obs->L * obs->d, obs->keys[k], (size_t)obs->L * obs->d * sizeof(float));
+    int rc = 0;
+    for (int p = 0; p < N_POLICIES && !rc; p++) rc = policy_observe(c->st[p], obs, err);
+    if (!rc && c->round_bf16) {
+        Observation rounded = *obs;
+        rounded.attn = copy_floats(obs->attn, n_attn, 1);
+        rounded.value_norm = copy_floats(obs->value_norm, n_nu, 1);
+        rounded.scratch = NULL;
+        if (!rounded.attn || !rounded.value_norm) rc = kv_fail(err, "out of memory");
+        for (int p = 0; p < N_POLICIES && !rc; p++) rc = policy_observe(c->st_bf16[p], &rounded, err);
+        free(rounded.attn);
+        free(rounded.value_norm);
+    }
+    if (c->is_cpu) observation_release(obs);
+    return rc;
+}
+
+/* Fraction of a's kept (head, position) pairs that b keeps too (segments are sorted ascending). */
+static double keep_overlap(const KeepSet *a, const KeepSet *b) {
+    long common = 0, total = a->total > b->total ? a->total : b->total;
+    for (int i = 0; i < a->n_layers * a->n_kv_heads; i++) {
+        const int *x = a->positions + a->offsets[i], *y = b->positions + b->offsets[i];
+        int nx = a->counts[i], ny = b->counts[i], ix = 0, iy = 0;
+        while (ix < nx && iy < ny) {
+            if (x[ix] == y[iy])
+                common++, ix++, iy++;
+            else if (x[ix] < y[iy])
+                ix++;
+            else
+                iy++;
+        }
+    }
+    return total ? (double)common / total : 1.0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Decode traces: the CPU's probabilities are kept, the CUDA backend's compared against them              */
+
+typedef struct {
+    int B, N, H;
+    float **probs;   /* [B*N*H] copies from the CPU */
+    int *n;          /* [B*N*H] */
+    double max_diff; /* over every compared row */
+    int mismatched;  /* rows whose key count or positions differ */
+    int compare;     /* 0: record (CPU), 1: compare (CUDA) */
+} TraceCmp;
+
+static void on_attention(void *user, int seq, int layer, int head, const float *probs, const int *positions,
+                         int n_keys) {
+    TraceCmp *t = user;
+    (void)positions;
+    int i = (seq * t->N + layer) * t->H + head;
+    if (!t->compare) {
+        free(t->probs[i]);
+        t->probs[i] = copy_floats(probs, (size_t)n_keys, 0);
+        t->n[i] = n_keys;
+        return;
+    }
+    if (!t->probs[i] || t->n[i] != n_keys) {
+        t->mismatched++;
+        return;
+    }
+    double e = abs_err(t->probs[i], probs, (size_t)n_keys);
+    if (!(e <= t->max_diff)) t->max_diff = e;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* CUDA against CPU on one synthetic model                                                                 */
+
+static void check_model(Summary *s, const char *spec) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *cpu = NULL, *gpu = NULL;
+    KvCache *cc = NULL, *gc = NULL, *cb[N_DECODE] = {0}, *gb[N_DECODE] = {0};
+    Capture cap_cpu, cap_gpu;
+    memset(&cap_cpu, 0, sizeof cap_cpu);
+    memset(&cap_gpu, 0, sizeof cap_gpu);
+    KeepSet ks_cpu[N_POLICIES], ks_gpu[N_POLICIES], ks_bf16[N_POLICIES];
+    memset(ks_cpu, 0, sizeof ks_cpu);
+    memset(ks_gpu, 0, sizeof ks_gpu);
+    memset(ks_bf16, 0, sizeof ks_bf16);
+    TraceCmp tr = {0};
+    float *lc = NULL, *lg = NULL;
+    int *tokens = NULL;
+    printf("\n== %s: CUDA against CPU ==\n", spec);
+    double t0 = now_s();
+    if (model_load(&m, spec, &err)) {
+        verdict(s, 0, "%s: load: %s", spec, err.msg);
+        return;
+    }
+    printf("model made in %.1f s\n", now_s() - t0);
+    const ModelConfig *c = &m->cfg;
+    int V = c->vocab_size, N = c->n_layers;
+    lc = malloc((size_t)N_DECODE * V * sizeof(float));
+    lg = malloc((size_t)N_DECODE * V * sizeof(float));
+    tokens = malloc((size_t)CTX * N_DECODE * sizeof(int));
+    if (!lc || !lg || !tokens) {
+        verdict(s, 0, "%s: out of host memory", spec);
+        goto done;
+    }
+    if (backend_open(&cpu, "cpu", m, &err) || backend_open(&gpu, "cuda", m, &err)) {
+        verdict(s, 0, "%s: backend_open: %s", spec, err.msg);
+        goto done;
+    }
+    for (int i = 0; i < CTX; i++) tokens[i] = random_token(V);
+    if (capture_begin(&cap_cpu, m, 1, CTX, &err) || capture_begin(&cap_gpu, m, 0, CTX, &err)) {
+        verdict(s, 0, "%s: policies: %s", spec, err.msg);
+        goto done;
+    }
+    {
+        ObserveHook hc = {.window = cap_cpu.cfg[0].window, .want_value_norm = 1, .on_layer = on_layer, .user = &cap_cpu};
+        ObserveHook hg = {.window = cap_cpu.cfg[0].window, .want_value_norm = 1, .on_layer = on_layer, .user = &cap_gpu};
+        int extra = QUESTION + STEPS;
+        double tc0 = now_s();
+        if (cpu->cache_new(cpu, &cc, CTX + extra, &err) || cpu->forward(cpu, &cc, 1, tokens, CTX, lc, &hc, NULL, &err)) {
+            verdict(s, 0, "%s: CPU prefill: %s", spec, err.msg);
+            goto done;
+        }
+        double tc1 = now_s();
+        if (gpu->cache_new(gpu, &gc, CTX + extra, &err) || gpu->forward(gpu, &gc, 1, tokens, CTX, lg, &hg, NULL, &err)) {
+            verdict(s, 0, "%s: CUDA prefill: %s", spec, err.msg);
+            goto done;
+        }
+        printf("prefill of %d tokens: CPU %.2f s, CUDA %.3f s (first call)\n", CTX, tc1 - tc0, now_s() - tc1);
+    }
+    verdict(s, rel_err(lc, lg, V) <= TOL_LOGITS, "%s prefill logits: relative error %.2e (<= %.0e)", spec,
+            rel_err(lc, lg, V), TOL_LOGITS);
+    {
+        double ea = 0, en = 0, ek = 0;
+        size_t n_attn = (size_t)cap_cpu.H * cap_cpu.w * cap_cpu.L, n_nu = (size_t)cap_cpu.K * cap_cpu.L;
+        for (int l = 0; l < N; l++) {
+            ea = fmax(ea, abs_err(cap_cpu.attn[l], cap_gpu.attn[l], n_attn));
+            en = fmax(en, rel_err(cap_cpu.nu[l], cap_gpu.nu[l], n_nu));
+            ek = fmax(ek, rel_err(cap_cpu.keys[l], cap_gpu.keys[l], n_nu * cap_cpu.d));
+        }
+        verdict(s, ea <= TOL_ATTN, "%s window attention [H=%d][w=%d][L=%d]: max abs error %.2e (<= %.0e)", spec,
+                cap_cpu.H, cap_cpu.w, cap_cpu.L, ea, TOL_ATTN);
+        verdict(s, en <= TOL_REL, "%s projected value norms: relative error %.2e (<= %.0e)", spec, en, TOL_REL);
+        verdict(s, ek <= TOL_REL, "%s keys after RoPE: relative error %.2e (<= %.0e)", spec, ek, TOL_REL);
+    }
+    {
+        Budget budget;
+        if (budget_parse("0.2", &budget, &err)) {
+            verdict(s, 0, "budget: %s", err.msg);
+            goto done;
+        }
+        for (int p = 0; p < N_POLICIES; p++) {
+            if (policy_select(cap_cpu.st[p], &budget, &ks_cpu[p], &err) ||
+                policy_select(cap_cpu.st_bf16[p], &budget, &ks_bf16[p], &err) ||
+                policy_select(cap_gpu.st[p], &budget, &ks_gpu[p], &err)) {
+                verdict(s, 0, "%s %s select: %s", spec, POLICIES[p], err.msg);
+                goto done;
+            }
+            double og = keep_overlap(&ks_cpu[p], &ks_gpu[p]), ob = keep_overlap(&ks_cpu[p], &ks_bf16[p]);
+            int exact = !policy_needs_attention(&cap_cpu.cfg[p]);
+            int ok = exact ? og == 1.0 : (1.0 - og) <= 2.0 * (1.0 - ob) + KEEP_SLACK;
+            verdict(s, ok, "%s keep-set %-17s at 20%%: CUDA/CPU overlap %.4f, CPU bf16-rounded/CPU overlap %.4f%s",
+                    spec, POLICIES[p], og, ob, exact ? " (must be exact)" : "");
+        }
+    }
+
+    /* A batch of sequences on gathered head-variable caches, the same keep-sets (the CPU's) on both sides. */
+    {
+        int extra = QUESTION + STEPS;
+        for (int b = 0; b < N_DECODE; b++) {
+            const KeepSet *ks = &ks_cpu[DECODE_POLICIES[b]];
+            if (cpu->cache_gather(cpu, cc, ks, extra, &cb[b], &err) ||
+                gpu->cache_gather(gpu, gc, ks, extra, &gb[b], &err)) {
+                verdict(s, 0, "%s gather: %s", spec, err.msg);
+                goto done;
+            }
+        }
+        for (int i = 0; i < N_DECODE * QUESTION; i++) tokens[i] = random_token(V);
+        if (cpu->forward(cpu, cb, N_DECODE, tokens, QUESTION, lc, NULL, NULL, &err) ||
+            gpu->forward(gpu, gb, N_DECODE, tokens, QUESTION, lg, NULL, NULL, &err)) {
+            verdict(s, 0, "%s question feed: %s", spec, err.msg);
+            goto done;
+        }
+        double e = 0;
+        for (int b = 0; b < N_DECODE; b++) e = fmax(e, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
+        verdict(s, e <= TOL_LOGITS, "%s question feed, %d sequences x %d tokens on gathered caches: logits "
+                "relative error %.2e", spec, N_DECODE, QUESTION, e);
+        tr.B = N_DECODE, tr.N = N, tr.H = c->n_heads;
+        tr.probs = calloc((size_t)N_DECODE * N * c->n_heads, sizeof(float *));
+        tr.n = calloc((size_t)N_DECODE * N * c->n_heads, sizeof(int));
+        if (!tr.probs || !tr.n) {
+            verdict(s, 0, "out of host memory");
+            goto done;
+        }
+        TraceHook tc_hook = {.on_attention = on_attention, .user = &tr};
+        double worst = 0;
+        for (int step = 0; step < STEPS; step++) {
+            int next[N_DECODE];
+            for (int b = 0; b < N_DECODE; b++) { /* greedy on the CPU's logits, fed to both */
+                int best = 0;
+                for (int v = 1; v < V; v++)
+                    if (lc[(size_t)b * V + v] > lc[(size_t)b * V + best]) best = v;
+                next[b] = best;
+            }
+            const TraceHook *hook = step == STEPS - 1 ? &tc_hook : NULL;
+            tr.compare = 0;
+            if (cpu->forward(cpu, cb, N_DECODE, next, 1, lc, NULL, hook, &err)) {
+                verdict(s, 0, "%s CPU decode: %s", spec, err.msg);
+                goto done;
+            }
+            tr.compare = 1;
+            if (gpu->forward(gpu, gb, N_DECODE, next, 1, lg, NULL, hook, &err)) {
+                verdict(s, 0, "%s CUDA decode: %s", spec, err.msg);
+                goto done;
+            }
+            for (int b = 0; b < N_DECODE; b++) worst = fmax(worst, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
+        }
+        verdict(s, worst <= TOL_LOGITS, "%s %d decode steps, batch of %d head-variable caches: logits relative "
+                "error %.2e", spec, STEPS, N_DECODE, worst);
+        verdict(s, tr.mismatched == 0 && tr.max_diff <= TOL_ATTN, "%s decode trace: max abs error of the attention "
+                "probabilities %.2e, %d rows with different key counts", spec, tr.max_diff, tr.mismatched);
+        int lens_ok = 1;
+        for (int b = 0; b < N_DECODE; b++)
+            for (int i = 0; i < N * c->n_kv_heads; i++) lens_ok &= cb[b]->len[i] == gb[b]->len[i];
+        verdict(s, lens_ok, "%s cache lengths per (layer, kv-head) agree after decoding", spec);
+    }
+
+    /* Bad input: clear errors, no crash, the backend usable afterwards. */
+    {
+        KvCache *huge = NULL;
+        int rc = gpu->cache_new(gpu, &huge, 1 << 28, &err);
+        verdict(s, rc == -1 && strstr(err.msg, "out of GPU memory") && strstr(err.msg, "free"),
+                "%s a cache of 2^28 entries per head: %s", spec, rc ? err.msg : "no error");
+        if (!rc) gpu->cache_free(gpu, huge);
+        int bad = V + 5;
+        rc = gpu->forward(gpu, gb, 1, &bad, 1, lg, NULL, NULL, &err);
+        verdict(s, rc == -1 && strstr(err.msg, "vocabulary"), "%s token id %d: %s", spec, bad, rc ? err.msg : "no error");
+        rc = gpu->forward(gpu, gb, 1, tokens, QUESTION + STEPS, lg, NULL, NULL, &err);
+        verdict(s, rc == -1 && strstr(err.msg, "no room"), "%s feeding past the capacity: %s", spec,
+                rc ? err.msg : "no error");
+        rc = gpu->forward(gpu, gb, 1, tokens, 1, lg, NULL, NULL, &err);
+        verdict(s, rc == 0, "%s the backend still works after the errors%s%s", spec, rc ? ": " : "", rc ? err.msg : "");
+    }
+done:
+    for (int i = 0; tr.probs && i < N_DECODE * N * c->n_heads; i++) free(tr.probs[i]);
+    free(tr.probs);
+    free(tr.n);
+    for (int p = 0; p < N_POLICIES; p++) {
+        keepset_free(&ks_cpu[p]);
+        keepset_free(&ks_gpu[p]);
+        keepset_free(&ks_bf16[p]);
+    }
+    if (m) {
+        capture_end(&cap_cpu, m->cfg.n_layers);
+        capture_end(&cap_gpu, m->cfg.n_layers);
+    }
+    for (int b = 0; b < N_DECODE; b++) {
+        if (cb[b]) cpu->cache_free(cpu, cb[b]);
+        if (gb[b]) gpu->cache_free(gpu, gb[b]);
+    }
+    if (cc) cpu->cache_free(cpu, cc);
+    if (gc) gpu->cache_free(gpu, gc);
+    backend_close(cpu);
+    backend_close(gpu);
+    model_free(m);
+    free(lc);
+    free(lg);
+    free(tokens);
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* Speed                                                                                                   */
+
+static double matrix_params(const ModelConfig *c) { /* per layer */
+    double D = c->d_model, d = c->head_dim, H = c->n_heads, K = c->n_kv_heads, F = c->d_ff;
+    return D * (H + 2 * K) * d + D * H * d + 3.0 * D * F;
+}
+
+static double prefill_flops(const ModelConfig *c, int T) {
+    double attn = 4.0 * c->head_dim * c->n_heads * (double)T * (T + 1) / 2.0;
+    return c->n_layers * (2.0 * T * matrix_params(c) + attn) + 2.0 * c->d_model * c->vocab_size;
+}
+
+static void noop_tokens(int *t, int n, int V) {
+    for (int i = 0; i < n; i++) t[i] = random_token(V);
+}
+
+typedef struct {
+    PolicyState *st[2];
+} SelectCtx;
+
+static int on_layer_select(void *user, Observation *obs, KvErr *err) {
+    SelectCtx *c = user;
+    for (int p = 0; p < 2; p++)
+        if (policy_observe(c->st[p], obs, err)) return -1;
+    return 0;
+}
+
+static void check_speed(Summary *s, const char *spec, double gemm_tflops, double copy_gbs, int quick) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *gpu = NULL;
+    int *tokens = NULL;
+    float *logits = NULL;
+    printf("\n== %s: speed ==\n", spec);
+    if (model_load(&m, spec, &err) || backend_open(&gpu, "cuda", m, &err)) {
+        verdict(s, 0, "%s: %s", spec, err.msg);
+        goto done;
+    }
+    const ModelConfig *c = &m->cfg;
+    int V = c->vocab_size, NK = c->n_layers * c->n_kv_heads, max_T = quick ? 4096 : 32768;
+    tokens = malloc((size_t)max_T * sizeof(int));
+    logits = malloc((size_t)64 * V * sizeof(float));
+    if (!tokens || !logits) {
+        verdict(s, 0, "out of host memory");
+        goto done;
+    }
+    noop_tokens(tokens, max_T, V);
+    double t_plain_max = 0;
+    for (int T = 4096; T <= max_T; T *= 8) {
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) { /* the first is a warm-up */
+            KvCache *kc = NULL;
+            if (gpu->cache_new(gpu, &kc, T, &err)) {
+                verdict(s, 0, "prefill %d: %s", T, err.msg);
+                goto done;
+            }
+            double t0 = now_s();
+            int rc = gpu->forward(gpu, &kc, 1, tokens, T, logits, NULL, NULL, &err);
+            double t = now_s() - t0;
+            gpu->cache_free(gpu, kc);
+            if (rc) {
+                verdict(s, 0, "prefill %d: %s", T, err.msg);
+                goto done;
+            }
+            if (rep > 0 && t < best) best = t;
+        }
+        double tf = prefill_flops(c, T) / best / 1e12;
+        t_plain_max = best;
+        printf("prefill %6d tokens: %.3f s, %.1f TFLOP/s (%.0f%% of the GEMM ceiling)\n", T, best, tf,
+               100 * tf / gemm_tflops);
+        if (T == 32768)
+            target(s, tf >= 0.5 * gemm_tflops, "prefill at 32k tokens: %.1f TFLOP/s >= 50%% of %.1f", tf, gemm_tflops);
+    }
+    {   /* observation + selection cost at the largest prefill: two policies, one of them with value norms */
+        int T = max_T;
+        SelectCtx sc = {{NULL, NULL}};
+        PolicyConfig pc[2];
+        KvCache *kc = NULL;
+        KeepSet ks[2];
+        memset(ks, 0, sizeof ks);
+        Budget budget;
+        const char *names[2] = {"snapkv", "defensivekv"};
+        int rc = budget_parse("0.2", &budget, &err);
+        for (int p = 0; p < 2 && !rc; p++)
+            rc = policy_config(&pc[p], names[p], NULL, &err) ||
+                 policy_begin(&sc.st[p], &pc[p], c->n_layers, c->n_kv_heads, T, &err);
+        if (!rc) rc = gpu->cache_new(gpu, &kc, T, &err);
+        double t0 = now_s();
+        ObserveHook hook = {.window = pc[0].window, .want_value_norm = 1, .on_layer = on_layer_select, .user = &sc};
+        if (!rc) rc = gpu->forward(gpu, &kc, 1, tokens, T, logits, &hook, NULL, &err);
+        for (int p = 0; p < 2 && !rc; p++) rc = policy_select(sc.st[p], &budget, &ks[p], &err);
+        double t = now_s() - t0;
+        if (kc) gpu->cache_free(gpu, kc);
+        for (int p = 0; p < 2; p++) {
+            if (sc.st[p]) policy_end(sc.st[p]);
+            keepset_free(&ks[p]);
+        }
+        if (rc) {
+            verdict(s, 0, "observed prefill %d: %s", T, err.msg);
+        } else {
+            double extra = t - t_plain_max;
+            printf("prefill %d tokens with observation + snapkv + defensivekv selection: %.3f s (+%.3f s)\n", T, t,
+                   extra);
+            target(s, extra <= 0.05 * t_plain_max, "observation and selection at %d tokens: %.1f%% of prefill <= 5%%",
+                   T, 100 * extra / t_plain_max);
+        }
+    }
+    {   /* decode: B sequences with full caches of `ctx` entries, gathered from one prefill */
+        double weight_bytes = 2.0 * (c->n_layers * matrix_params(c) + (double)c->d_model * V);
+        const int ctxs[2] = {4096, 32768}, batches[3] = {1, 8, 32}, steps = 16;
+        for (int ci = 0; ci < 2; ci++) {
+            int ctx = ctxs[ci];
+            if (ctx > max_T) continue;
+            KvCache *src = NULL;
+            KeepSet full;
+            memset(&full, 0, sizeof full);
+            if (gpu->cache_new(gpu, &src, ctx, &err) || gpu->forward(gpu, &src, 1, tokens, ctx, NULL, NULL, NULL, &err) ||
+                keepset_full(&full, c->n_layers, c->n_kv_heads, ctx, &err)) {
+                verdict(s, 0, "decode setup at %d: %s", ctx, err.msg);
+                if (src) gpu->cache_free(gpu, src);
+                keepset_free(&full);
+                goto done;
+            }
+            for (int bi = 0; bi < 3; bi++) {
+                int B = batches[bi], ok = 1;
+                KvCache *caches[32] = {0};
+                for (int b = 0; b < B && ok; b++)
+                    ok = !gpu->cache_gather(gpu, src, &full, steps + 2, &caches[b], &err);
+                int next[32];
+                double t = 0;
+                for (int step = 0; step < steps + 1 && ok; step++) {
+                    noop_tokens(next, B, V);
+                    double t0 = now_s();
+                    ok = !gpu->forward(gpu, caches, B, next, 1, logits, NULL, NULL, &err);
+                    if (step > 0) t += now_s() - t0; /* step 0 warms up */
+                }
+                for (int b = 0; b < B; b++)
+                    if (caches[b]) gpu->cache_free(gpu, caches[b]);
+                if (!ok) {
+                    verdict(s, 0, "decode ctx %d batch %d: %s", ctx, B, err.msg);
+                    continue;
+                }
+                double per_step = t / steps;
+                double kv_bytes = (double)B * NK * (ctx + steps / 2.0) * c->head_dim * 2 * 2;
+                double gbs = (weight_bytes + kv_bytes) / per_step / 1e9;
+                printf("decode ctx %6d batch %2d: %.2f ms/step, %.0f tokens/s, %.0f GB/s (%.0f%% of the copy "
+                       "ceiling; weights %.2f GB + KV %.2f GB per step)\n", ctx, B, per_step * 1e3, B / per_step,
+                       gbs, 100 * gbs / copy_gbs, weight_bytes / 1e9, kv_bytes / 1e9);
+                target(s, gbs >= 0.7 * copy_gbs, "decode ctx %d batch %d: %.0f GB/s >= 70%% of %.0f", ctx, B, gbs,
+                       copy_gbs);
+            }
+            gpu->cache_free(gpu, src);
+            keepset_free(&full);
+        }
+    }
+done:
+    backend_close(gpu);
+    model_free(m);
+    free(tokens);
+    free(logits);
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    Summary s = {0};
+    KvErr err = {{0}};
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, &err)) {
+        printf("FAIL  %s\n\nSUMMARY: FAIL (no usable GPU)\n", err.msg);
+        return 1;
+    }
+    printf("GPU 0: %s, compute capability %d.%d, %d SMs, %.1f GiB free of %.1f GiB, driver %d, runtime %d\n",
+           dev.name, dev.cc_major, dev.cc_minor, dev.n_sms, dev.mem_free / 1073741824.0, dev.mem_total / 1073741824.0,
+           dev.driver_version, dev.runtime_version);
+    double gemm_tflops = 0, copy_gbs = 0;
+    if (cuda_measure_ceilings(&gemm_tflops, &copy_gbs, &err)) {
+        verdict(&s, 0, "ceilings: %s", err.msg);
+    } else {
+        printf("ceilings: cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s, device copy %.0f GB/s (read + write)\n", gemm_tflops,
+               copy_gbs);
+    }
+    CudaSelftest lab;
+    if (cuda_kernel_selftest(&lab, &err)) {
+        verdict(&s, 0, "kernel lab: %s", err.msg);
+    } else {
+        verdict(&s, lab.flash_max_err <= TOL_KERNEL, "kernel lab: flash prefill vs naive oracle, %d shapes: max abs "
+                "error %.2e (<= %.0e)", lab.cases, lab.flash_max_err, TOL_KERNEL);
+        verdict(&s, lab.decode_max_err <= TOL_KERNEL, "kernel lab: split-K decode vs naive oracle, %d shapes: max abs "
+                "error %.2e (<= %.0e)", lab.cases, lab.decode_max_err, TOL_KERNEL);
+    }
+    check_model(&s, "synthetic:smollm2-135m:layers=2");
+    check_model(&s, "synthetic:llama-3.1-8b:layers=2");
+    if (gemm_tflops > 0) check_speed(&s, "synthetic:llama-3.1-8b:layers=4", gemm_tflops, copy_gbs, quick);
+    printf("\nSUMMARY: %s — %d checks, %d failed; %d speed targets, %d missed\n", s.fails ? "FAIL" : "PASS", s.checks,
+           s.fails, s.targets, s.misses);
+    return s.fails ? 1 : 0;
+}

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""gen_quant_cases.py — reference data for tests/test_gguf.c and the GGUF half of tests/test_model_load.c.
+
+Writes, under tests/data/gguf/ (run from the project root; needs PyPI numpy + gguf, see requirements.txt):
+  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q8_0, q4_K, q6_K) as random
+                       raw blocks (every bit pattern reachable, finite scales), each followed by "<name>.expected":
+                       the same values as f32 from gguf.quants.dequantize (PyPI gguf's numpy port of ggml);
+                       also one metadata key per GGUF value type, and a non-default alignment (64).
+  tiny_llama.gguf      a 2-layer Llama-architecture model (D=64, H=4, K=2, d=16, F=96, V=80) quantised like
+                       llama.cpp writes one: Q/K rows permuted by convert_hf_to_gguf.py's LlamaModel.permute,
+                       a rope_freqs.weight tensor (Llama-3.1 scaling), an untied output.weight.
+  tiny_qwen2.gguf      a 2-layer Qwen2 model: q/k/v biases, tied embeddings, f16/bf16 weights, not permuted.
+  tiny_expected.json   for both tiny models: the hyper-parameters and sample rows of every weight in Hugging
+                       Face order (dequantised, permutation undone), the RoPE inverse frequencies, and byte
+                       offsets inside tiny_llama.gguf that the bad-input tests corrupt.
+  smollm2_expected.json  when models/SmolLM2-135M-Instruct.Q4_1.gguf exists: sample rows of real weights,
+                       dequantised by the gguf package, Q/K un-permuted with numpy.
+"""
+import json
+import math
+import os
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize, quantize
+
+OUT = "tests/data/gguf"
+SMOLLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+rng = np.random.default_rng(20260501)
+
+# byte offsets of the f16 scale fields inside one block, per type (ggml-common.h)
+F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
+
+
+def random_f16(n, lo=-6, hi=2):
+    """Finite f16 scales of varied magnitude (random sign, exponent in 2^lo..2^hi)."""
+    v = rng.standard_normal(n) * np.exp2(rng.integers(lo, hi, n))
+    return v.astype(np.float16)
+
+
+def random_blocks(qtype, rows, cols):
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    nb = rows * cols // block
+    raw = rng.integers(0, 256, (nb, size), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        raw[:, off:off + 2] = random_f16(nb).view(np.uint8).reshape(nb, 2)
+    return raw.reshape(rows, cols // block * size)
+
+
+def random_half_bits(rows, cols, is_bf16):
+    bits = rng.integers(0, 1 << 16, (rows, cols), dtype=np.uint32).astype(np.uint16)
+    exp_mask, mant_mask = (0x7F80, 0x007F) if is_bf16 else (0x7C00, 0x03FF)
+    nan = ((bits & exp_mask) == exp_mask) & ((bits & mant_mask) != 0)
+    bits[nan] &= ~np.uint16(exp_mask)  # NaNs would not compare equal; make them finite
+    return bits.view(np.uint8).reshape(rows, cols * 2)
+
+
+def write_quant_cases():
+    w = gguf.GGUFWriter(f"{OUT}/quant_cases.gguf", "test")
+    w.add_custom_alignment(64)
+    w.add_uint8("t.u8", 200)
+    w.add_int8("t.i8", -5)
+    w.add_uint16("t.u16", 60000)
+    w.add_int16("t.i16", -300)
+    w.add_uint32("t.u32", 4000000000)
+    w.add_int32("t.i32", -7)
+    w.add_float32("t.f32", 1.5)
+    w.add_bool("t.bool", True)
+    w.add_string("t.str", "héllo")
+    w.add_uint64("t.u64", 1 << 40)
+    w.add_int64("t.i64", 12345)
+    w.add_float64("t.f64", 0.25)
+    w.add_array("t.arr_str", ["a", "", "xyz"])
+    w.add_array("t.arr_i32", [3, -1, 7])
+    rows, cols = 3, 512
+    cases = {"f16": (T.F16, random_half_bits(rows, cols, False)),
+             "bf16": (T.BF16, random_half_bits(rows, cols, True))}
+    for name, qt in [("q4_0", T.Q4_0), ("q4_1", T.Q4_1), ("q8_0", T.Q8_0), ("q4_K", T.Q4_K), ("q6_K", T.Q6_K)]:
+        cases[name] = (qt, random_blocks(qt, rows, cols))
+    # realistic blocks too: quantised from normal data by gguf's own quantiser (where it has one)
+    for name, qt in [("q4_0_real", T.Q4_0), ("q4_1_real", T.Q4_1), ("q8_0_real", T.Q8_0)]:
+        cases[name] = (qt, quantize(rng.standard_normal((rows, cols)).astype(np.float32) * 0.05, qt))
+    for name, (qt, raw) in cases.items():
+        w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
+        w.add_tensor(name + ".expected", dequantize(raw, qt).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ---- tiny models -------------------------------------------------------------------------------------------
+
+def permute(w, n_head):
+    """convert_hf_to_gguf.py LlamaModel.permute: HF rotate-half row order -> GGUF interleaved order."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute(w, n_head):
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_inv_freq(theta, d, factor, lo, hi, orig):
+    """transformers' _compute_llama3_parameters, in float64 then rounded to float32 (as HF computes in fp32)."""
+    inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    low_wl, high_wl = orig / lo, orig / hi
+    out = []
+    for f in inv:
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            out.append(f)
+        elif wl > low_wl:
+            out.append(f / factor)
+        else:
+            s = (orig / wl - lo) / (hi - lo)
+            out.append((1 - s) * f / factor + s * f)
+    return np.array(out)
+
+
+def sample_rows(mat, rows, n_values=None):
+    """Rows of a matrix: the first n_values values (all by default) and each whole row's float64 sum."""
+    return {"rows": rows, "values": [[float(x) for x in mat[r][:n_values]] for r in rows],
+            "sums": [float(mat[r].astype(np.float64).sum()) for r in rows]}
+
+
+def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs):
+    D, H, K, d, F, V, N = 64, 4, 2, 16, 96, 80, 2
+    theta = 500000.0
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny-{arch}-test")
+    p = arch
+    w.add_uint32(f"{p}.block_count", N)
+    w.add_uint32(f"{p}.context_length", 2048)
+    w.add_uint32(f"{p}.embedding_length", D)
+    w.add_uint32(f"{p}.feed_forward_length", F)
+    w.add_uint32(f"{p}.attention.head_count", H)
+    w.add_uint32(f"{p}.attention.head_count_kv", K)
+    w.add_float32(f"{p}.rope.freq_base", theta)
+    w.add_float32(f"{p}.attention.layer_norm_rms_epsilon", 1e-6 if arch == "qwen2" else 1e-5)
+    w.add_uint32(f"{p}.rope.dimension_count", d)
+    w.add_uint32(f"{p}.vocab_size", V)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    if arch == "llama":
+        w.add_uint32("tokenizer.ggml.eot_token_id", 3)
+        w.add_bool("tokenizer.ggml.add_bos_token", True)
+        w.add_string("tokenizer.chat_template", "{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}")
+    else:
+        w.add_string("tokenizer.chat_template", "{{ '<|im_start|>' + role }}")
+    exp = {"arch": arch, "n_layers": N, "d_model": D, "n_heads": H, "n_kv_heads": K, "head_dim": d, "d_ff": F,
+           "vocab": V, "tied": tied, "bias": bias, "tensors": {}}
+
+    def add(name, field, layer, hf, qt, perm_heads=0):
+        hf = hf.astype(np.float32)
+        gg = permute(hf, perm_heads) if perm_heads and permuted else hf
+        if qt in (T.F32,):
+            raw, back = gg, gg
+        elif qt == T.F16:
+            raw = gg.astype(np.float16)
+            back = raw.astype(np.float32)
+        else:
+            raw = quantize(gg, qt)
+            back = dequantize(raw, qt)
+        if qt in (T.F32, T.F16):
+            w.add_tensor(name, raw)
+        else:
+            w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
+        back = unpermute(back, perm_heads) if perm_heads and permuted else back
+        n = back.shape[0]
+        rows = sorted({0, 1, d // 2 - 1, d // 2, d // 2 + 1, n - 1}) if back.ndim == 2 else [0]
+        mat = back if back.ndim == 2 else back.reshape(1, -1)
+        exp["tensors"][name] = {"field": field, "layer": layer, **sample_rows(mat, [r for r in rows if r < n])}
+
+    g = lambda *s: rng.standard_normal(s) * 0.1  # noqa: E731
+    add("token_embd.weight", "tok_embd", -1, g(V, D), qtypes["embd"])
+    add("output_norm.weight", "out_norm", -1, 1 + g(D), T.F32)
+    if not tied:
+        add("output.weight", "lm_head", -1, g(V, D), qtypes["out"])
+    if rope_freqs:
+        inv = llama3_inv_freq(theta, d, 8.0, 1.0, 4.0, 8192)
+        plain = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+        w.add_tensor("rope_freqs.weight", (plain / inv).astype(np.float32))  # CONV's per-pair divisors
+        exp["rope_inv_freq"] = [float(x) for x in inv]
+    for l in range(N):
+        b = f"blk.{l}."
+        add(b + "attn_norm.weight", "attn_norm", l, 1 + g(D), T.F32)
+        add(b + "attn_q.weight", "wq", l, g(H * d, D), qtypes["attn"][l], H)
+        add(b + "attn_k.weight", "wk", l, g(K * d, D), qtypes["attn"][l], K)
+        add(b + "attn_v.weight", "wv", l, g(K * d, D), qtypes["attn"][l])
+        add(b + "attn_output.weight", "wo", l, g(D, H * d), qtypes["attn"][l])
+        if bias:
+            add(b + "attn_q.bias", "bq", l, g(H * d), T.F32)
+            add(b + "attn_k.bias", "bk", l, g(K * d), T.F32)
+            add(b + "attn_v.bias", "bv", l, g(K * d), T.F32)
+        add(b + "ffn_norm.weight", "ffn_norm", l, 1 + g(D), T.F32)
+        add(b + "ffn_gate.weight", "w_gate", l, g(F, D), qtypes["ffn"])
+        add(b + "ffn_up.weight", "w_up", l, g(F, D), qtypes["ffn"])
+        add(b + "ffn_down.weight", "w_down", l, g(D, F), qtypes["ffn"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return exp
+
+
+def corruption_offsets(path):
+    """Byte offsets in a GGUF for the bad-input tests (read back with gguf's own reader)."""
+    r = gguf.GGUFReader(path)
+    t = next(t for t in r.tensors if t.name == "blk.0.attn_q.weight")
+    nd = len(t.shape)
+    info = t.field.offset
+    name_end = info + 8 + len(t.name)
+    f = r.fields["llama.block_count"]
+    return {"file_size": os.path.getsize(path), "metadata_start": 24,
+            "metadata_mid": int(f.offset) + 4, "tensor_info_start": int(r.tensors[0].field.offset),
+            "attn_q_info": int(info), "attn_q_ne1": name_end + 4 + 8, "attn_q_type": name_end + 4 + 8 * nd,
+            "attn_q_offset_field": name_end + 4 + 8 * nd + 4, "data_start": int(r.data_offset),
+            "attn_q_data": int(t.data_offset)}
+
+
+def write_tiny_models():
+    exp = {}
+    exp["llama"] = tiny_model(f"{OUT}/tiny_llama.gguf", "llama",
+                              {"embd": T.Q8_0, "out": T.Q4_1, "attn": [T.Q4_0, T.Q4_1], "ffn": T.Q8_0},
+                              permuted=True, bias=False, tied=False, rope_freqs=True)
+    exp["llama"]["offsets"] = corruption_offsets(f"{OUT}/tiny_llama.gguf")
+    exp["qwen2"] = tiny_model(f"{OUT}/tiny_qwen2.gguf", "qwen2",
+                              {"embd": T.F16, "attn": [T.F16, T.F32], "ffn": T.F16},
+                              permuted=False, bias=True, tied=True, rope_freqs=False)
+    with open(f"{OUT}/tiny_expected.json", "w") as f:
+        json.dump(exp, f, separators=(",", ":"))
+
+
+def write_smollm2_expected():
+    if not os.path.exists(SMOLLM2):
+        print(f"{SMOLLM2} not found: smollm2_expected.json not written")
+        return
+    r = gguf.GGUFReader(SMOLLM2)
+    H, K, d = 9, 3, 64
+    out = {}
+    picks = [("token_embd.weight", "tok_embd", -1, [0, 1, 2, 1000, 49151], 0),
+             ("output_norm.weight", "out_norm", -1, [0], 0),
+             ("blk.0.attn_norm.weight", "attn_norm", 0, [0], 0),
+             ("blk.0.attn_q.weight", "wq", 0, [0, 1, 31, 32, 33, 63, 64, 100, 575], H),
+             ("blk.0.attn_k.weight", "wk", 0, [0, 1, 32, 64, 95, 191], K),
+             ("blk.29.attn_q.weight", "wq", 29, [5, 40, 300], H),
+             ("blk.29.attn_k.weight", "wk", 29, [3, 50, 150], K),
+             ("blk.0.attn_v.weight", "wv", 0, [0, 33, 191], 0),
+             ("blk.0.attn_output.weight", "wo", 0, [0, 575], 0),
+             ("blk.7.ffn_gate.weight", "w_gate", 7, [0, 1535], 0),
+             ("blk.7.ffn_up.weight", "w_up", 7, [10], 0),
+             ("blk.7.ffn_down.weight", "w_down", 7, [0, 575], 0),
+             ("blk.29.ffn_norm.weight", "ffn_norm", 29, [0], 0)]
+    for name, field, layer, rows, heads in picks:
+        t = next(t for t in r.tensors if t.name == name)
+        m = dequantize(t.data, t.tensor_type).astype(np.float32)
+        m = m.reshape(-1, int(t.shape[0]))
+        if heads:
+            m = unpermute(m, heads)
+        out[name] = {"field": field, "layer": layer, "type": t.tensor_type.name, **sample_rows(m, rows, 48)}
+    with open(f"{OUT}/smollm2_expected.json", "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    os.makedirs(OUT, exist_ok=True)
+    write_quant_cases()
+    write_tiny_models()
+    write_smollm2_expected()

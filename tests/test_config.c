@@ -1,0 +1,160 @@
+/* test_config.c — sweep configuration parsing: the expansion into variants, ${VAR} paths, and one clear error
+ * (file + key) for every kind of bad input, plus the shipped configs/ files parse (with their variables set). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runs/config.h"
+#include "test.h"
+
+static const char *GOOD =
+    "{\"name\": \"t\", \"db\": \"${KVB_TEST_DIR}/x.db\",\n"
+    " \"models\": [{\"path\": \"${KVB_TEST_DIR}/m.gguf\"}, {\"path\": \"synthetic:smollm2-135m\", \"name\": \"syn\",\n"
+    "              \"tokenizer\": \"models/t.gguf\"}],\n"
+    " \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_1\", \"vt\"], \"target_tokens\": 1024,\n"
+    "                \"n_samples\": 3, \"seed\": 7},\n"
+    "              {\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [500, 1000], \"depths\": [0, 50, 100]}],\n"
+    " \"policies\": [\"full\", \"streamingllm\", \"snapkv\", {\"name\": \"defensivekv\",\n"
+    "              \"aggregations\": [\"mean\", \"max\", \"max+prior\", \"default\"], \"pool_kernel\": 7}],\n"
+    " \"budgets\": [\"20%\", 0.4],\n"
+    " \"max_new_tokens\": 8, \"compress_question\": true, \"window\": 16}\n";
+
+/* Parses text and expects failure with every `want` substring in the message. */
+static void expect_error(TestCounts *tc, const char *text, const char *want1, const char *want2) {
+    RunConfig cfg;
+    KvErr err = {{0}};
+    int rc = config_parse(&cfg, "bad.json", text, &err);
+    CHECK(tc, rc == -1, "accepted: %s", text);
+    CHECK(tc, strstr(err.msg, "bad.json") != NULL, "message does not name the file: %s", err.msg);
+    CHECK(tc, strstr(err.msg, want1) != NULL, "message lacks '%s': %s", want1, err.msg);
+    if (want2) CHECK(tc, strstr(err.msg, want2) != NULL, "message lacks '%s': %s", want2, err.msg);
+}
+
+static const RunVariant *find(const RunConfig *cfg, const char *policy, const char *agg, const char *budget) {
+    for (int i = 0; i < cfg->n_variants; i++) {
+        const RunVariant *v = &cfg->variants[i];
+        if (!strcmp(v->policy.name, policy) && (!agg || !strcmp(aggregation_name(v->policy.aggregation), agg)) &&
+            !strcmp(v->budget_label, budget))
+            return v;
+    }
+    return NULL;
+}
+
+static void test_good(TestCounts *tc) {
+    RunConfig cfg;
+    KvErr err = {{0}};
+    setenv("KVB_TEST_DIR", "/data/k", 1);
+    int rc = config_parse(&cfg, "good.json", GOOD, &err);
+    CHECK(tc, rc == 0, "good config rejected: %s", err.msg);
+    if (rc) return;
+    CHECK(tc, !strcmp(cfg.name, "t") && !strcmp(cfg.db, "/data/k/x.db"), "name/db: %s %s", cfg.name, cfg.db);
+    CHECK(tc, cfg.n_models == 2, "models: %d", cfg.n_models);
+    CHECK(tc, !strcmp(cfg.models[0].path, "/data/k/m.gguf") && !strcmp(cfg.models[0].name, "m.gguf"),
+          "model 0: %s %s", cfg.models[0].path, cfg.models[0].name);
+    CHECK(tc, !strcmp(cfg.models[0].backend, "cpu") && !cfg.models[0].tokenizer, "model 0 defaults");
+    CHECK(tc, !strcmp(cfg.models[1].name, "syn") && !strcmp(cfg.models[1].tokenizer, "models/t.gguf"), "model 1");
+    CHECK(tc, cfg.n_datasets == 2 && cfg.datasets[0].n_tasks == 2 && cfg.datasets[0].seed == 7 &&
+                  cfg.datasets[0].target_tokens == 1024 && cfg.datasets[0].n_samples == 3,
+          "dataset 0");
+    CHECK(tc, cfg.datasets[1].seed == 42 && cfg.datasets[1].n_lengths == 2 && cfg.datasets[1].lengths[1] == 1000 &&
+                  cfg.datasets[1].n_depths == 3 && cfg.datasets[1].depths[1] == 50,
+          "dataset 1");
+    /* full once; streamingllm and snapkv × 2 budgets; defensivekv: mean, max, max+prior (default = max+prior
+     * is a duplicate) × 2 budgets. */
+    int want = 1 + 2 + 2 + 3 * 2;
+    CHECK(tc, cfg.n_variants == want, "variants: %d, want %d", cfg.n_variants, want);
+    const RunVariant *full = find(&cfg, "full", NULL, "full");
+    CHECK(tc, full && full->budget.keep_fraction == 1.0, "full variant");
+    const RunVariant *snap = find(&cfg, "snapkv", "mean", "20%");
+    CHECK(tc, snap && snap->budget.keep_fraction == 0.2 && !strcmp(snap->params, "w=16,k=5"), "snapkv 20%%");
+    CHECK(tc, find(&cfg, "snapkv", "mean", "40%") != NULL, "snapkv 40%% (from the number 0.4)");
+    const RunVariant *def = find(&cfg, "defensivekv", "max", "40%");
+    CHECK(tc, def && def->policy.pool_kernel == 7 && def->policy.window == 16 && !strcmp(def->params, "w=16,k=7"),
+          "defensivekv pool kernel override, the sweep's window");
+    CHECK(tc, cfg.window == 16, "window %d", cfg.window);
+    const RunVariant *stream = find(&cfg, "streamingllm", NULL, "20%");
+    CHECK(tc, stream && !strcmp(stream->params, ""), "streamingllm takes no window parameters");
+    CHECK(tc, cfg.max_new_tokens == 8 && cfg.compress_question == 1, "switches");
+    config_free(&cfg);
+}
+
+static void test_errors(TestCounts *tc) {
+    setenv("KVB_TEST_DIR", "/data/k", 1);
+    unsetenv("KVB_UNSET_VAR");
+    expect_error(tc, "{\"models\": [", "line 1", "not valid JSON");
+    expect_error(tc, "{\n\n \"models\": [}", "line 3", NULL);
+    expect_error(tc, "{\"modles\": []}", "unknown key 'modles'", "allowed:");
+    expect_error(tc, "{\"models\": [{\"path\": 3}]}", "models[0].path", "expected a string");
+    expect_error(tc, "{\"models\": [{\"name\": \"x\"}]}", "models[0].path", "missing");
+    expect_error(tc, "{\"models\": [{\"path\": \"${KVB_UNSET_VAR}/m\"}]}", "models[0].path", "KVB_UNSET_VAR");
+    expect_error(tc, "{\"models\": [{\"path\": \"m\", \"backend\": \"tpu\"}]}", "models[0].backend", NULL);
+    expect_error(tc, "{\"models\": [{\"path\": \"a/m\"}, {\"path\": \"b/m\"}]}", "models[1]", "same name");
+    const char *head = "{\"models\": [{\"path\": \"m\"}], ";
+    char text[1024];
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"nope\"]}]}", head);
+    expect_error(tc, text, "datasets[0].tasks[0]", "nope");
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": []}]}", head);
+    expect_error(tc, text, "datasets[0].tasks", "non-empty array");
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"], \"fraction\": 1.5}]}",
+             head);
+    expect_error(tc, text, "datasets[0].fraction", "out of range");
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"], \"n_samples\": 2.5}]}",
+             head);
+    expect_error(tc, text, "datasets[0].n_samples", "integer");
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"depths\": [120]}]}",
+             head);
+    expect_error(tc, text, "datasets[0].depths[0]", NULL);
+    const char *ds = "\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"]}], ";
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\", \"magic\"], \"budgets\": [\"20%%\"]}", head, ds);
+    expect_error(tc, text, "policies[1]", "magic");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [\"150%%\"]}", head, ds);
+    expect_error(tc, text, "budgets[0]", "150%");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [true]}", head, ds);
+    expect_error(tc, text, "budgets[0]", "expected a budget");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"]}", head, ds);
+    expect_error(tc, text, "budgets", "missing");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"aggregations\": [\"median\"]}",
+             head, ds);
+    expect_error(tc, text, "aggregations[0]", "median");
+    snprintf(text, sizeof text, "%s%s\"policies\": [{\"name\": \"snapkv\", \"windw\": 3}], \"budgets\": [0.2]}", head,
+             ds);
+    expect_error(tc, text, "policies[0]", "unknown key 'windw'");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"compress_question\": 1}", head,
+             ds);
+    expect_error(tc, text, "compress_question", "true or false");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"max_new_tokens\": -1}", head,
+             ds);
+    expect_error(tc, text, "max_new_tokens", "out of range");
+
+    RunConfig cfg;
+    KvErr err = {{0}};
+    CHECK(tc, config_load(&cfg, "tests/data/no_such_config.json", &err) == -1, "missing file accepted");
+    CHECK(tc, strstr(err.msg, "no_such_config.json") != NULL, "missing file message: %s", err.msg);
+}
+
+/* The shipped configs parse, with the variables they use pointing somewhere. */
+static void test_shipped(TestCounts *tc) {
+    static const char *files[] = {"configs/cpu_demo.json", "configs/paper_longbench_20.json",
+                                  "configs/paper_longbench_40.json", "configs/paper_ruler4k_quick.json",
+                                  "configs/ablation_aggregation.json", "configs/niah.json"};
+    setenv("MODELS_DIR", "/models", 0);
+    setenv("LONGBENCH_DIR", "/data/longbench", 0);
+    setenv("RULER_QA_DIR", "/data/ruler_qa", 0);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        RunConfig cfg;
+        KvErr err = {{0}};
+        int rc = config_load(&cfg, files[i], &err);
+        CHECK(tc, rc == 0, "%s: %s", files[i], err.msg);
+        if (!rc) {
+            CHECK(tc, cfg.n_variants > 0 && cfg.n_models > 0 && cfg.n_datasets > 0, "%s is empty", files[i]);
+            config_free(&cfg);
+        }
+    }
+}
+
+int main(void) {
+    TestCounts tc = {"test_config", 0, 0};
+    test_good(&tc);
+    test_errors(&tc);
+    test_shipped(&tc);
+    return test_finish(&tc);
+}

@@ -1,0 +1,100 @@
+/* test_cuda_nogpu.c — a CUDA build on a machine without a usable GPU: asking for the cuda backend gives one
+ * clear line saying what was needed and what was found (from the library and from `kvbench generate`), never a
+ * crash, and the cpu backend still works. Skipped, visibly, in a CPU-only build and where a GPU is present
+ * (tests/gpu/check.sh covers that case). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../engine/backend.h"
+#include "../engine/model.h"
+#include "test.h"
+
+#ifdef KVBENCH_CUDA
+#include "../engine/cuda/cuda_api.h"
+
+/* The message is one line that names the backend and points to the CPU fallback. */
+static void check_message(TestCounts *tc, const char *msg) {
+    CHECK(tc, strstr(msg, "cuda") != NULL, "message does not name the backend: %s", msg);
+    CHECK(tc, strstr(msg, "needed") != NULL || strstr(msg, "needs") != NULL, "message does not say what was needed: %s",
+          msg);
+    CHECK(tc, strstr(msg, "--backend cpu") != NULL, "message does not point to the cpu backend: %s", msg);
+    const char *nl = strchr(msg, '\n');
+    CHECK(tc, nl == NULL || nl[1] == '\0', "message spans several lines: %s", msg);
+}
+
+/* The library: backend_open("cuda") fails before touching the weights, then the cpu backend runs a forward. */
+static void check_library(TestCounts *tc, const char *device_msg) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    if (model_load(&m, "synthetic:smollm2-135m:layers=1:vocab=512", &err)) {
+        CHECK(tc, 0, "model_load: %s", err.msg);
+        return;
+    }
+    Backend *be = NULL;
+    int rc = backend_open(&be, "cuda", m, &err);
+    CHECK(tc, rc == -1 && be == NULL, "backend_open(cuda) succeeded without a GPU");
+    CHECK(tc, !strcmp(err.msg, device_msg), "backend_open(cuda) said '%s', the device check '%s'", err.msg,
+          device_msg);
+
+    KvCache *cache = NULL;
+    float logits[512];
+    int tokens[4] = {1, 2, 3, 4};
+    if (backend_open(&be, "cpu", m, &err) || be->cache_new(be, &cache, 8, &err) ||
+        be->forward(be, &cache, 1, tokens, 4, logits, NULL, NULL, &err)) {
+        CHECK(tc, 0, "cpu backend after the cuda failure: %s", err.msg);
+    } else {
+        int finite = 1;
+        for (int i = 0; i < 512; i++) finite &= isfinite(logits[i]);
+        CHECK(tc, finite, "cpu backend logits are not finite");
+        CHECK(tc, cache->n_pos == 4, "cpu cache advanced to %d, expected 4", cache->n_pos);
+    }
+    if (be) {
+        be->cache_free(be, cache);
+        backend_close(be);
+    }
+    model_free(m);
+}
+
+/* The command line: `kvbench generate --backend cuda` exits 1 with the device message on stderr. */
+static void check_command(TestCounts *tc) {
+    FILE *p = popen("./kvbench generate --backend cuda --model models/SmolLM2-135M-Instruct.Q4_1.gguf "
+                    "--prompt hello --max-new 2 2>&1",
+                    "r");
+    CHECK(tc, p != NULL, "cannot run ./kvbench");
+    if (!p) return;
+    char out[4096] = {0};
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    CHECK(tc, WIFEXITED(status) && WEXITSTATUS(status) == 1, "kvbench generate --backend cuda: status %d, output: %s",
+          status, out);
+    const char *prefix = "kvbench generate: backend 'cuda': ";
+    CHECK(tc, strncmp(out, prefix, strlen(prefix)) == 0, "unexpected output: %s", out);
+    check_message(tc, out);
+}
+
+int main(void) {
+    TestCounts tc = {"test_cuda_nogpu", 0, 0};
+    CudaDeviceInfo info;
+    KvErr err = {{0}};
+    if (cuda_device_query(&info, &err) == 0) {
+        printf("SKIP test_cuda_nogpu: a GPU is present (%s, compute capability %d.%d); run tests/gpu/check.sh\n",
+               info.name, info.cc_major, info.cc_minor);
+        return test_finish(&tc);
+    }
+    check_message(&tc, err.msg);
+    check_library(&tc, err.msg);
+    check_command(&tc);
+    return test_finish(&tc);
+}
+
+#else
+
+int main(void) {
+    TestCounts tc = {"test_cuda_nogpu", 0, 0};
+    printf("SKIP test_cuda_nogpu: built without CUDA (KVBENCH_CUDA undefined)\n");
+    return test_finish(&tc);
+}
+
+#endif

@@ -1,0 +1,528 @@
+/* test_policies.c — every policy on tiny contexts worked out by hand, then properties on random
+ * observations (kept counts equal the budgets, the window is kept where the spec says so, `full` keeps
+ * everything, keep-sets are sorted and unique), the stable top-k against qsort, and bad input.
+ * The hand cases use L=12, w=2 (prefix P=10) and pooling kernel 1 so that every score is a plain mean or
+ * max of the attention rows written below; the expected keep-sets are derived in the comments. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/observation.h"
+#include "../policies/policy_internal.h"
+#include "test.h"
+
+enum { L = 12, W = 2, P = L - W };
+
+/* One layer's observation over a caller's attention [H][W][L] and value norms [K][L]. */
+static Observation hand_obs(int layer, int n_layers, int H, int K, float *attn, float *nu) {
+    return (Observation){.layer = layer, .n_layers = n_layers, .L = L, .w = W, .H = H, .K = K, .d = 1, .D = 1,
+                         .attn = attn, .value_norm = nu};
+}
+
+/* Sets A[h][i][j] for the listed (j, value) pairs; the window columns take the rest of the row's mass. */
+static void set_row(float *attn, int h, int i, const int *js, const float *vals, int n) {
+    float *row = attn + ((size_t)h * W + i) * L, mass = 0;
+    memset(row, 0, sizeof(float) * L);
+    for (int t = 0; t < n; t++) row[js[t]] = vals[t], mass += vals[t];
+    row[P] = row[P + 1] = (1.0f - mass) / 2;
+}
+
+/* Runs one policy over `n_layers` observations and selects one budget; returns the keep-set. */
+static int run_policy(TestCounts *tc, const char *name, const char *agg, int pool, Observation *obs, int n_layers,
+                      const char *budget, KeepSet *ks) {
+    KvErr err;
+    PolicyConfig cfg;
+    PolicyState *st = NULL;
+    Budget b;
+    memset(ks, 0, sizeof *ks);
+    if (policy_config(&cfg, name, agg, &err) || budget_parse(budget, &b, &err)) {
+        CHECK(tc, 0, "%s: %s", name, err.msg);
+        return -1;
+    }
+    cfg.window = W;
+    cfg.pool_kernel = pool;
+    int rc = policy_begin(&st, &cfg, n_layers, obs[0].K, L, &err);
+    for (int l = 0; !rc && l < n_layers; l++) rc = policy_observe(st, &obs[l], &err);
+    if (!rc) rc = policy_select(st, &b, ks, &err);
+    CHECK(tc, rc == 0, "%s: %s", name, err.msg);
+    policy_end(st);
+    return rc;
+}
+
+/* Whether segment s of ks is exactly want[0..n) (ascending). */
+static int segment_is(const KeepSet *ks, int s, const int *want, int n) {
+    if (ks->counts[s] != n) return 0;
+    for (int t = 0; t < n; t++)
+        if (ks->positions[ks->offsets[s] + t] != want[t]) return 0;
+    return 1;
+}
+
+#define EXPECT_SEGMENT(tc, ks, s, ...)                                                         \
+    do {                                                                                       \
+        const int want_[] = {__VA_ARGS__};                                                     \
+        int n_ = (int)(sizeof want_ / sizeof want_[0]);                                        \
+        CHECK(tc, segment_is(ks, s, want_, n_), "%s segment %d: %d kept", #ks, s, (ks)->counts[s]); \
+    } while (0)
+
+/* StreamingLLM at L=12, f=0.5 (also "6tok"): n = 6, so positions 0..3 (sinks) and the last n - 4 = 2
+ * (10, 11). With 2 tokens (exactly 2: 1 - (1 - 2/12) would give int(1.9999999999999996) = 1): n < 4 sinks,
+ * so the two lowest of the tied 1-scores, 0 and 1. */
+static void test_streamingllm(TestCounts *tc) {
+    float attn[W * L] = {0};
+    Observation o = hand_obs(0, 1, 1, 1, attn, NULL);
+    KeepSet ks;
+    if (!run_policy(tc, "streamingllm", NULL, 5, &o, 1, "0.5", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 10, 11);
+    keepset_free(&ks);
+    if (!run_policy(tc, "streaming_llm", NULL, 5, &o, 1, "6tok", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 10, 11);
+    keepset_free(&ks);
+    if (!run_policy(tc, "streamingllm", NULL, 5, &o, 1, "2tok", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1);
+    keepset_free(&ks);
+}
+
+/* SnapKV, H=2 query heads on K=1 kv-head.
+ *   h0 i0: j0 .3, j3 .2, j5 .1      h0 i1: j0 .1, j3 .4, j7 .1
+ *   h1 i0: j2 .5, j5 .1             h1 i1: j2 .3, j8 .2
+ * mean (reference): window means h0 {j0 .2, j3 .3, j5 .05, j7 .05}, h1 {j2 .4, j5 .05, j8 .1}; group mean
+ *   j0 .1, j2 .2, j3 .15, j5 .05, j7 .025, j8 .05; window padded with the max .2.
+ *   n = int(12*0.5) = 6: j2, 10, 11 (.2, ties by position), j3, j0, then j5 before j8 (.05 tie) -> {0,2,3,5,10,11}.
+ * max: h0 {j0 .3, j3 .4, j5 .1, j7 .1}, h1 {j2 .5, j5 .1, j8 .2}; group max j0 .3, j2 .5, j3 .4, j5 .1,
+ *   j7 .1, j8 .2; window .5. n=6 -> {0,2,3,8,10,11}; f=0.6 gives n=7: next is j5 (.1, before j7).
+ * max+prior: the head mean over P=10 is 1.6/10 = .16, so j1,j4,j5,j6,j7,j9 rise to .16 (j8 .2 stays):
+ *   n=6 as max; n=7 takes the lowest of the .16 block, j1. */
+static void test_snapkv(TestCounts *tc) {
+    float attn[2 * W * L];
+    set_row(attn, 0, 0, (int[]){0, 3, 5}, (float[]){.3f, .2f, .1f}, 3);
+    set_row(attn, 0, 1, (int[]){0, 3, 7}, (float[]){.1f, .4f, .1f}, 3);
+    set_row(attn, 1, 0, (int[]){2, 5}, (float[]){.5f, .1f}, 2);
+    set_row(attn, 1, 1, (int[]){2, 8}, (float[]){.3f, .2f}, 2);
+    Observation o = hand_obs(0, 1, 2, 1, attn, NULL);
+    KeepSet ks;
+    if (!run_policy(tc, "snapkv", NULL, 1, &o, 1, "0.5", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 2, 3, 5, 10, 11);
+    keepset_free(&ks);
+    if (!run_policy(tc, "snapkv", "max", 1, &o, 1, "0.5", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 2, 3, 8, 10, 11);
+    keepset_free(&ks);
+    if (!run_policy(tc, "snapkv", "max", 1, &o, 1, "0.6", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 2, 3, 5, 8, 10, 11);
+    keepset_free(&ks);
+    if (!run_policy(tc, "snapkv", "max+prior", 1, &o, 1, "0.6", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 8, 10, 11);
+    keepset_free(&ks);
+}
+
+/* Pooling (kernel 5, zero padded, always / 5) by hand: one head whose window mean is 1 at j0 and j5
+ * (rows sum to more than 1 here, which only the scores see). Pooled: j0..2 get .2 (from j0), j3..7 get .2
+ * (from j5), j8, j9 get 0 (no window of 5 around j0 reaches j5). So the SnapKV score is .2 on j0..7, and
+ * the window is padded with the max, also .2: ten entries tie. With n=9 (f=0.75) the lowest nine positions
+ * win, j0..7 and j10 — the window's last token is evicted, as in the reference under the tie-low rule. */
+static void test_pooling(TestCounts *tc) {
+    float attn[W * L];
+    set_row(attn, 0, 0, (int[]){0, 5}, (float[]){1, 1}, 2);
+    set_row(attn, 0, 1, (int[]){0, 5}, (float[]){1, 1}, 2);
+    KvErr err;
+    PolicyConfig cfg;
+    policy_config(&cfg, "snapkv", NULL, &err);
+    cfg.window = W;
+    Observation o = hand_obs(0, 1, 1, 1, attn, NULL);
+    LayerScores ls;
+    CHECK(tc, score_layer(policy_row("snapkv"), &cfg, &o, &ls, &err) == 0, "%s", err.msg);
+    for (int j = 0; j < P; j++)
+        CHECK(tc, test_close(ls.score[j], j < 8 ? 0.2 : 0.0, 1e-7, 1), "pooled j%d = %g", j, ls.score[j]);
+    layer_scores_free(&ls);
+    KeepSet ks;
+    if (!run_policy(tc, "snapkv", NULL, 5, &o, 1, "0.75", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 4, 5, 6, 7, 10);
+    keepset_free(&ks);
+}
+
+/* Two kv-heads (H=K=2), both window rows of a head equal, so mean = max = the row:
+ *   head 0: j0 .30, j1 .20, j2 .10, j3 .05, j4 .05, j5 .04, j6 .03, j7 .02, j8 .01, j9 0
+ *   head 1: .02 on j0..8, j9 .5
+ * SnapKV score = the row; the layer max .5 pads the window of both heads. */
+static void two_head_rows(float *attn) {
+    int js0[] = {0, 1, 2, 3, 4, 5, 6, 7, 8}, js1[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    float v0[] = {.30f, .20f, .10f, .05f, .05f, .04f, .03f, .02f, .01f};
+    float v1[] = {.02f, .02f, .02f, .02f, .02f, .02f, .02f, .02f, .02f, .5f};
+    for (int i = 0; i < W; i++) set_row(attn, 0, i, js0, v0, 9), set_row(attn, 1, i, js1, v1, 10);
+}
+
+/* AdaKV at f=0.5: n=6, n_safe = int(6*0.2) = 1. Safeguard: head 0's top is window j10 (.5, before j11);
+ * head 1's is j9 (.5, tied with the window, lowest position). Top K*n = 12 of the layer: the two BIG, the
+ * three remaining .5 (h0 j11, h1 j10, j11), then head 0's j0 .30, j1, j2, j3, j4 (.05 tie, both in), j5 .04,
+ * j6 .03 = 12. Head 0 keeps 9, head 1 keeps 3.
+ * SnapKV at f=0.5: head 0 {0,1,2,3,10,11} (j3 before j4), head 1 {0,1,2,9,10,11}.
+ * CAKE, one layer: T = int((12*0.5 - 2)*1) = 4 prefix tokens per head, plus the window; the variance is 0,
+ * so head 0 takes j0..j3 and head 1 j9, j0, j1, j2. */
+static void test_adakv_snapkv_cake(TestCounts *tc) {
+    float attn[2 * W * L];
+    two_head_rows(attn);
+    Observation o = hand_obs(0, 1, 2, 2, attn, NULL);
+    KeepSet ks;
+    if (!run_policy(tc, "adakv", NULL, 1, &o, 1, "0.5", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 4, 5, 6, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 1, 9, 10, 11);
+    }
+    keepset_free(&ks);
+    if (!run_policy(tc, "snapkv", NULL, 1, &o, 1, "0.5", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 1, 0, 1, 2, 9, 10, 11);
+    }
+    keepset_free(&ks);
+    if (!run_policy(tc, "cake", NULL, 1, &o, 1, "0.5", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 1, 0, 1, 2, 9, 10, 11);
+    }
+    keepset_free(&ks);
+}
+
+/* Ada-CriticalKV on the same rows at f=0.5: head budgets as AdaKV, B0=9, B1=3; stage 1 b1 = 4 and 1.
+ * Head 0: stage 1 marks j10 (BIG), j11 (.5), j0, j1. Stage 2 ranks the rest by (s + 1e-4) * nu with
+ *   nu = 1 except j7 10, j8 100, j9 1000: j8 1.01, j7 .2001, j2 .1001, j9 .1, then j3/j4 .0501 -> j3.
+ *   Kept {0,1,2,3,7,8,9,10,11}: AdaKV's j4, j5, j6 lose to the large value norms.
+ * Head 1: stage 1 marks j9 (already BIG). nu = 1 except j0 100: j0 (.02+1e-4)*100 = 2.01 beats the window's
+ *   .5001, so it keeps {0, 9, 10}: the window is not protected (j10 before j11 on the tie). */
+static void test_criticalkv(TestCounts *tc) {
+    float attn[2 * W * L], nu[2 * L];
+    two_head_rows(attn);
+    for (int t = 0; t < 2 * L; t++) nu[t] = 1;
+    nu[7] = 10, nu[8] = 100, nu[9] = 1000, nu[L + 0] = 100;
+    Observation o = hand_obs(0, 1, 2, 2, attn, nu);
+    KeepSet ks;
+    if (!run_policy(tc, "criticalkv", NULL, 1, &o, 1, "0.5", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 7, 8, 9, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 1, 0, 9, 10);
+    }
+    keepset_free(&ks);
+}
+
+/* DefensiveKV: H=K=2, pooling kernel 1 (so the per-query pooled rows are the rows), equal value norms
+ * (nuhat = .5 everywhere).
+ *   h0 i0: j0 .4, j1 .2, j2 .1, j5 .1      h0 i1: j0 .4, j1 .1, j3 .2, j6 .1
+ *   h1 i0: j4 .6, j8 .2                    h1 i1: j4 .6, j9 .2
+ * Window bias as coded = mean over the 4 rows of the mass on prefix columns 8, 9 = (0+0+.2+.2)/4 = .1, so
+ * the threshold is .8. Mean shares: head 0 j0 .5, j1 .1875, j3 .125 (cum .5, .6875, .8125 >= .8 at t=2):
+ * 2 forced {0, 1}; head 1 j4 .75, j8 .125 (cum .875 at t=1): 1 forced {4}. Cap int(10*0.5 - 2) = 3.
+ * max+prior: head 0 max j0 .4, j1 .2, j3 .2, j2/j5/j6 .1, mean 1.1/10 = .11 -> others .11;
+ *   head 1 j4 .6, j8 .2, j9 .2, mean .1. c = delta/2; M = .3 (h1 j4).
+ *   Final: head 0 {j0, j1 forced, window} = .3, j3 .1, others .055; head 1 {j4, window} = .3, j8, j9 .1,
+ *   others .05. Top int(12*0.5*2) = 12: seven at .3, three at .1, then head 0's j2, j4 (.055, lowest).
+ * mean: head 0 c = j0 .2, j1 .075, j3 .05, j2/j5/j6 .025; head 1 j4 .3, j8/j9 .05: seven at .3, three
+ *   at .05, then head 0's j2, j5 -> head 0 {0,1,2,3,5,10,11}. max (no prior): same order, same set.
+ * Layer-DefensiveKV with this layer twice: top int(12*0.5*2*2) = 24 of 48; 14 at .3, 6 at .1, then four
+ *   of the .055 entries (head 0 of both layers), lowest flat index first: layer 0's j2, j4, j5, j6.
+ * Intended window bias: the mass on the window columns is .2 in every row, threshold .7: head 1's j4 (.75)
+ *   alone crosses it at t=0, so nothing is forced there; head 0 still forces 2. */
+static void test_defensivekv(TestCounts *tc) {
+    float attn[2 * W * L], nu[2 * L];
+    set_row(attn, 0, 0, (int[]){0, 1, 2, 5}, (float[]){.4f, .2f, .1f, .1f}, 4);
+    set_row(attn, 0, 1, (int[]){0, 1, 3, 6}, (float[]){.4f, .1f, .2f, .1f}, 4);
+    set_row(attn, 1, 0, (int[]){4, 8}, (float[]){.6f, .2f}, 2);
+    set_row(attn, 1, 1, (int[]){4, 9}, (float[]){.6f, .2f}, 2);
+    for (int t = 0; t < 2 * L; t++) nu[t] = 3;
+    Observation o[2] = {hand_obs(0, 2, 2, 2, attn, nu), hand_obs(1, 2, 2, 2, attn, nu)};
+    KvErr err;
+    PolicyConfig cfg;
+    policy_config(&cfg, "defensivekv", NULL, &err);
+    cfg.window = W, cfg.pool_kernel = 1;
+    LayerScores ls;
+    CHECK(tc, score_layer(policy_row("defensivekv"), &cfg, &o[0], &ls, &err) == 0, "%s", err.msg);
+    CHECK(tc, test_close(ls.window_bias, 0.1, 1e-7, 1) && test_close(ls.threshold, 0.8, 1e-7, 1), "bias %g", ls.window_bias);
+    CHECK(tc, ls.n_mass[0] == 2 && ls.n_mass[1] == 1, "mass counts %d %d", ls.n_mass[0], ls.n_mass[1]);
+    CHECK(tc, defensive_forced_count(&ls, 0, P, W, 0.5) == 2 && defensive_forced_count(&ls, 0, P, W, 0.4) == 2,
+          "forced below the cap");
+    /* f=0.3: cap int(10*0.3 - 2) = 1; f=0.1: cap int(1 - 2) = -1, Python's [: -1] keeps P - 1 = 9. */
+    CHECK(tc, defensive_forced_count(&ls, 0, P, W, 0.3) == 1 && defensive_forced_count(&ls, 0, P, W, 0.1) == 9,
+          "cap %d, negative cap %d", defensive_forced_count(&ls, 0, P, W, 0.3), defensive_forced_count(&ls, 0, P, W, 0.1));
+    CHECK(tc, test_close(ls.layer_max, 0.3, 1e-7, 1), "M %g", ls.layer_max);
+    layer_scores_free(&ls);
+    cfg.intended_window_bias = 1;
+    CHECK(tc, score_layer(policy_row("defensivekv"), &cfg, &o[0], &ls, &err) == 0, "%s", err.msg);
+    CHECK(tc, test_close(ls.window_bias, 0.2, 1e-7, 1) && ls.n_mass[0] == 2 && ls.n_mass[1] == 0,
+          "intended bias %g, mass counts %d %d", ls.window_bias, ls.n_mass[0], ls.n_mass[1]);
+    layer_scores_free(&ls);
+
+    KeepSet ks;
+    if (!run_policy(tc, "defensivekv", NULL, 1, o, 1, "0.5", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 4, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 1, 4, 8, 9, 10, 11);
+    }
+    keepset_free(&ks);
+    for (int a = 0; a < 2; a++) {
+        if (!run_policy(tc, "defensivekv", a ? "max" : "mean", 1, o, 1, "0.5", &ks)) {
+            EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 5, 10, 11);
+            EXPECT_SEGMENT(tc, &ks, 1, 4, 8, 9, 10, 11);
+        }
+        keepset_free(&ks);
+    }
+    if (!run_policy(tc, "layer-defensivekv", NULL, 1, o, 2, "0.5", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 4, 5, 6, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 1, 4, 8, 9, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 2, 0, 1, 3, 10, 11);
+        EXPECT_SEGMENT(tc, &ks, 3, 4, 8, 9, 10, 11);
+    }
+    keepset_free(&ks);
+}
+
+/* CAKE's adjust_budgets by hand (cap = P of the layers):
+ *   prefs 1,2,1, T=10, cap 8: raw 2.5, 5, 2.5 -> 2,5,2 (sum 9) -> +1 to the first: 3,5,2.
+ *   prefs 1,8,1, T=20, cap 10: raw 2,16,2 -> layer 1 capped at 10, excess 6 split over layers 0, 2: 5,10,5.
+ *   prefs 1,1,1, T=10, cap 8: 3.33 each -> 3,3,3 -> 4,3,3. */
+static void test_cake_budgets(TestCounts *tc) {
+    double raw[3];
+    int b[3];
+    cake_layer_budgets((double[]){1, 2, 1}, 3, 10, 8, raw, b);
+    CHECK(tc, b[0] == 3 && b[1] == 5 && b[2] == 2 && test_close(raw[0], 2.5, 1e-12, 1), "1,2,1: %d %d %d", b[0], b[1], b[2]);
+    cake_layer_budgets((double[]){1, 8, 1}, 3, 20, 10, raw, b);
+    CHECK(tc, b[0] == 5 && b[1] == 10 && b[2] == 5, "1,8,1: %d %d %d", b[0], b[1], b[2]);
+    cake_layer_budgets((double[]){1, 1, 1}, 3, 10, 8, raw, b);
+    CHECK(tc, b[0] == 4 && b[1] == 3 && b[2] == 3, "1,1,1: %d %d %d", b[0], b[1], b[2]);
+}
+
+/* ---- properties on random observations ---- */
+
+static unsigned rng_next(unsigned *s) {
+    *s ^= *s << 13, *s ^= *s >> 17, *s ^= *s << 5;
+    return *s;
+}
+
+/* Random causal softmax rows with a few heavy hitters, and positive value norms. */
+static void random_obs(unsigned *seed, int N, int H, int K, int Lr, int w, float *attn, float *nu, Observation *obs) {
+    for (int l = 0; l < N; l++) {
+        float *a = attn + (size_t)l * H * w * Lr;
+        for (int r = 0; r < H * w; r++) {
+            float *row = a + (size_t)r * Lr;
+            int last = Lr - w + r % w;
+            double sum = 0;
+            for (int j = 0; j < Lr; j++) {
+                double x = j <= last ? exp(3.0 * (rng_next(seed) % 1000) / 1000.0) * (rng_next(seed) % 11 == 0 ? 20 : 1) : 0;
+                row[j] = (float)x, sum += x;
+            }
+            for (int j = 0; j < Lr; j++) row[j] = (float)(row[j] / sum);
+        }
+        for (int t = 0; t < K * Lr; t++) nu[(size_t)l * K * Lr + t] = 0.5f + (rng_next(seed) % 1000) / 500.0f;
+        obs[l] = (Observation){.layer = l, .n_layers = N, .L = Lr, .w = w, .H = H, .K = K, .d = 1, .D = 1,
+                               .attn = a, .value_norm = nu + (size_t)l * K * Lr};
+    }
+}
+
+static void test_properties(TestCounts *tc) {
+    enum { N = 3, H = 4, K = 2, LR = 96, WR = 8 };
+    static float attn[N * H * WR * LR], nu[N * K * LR];
+    Observation obs[N];
+    unsigned seed = 12345;
+    random_obs(&seed, N, H, K, LR, WR, attn, nu, obs);
+    static const char *const policies[] = {"full", "streamingllm", "snapkv", "adakv", "cake", "criticalkv",
+                                           "defensivekv", "layer-defensivekv"};
+    static const char *const budgets[] = {"0.2", "0.35", "50%", "0.9", "1", "40tok", "96tok"};
+    for (int p = 0; p < 8; p++) {
+        KvErr err;
+        PolicyConfig cfg;
+        PolicyState *st;
+        CHECK(tc, policy_config(&cfg, policies[p], NULL, &err) == 0, "%s", err.msg);
+        cfg.window = WR;
+        CHECK(tc, policy_begin(&st, &cfg, N, K, LR, &err) == 0, "%s", err.msg);
+        for (int l = 0; l < N; l++) CHECK(tc, policy_observe(st, &obs[l], &err) == 0, "%s", err.msg);
+        for (int bi = 0; bi < 7; bi++) {
+            Budget b;
+            budget_parse(budgets[bi], &b, &err);
+            double f = budget_keep_fraction(&b, LR);
+            int n = (int)(LR * f);
+            KeepSet ks;
+            if (policy_select(st, &b, &ks, &err)) {
+                CHECK(tc, 0, "%s %s: %s", policies[p], budgets[bi], err.msg);
+                continue;
+            }
+            int sorted = 1, window_kept = 1, full_budget = f == 1.0 || p == 0;
+            long layer_sum[N] = {0};
+            for (int s = 0; s < N * K; s++) {
+                const int *pos = ks.positions + ks.offsets[s];
+                for (int t = 0; t < ks.counts[s]; t++) sorted &= pos[t] >= 0 && pos[t] < LR && (t == 0 || pos[t] > pos[t - 1]);
+                int in_window = 0;
+                for (int t = 0; t < ks.counts[s]; t++) in_window += pos[t] >= LR - WR;
+                window_kept &= in_window == WR;
+                layer_sum[s / K] += ks.counts[s];
+            }
+            CHECK(tc, sorted, "%s %s: positions not sorted, unique and in range", policies[p], budgets[bi]);
+            const char *name = policies[p];
+            if (full_budget) {
+                CHECK(tc, ks.total == N * K * LR, "%s %s keeps everything: %d", name, budgets[bi], ks.total);
+            } else if (!strcmp(name, "streamingllm") || !strcmp(name, "snapkv")) {
+                int ok = 1;
+                for (int s = 0; s < N * K; s++) ok &= ks.counts[s] == n;
+                CHECK(tc, ok, "%s %s: every head keeps %d", name, budgets[bi], n);
+                if (!strcmp(name, "snapkv") && n > WR) CHECK(tc, window_kept, "snapkv %s keeps the window", budgets[bi]);
+            } else if (!strcmp(name, "adakv") || !strcmp(name, "criticalkv")) {
+                int ok = 1;
+                for (int l = 0; l < N; l++) ok &= layer_sum[l] == K * n;
+                for (int s = 0; s < N * K; s++) ok &= ks.counts[s] >= (int)(n * 0.2);
+                CHECK(tc, ok, "%s %s: layers keep K*%d, heads at least the safeguard", name, budgets[bi], n);
+            } else if (!strcmp(name, "cake")) {
+                int T = (int)((LR * f - WR) * N);
+                CHECK(tc, ks.total == K * (T + N * WR) && window_kept, "cake %s: %d kept, want %d with the window",
+                      budgets[bi], ks.total, K * (T + N * WR));
+            } else if (!strcmp(name, "defensivekv")) {
+                int ok = 1;
+                for (int l = 0; l < N; l++) ok &= layer_sum[l] == (int)(LR * f * K);
+                CHECK(tc, ok && window_kept, "defensivekv %s: layers keep %d with the window", budgets[bi],
+                      (int)(LR * f * K));
+            } else {
+                CHECK(tc, ks.total == (int)(LR * f * K * N), "layer-defensivekv %s: %d kept, want %d", budgets[bi],
+                      ks.total, (int)(LR * f * K * N));
+            }
+            keepset_free(&ks);
+        }
+        /* out of range budgets fail at selection */
+        KeepSet ks;
+        Budget bad[] = {{.keep_fraction = 0.0}, {.keep_fraction = 1.5}, {.keep_fraction = -0.2}, {.tokens = LR + 1},
+                        {.keep_fraction = 0.005}};
+        for (int i = 0; i < 5; i++) {
+            int rc = policy_select(st, &bad[i], &ks, &err);
+            CHECK(tc, rc != 0 && strstr(err.msg, policies[p]), "%s bad budget %d: %s", policies[p], i,
+                  rc ? err.msg : "accepted");
+            if (!rc) keepset_free(&ks);
+        }
+        policy_end(st);
+    }
+}
+
+/* A context barely longer than the window: DefensiveKV's stage-1 cap int(P*f - w) is negative (P=8, w=32... here
+ * P=8, w=8, f=0.2: int(1.6 - 8) = -6, so Python's slicing forces all but the last 6 of the 8 prefix tokens);
+ * the layer still keeps exactly int(L*f*K). */
+static void test_short_context(TestCounts *tc) {
+    enum { N = 1, H = 2, K = 1, LR = 16, WR = 8 };
+    static float attn[N * H * WR * LR], nu[N * K * LR];
+    Observation obs[N];
+    unsigned seed = 99;
+    random_obs(&seed, N, H, K, LR, WR, attn, nu, obs);
+    KvErr err;
+    PolicyConfig cfg;
+    PolicyState *st;
+    policy_config(&cfg, "defensivekv", NULL, &err);
+    cfg.window = WR;
+    CHECK(tc, policy_begin(&st, &cfg, N, K, LR, &err) == 0, "%s", err.msg);
+    CHECK(tc, policy_observe(st, &obs[0], &err) == 0, "%s", err.msg);
+    Budget b = {.keep_fraction = 0.2};
+    KeepSet ks;
+    CHECK(tc, policy_select(st, &b, &ks, &err) == 0 && ks.total == (int)(LR * (1 - (1 - 0.2)) * K), "%s", err.msg);
+    keepset_free(&ks);
+    policy_end(st);
+    /* CAKE cannot give the window to every head when L*f < w */
+    policy_config(&cfg, "cake", NULL, &err);
+    cfg.window = WR;
+    CHECK(tc, policy_begin(&st, &cfg, N, K, LR, &err) == 0 && policy_observe(st, &obs[0], &err) == 0, "%s", err.msg);
+    CHECK(tc, policy_select(st, &b, &ks, &err) != 0 && strstr(err.msg, "window"), "cake short: %s", err.msg);
+    policy_end(st);
+}
+
+/* The stable top-k against a full qsort under the same order, with many ties. */
+static int cmp_desc(const void *pa, const void *pb, void *ctx) {
+    const float *s = ctx;
+    int a = *(const int *)pa, b = *(const int *)pb;
+    if (s[a] != s[b]) return s[a] > s[b] ? -1 : 1;
+    return a < b ? -1 : 1;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static void test_topk(TestCounts *tc) {
+    enum { NMAX = 500 };
+    static float s[NMAX];
+    static int order[NMAX], got[NMAX];
+    unsigned seed = 4242;
+    KvErr err;
+    int ok = 1;
+    for (int trial = 0; trial < 200; trial++) {
+        int n = 1 + (int)(rng_next(&seed) % NMAX), k = (int)(rng_next(&seed) % (n + 1));
+        int levels = 1 + (int)(rng_next(&seed) % 8);  /* few distinct values: ties everywhere */
+        for (int i = 0; i < n; i++) s[i] = (float)(rng_next(&seed) % levels), order[i] = i;
+        qsort_r(order, (size_t)n, sizeof(int), cmp_desc, s);
+        if (topk_stable(s, n, k, got, &err)) ok = 0;
+        qsort(got, (size_t)k, sizeof(int), cmp_int);
+        qsort(order, (size_t)k, sizeof(int), cmp_int);
+        for (int i = 0; i < k; i++) ok &= got[i] == order[i];
+        int sorted[NMAX];
+        sort_desc_stable(s, n, sorted, &err);
+        qsort_r(order, (size_t)n, sizeof(int), cmp_desc, s);
+        for (int i = 0; i < n; i++) ok &= sorted[i] == order[i];
+    }
+    CHECK(tc, ok, "top-k differs from qsort");
+    CHECK(tc, topk_stable(s, 4, 5, got, &err) != 0, "k > n fails");
+}
+
+static void test_bad_input(TestCounts *tc) {
+    KvErr err;
+    PolicyConfig cfg;
+    Budget b;
+    CHECK(tc, policy_config(&cfg, "snapkvv", NULL, &err) != 0 && strstr(err.msg, "unknown policy 'snapkvv'") &&
+                  strstr(err.msg, "defensivekv"), "unknown policy: %s", err.msg);
+    CHECK(tc, policy_config(&cfg, "snapkv", "median", &err) != 0 && strstr(err.msg, "median"), "unknown aggregation: %s", err.msg);
+    CHECK(tc, policy_config(&cfg, "streamingllm", "max", &err) != 0 && strstr(err.msg, "no aggregation"), "streaming + max: %s", err.msg);
+    CHECK(tc, policy_config(&cfg, "full", "default", &err) == 0 && cfg.aggregation == AGG_DEFAULT &&
+                  !strcmp(aggregation_name(cfg.aggregation), "none"), "full takes the default");
+    CHECK(tc, policy_config(&cfg, "efficient_defensivekv", NULL, &err) == 0 && !strcmp(cfg.name, "defensivekv") &&
+                  cfg.aggregation == AGG_MAX_PRIOR && cfg.window == 32 && cfg.pool_kernel == 5, "press name and defaults");
+    CHECK(tc, policy_config(&cfg, "criticalkv", "max+prior", &err) == 0 && cfg.aggregation == AGG_MAX_PRIOR &&
+                  policy_needs_value_norm(&cfg) && policy_needs_attention(&cfg), "criticalkv max+prior");
+    policy_config(&cfg, "streamingllm", NULL, &err);
+    CHECK(tc, !policy_needs_attention(&cfg) && !policy_needs_value_norm(&cfg), "streamingllm needs nothing");
+
+    static const char *const bad[] = {"", "abc", "0", "-0.2", "1.5", "150%", "12.5tok", "0tok", "0.2x", "nan"};
+    for (int i = 0; i < 10; i++)
+        CHECK(tc, budget_parse(bad[i], &b, &err) != 0 && strlen(err.msg) > 0, "budget '%s' accepted", bad[i]);
+    CHECK(tc, budget_parse("20%", &b, &err) == 0 && b.keep_fraction == 0.2 && b.tokens == 0, "20%%");
+    CHECK(tc, budget_parse("512 tokens", &b, &err) == 0 && b.tokens == 512, "512 tokens");
+    CHECK(tc, budget_parse("1", &b, &err) == 0 && b.keep_fraction == 1.0, "1");
+    b = (Budget){.keep_fraction = 0.2};
+    CHECK(tc, budget_compression_ratio(&b, 100) == 0.8 && budget_keep_fraction(&b, 4000) == 0.19999999999999996 &&
+                  (int)(4000 * budget_keep_fraction(&b, 4000)) == 799, "the 1 - 0.8 quirk");
+
+    PolicyState *st = NULL;
+    policy_config(&cfg, "snapkv", NULL, &err);
+    CHECK(tc, policy_begin(&st, &cfg, 2, 2, 32, &err) != 0 && strstr(err.msg, "longer than the window"),
+          "context = window: %s", err.msg);
+    CHECK(tc, policy_begin(&st, &cfg, 2, 2, 20, &err) != 0 && strstr(err.msg, "20 tokens"), "context < window: %s", err.msg);
+    cfg.pool_kernel = 4;
+    CHECK(tc, policy_begin(&st, &cfg, 2, 2, 64, &err) != 0 && strstr(err.msg, "odd"), "even kernel: %s", err.msg);
+    cfg.pool_kernel = 5, cfg.window = 0;
+    CHECK(tc, policy_begin(&st, &cfg, 2, 2, 64, &err) != 0 && strstr(err.msg, "window"), "window 0: %s", err.msg);
+    cfg.window = W;
+    float attn[2 * W * L];
+    two_head_rows(attn);
+    Observation o = hand_obs(1, 2, 2, 2, attn, NULL);
+    CHECK(tc, policy_begin(&st, &cfg, 2, 2, L, &err) == 0, "%s", err.msg);
+    CHECK(tc, policy_observe(st, &o, &err) != 0 && strstr(err.msg, "expected layer 0"), "out of order: %s", err.msg);
+    KeepSet ks;
+    b = (Budget){.keep_fraction = 0.5};
+    CHECK(tc, policy_select(st, &b, &ks, &err) != 0 && strstr(err.msg, "0 of 2"), "select early: %s", err.msg);
+    o.layer = 0, o.w = 3;
+    CHECK(tc, policy_observe(st, &o, &err) != 0 && strstr(err.msg, "window"), "window mismatch: %s", err.msg);
+    o.w = W, o.attn = NULL;
+    CHECK(tc, policy_observe(st, &o, &err) != 0 && strstr(err.msg, "without attention"), "no attention: %s", err.msg);
+    policy_end(st);
+    policy_config(&cfg, "criticalkv", NULL, &err);
+    cfg.window = W;
+    o.attn = attn;
+    CHECK(tc, policy_begin(&st, &cfg, 1, 2, L, &err) == 0 && policy_observe(st, &o, &err) != 0 &&
+                  strstr(err.msg, "value norms"), "no value norms: %s", err.msg);
+    policy_end(st);
+    cfg.name = "nonesuch";
+    CHECK(tc, policy_begin(&st, &cfg, 1, 2, L, &err) != 0 && strstr(err.msg, "nonesuch"), "begin unknown: %s", err.msg);
+
+    KeepSet full;
+    CHECK(tc, keepset_full(&full, 2, 3, 5, &err) == 0 && full.total == 30 && full.positions[full.offsets[4] + 4] == 4,
+          "keepset_full");
+    keepset_free(&full);
+    CHECK(tc, keepset_init(&full, 1, 2, (int[]){3, -1}, &err) != 0 && strstr(err.msg, "negative"), "negative count");
+    CHECK(tc, keepset_full(&full, 1, 2, 0, &err) != 0, "empty context");
+}
+
+int main(void) {
+    TestCounts tc = {"policies", 0, 0};
+    test_streamingllm(&tc);
+    test_snapkv(&tc);
+    test_pooling(&tc);
+    test_adakv_snapkv_cake(&tc);
+    test_criticalkv(&tc);
+    test_defensivekv(&tc);
+    test_cake_budgets(&tc);
+    test_properties(&tc);
+    test_short_context(&tc);
+    test_topk(&tc);
+    test_bad_input(&tc);
+    return test_finish(&tc);
+}
