@@ -68,10 +68,20 @@ int dataset_get(Dataset *ds, int index, Sample *out, KvErr *err) {
     int n = dataset_count(ds);
     if (index < 0 || index >= n)
         return kv_fail(err, "%s sample index %d is out of range (the task has %d)", ds->ops->name, index, n);
-    if (ds->ops->get(ds->state, index, out, err) != 0) {
+    char id[512];
+    ds->ops->sample_id(ds->state, index, id, sizeof id);
+    if (!(out->id = ds_strdup(id, err)) || ds->ops->get(ds->state, index, out, err) != 0) {
         sample_free(out);
-        return -1;
+        return kv_wrap(err, "%s", id);
     }
+    return 0;
+}
+
+int dataset_sample_id(const Dataset *ds, int index, char *out, size_t size, KvErr *err) {
+    int n = dataset_count(ds);
+    if (index < 0 || index >= n)
+        return kv_fail(err, "%s sample index %d is out of range (the task has %d)", ds->ops->name, index, n);
+    ds->ops->sample_id(ds->state, index, out, size);
     return 0;
 }
 

@@ -2,7 +2,9 @@
  *
  * A suite is opened for one task with options, then yields samples by index. Token counting (RULER's target
  * length, LongBench's middle truncation, `data show --model`) goes through a caller-given function, so this
- * module does not depend on the engine. Spec: ../shared/spec/datasets.md. */
+ * module does not depend on the engine. A Dataset is used by one thread at a time (dataset_get keeps the last
+ * fitted size as the next search's starting point). Assets (prompt halves, essays, word lists, templates) are
+ * read from datasets/assets/ (see DatasetOptions.assets_dir). Spec: ../shared/spec/datasets.md. */
 #ifndef KVBENCH_DATASET_H
 #define KVBENCH_DATASET_H
 
@@ -11,9 +13,11 @@
 #include "../engine/err.h"
 
 typedef struct {
-    char *id;              /* stable across runs: "longbench:multi_news:17", "ruler:niah_single_1:3", ... */
+    char *id;              /* stable across runs and subsets: "longbench:multi_news:17" (17 = 0-based line of the
+                              file), "ruler:niah_single_1:3" (3 = generated row), "niah:needle:L4096:d33" */
     char *suite;           /* "longbench" | "ruler" | "niah" */
-    char *task;            /* e.g. "multi_news" */
+    char *task;            /* e.g. "multi_news"; "qa_1_substitute" / "qa_2_substitute" when RULER's QA sources
+                              were not given and the labelled substitute ran */
     int index;             /* position within the task after subsetting */
     char *context;         /* the text that is prefilled and compressed */
     char *question;        /* fed after compression (never compressed, spec policies.md §4.3) */
@@ -45,14 +49,20 @@ typedef int (*TokenCountFn)(void *user, const char *text, int *n_tokens, KvErr *
 int dataset_count_words(void *user, const char *text, int *n_tokens, KvErr *err);
 
 typedef struct {
-    const char *data_path;     /* LongBench: a directory of JSONL files or data.zip; RULER: optional SQuAD /
-                                  HotpotQA directory; NIAH: unused (shipped essays) */
-    const char *assets_dir;    /* the project's datasets/assets (essays, word lists, configs); NULL = default */
-    double fraction;           /* take this fraction per task (0 = all), drawn with `seed` */
-    int first_n;               /* or the first N (0 = all) */
-    unsigned long long seed;
-    int target_tokens;         /* RULER / NIAH context length; LongBench: middle-truncate to this (0 = none) */
-    int n_samples;             /* RULER: samples to generate per task; NIAH: unused */
+    const char *data_path;     /* LongBench: a directory of TASK.jsonl files or LongBench's data.zip (read in
+                                  place); RULER qa_1 / qa_2: a SQuAD v2 dev / HotpotQA dev file or a directory
+                                  holding squad.json|dev-v2.0.json / hotpotqa.json|hotpot_dev_distractor_v1.json
+                                  (without it a labelled substitute runs); NIAH: unused (shipped essays) */
+    const char *assets_dir;    /* the project's datasets/assets; NULL = $KVBENCH_ASSETS, else "datasets/assets" */
+    double fraction;           /* take round(fraction * n) rows per task (0 = all) in the order pandas'
+                                  sample(frac, random_state=seed) picks them (seed < 2^32) */
+    int first_n;               /* then at most the first N (0 = all) */
+    unsigned long long seed;   /* subsets, and RULER's generator */
+    int target_tokens;         /* RULER context length (default 4096, minus the task's tokens to generate);
+                                  NIAH: the one context length when `lengths` is NULL (default 4096);
+                                  LongBench: middle-truncate context + question to this (0 = none, as the
+                                  reference) */
+    int n_samples;             /* RULER: samples per task (default 500); others: unused */
     const double *depths;      /* NIAH depth grid in percent (NULL = default grid) */
     int n_depths;
     const int *lengths;        /* NIAH context lengths in tokens (NULL = target_tokens) */
@@ -67,8 +77,11 @@ typedef struct Dataset Dataset;
 /* spec: "SUITE:TASK", e.g. "longbench:multi_news", "ruler:niah_multikey_3", "niah:needle". */
 int dataset_open(Dataset **out, const char *spec, const DatasetOptions *opt, KvErr *err);
 int dataset_count(const Dataset *ds);
-/* Fills *out (caller frees with sample_free). */
+/* Fills *out (caller frees with sample_free; on failure *out holds nothing to free). */
 int dataset_get(Dataset *ds, int index, Sample *out, KvErr *err);
+/* The id that sample `index` has (Sample.id), without building it: planners and shards key on ids, and a RULER /
+ * NIAH sample costs token counting to build. */
+int dataset_sample_id(const Dataset *ds, int index, char *out, size_t size, KvErr *err);
 /* Lines skipped as malformed (skip_bad_lines). */
 int dataset_skipped(const Dataset *ds);
 void dataset_close(Dataset *ds);

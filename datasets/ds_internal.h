@@ -17,6 +17,8 @@ typedef struct {
     int (*open)(void **state, const char *task, const DatasetOptions *opt, KvErr *err);
     int (*count)(const void *state);
     int (*get)(void *state, int index, Sample *out, KvErr *err);
+    /* Sample.id of sample index without building the sample (index already range-checked). */
+    void (*sample_id)(const void *state, int index, char *out, size_t size);
     int (*skipped)(const void *state);
     void (*close)(void *state);
     int (*task_known)(const char *task);

@@ -48,6 +48,7 @@ void sb_addf(StrBuf *b, const char *fmt, ...) {
 
 char *sb_finish(StrBuf *b, KvErr *err) {
     if (!b->failed && sb_reserve(b, 0) == 0) {
+        b->s[b->n] = '\0'; /* an empty buffer was only just allocated */
         char *s = b->s;
         *b = (StrBuf){0};
         return s;
@@ -118,7 +119,6 @@ char *ds_fill(const char *tmpl, int n, const char *const *names, const char *con
             p++;
         }
     }
-    if (b.n == 0) sb_add(&b, "", 0);
     return sb_finish(&b, err);
 }
 

@@ -383,9 +383,7 @@ static int lb_get(void *state, int index, Sample *s, KvErr *err) {
     const LbRecord *r = &st->records[st->rows[index]];
     const char *ctx_name[] = {"context"}, *in_name[] = {"input"};
     const char *ctx_val[] = {r->context}, *in_val[] = {r->input};
-    StrBuf id = {0};
-    sb_addf(&id, "longbench:%s:%d", st->task->name, r->row);
-    if (!(s->id = sb_finish(&id, err)) || !(s->suite = ds_strdup("longbench", err)) ||
+    if (!(s->suite = ds_strdup("longbench", err)) ||
         !(s->task = ds_strdup(st->task->name, err)) ||
         !(s->context = ds_fill(st->context_prompt, 1, ctx_name, ctx_val, err)) ||
         !(s->question = ds_fill(st->question_prompt, 1, in_name, in_val, err)) ||
@@ -404,8 +402,13 @@ static int lb_get(void *state, int index, Sample *s, KvErr *err) {
     s->depth_percent = -1;
     if (st->opt.target_tokens > 0 &&
         truncate_middle(&st->opt, &s->context, s->question, st->opt.target_tokens, &s->note, err) != 0)
-        return kv_wrap(err, "%s", s->id);
+        return -1;
     return 0;
+}
+
+static void lb_sample_id(const void *state, int index, char *out, size_t size) {
+    const LbState *st = state;
+    snprintf(out, size, "longbench:%s:%d", st->task->name, st->records[st->rows[index]].row);
 }
 
 static void lb_print_list(FILE *f) {
@@ -423,5 +426,5 @@ static void lb_print_list(FILE *f) {
     cJSON_Delete(maxlen);
 }
 
-const SuiteOps LONGBENCH_SUITE = {"longbench", lb_open, lb_count, lb_get, lb_skipped, lb_close, lb_task_known,
-                                  lb_print_list};
+const SuiteOps LONGBENCH_SUITE = {"longbench", lb_open, lb_count, lb_get, lb_sample_id, lb_skipped, lb_close,
+                                  lb_task_known, lb_print_list};

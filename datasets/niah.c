@@ -13,7 +13,8 @@
 #include "ds_internal.h"
 
 #define NEEDLE "\nThe best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day.\n"
-#define NEEDLE_ANSWER "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
+/* The reference words E of the heat-map score (spec §3): what the model should continue the retrieval text with. */
+#define NEEDLE_ANSWER "eat a sandwich and sit in Dolores Park on a sunny day."
 #define RETRIEVAL_QUESTION "The best thing to do in San Francisco is: "
 #define CONTEXT_HEAD "<|im_start|> This is a very long story book: <book> "
 #define CONTEXT_TAIL " </book>.\n"
@@ -35,7 +36,6 @@ typedef struct {
     int *rows, n_rows;
     int needle_tokens;
     int size_hint;
-    const char *scratch_text; /* the text the probe counts a prefix of */
     char *scratch;
 } NiahState;
 
@@ -183,6 +183,12 @@ fail:
     return -1;
 }
 
+static void niah_sample_id(const void *state, int index, char *out, size_t size) {
+    const NiahState *st = state;
+    int cell = st->rows[index];
+    snprintf(out, size, "niah:needle:L%d:d%g", st->lengths[cell / st->n_depths], st->depths[cell % st->n_depths]);
+}
+
 static int niah_count(const void *state) { return ((const NiahState *)state)->n_rows; }
 static int niah_skipped(const void *state) { (void)state; return 0; }
 
@@ -193,7 +199,7 @@ static int niah_get(void *state, int index, Sample *s, KvErr *err) {
     double depth = st->depths[cell % st->n_depths];
     int words;
     if (ds_fit_size(prefix_probe, st, 1, 1, st->n_words, length - PROMPT_BUFFER - st->needle_tokens, st->size_hint,
-                    &words, "niah haystack", err) != 0)
+                    &words, "haystack", err) != 0)
         return -1;
     st->size_hint = words;
     size_t len = (size_t)st->word_end[words - 1], at = len;
@@ -201,21 +207,19 @@ static int niah_get(void *state, int index, Sample *s, KvErr *err) {
         at = (size_t)((double)len * depth / 100.0);
         while (at > 0 && st->hay[at - 1] != '.') at--;
     }
-    StrBuf ctx = {0}, id = {0};
+    StrBuf ctx = {0};
     sb_adds(&ctx, CONTEXT_HEAD);
     sb_add(&ctx, st->hay, at);
     sb_adds(&ctx, NEEDLE);
     sb_add(&ctx, st->hay + at, len - at);
     sb_adds(&ctx, CONTEXT_TAIL);
-    sb_addf(&id, "niah:needle:L%d:d%g", length, depth);
     const char *answer = NEEDLE_ANSWER;
-    if (!(s->context = sb_finish(&ctx, err)) || !(s->id = sb_finish(&id, err)) || !(s->suite = ds_strdup("niah", err)) ||
+    if (!(s->context = sb_finish(&ctx, err)) || !(s->suite = ds_strdup("niah", err)) ||
         !(s->task = ds_strdup("needle", err)) || !(s->question = ds_strdup(QUESTION_TEXT, err)) ||
         !(s->answer_prefix = ds_strdup("", err)) || ds_strv_dup(&s->answers, &answer, 1, err) != 0 ||
         !(s->metric = ds_strdup("needle", err)) || !(s->domain = ds_strdup("needle", err)) ||
         !(s->stop_on_newline = ds_strdup("\n", err))) {
         sb_free(&ctx);
-        sb_free(&id);
         return -1;
     }
     s->n_answers = 1;
@@ -233,5 +237,5 @@ static void niah_print_list(FILE *f) {
             "needle", MAX_NEW_TOKENS);
 }
 
-const SuiteOps NIAH_SUITE = {"niah", niah_open, niah_count, niah_get, niah_skipped, niah_close, niah_task_known,
-                             niah_print_list};
+const SuiteOps NIAH_SUITE = {"niah", niah_open, niah_count, niah_get, niah_sample_id, niah_skipped, niah_close,
+                             niah_task_known, niah_print_list};

@@ -81,7 +81,7 @@ typedef struct {
     const RulerTask *task;
     DatasetOptions opt;
     int target, budget, tokens_to_generate;
-    char *template_, *answer_prefix, *noise, *needle_format, *doc_format;
+    char *prompt_template, *answer_prefix, *noise, *needle_format, *doc_format;
     regex_t question_re, answer_re;
     int have_re;
     char *essay;      /* whitespace runs collapsed to one space */
@@ -238,7 +238,7 @@ static int load_templates(RulerState *st, const char *assets, KvErr *err) {
     int rc = -1;
     if (apat && !cJSON_IsNumber(ttg)) {
         kv_fail(err, "%s: no tokens_to_generate for %s", where, fam);
-    } else if (apat && (st->template_ = ds_strdup(tmpl, err)) && (st->answer_prefix = ds_strdup(prefix, err)) &&
+    } else if (apat && (st->prompt_template = ds_strdup(tmpl, err)) && (st->answer_prefix = ds_strdup(prefix, err)) &&
                (st->noise = ds_strdup(noise, err)) && (st->needle_format = ds_strdup(needle, err)) &&
                (st->doc_format = ds_strdup(doc, err)) && compile_pattern(&st->question_re, qpat, err) == 0) {
         if (compile_pattern(&st->answer_re, apat, err) == 0) {
@@ -314,8 +314,19 @@ static char *replace_all(const char *s, const char *from, const char *to, KvErr 
             p++;
         }
     }
-    sb_add(&b, "", 0);
     return sb_finish(&b, err);
+}
+
+/* RULER's singular edits, applied in order by plain global replacement before formatting. */
+static char *singular_form(const char *text, KvErr *err) {
+    static const char *const EDITS[][2] = {{"Some", "A"}, {"are all", "is"}, {"are", "is"}, {"answers", "answer"}};
+    char *out = ds_strdup(text, err);
+    for (int e = 0; e < 4 && out; e++) {
+        char *next = replace_all(out, EDITS[e][0], EDITS[e][1], err);
+        free(out);
+        out = next;
+    }
+    return out;
 }
 
 static void gen_clear(Gen *g) {
@@ -484,24 +495,12 @@ static int build_niah(Gen *g, int size, KvErr *err) {
         int singular = t->n_queries * t->n_values == 1;
         char type_v[16];
         snprintf(type_v, sizeof type_v, "%.*s", (int)strlen(plural) - (singular ? 1 : 0), plural);
-        char *tmpl = NULL, *prefix = NULL;
-        if (singular) {
-            static const char *const EDITS[][2] = {{"Some", "A"}, {"are all", "is"}, {"are", "is"}, {"answers", "answer"}};
-            tmpl = ds_strdup(st->template_, err);
-            prefix = tmpl ? ds_strdup(st->answer_prefix, err) : NULL;
-            for (int e = 0; e < 4 && tmpl && prefix; e++) {
-                char *a = replace_all(tmpl, EDITS[e][0], EDITS[e][1], err);
-                char *b = a ? replace_all(prefix, EDITS[e][0], EDITS[e][1], err) : NULL;
-                free(tmpl);
-                free(prefix);
-                tmpl = a, prefix = b;
-                if (!b) free(a), tmpl = NULL;
-            }
-        }
+        char *tmpl = singular ? singular_form(st->prompt_template, err) : NULL;
+        char *prefix = tmpl ? singular_form(st->answer_prefix, err) : NULL;
         const char *names[] = {"type_needle_v", "context", "query"};
         const char *vals[] = {type_v, context, query_s};
         if ((!singular || (tmpl && prefix)) &&
-            format_input(g, singular ? tmpl : st->template_, singular ? prefix : st->answer_prefix, 3, names, vals,
+            format_input(g, singular ? tmpl : st->prompt_template, singular ? prefix : st->answer_prefix, 3, names, vals,
                          err) == 0) {
             const char *ans[16];
             g->n_answers = 0;
@@ -563,7 +562,7 @@ static int vt_format(Gen *g, const char *context, int value, KvErr *err) {
     snprintf(query, sizeof query, "%d", value);
     const char *fields[] = {"context", "query", "num_v"};
     const char *vals[] = {context, query, "5"};
-    return format_input(g, g->st->template_, g->st->answer_prefix, 3, fields, vals, err);
+    return format_input(g, g->st->prompt_template, g->st->answer_prefix, 3, fields, vals, err);
 }
 
 /* The in-context example: a 3-letter-name chain, its answer appended, then every answer name replaced by a
@@ -683,8 +682,8 @@ static int build_cwe(Gen *g, int size, KvErr *err) {
     int rc = -1;
     Gen example = {st, g->row, NULL, NULL, 0, 0};
     const char *names[] = {"context"};
-    if (ctx && format_input(&example, st->template_, st->answer_prefix, 1, names, (const char *[]){ex_ctx}, err) == 0 &&
-        format_input(g, st->template_, st->answer_prefix, 1, names, (const char *[]){ctx}, err) == 0) {
+    if (ctx && format_input(&example, st->prompt_template, st->answer_prefix, 1, names, (const char *[]){ex_ctx}, err) == 0 &&
+        format_input(g, st->prompt_template, st->answer_prefix, 1, names, (const char *[]){ctx}, err) == 0) {
         StrBuf b = {0};
         sb_adds(&b, example.input);
         for (int i = 0; i < 10; i++) sb_addf(&b, i ? " %d. %s" : "%d. %s", i + 1, ex_common[i]);
@@ -704,6 +703,8 @@ static int build_cwe(Gen *g, int size, KvErr *err) {
 
 /* ---------------------------------------------------------------- fwe */
 
+static int cmp_word(const void *a, const void *b) { return strcmp(a, b); }
+
 static int build_fwe(Gen *g, int size, KvErr *err) {
     RulerState *st = g->st;
     Rng r;
@@ -722,7 +723,7 @@ static int build_fwe(Gen *g, int size, KvErr *err) {
             for (int j = 0; j < i; j++) dup |= !strcmp(words[i], words[j]);
         } while (dup);
     }
-    qsort(words, (size_t)v, sizeof *words, (int (*)(const void *, const void *))strcmp);
+    qsort(words, (size_t)v, sizeof *words, cmp_word);
     for (int i = 0; i < v; i++) order[i] = i;
     fixed_shuffle(order, v, "fwe-vocabulary");
     strcpy(words[order[0]], "...");
@@ -742,7 +743,7 @@ static int build_fwe(Gen *g, int size, KvErr *err) {
         char *ctx = sb_finish(&b, err);
         const char *names[] = {"context"};
         const char *ans[3] = {words[order[1]], words[order[2]], words[order[3]]};
-        if (ctx && format_input(g, st->template_, st->answer_prefix, 1, names, (const char *[]){ctx}, err) == 0 &&
+        if (ctx && format_input(g, st->prompt_template, st->answer_prefix, 1, names, (const char *[]){ctx}, err) == 0 &&
             ds_strv_dup(&g->answers, ans, 3, err) == 0) {
             g->n_answers = 3;
             rc = 0;
@@ -993,7 +994,7 @@ static int build_qa(Gen *g, int size, KvErr *err) {
     if (!context) sb_free(&question);
     int rc = -1;
     const char *names[] = {"context", "query"}, *vals[] = {context, query};
-    if (query && format_input(g, st->template_, st->answer_prefix, 2, names, vals, err) == 0) {
+    if (query && format_input(g, st->prompt_template, st->answer_prefix, 2, names, vals, err) == 0) {
         if (q) {
             rc = ds_strv_dup(&g->answers, (const char *const *)q->answers, q->n_answers, err);
             g->n_answers = rc == 0 ? q->n_answers : 0;
@@ -1112,10 +1113,8 @@ static int ruler_get(void *state, int index, Sample *s, KvErr *err) {
     Gen g = {st, st->rows[index], NULL, NULL, 0, 0};
     int base, step, max_size, size, rc = -1;
     size_range(st, &base, &step, &max_size);
-    StrBuf id = {0};
-    sb_addf(&id, "ruler:%s:%d", st->task_label, g.row);
-    if (ds_fit_size(size_probe, &g, base, step, max_size, st->budget, st->size_hint, &size, st->task->name, err) == 0 &&
-        build(&g, size, err) == 0 && split_input(st, g.input, s, err) == 0 && (s->id = sb_finish(&id, err)) &&
+    if (ds_fit_size(size_probe, &g, base, step, max_size, st->budget, st->size_hint, &size, "haystack", err) == 0 &&
+        build(&g, size, err) == 0 && split_input(st, g.input, s, err) == 0 &&
         (s->suite = ds_strdup("ruler", err)) && (s->task = ds_strdup(st->task_label, err)) &&
         (s->metric = ds_strdup(FAMILY[st->task->family].metric, err)) &&
         (s->domain = ds_strdup(FAMILY[st->task->family].domain, err)) && (!st->note || (s->note = ds_strdup(st->note, err)))) {
@@ -1132,7 +1131,6 @@ static int ruler_get(void *state, int index, Sample *s, KvErr *err) {
         s->target_tokens = st->target;
         rc = 0;
     }
-    sb_free(&id);
     gen_clear(&g);
     return rc;
 }
@@ -1142,7 +1140,7 @@ static int ruler_get(void *state, int index, Sample *s, KvErr *err) {
 static void ruler_close(void *state) {
     RulerState *st = state;
     if (!st) return;
-    free(st->template_);
+    free(st->prompt_template);
     free(st->answer_prefix);
     free(st->noise);
     free(st->needle_format);
@@ -1200,6 +1198,11 @@ static int ruler_open(void **state, const char *task, const DatasetOptions *opt,
     return -1;
 }
 
+static void ruler_sample_id(const void *state, int index, char *out, size_t size) {
+    const RulerState *st = state;
+    snprintf(out, size, "ruler:%s:%d", st->task_label, st->rows[index]);
+}
+
 static int ruler_count(const void *state) { return ((const RulerState *)state)->n_rows; }
 static int ruler_skipped(const void *state) { (void)state; return 0; }
 
@@ -1216,5 +1219,5 @@ static void ruler_print_list(FILE *f) {
     }
 }
 
-const SuiteOps RULER_SUITE = {"ruler", ruler_open, ruler_count, ruler_get, ruler_skipped, ruler_close, ruler_task_known,
-                              ruler_print_list};
+const SuiteOps RULER_SUITE = {"ruler", ruler_open, ruler_count, ruler_get, ruler_sample_id, ruler_skipped, ruler_close,
+                              ruler_task_known, ruler_print_list};

@@ -23,6 +23,8 @@
 /* Tokens per prefill chunk: enough rows for efficient GEMMs, few enough that the activations of an 8k
  * prefill stay ~12 MB. */
 #define CPU_CHUNK 512
+/* Up to this many rows (B sequences x T tokens) a product reads the packed weights when there are any. */
+#define CPU_PACKED_MAX_ROWS 4
 /* From this many query rows per (sequence, head) on, attention goes through two GEMMs instead of per-row
  * loops, in tiles of CPU_TILE rows (CPU_TILE x n scores per thread). */
 #define CPU_BLOCK_MIN_ROWS 8
@@ -45,8 +47,14 @@ typedef struct {
     float *q_win;        /* [H][w][d] observation queries */
 } CpuScratch;
 
+/* Matrices of one layer in LayerWeights order, for the packed copies. */
+enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
+
 typedef struct {
     CpuScratch s;
+    CpuPacked *packed;   /* [N*W_PER_LAYER + 1] (lm_head last); q == NULL where a matrix stays f32 only */
+    int n_packed;        /* how many matrices have a packed copy */
+    size_t packed_bytes;
 } CpuImpl;
 
 /* ------------------------------------------------------------------------------------------------ scratch */
@@ -87,6 +95,60 @@ static void scratch_free(CpuScratch *s) {
     free(s->probs);
     free(s->q_win);
     memset(s, 0, sizeof *s);
+}
+
+/* ------------------------------------------------------------------------------------------------ weights */
+
+static void matrix_shape(const ModelConfig *c, int which, int *N, int *K) {
+    int hd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
+    const int rows[W_PER_LAYER] = {hd, kd, kd, c->d_model, c->d_ff, c->d_ff, c->d_model};
+    const int cols[W_PER_LAYER] = {c->d_model, c->d_model, c->d_model, hd, c->d_model, c->d_model, c->d_ff};
+    *N = rows[which];
+    *K = cols[which];
+}
+
+static const float *layer_matrix(const LayerWeights *w, int which) {
+    const float *all[W_PER_LAYER] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+    return all[which];
+}
+
+/* Packs every matrix that is exactly block codes (see CpuPacked); the others keep only their f32 weights. */
+static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
+    const ModelConfig *c = &m->cfg;
+    int n = c->n_layers * W_PER_LAYER + 1;
+    impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
+    if (!impl->packed) return -1;
+    for (int i = 0; i < n; i++) {
+        int N = c->vocab_size, K = c->d_model;
+        const float *w = m->lm_head;
+        if (i < n - 1) {
+            matrix_shape(c, i % W_PER_LAYER, &N, &K);
+            w = layer_matrix(&m->layers[i / W_PER_LAYER], i % W_PER_LAYER);
+        }
+        if (K % CPU_PACK_BLOCK) continue;
+        size_t codes = (size_t)N * K, blocks = codes / CPU_PACK_BLOCK;
+        CpuPacked p = {kv_malloc(codes + 2 * blocks * sizeof(float), err), NULL, NULL};
+        if (!p.q) return kv_wrap(err, "cpu backend: packed copy of a %d x %d matrix", N, K);
+        p.scale = (float *)(p.q + codes);
+        p.offset = p.scale + blocks;
+        if (cpu_pack_exact(&p, w, N, K)) {
+            impl->packed[i] = p;
+            impl->n_packed++;
+            impl->packed_bytes += codes + 2 * blocks * sizeof(float);
+        } else {
+            free(p.q);
+        }
+    }
+    return 0;
+}
+
+/* y = x W^T (+ bias) (+ y) for M rows, from the packed copy when there is one and M is small (decode). */
+static void matmul(const CpuImpl *impl, int index, float *y, const float *x, const float *w, const float *bias,
+                   int M, int N, int K, int accumulate) {
+    if (M <= CPU_PACKED_MAX_ROWS && impl->packed[index].q)
+        cpu_matmul_packed(y, x, &impl->packed[index], bias, M, N, K, accumulate);
+    else
+        cpu_matmul(y, x, w, bias, M, N, K, accumulate);
 }
 
 /* ------------------------------------------------------------------------------------------------ checks */
@@ -211,8 +273,9 @@ static int layer_observe(CpuScratch *s, const Model *m, const KvCache *kc, int t
 }
 
 /* One chunk: tokens [t0, t0 + tc) of every sequence through all layers. */
-static int forward_chunk(CpuScratch *s, const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
+static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
                          int t0, int tc, const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+    CpuScratch *s = &impl->s;
     const ModelConfig *c = &m->cfg;
     int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2;
     int M = B * tc;
@@ -233,9 +296,10 @@ static int forward_chunk(CpuScratch *s, const Model *m, KvCache *const *caches, 
         const LayerWeights *w = &m->layers[l];
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
-        cpu_matmul(s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
-        cpu_matmul(s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
-        cpu_matmul(s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
+        int pi = l * W_PER_LAYER;
+        matmul(impl, pi + W_Q, s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
+        matmul(impl, pi + W_K, s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
+        matmul(impl, pi + W_V, s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < M; r++) {
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
@@ -243,14 +307,14 @@ static int forward_chunk(CpuScratch *s, const Model *m, KvCache *const *caches, 
         }
         layer_attention(s, c, caches, B, tc, l, t0, trace);
         if (observe && t0 + tc == T && layer_observe(s, m, caches[0], tc, l, observe, err)) return -1;
-        cpu_matmul(s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
+        matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-        cpu_matmul(s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
-        cpu_matmul(s->up, s->xn, w->w_up, NULL, M, F, D, 0);
+        matmul(impl, pi + W_GATE, s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
+        matmul(impl, pi + W_UP, s->up, s->xn, w->w_up, NULL, M, F, D, 0);
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
-        cpu_matmul(s->x, s->gate, w->w_down, NULL, M, D, F, 1);
+        matmul(impl, pi + W_DOWN, s->x, s->gate, w->w_down, NULL, M, D, F, 1);
     }
     return 0;
 }
@@ -259,7 +323,8 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
                        const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
     const Model *m = be->model;
     const ModelConfig *c = &m->cfg;
-    CpuScratch *s = &((CpuImpl *)be->impl)->s;
+    CpuImpl *impl = be->impl;
+    CpuScratch *s = &impl->s;
     if (check_inputs(m, caches, B, tokens, T, observe, trace, err)) return -1;
     /* the observation window must fall inside the last chunk */
     int chunk = observe && observe->window >= CPU_CHUNK ? observe->window + 1 : CPU_CHUNK;
@@ -279,13 +344,13 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         int tc = T - t0 < chunk ? T - t0 : chunk;
         int rest = T - t0 - tc;
         if (observe && rest > 0 && rest < observe->window) tc -= observe->window - rest;
-        if (forward_chunk(s, m, caches, B, tokens, T, t0, tc, observe, trace, err)) return -1;
+        if (forward_chunk(impl, m, caches, B, tokens, T, t0, tc, observe, trace, err)) return -1;
         t0 += tc;
         if (t0 == T && logits) {
             int D = c->d_model;
             for (int b = 0; b < B; b++)
                 cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, m->out_norm, D, c->rms_eps);
-            cpu_matmul(logits, s->xn, m->lm_head, NULL, B, c->vocab_size, D, 0);
+            matmul(impl, c->n_layers * W_PER_LAYER, logits, s->xn, m->lm_head, NULL, B, c->vocab_size, D, 0);
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += T;
@@ -313,7 +378,11 @@ static void cpu_cache_free(Backend *be, KvCache *c) {
 static void cpu_destroy(Backend *be) {
     if (!be) return;
     CpuImpl *impl = be->impl;
-    if (impl) scratch_free(&impl->s);
+    if (impl) {
+        scratch_free(&impl->s);
+        for (int i = 0; impl->packed && i < be->model->cfg.n_layers * W_PER_LAYER + 1; i++) free(impl->packed[i].q);
+        free(impl->packed);
+    }
     free(impl);
     free(be);
 }
@@ -339,6 +408,10 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;
+    if (pack_weights(impl, m, err)) {
+        cpu_destroy(be);
+        return -1;
+    }
     *out = be;
     return 0;
 }

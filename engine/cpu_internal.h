@@ -6,11 +6,33 @@
 #define KVBENCH_CPU_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* y[M][N] = x[M][K] · w[N][K]^T (+ bias[N] when non-NULL) (+ the old y when accumulate): Hugging Face's
  * y = W x for M rows at once, so each weight matrix is read once per call whatever M is. Threads split the
  * N output features; each calls a single-threaded BLAS on its slice. */
 void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate);
+
+/* A weight matrix [N][K] re-encoded without loss as blocks of 32 codes: w = (q * scale) + offset in f32,
+ * exactly the f32 value the loader produced. Weights dequantised from GGUF's Q4_0, Q4_1 and Q8_0 blocks are
+ * such codes (f16 scale and offset, small integer q); recovering them lets a decode step stream 1.25 bytes
+ * per weight instead of 4, and decode is bound by weight bytes. Matrices that are not such codes (f32 or
+ * bf16 checkpoints) stay f32 only. */
+typedef struct {
+    int8_t *q;      /* [N][K] */
+    float *scale;   /* [N][K/32] */
+    float *offset;  /* [N][K/32] */
+} CpuPacked;
+
+#define CPU_PACK_BLOCK 32
+
+/* Fills p (storage from the caller: N*K codes, N*K/32 scales and offsets) and returns 1 when every block of
+ * w is exactly such a code, else 0 (p is then meaningless). K must be a multiple of 32. */
+int cpu_pack_exact(CpuPacked *p, const float *w, int N, int K);
+
+/* cpu_matmul for packed weights: y[M][N] (+)= x[M][K] · w^T (+ bias), threads over N. */
+void cpu_matmul_packed(float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
+                       int accumulate);
 
 /* out = x / sqrt(mean(x^2) + eps) * w over one row of n. */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

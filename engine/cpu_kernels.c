@@ -53,6 +53,107 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
     }
 }
 
+/* ---------------------------------------------------------------------------------------- packed weights */
+
+/* Nearest f16 value (round to nearest even), kept in a float: the grid of GGUF block scales and offsets. */
+static float round_to_f16(float x) {
+    if (x == 0.0f || !isfinite(x)) return x;
+    int e;
+    frexpf(x, &e);                  /* |x| = f * 2^e, f in [0.5, 1): 11 significant bits above 2^(e-11) */
+    int lsb = e - 11 < -24 ? -24 : e - 11; /* f16 subnormals step by 2^-24 */
+    return ldexpf(rintf(ldexpf(x, -lsb)), lsb);
+}
+
+/* Whether block w[32] equals (q * scale) + offset for integer q in int8 range, with scale one of the f16
+ * values near the smallest step |w - offset| / k. Writes the codes on success. */
+static int pack_block_with_offset(const float *w, float offset, int8_t *q, float *scale) {
+    float step = INFINITY;
+    for (int i = 0; i < CPU_PACK_BLOCK; i++) {
+        float gap = fabsf(w[i] - offset);
+        if (gap > 0 && gap < step) step = gap;
+    }
+    if (step == INFINITY) { /* every element equals the offset */
+        memset(q, 0, CPU_PACK_BLOCK);
+        *scale = 0.0f;
+        return 1;
+    }
+    for (int k = 1; k <= 4; k++) {
+        float s = round_to_f16(step / (float)k);
+        int ok = s > 0;
+        for (int i = 0; ok && i < CPU_PACK_BLOCK; i++) {
+            float code = rintf((w[i] - offset) / s);
+            ok = code >= -128 && code <= 127 && code * s + offset == w[i];
+            q[i] = ok ? (int8_t)code : 0;
+        }
+        if (ok) {
+            *scale = s;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int cpu_pack_exact(CpuPacked *p, const float *w, int N, int K) {
+    if (K % CPU_PACK_BLOCK) return 0;
+    int blocks = K / CPU_PACK_BLOCK, ok = 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+    for (int n = 0; n < N; n++) {
+        for (int b = 0; ok && b < blocks; b++) {
+            size_t at = (size_t)n * K + (size_t)b * CPU_PACK_BLOCK, bi = (size_t)n * blocks + b;
+            const float *wb = w + at;
+            float lo = wb[0];
+            for (int i = 1; i < CPU_PACK_BLOCK; i++) lo = wb[i] < lo ? wb[i] : lo;
+            /* Q4_1-style codes sit above the block minimum; Q8_0 / Q4_0-style codes are symmetric around 0 */
+            p->offset[bi] = lo;
+            if (pack_block_with_offset(wb, lo, p->q + at, &p->scale[bi])) continue;
+            p->offset[bi] = 0.0f;
+            ok = pack_block_with_offset(wb, 0.0f, p->q + at, &p->scale[bi]);
+        }
+    }
+    return ok;
+}
+
+/* One output: sum over blocks of scale * (x . q) + offset * sum(x), with the block sums of x precomputed.
+ * Built for AVX2 too and picked at load time: the int8 -> float conversion is most of a decode step. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+static float packed_dot(const float *x, const float *xsum, const int8_t *q, const float *scale, const float *offset,
+                        int blocks) {
+    float acc = 0.0f;
+    for (int b = 0; b < blocks; b++) {
+        const float *xb = x + (size_t)b * CPU_PACK_BLOCK;
+        const int8_t *qb = q + (size_t)b * CPU_PACK_BLOCK;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < CPU_PACK_BLOCK; i++) dot += xb[i] * (float)qb[i];
+        acc += scale[b] * dot + offset[b] * xsum[b];
+    }
+    return acc;
+}
+
+void cpu_matmul_packed(float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
+                       int accumulate) {
+    int blocks = K / CPU_PACK_BLOCK;
+    float xsum[M * blocks];
+    for (int m = 0; m < M; m++)
+        for (int b = 0; b < blocks; b++) {
+            float s = 0.0f;
+            for (int i = 0; i < CPU_PACK_BLOCK; i++) s += x[(size_t)m * K + (size_t)b * CPU_PACK_BLOCK + i];
+            xsum[m * blocks + b] = s;
+        }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const int8_t *qn = w->q + (size_t)n * K;
+        const float *sn = w->scale + (size_t)n * blocks, *on = w->offset + (size_t)n * blocks;
+        for (int m = 0; m < M; m++) {
+            float v = packed_dot(x + (size_t)m * K, xsum + m * blocks, qn, sn, on, blocks) + (bias ? bias[n] : 0.0f);
+            float *out = y + (size_t)m * N + n;
+            *out = accumulate ? *out + v : v;
+        }
+    }
+}
+
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)

@@ -30,7 +30,7 @@ void keepset_free(KeepSet *ks);
 typedef struct {
     int n_layers, n_kv_heads, head_dim;  /* N, K, d */
     int n_pos;        /* tokens processed so far: the RoPE position of the next token */
-    int on_device;    /* k/v/pos live in GPU memory (CUDA backend) */
+    int on_device;    /* k/v live in GPU memory (CUDA backend; len, cap and pos stay on the host) */
     int *len;         /* [N*K] entries held (host memory, always) */
     int *cap;         /* [N*K] capacity (host memory, always) */
     float **k, **v;   /* [N*K] -> [cap][d] (floats on the CPU; the CUDA backend stores its own element type) */

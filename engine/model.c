@@ -334,7 +334,10 @@ void model_print_info(const Model *m, void *file) {
     fprintf(f, "heads        %d (kv-heads %d, head dim %d)\n", c->n_heads, c->n_kv_heads, c->head_dim);
     fprintf(f, "d_ff         %d\n", c->d_ff);
     fprintf(f, "vocab        %d\n", c->vocab_size);
-    if (c->rope_scaling)
+    if (c->rope_scaling && !c->rope_original_max_pos)
+        fprintf(f, "rope         theta %g, llama3 scaling (per-frequency factors from the GGUF, max %g)\n",
+                c->rope_theta, c->rope_factor);
+    else if (c->rope_scaling)
         fprintf(f, "rope         theta %g, llama3 scaling (factor %g, low %g, high %g, original %d)\n", c->rope_theta,
                 c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
     else

@@ -31,7 +31,9 @@ typedef struct {
     int max_context;      /* max_position_embeddings */
     float rope_theta;
     float rms_eps;
-    /* Llama-3.1 ("llama3") RoPE scaling; rope_scaling == 0 means plain RoPE. */
+    /* Llama-3.1 ("llama3") RoPE scaling; rope_scaling == 0 means plain RoPE. A GGUF stores only the resulting
+     * per-frequency factors (rope_freqs.weight): then rope_factor is their maximum, the other three are 0,
+     * and Model.rope_inv_freq holds the scaled frequencies. */
     int rope_scaling;
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;

@@ -176,7 +176,7 @@ static int read_tokenizer_side(HfDir *h, Model *m, int have_eos, KvErr *err) {
     cJSON *gen = NULL, *tcfg = NULL;
     const char *tmpl = NULL;
     char *tmpl_file = NULL;
-    int rc = -1;
+    int rc = -1, has_add_bos = 0;
     if (read_json(h, "generation_config.json", 0, &gen, err)) goto done;
     if (gen) {
         const char *path = dir_file(h, "generation_config.json");
@@ -197,14 +197,8 @@ static int read_tokenizer_side(HfDir *h, Model *m, int have_eos, KvErr *err) {
         const char *eos = token_text(tcfg, "eos_token"), *bos = token_text(tcfg, "bos_token");
         if (!have_eos && eos && m->tokenizer) model_add_eos(c, tokenizer_token_id(m->tokenizer, eos));
         if (c->bos_id < 0 && bos && m->tokenizer) c->bos_id = tokenizer_token_id(m->tokenizer, bos);
-        const cJSON *add = cJSON_GetObjectItemCaseSensitive(tcfg, "add_bos_token");
-        if (add && get_bool(tcfg, path, "add_bos_token", &c->add_bos, err)) goto done;
-        if (!add && m->tokenizer) {
-            cJSON *tj = NULL;
-            if (read_json(h, "tokenizer.json", 1, &tj, err)) goto done;
-            c->add_bos = post_processor_adds_bos(cJSON_GetObjectItemCaseSensitive(tj, "post_processor"));
-            cJSON_Delete(tj);
-        }
+        has_add_bos = cJSON_GetObjectItemCaseSensitive(tcfg, "add_bos_token") != NULL;
+        if (has_add_bos && get_bool(tcfg, path, "add_bos_token", &c->add_bos, err)) goto done;
         /* chat_template: a string, or a list of {name, template} (the "default" one is used) */
         const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tcfg, "chat_template"), *e;
         if (cJSON_IsString(ct)) tmpl = ct->valuestring;
@@ -214,6 +208,12 @@ static int read_tokenizer_side(HfDir *h, Model *m, int have_eos, KvErr *err) {
                 if (t && (!tmpl || (name && !strcmp(name, "default")))) tmpl = t;
             }
         }
+    }
+    if (!has_add_bos && m->tokenizer) {
+        cJSON *tj = NULL;
+        if (read_json(h, "tokenizer.json", 1, &tj, err)) goto done;
+        c->add_bos = post_processor_adds_bos(cJSON_GetObjectItemCaseSensitive(tj, "post_processor"));
+        cJSON_Delete(tj);
     }
     if (!tmpl && !access(dir_file(h, "chat_template.jinja"), F_OK)) {
         tmpl_file = kv_read_file(h->path, NULL, err);

@@ -24,7 +24,7 @@ static const char SPM_SPACE[] = "\xE2\x96\x81"; /* U+2581 '▁' */
 int tok_reserve(void **p, int *cap, int need, size_t elem, KvErr *err) {
     if (need <= *cap) return 0;
     int ncap = *cap ? *cap : 16;
-    while (ncap < need) ncap *= 2;
+    while (ncap < need) ncap = ncap > INT32_MAX / 2 ? need : ncap * 2;
     void *np = realloc(*p, (size_t)ncap * elem);
     if (!np) return kv_fail(err, "tokenizer: out of memory growing a buffer to %d elements", ncap);
     *p = np;

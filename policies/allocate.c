@@ -88,9 +88,11 @@ static int mark_top(const float *score, int n, int k, int *idx, unsigned char *k
 void cake_layer_budgets(const double *preference, int n_layers, int total, int cap, double *raw, int *budgets) {
     double pref_sum = 0.0;
     for (int l = 0; l < n_layers; l++) pref_sum += preference[l];
+    /* Without any preference (every layer's window variance 0) the reference divides 0 by 0; split evenly. */
+    int even = !(pref_sum > 0.0 && isfinite(pref_sum));
     long excess = 0;
     for (int l = 0; l < n_layers; l++) {
-        raw[l] = preference[l] / pref_sum * total;
+        raw[l] = even ? (double)total / n_layers : preference[l] / pref_sum * total;
         budgets[l] = (int)raw[l];
         if (budgets[l] > cap) {
             excess += budgets[l] - cap;
@@ -172,6 +174,21 @@ static int critical_head(float *s, const float *nu, int L, int budget, const Pol
     return mark_top(s, L, budget, idx, keep, err);
 }
 
+/* CAKE's prefix budget per layer (§2.6 step 3): T = int((L*f - w)*N) split by the layer preferences. */
+static int cake_allocation(const PolicyRow *row, const LayerScores *layers, int N, int L, int w, double f,
+                           int *budgets, KvErr *err) {
+    double total = (L * f - w) * N;
+    if (total < 0)
+        return kv_fail(err, "policy %s: the budget keeps %.1f tokens per head, fewer than the %d-token window",
+                       row->name, L * f, w);
+    double *pref = kv_malloc(sizeof(double) * 2 * (size_t)N, err);
+    if (!pref) return -1;
+    for (int l = 0; l < N; l++) pref[l] = layers[l].preference;
+    cake_layer_budgets(pref, N, (int)total, L - w, pref + N, budgets);
+    free(pref);
+    return 0;
+}
+
 static int keepset_from_mask(const unsigned char *keep, int N, int K, int L, KeepSet *out, KvErr *err) {
     int *counts = kv_calloc((size_t)N * K, sizeof(int), err);
     if (!counts) return -1;
@@ -197,9 +214,9 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
     float *work = keep ? kv_malloc(sizeof(float) * work_size, err) : NULL;
     int *idx = work ? kv_malloc(sizeof(int) * work_size, err) : NULL;
     int *head_budgets = idx ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
-    double *cake_raw = head_budgets ? kv_malloc(sizeof(double) * (size_t)N * 2, err) : NULL;
-    int *cake_budgets = cake_raw ? kv_malloc(sizeof(int) * (size_t)N, err) : NULL;
+    int *cake_budgets = head_budgets ? kv_malloc(sizeof(int) * (size_t)N, err) : NULL;
     int rc = cake_budgets ? 0 : -1;
+    if (!rc && row->allocation == ALLOC_CAKE) rc = cake_allocation(row, layers, N, L, w, f, cake_budgets, err);
     const int n = (int)(L * f);  /* per-head keep of the uniform and mask-Ada methods */
     for (int l = 0; !rc && l < N; l++) {
         const LayerScores *ls = &layers[l];
@@ -226,14 +243,6 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
                                    idx, lk + (size_t)k * L, err);
             break;
         case ALLOC_CAKE:
-            if (l == 0) {
-                double total = (L * f - w) * N;
-                if (total < 0)
-                    rc = kv_fail(err, "policy %s: the budget keeps %.1f tokens per head, fewer than the %d-token window",
-                                 row->name, L * f, w);
-                for (int m = 0; m < N; m++) cake_raw[N + m] = layers[m].preference;
-                if (!rc) cake_layer_budgets(cake_raw + N, N, (int)total, P, cake_raw, cake_budgets);
-            }
             for (int k = 0; !rc && k < K; k++) {
                 rc = mark_top(ls->score + (size_t)k * P, P, cake_budgets[l], idx, lk + (size_t)k * L, err);
                 for (int j = P; j < L; j++) lk[(size_t)k * L + j] = 1;
@@ -255,7 +264,6 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
     free(work);
     free(idx);
     free(head_budgets);
-    free(cake_raw);
     free(cake_budgets);
     return rc;
 }

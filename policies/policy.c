@@ -16,7 +16,7 @@
 /* name, press, scoring, allocation, default aggregation, value norm, n_sink, alpha, epsilon,
  * first-stage ratio, tau1, tau2, gamma, mass threshold */
 static const PolicyRow POLICIES[] = {
-    {"full", "no_press", SCORE_NONE, ALLOC_ALL, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"full", "fullkv", SCORE_NONE, ALLOC_ALL, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"streamingllm", "streaming_llm", SCORE_SINKS, ALLOC_UNIFORM, AGG_DEFAULT, 0, 4, 0, 0, 0, 0, 0, 0, 0},
     {"snapkv", "snapkv", SCORE_SNAPKV, ALLOC_UNIFORM, AGG_MEAN, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"adakv", "adasnapkv", SCORE_SNAPKV, ALLOC_ADAPTIVE, AGG_MEAN, 0, 0, 0.2, 0, 0, 0, 0, 0, 0},
@@ -99,7 +99,8 @@ int budget_parse(const char *text, Budget *out, KvErr *err) {
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || errno) return kv_fail(err, "budget '%s': not a number (expected e.g. 0.2, 20%% or 512tok)", text);
+    if (end == text || errno)
+        return kv_fail(err, "budget '%s': not a number (expected e.g. 0.2, 20%% or 512tok)", text);
     while (isspace((unsigned char)*end)) end++;
     if (!strcmp(end, "tok") || !strcmp(end, "tokens") || !strcmp(end, "token")) {
         if (v != (int)v || v < 1 || v > 1e9)
@@ -181,10 +182,14 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
     if (obs->L != st->context_len || obs->K != st->n_kv_heads)
         return kv_fail(err, "policy %s: layer %d has L=%d K=%d, the policy began with L=%d K=%d", name, obs->layer,
                        obs->L, obs->K, st->context_len, st->n_kv_heads);
+    if (obs->H < obs->K || obs->H % obs->K)
+        return kv_fail(err, "policy %s: layer %d has %d query heads, not a multiple of its %d kv-heads", name,
+                       obs->layer, obs->H, obs->K);
     if (policy_needs_attention(&st->cfg) && obs->w != st->cfg.window)
         return kv_fail(err, "policy %s: layer %d was observed with a %d-token window, the policy uses %d", name,
                        obs->layer, obs->w, st->cfg.window);
     if (score_layer(st->row, &st->cfg, obs, &st->layers[st->observed], err)) return -1;
+    layer_scores_trim(&st->layers[st->observed]);
     st->observed++;
     return 0;
 }

@@ -67,6 +67,9 @@ typedef struct {
 /* Scores one observed layer (obs->attn, and obs->value_norm when row->needs_value_norm). */
 int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                 KvErr *err);
+/* Drops the intermediates selection does not read (abar, delta, nu_prefix): a PolicyState keeps every
+ * layer until the last budget is selected. */
+void layer_scores_trim(LayerScores *ls);
 void layer_scores_free(LayerScores *ls);
 
 /* The k largest of score[0..n) under the order (score desc, index asc), written to out[0..k) in no
@@ -77,7 +80,8 @@ int topk_stable(const float *score, int n, int k, int *out, KvErr *err);
 int sort_desc_stable(const float *score, int n, int *order, KvErr *err);
 
 /* CAKE's layer budgets: raw shares pref_l / sum(pref) * total, then the reference adjust_budgets
- * (truncate and cap at `cap`, spread the excess, make the sum exactly `total`, cap again). */
+ * (truncate and cap at `cap`, spread the excess, make the sum exactly `total`, cap again). When no layer
+ * has a positive preference the shares are even. */
 void cake_layer_budgets(const double *preference, int n_layers, int total, int cap, double *raw, int *budgets);
 
 /* DefensiveKV's stage-1 forced count of head k at keep fraction f: min(n_mass, int(P*f - w)), with

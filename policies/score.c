@@ -20,27 +20,31 @@
 
 #include "policy_internal.h"
 
-/* F.avg_pool1d(kernel, stride 1, padding kernel/2, count_include_pad=True): zero padded, always / kernel. */
+/* F.avg_pool1d(kernel, stride 1, padding kernel/2, count_include_pad=True): zero padded, always / kernel.
+ * A running sum over the window (in double, so nothing drifts at these lengths). */
 static void pool_avg(const float *x, int n, int kernel, float *out) {
     int r = kernel / 2;
+    double s = 0.0;
+    for (int t = 0; t <= r && t < n; t++) s += x[t];
     for (int j = 0; j < n; j++) {
-        int lo = j - r < 0 ? 0 : j - r, hi = j + r >= n ? n - 1 : j + r;
-        double s = 0.0;
-        for (int t = lo; t <= hi; t++) s += x[t];
         out[j] = (float)(s / kernel);
+        if (j + r + 1 < n) s += x[j + r + 1];
+        if (j - r >= 0) s -= x[j - r];
     }
 }
 
-/* Folds `rows` consecutive rows of x (row stride `stride`) into out[0..n): mean or max over the rows. */
-static void fold_rows(const float *x, int rows, size_t stride, int n, Aggregation agg, float *out) {
-    for (int j = 0; j < n; j++) {
-        double acc = agg == AGG_MEAN ? 0.0 : -INFINITY;
-        for (int r = 0; r < rows; r++) {
-            double v = x[(size_t)r * stride + j];
-            acc = agg == AGG_MEAN ? acc + v : (v > acc ? v : acc);
-        }
-        out[j] = (float)(agg == AGG_MEAN ? acc / rows : acc);
+/* Folds `rows` rows of x (row stride `stride`) into out[0..n): mean or max over the rows. Row by row, so
+ * memory is read in order; acc[n] is scratch. */
+static void fold_rows(const float *x, int rows, size_t stride, int n, Aggregation agg, double *acc, float *out) {
+    for (int j = 0; j < n; j++) acc[j] = agg == AGG_MEAN ? 0.0 : -INFINITY;
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * stride;
+        if (agg == AGG_MEAN)
+            for (int j = 0; j < n; j++) acc[j] += row[j];
+        else
+            for (int j = 0; j < n; j++) acc[j] = row[j] > acc[j] ? row[j] : acc[j];
     }
+    for (int j = 0; j < n; j++) out[j] = (float)(agg == AGG_MEAN ? acc[j] / rows : acc[j]);
 }
 
 /* max+prior: no entry scores below its head's mean (the uniform prior of DefensiveKV, §2.7 Step B). */
@@ -51,40 +55,56 @@ static void clamp_at_mean(float *x, int n) {
     for (int j = 0; j < n; j++) x[j] = x[j] > mu ? x[j] : mu;
 }
 
-/* SnapKV / CAKE token scores out[K][P]: query statistic per head (mean or max over the window queries,
- * plus gamma times the unbiased variance when gamma != 0), pooled, then folded over the group. */
-static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, double gamma, float *out, KvErr *err) {
+/* Unbiased variance over the w window rows of one head, per prefix key: var[n], mean[n] scratch. */
+static void window_variance(const float *a, int w, size_t stride, int n, double *mean, double *var) {
+    for (int j = 0; j < n; j++) mean[j] = 0.0, var[j] = 0.0;
+    for (int i = 0; i < w; i++)
+        for (int j = 0; j < n; j++) mean[j] += a[(size_t)i * stride + j];
+    for (int j = 0; j < n; j++) mean[j] /= w;
+    for (int i = 0; i < w; i++)
+        for (int j = 0; j < n; j++) {
+            double dv = a[(size_t)i * stride + j] - mean[j];
+            var[j] += dv * dv;
+        }
+    for (int j = 0; j < n; j++) var[j] = w > 1 ? var[j] / (w - 1) : 0.0;
+}
+
+/* SnapKV / CAKE token scores out[K][P]: the query statistic per head (mean or max over the window queries,
+ * plus gamma times the unbiased variance when gamma != 0), pooled, then folded over the group. var_sum
+ * (optional) receives the sum of the variances over heads and prefix keys (CAKE's V_l). */
+static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, double gamma, float *out,
+                              double *var_sum, KvErr *err) {
     const int L = o->L, w = o->w, P = L - w, G = o->H / o->K;
     Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
     float *stat = kv_malloc(sizeof(float) * (size_t)P, err);
     float *pooled = stat ? kv_malloc(sizeof(float) * (size_t)o->H * P, err) : NULL;
-    if (!pooled) {
+    double *scratch = pooled ? kv_malloc(sizeof(double) * 2 * (size_t)P, err) : NULL;
+    if (!scratch) {
         free(stat);
+        free(pooled);
         return -1;
     }
+    if (var_sum) *var_sum = 0.0;
     for (int h = 0; h < o->H; h++) {
         const float *a = o->attn + (size_t)h * w * L;
-        fold_rows(a, w, (size_t)L, P, fold, stat);
-        if (gamma != 0.0) {
+        fold_rows(a, w, (size_t)L, P, fold, scratch, stat);
+        if (gamma != 0.0 || var_sum) {
+            double *var = scratch + P;
+            window_variance(a, w, (size_t)L, P, scratch, var);
             for (int j = 0; j < P; j++) {
-                double mean = 0.0, ss = 0.0;
-                for (int i = 0; i < w; i++) mean += a[(size_t)i * L + j];
-                mean /= w;
-                for (int i = 0; i < w; i++) {
-                    double dv = a[(size_t)i * L + j] - mean;
-                    ss += dv * dv;
-                }
-                stat[j] = (float)(stat[j] + gamma * (w > 1 ? ss / (w - 1) : 0.0));
+                stat[j] = (float)(stat[j] + gamma * var[j]);
+                if (var_sum) *var_sum += var[j];
             }
         }
         pool_avg(stat, P, cfg->pool_kernel, pooled + (size_t)h * P);
     }
     for (int k = 0; k < o->K; k++) {
-        fold_rows(pooled + (size_t)k * G * P, G, (size_t)P, P, fold, out + (size_t)k * P);
+        fold_rows(pooled + (size_t)k * G * P, G, (size_t)P, P, fold, scratch, out + (size_t)k * P);
         if (cfg->aggregation == AGG_MAX_PRIOR) clamp_at_mean(out + (size_t)k * P, P);
     }
     free(stat);
     free(pooled);
+    free(scratch);
     return 0;
 }
 
@@ -93,7 +113,7 @@ static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScor
     const int L = o->L, P = L - o->w, K = o->K;
     float *prefix = kv_malloc(sizeof(float) * (size_t)K * P, err);
     out->score = prefix ? kv_malloc(sizeof(float) * (size_t)K * L, err) : NULL;
-    if (!out->score || score_pooled_heads(o, cfg, 0.0, prefix, err)) {
+    if (!out->score || score_pooled_heads(o, cfg, 0.0, prefix, NULL, err)) {
         free(prefix);
         return -1;
     }
@@ -110,30 +130,15 @@ static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScor
 /* CAKE (§2.6): token scores [K][P] and the layer preference from entropy and variance of A. */
 static int score_cake(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
                       KvErr *err) {
-    const int L = o->L, w = o->w, P = L - w;
+    const int L = o->L, P = L - o->w;
     out->score = kv_malloc(sizeof(float) * (size_t)o->K * P, err);
-    if (!out->score || score_pooled_heads(o, cfg, row->gamma, out->score, err)) return -1;
-    double entropy = 0.0, var_sum = 0.0;
-    for (int h = 0; h < o->H; h++) {
-        const float *a = o->attn + (size_t)h * w * L;
-        for (int j = 0; j < P; j++) {
-            double mean = 0.0, ss = 0.0;
-            for (int i = 0; i < w; i++) {
-                double x = a[(size_t)i * L + j];
-                entropy -= x * log(x + 1e-10);
-                mean += x;
-            }
-            mean /= w;
-            for (int i = 0; i < w; i++) {
-                double dv = a[(size_t)i * L + j] - mean;
-                ss += dv * dv;
-            }
-            var_sum += w > 1 ? ss / (w - 1) : 0.0;
-        }
+    if (!out->score || score_pooled_heads(o, cfg, row->gamma, out->score, &out->variance_sum, err)) return -1;
+    out->entropy = 0.0;
+    for (int r = 0; r < o->H * o->w; r++) {
+        const float *a = o->attn + (size_t)r * L;
+        for (int j = 0; j < P; j++) out->entropy -= a[j] * logf(a[j] + 1e-10f); /* fp32 as the reference */
     }
-    out->entropy = entropy;
-    out->variance_sum = var_sum;
-    out->preference = pow(entropy, 1.0 / row->tau1) * pow(var_sum, 1.0 / row->tau2);
+    out->preference = pow(out->entropy, 1.0 / row->tau1) * pow(out->variance_sum, 1.0 / row->tau2);
     return 0;
 }
 
@@ -167,7 +172,11 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
     out->mass_order = out->nu_prefix ? kv_malloc(sizeof(int) * KP, err) : NULL;
     out->n_mass = out->mass_order ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
     float *pooled = out->n_mass ? kv_malloc(sizeof(float) * (size_t)G * w * P, err) : NULL;
-    if (!pooled) return -1;
+    double *acc = pooled ? kv_malloc(sizeof(double) * (size_t)P, err) : NULL;
+    if (!acc) {
+        free(pooled);
+        return -1;
+    }
     Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
     /* Step A + B: pool each query row, restore its prefix mass, fold over (g, i). */
     for (int k = 0; k < K; k++) {
@@ -184,14 +193,16 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
             for (int j = 0; j < P; j++) p[j] = (float)(p[j] * scale);
         }
         float *delta = out->delta + (size_t)k * P;
-        fold_rows(pooled, G * w, (size_t)P, P, fold, delta);
+        fold_rows(pooled, G * w, (size_t)P, P, fold, acc, delta);
         if (cfg->aggregation == AGG_MAX_PRIOR) clamp_at_mean(delta, P);
         /* Stage-1 input: unpooled mean over the group and window queries. */
-        fold_rows(o->attn + (size_t)k * G * w * L, G * w, (size_t)L, P, AGG_MEAN, out->abar + (size_t)k * P);
+        fold_rows(o->attn + (size_t)k * G * w * L, G * w, (size_t)L, P, AGG_MEAN, acc, out->abar + (size_t)k * P);
     }
     free(pooled);
+    free(acc);
     /* Step C: value norms normalised across kv-heads at each position. */
-    for (int k = 0; k < K; k++) memcpy(out->nu_prefix + (size_t)k * P, o->value_norm + (size_t)k * L, sizeof(float) * (size_t)P);
+    for (int k = 0; k < K; k++)
+        memcpy(out->nu_prefix + (size_t)k * P, o->value_norm + (size_t)k * L, sizeof(float) * (size_t)P);
     out->layer_max = -INFINITY;
     for (int j = 0; j < P; j++) {
         double col = 0.0;
@@ -243,6 +254,13 @@ int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation
     }
     if (rc) layer_scores_free(out);
     return rc;
+}
+
+void layer_scores_trim(LayerScores *ls) {
+    free(ls->abar);
+    free(ls->delta);
+    free(ls->nu_prefix);
+    ls->abar = ls->delta = ls->nu_prefix = NULL;
 }
 
 void layer_scores_free(LayerScores *ls) {

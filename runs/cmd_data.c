@@ -102,37 +102,40 @@ int cmd_data(int argc, char **argv) {
             opt.skip_bad_lines = 1;
             continue;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kvbench data: %s needs a value\n%s", a, USAGE);
+        static const char *const VALUED[] = {"--data", "--model", "--index", "--fraction", "--seed",
+                                             "--target-tokens", "--first", "--samples"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof VALUED / sizeof *VALUED; k++) known |= !strcmp(a, VALUED[k]);
+        if (!known || i + 1 >= argc) {
+            fprintf(stderr, "kvbench data: %s '%s'\n%s", known ? "a value is missing after" : "unknown option", a, USAGE);
             return 2;
         }
         const char *v = argv[++i];
-        long long n = parse_count(v);
-        if (!strcmp(a, "--data")) opt.data_path = v;
-        else if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--index")) index = n;
-        else if (!strcmp(a, "--fraction")) {
+        if (!strcmp(a, "--data")) {
+            opt.data_path = v;
+        } else if (!strcmp(a, "--model")) {
+            model = v;
+        } else if (!strcmp(a, "--fraction")) {
             char *end;
             opt.fraction = strtod(v, &end);
-            if (end == v || *end) n = -1;
-        } else if (!strcmp(a, "--seed")) opt.seed = (unsigned long long)n;
-        else if (!strcmp(a, "--target-tokens") && n <= 1 << 30) opt.target_tokens = (int)n;
-        else if (!strcmp(a, "--first") && n <= 1 << 30) opt.first_n = (int)n;
-        else if (!strcmp(a, "--samples") && n <= 1 << 30) opt.n_samples = (int)n;
-        else {
-            fprintf(stderr, "kvbench data: unknown option '%s'\n%s", a, USAGE);
-            return 2;
-        }
-        if (n < 0 && strcmp(a, "--data") && strcmp(a, "--model") && strcmp(a, "--fraction")) {
-            fprintf(stderr, "kvbench data: %s wants a non-negative whole number, not '%s'\n", a, v);
-            return 2;
-        }
-        if (n < 0 && !strcmp(a, "--fraction")) {
-            fprintf(stderr, "kvbench data: --fraction wants a number in [0, 1], not '%s'\n", v);
-            return 2;
+            if (end == v || *end || !(opt.fraction >= 0 && opt.fraction <= 1)) {
+                fprintf(stderr, "kvbench data: --fraction wants a number in [0, 1], not '%s'\n", v);
+                return 2;
+            }
+        } else {
+            long long n = parse_count(v);
+            if (n < 0 || (n > 1 << 30 && strcmp(a, "--seed") != 0)) {
+                fprintf(stderr, "kvbench data: %s wants a non-negative whole number, not '%s'\n", a, v);
+                return 2;
+            }
+            if (!strcmp(a, "--index")) index = n;
+            else if (!strcmp(a, "--seed")) opt.seed = (unsigned long long)n;
+            else if (!strcmp(a, "--target-tokens")) opt.target_tokens = (int)n;
+            else if (!strcmp(a, "--first")) opt.first_n = (int)n;
+            else opt.n_samples = (int)n;
         }
     }
-    if (index < 0 || index > 1 << 30) {
+    if (index < 0) {
         fprintf(stderr, "kvbench data: show needs --index I (0 = the first sample)\n");
         return 2;
     }

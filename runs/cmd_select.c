@@ -104,11 +104,14 @@ static int run_select(const char *model_path, const char *file, const char *back
     if (policy_select(st, budget, &ks, err)) goto done;
     double t2 = now_ms();
     printf("model %s, %d tokens from %s, backend %s\n", m->name, ids.n, file, be->name);
-    printf("policy %s (aggregation %s, window %d, pool kernel %d), budget keep fraction %.17g (compression ratio %.17g)\n",
-           cfg->name, aggregation_name(cfg->aggregation), cfg->window, cfg->pool_kernel,
-           budget_keep_fraction(budget, ids.n), budget_compression_ratio(budget, ids.n));
+    printf("policy %s", cfg->name);
+    if (needs_attention)
+        printf(" (aggregation %s, window %d, pool kernel %d)", aggregation_name(cfg->aggregation), cfg->window,
+               cfg->pool_kernel);
+    printf(", budget keep fraction %.17g (compression ratio %.17g)\n", budget_keep_fraction(budget, ids.n),
+           budget_compression_ratio(budget, ids.n));
     print_keepset(&ks, ids.n);
-    printf("prefill %.1f ms (with observation), select %.2f ms\n", t1 - t0, t2 - t1);
+    printf("prefill %.1f ms%s, select %.2f ms\n", t1 - t0, needs_attention ? " (with observation)" : "", t2 - t1);
     rc = 0;
 done:
     keepset_free(&ks);

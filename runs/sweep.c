@@ -54,6 +54,7 @@ typedef struct {
 
 typedef struct {
     Dataset **open;         /* [sum of tasks] */
+    char (*specs)[256];     /* [sum of tasks] "suite:task", alive as long as the datasets (which may borrow it) */
     int *first;             /* [n_datasets] index of a dataset's first task in open */
     PlanItem *items;
     int n_items;
@@ -94,6 +95,7 @@ static void plan_free(Plan *p, const RunConfig *cfg) {
     for (int i = 0; p->open && i < total; i++) dataset_close(p->open[i]);
     for (int i = 0; i < p->n_items; i++) free(p->items[i].pending);
     free(p->open);
+    free(p->specs);
     free(p->first);
     free(p->items);
     memset(p, 0, sizeof *p);
@@ -124,8 +126,9 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
     for (int d = 0; d < cfg->n_datasets; d++) total += cfg->datasets[d].n_tasks;
     unsigned char *done = kv_malloc((size_t)nv, err);
     p->open = kv_calloc((size_t)total, sizeof *p->open, err);
+    p->specs = kv_calloc((size_t)total, sizeof *p->specs, err);
     p->first = kv_calloc((size_t)cfg->n_datasets, sizeof *p->first, err);
-    if (!done || !p->open || !p->first) goto fail;
+    if (!done || !p->open || !p->specs || !p->first) goto fail;
     for (int d = 0, k = 0; d < cfg->n_datasets; d++) {
         const RunDataset *rd = &cfg->datasets[d];
         p->first[d] = k;
@@ -133,8 +136,8 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                             rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
                             rd->skip_bad_lines, count_tokens, sw->tok};
         for (int t = 0; t < rd->n_tasks; t++, k++) {
-            char spec[256], key[600];
-            snprintf(spec, sizeof spec, "%s:%s", rd->suite, rd->tasks[t]);
+            char *spec = p->specs[k], key[600];
+            snprintf(spec, sizeof p->specs[k], "%s:%s", rd->suite, rd->tasks[t]);
             if (dataset_open(&p->open[k], spec, &o, err)) {
                 kv_wrap(err, "%s: datasets[%d]", cfg->file, d);
                 goto fail;

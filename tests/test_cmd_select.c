@@ -39,18 +39,27 @@ static void test_usage(TestCounts *tc) {
     char out[4096];
     CHECK(tc, RUN(out, "--model", "m") == 2 && strstr(out, "required"), "missing options: %s", out);
     CHECK(tc, RUN(out, "--bogus", "1") == 2 && strstr(out, "unknown option '--bogus'"), "unknown option: %s", out);
-    CHECK(tc, RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--budget") == 2 && strstr(out, "needs a value"),
-          "missing value: %s", out);
+    CHECK(
+        tc,
+        RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--budget") == 2 && strstr(out, "needs a value"),
+        "missing value: %s", out);
     CHECK(tc, RUN(out, "--model", "m", "--file", "f", "--policy", "lru", "--budget", "0.2") == 2 &&
                   strstr(out, "unknown policy 'lru'"), "unknown policy: %s", out);
-    CHECK(tc, RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--aggregation", "median", "--budget", "0.2") == 2 &&
-                  strstr(out, "unknown aggregation 'median'"), "unknown aggregation: %s", out);
-    CHECK(tc, RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--budget", "1.5") == 2 && strstr(out, "(0, 1]"),
-          "budget out of range: %s", out);
+    CHECK(tc,
+          RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--aggregation", "median", "--budget", "0.2") ==
+                  2 &&
+              strstr(out, "unknown aggregation 'median'"),
+          "unknown aggregation: %s", out);
+    CHECK(
+        tc,
+        RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--budget", "1.5") == 2 && strstr(out, "(0, 1]"),
+        "budget out of range: %s", out);
     CHECK(tc, RUN(out, "--model", "m", "--file", "f", "--policy", "snapkv", "--budget", "0.2", "--window", "0") == 2 &&
                   strstr(out, "--window"), "bad window: %s", out);
-    CHECK(tc, RUN(out, "--model", "m", "--file", "/nonexistent/ctx.txt", "--policy", "snapkv", "--budget", "0.2") == 1 &&
-                  strstr(out, "/nonexistent/ctx.txt: cannot open"), "missing file: %s", out);
+    CHECK(tc,
+          RUN(out, "--model", "m", "--file", "/nonexistent/ctx.txt", "--policy", "snapkv", "--budget", "0.2") == 1 &&
+              strstr(out, "/nonexistent/ctx.txt: cannot open"),
+          "missing file: %s", out);
     CHECK(tc, RUN(out, "--model", "/nonexistent/m.gguf", "--file", "tests/data/policy_golden/README.md", "--policy",
                   "snapkv", "--budget", "0.2") == 1 && strstr(out, "/nonexistent/m.gguf"), "missing model: %s", out);
 }

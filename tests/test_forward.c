@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../engine/backend.h"
+#include "../engine/cpu_internal.h"
 #include "../engine/generate.h"
 #include "../engine/kvcache.h"
 #include "test.h"
@@ -42,6 +43,49 @@ static KvCache *prefill(TestCounts *tc, Backend *be, const int *ids, int n, int 
     if (!rc) rc = be->forward(be, &c, 1, ids, n, out, NULL, NULL, &err);
     CHECK(tc, rc == 0, "prefill of %d tokens: %s", n, err.msg);
     return c;
+}
+
+/* ------------------------------------------------------------------------------------ kernels */
+
+/* The polynomial exp behind softmax and SwiGLU against libm in double (relative 1e-6), and the blocked
+ * (BLAS) attention against the per-row loop on random inputs with a non-empty past (1e-5). */
+static void check_kernels(TestCounts *tc) {
+    enum { n = 300, d = 16, T = 20, past = 37 };
+    float x[n], g[n], u[n];
+    unsigned state = 99;
+#define UNIFORM() (((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f)
+    for (int i = 0; i < n; i++) x[i] = g[i] = -80.0f + 95.0f * UNIFORM(), u[i] = UNIFORM() - 0.5f;
+    /* the reference exponentiates the same f32 differences x - max, so only the exp approximation counts */
+    float mx = -1e30f;
+    double sum = 0, worst = 0;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) sum += exp((double)(x[i] - mx));
+    float p[n];
+    memcpy(p, x, sizeof p);
+    cpu_softmax(p, n);
+    for (int i = 0; i < n; i++) {
+        double ref = exp((double)(x[i] - mx)) / sum;
+        worst = fmax(worst, fabs(p[i] - ref) / fmax(ref, 1e-30));
+    }
+    CHECK(tc, worst <= 1e-6, "softmax relative error %.3g", worst);
+    worst = 0;
+    float h[n];
+    memcpy(h, g, sizeof h);
+    cpu_swiglu(h, u, n);
+    for (int i = 0; i < n; i++) {
+        double ref = g[i] / (1 + exp(-(double)g[i])) * u[i];
+        worst = fmax(worst, fabs(h[i] - ref) / fmax(fabs(ref), 1e-30));
+    }
+    CHECK(tc, worst <= 1e-6, "swiglu relative error %.3g", worst);
+    float q[T * d], k[(past + T) * d], v[(past + T) * d], blocked[T * d], rowwise[T * d], scores[T * (past + T)],
+        probs[past + T];
+    for (int i = 0; i < T * d; i++) q[i] = 2 * UNIFORM() - 1;
+    for (int i = 0; i < (past + T) * d; i++) k[i] = 2 * UNIFORM() - 1, v[i] = 2 * UNIFORM() - 1;
+    cpu_attend_block(blocked, d, q, d, k, v, T, past, d, 0.25f, scores);
+    for (int t = 0; t < T; t++) cpu_attend_row(rowwise + t * d, probs, q + t * d, k, v, past + t + 1, d, 0.25f);
+    CHECK(tc, rel_err(blocked, rowwise, T * d) <= 1e-5, "blocked vs per-row attention %.3g",
+          rel_err(blocked, rowwise, T * d));
+#undef UNIFORM
 }
 
 /* ------------------------------------------------------------------------------------ against the reference */
@@ -292,6 +336,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
 
 int main(void) {
     TestCounts tc = {"test_forward", 0, 0};
+    check_kernels(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 1);
     FILE *f = fopen(GGUF_PATH, "rb");

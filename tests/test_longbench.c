@@ -184,8 +184,10 @@ static void check_subsets(TestCounts *tc, const cJSON *pandas) {
             Sample s;
             char id[64];
             snprintf(id, sizeof id, "longbench:%s:%d", tasks[t], cJSON_GetArrayItem(rows, i)->valueint);
+            char built[64];
             CHECK(tc, dataset_get(ds, i, &s, &err) == 0 && !strcmp(s.id, id) && s.index == i, "%s quick-run %d: %s",
                   tasks[t], i, s.id);
+            CHECK(tc, dataset_sample_id(ds, i, built, sizeof built, &err) == 0 && !strcmp(built, id), "id %s", built);
             sample_free(&s);
         }
         dataset_close(ds);
@@ -198,6 +200,8 @@ static void check_subsets(TestCounts *tc, const cJSON *pandas) {
     CHECK(tc, dataset_get(ds, 4, &s, &err) == 0 && !strcmp(s.id, "longbench:lcc:4"), "first_n ids");
     sample_free(&s);
     CHECK(tc, dataset_get(ds, 5, &s, &err) != 0 && strstr(err.msg, "out of range"), "index past the end: %s", err.msg);
+    char id[64];
+    CHECK(tc, dataset_sample_id(ds, -1, id, sizeof id, &err) != 0 && strstr(err.msg, "out of range"), "%s", err.msg);
     dataset_close(ds);
     o = (DatasetOptions){.fraction = 0.1, .seed = 1ull << 33};
     CHECK(tc, open_task(&ds, "lcc", LB_DIR, &o, &err) != 0 && strstr(err.msg, "below 2^32"), "%s", err.msg);

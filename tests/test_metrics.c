@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../metrics/metrics.h"
+#include "../metrics/scorers.h"
 #include "../runs/commands.h"
 #include "test.h"
 
@@ -209,6 +210,52 @@ static void check_unicode(TestCounts *tc) {
     CHECK_SCORE(tc, "qa_f1", NULL, "\u2014the", "\u2014", 1.0); /* "—" is not \w: "the" is an article */
 }
 
+static uint64_t fnv1a(uint64_t h, uint32_t v) {
+    for (int k = 0; k < 4; k++) h = (h ^ ((v >> (8 * k)) & 0xFF)) * 0x100000001B3u;
+    return h;
+}
+
+/* Whether lower-casing s ends in a final sigma. */
+static int ends_final_sigma(uint32_t *cps, size_t n) {
+    UStr low;
+    KvErr err;
+    if (mtext_lower(&low, (USpan){cps, n}, &err)) return -1;
+    int final = low.cp[low.n - 1] == 0x3C2;
+    mtext_free(&low);
+    return final;
+}
+
+/* Every code point through text.c's lower-casing and classes, hashed as gen_metric_cases.py hashes Python's
+ * (tests/data/metrics/unicode.json): the lookup code is checked exhaustively, not only on sampled text. */
+static void check_unicode_exhaustive(TestCounts *tc) {
+    KvErr err;
+    char *json = kv_read_file(TEST_DATA("metrics/unicode.json"), NULL, &err);
+    cJSON *ref = json ? cJSON_Parse(json) : NULL;
+    const cJSON *want_lower = cJSON_GetObjectItemCaseSensitive(ref, "lower_fnv1a");
+    const cJSON *want_classes = cJSON_GetObjectItemCaseSensitive(ref, "classes_fnv1a");
+    CHECK(tc, cJSON_IsString(want_lower) && cJSON_IsString(want_classes), "tests/data/metrics/unicode.json: %s",
+          json ? "missing keys" : err.msg);
+    uint64_t lower = 0xCBF29CE484222325u, classes = 0xCBF29CE484222325u;
+    for (uint32_t cp = 0; cp < 0x110000; cp++) {
+        UStr low;
+        if (mtext_lower(&low, (USpan){&cp, 1}, &err)) break;
+        lower = fnv1a(lower, (uint32_t)low.n);
+        for (size_t k = 0; k < low.n; k++) lower = fnv1a(lower, low.cp[k]);
+        mtext_free(&low);
+        uint32_t after[2] = {cp, 0x3A3}, between[3] = {'A', cp, 0x3A3};
+        uint32_t bits = (uint32_t)(mtext_is_space(cp) | mtext_is_alnum(cp) << 1 | mtext_is_decimal(cp) << 2 |
+                                   ends_final_sigma(after, 2) << 3 | ends_final_sigma(between, 3) << 4);
+        classes = fnv1a(classes, bits);
+    }
+    char got[17];
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)lower);
+    CHECK(tc, cJSON_IsString(want_lower) && !strcmp(got, want_lower->valuestring), "lower-case hash %s", got);
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)classes);
+    CHECK(tc, cJSON_IsString(want_classes) && !strcmp(got, want_classes->valuestring), "class hash %s", got);
+    cJSON_Delete(ref);
+    free(json);
+}
+
 /* Invalid UTF-8 is scored as Python scores the bytes decoded with errors="replace". */
 static void check_invalid_utf8(TestCounts *tc) {
     CHECK_SCORE(tc, "code_sim", NULL, "caf\xC3", "caf\xEF\xBF\xBD", 1.0);          /* truncated at the end */
@@ -275,16 +322,23 @@ static void check_bad_input(TestCounts *tc) {
           "%s", err.msg);
     CHECK(tc, metric_known("qa_f1") && metric_known("needle") && !metric_known("QA_F1") && !metric_known(NULL),
           "metric_known");
+    char *names = strdup(metric_names()), *save = NULL;
+    int n_names = 0, all_known = 1;
+    for (char *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save))
+        n_names++, all_known &= metric_known(name);
+    CHECK(tc, n_names == 9 && all_known, "metric_names lists %d names, all known: %d", n_names, all_known);
+    free(names);
 }
 
 /* Rouge-L's recursion limit: identical sentences of k distinct words need k + 1 calls of the walk. */
 static void check_rouge_depth(TestCounts *tc) {
-    char *text = malloc(16 * 2000);
-    for (int k = 989; k <= 991; k++) {
+    char *text = malloc(8 * (ROUGE_RECON_MAX_CALLS + 1)); /* " w" + up to 4 digits per word, and the NUL */
+    if (!text) return;
+    for (int k = ROUGE_RECON_MAX_CALLS - 2; k <= ROUGE_RECON_MAX_CALLS; k++) {
         size_t len = 0;
         for (int i = 0; i < k; i++) len += (size_t)sprintf(text + len, "%sw%d", i ? " " : "", i);
         double got = score_of("rouge_l", NULL, text, text);
-        CHECK(tc, k < 991 ? got > 0.99 : got == 0.0, "rouge_l on %d identical words = %g", k, got);
+        CHECK(tc, k < ROUGE_RECON_MAX_CALLS ? got > 0.99 : got == 0.0, "rouge_l on %d identical words = %g", k, got);
     }
     free(text);
 }
@@ -324,44 +378,59 @@ static void check_random_bytes(TestCounts *tc) {
     CHECK(tc, bad == 0, "%d random-byte cases failed", bad);
 }
 
-/* Runs `kvbench score ARGS` in-process; its stdout is captured into out. Returns the exit status. */
-static int run_score_cmd(char *out, size_t cap, int argc, char **argv) {
-    fflush(stdout);
-    FILE *tmp = tmpfile();
-    int saved = dup(STDOUT_FILENO);
-    if (!tmp || saved < 0) return -100;
-    dup2(fileno(tmp), STDOUT_FILENO);
-    int status = cmd_score(argc, argv);
-    fflush(stdout);
-    dup2(saved, STDOUT_FILENO);
-    close(saved);
+/* Reads what was written to tmp into buf (NUL-terminated) and closes tmp. */
+static void slurp(FILE *tmp, char *buf, size_t cap) {
     rewind(tmp);
-    size_t n = fread(out, 1, cap - 1, tmp);
-    out[n] = 0;
+    size_t n = fread(buf, 1, cap - 1, tmp);
+    buf[n] = 0;
     fclose(tmp);
+}
+
+/* Runs `kvbench score ARGS` in-process with its stdout and stderr captured. Returns the exit status. */
+static int run_score_cmd(char *out, char *errs, size_t cap, int argc, char **argv) {
+    fflush(stdout), fflush(stderr);
+    FILE *tmp_out = tmpfile(), *tmp_err = tmpfile();
+    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
+    if (!tmp_out || !tmp_err || saved_out < 0 || saved_err < 0) return -100;
+    dup2(fileno(tmp_out), STDOUT_FILENO);
+    dup2(fileno(tmp_err), STDERR_FILENO);
+    int status = cmd_score(argc, argv);
+    fflush(stdout), fflush(stderr);
+    dup2(saved_out, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
+    close(saved_out);
+    close(saved_err);
+    slurp(tmp_out, out, cap);
+    slurp(tmp_err, errs, cap);
     return status;
 }
 
 static void check_command(TestCounts *tc) {
-    char out[256];
+    char out[1024], errs[1024];
     char *qa[] = {"--metric", "qa_f1", "--pred", "The Eiffel Tower, in Paris.", "--answer", "x", "--answer",
                   "Eiffel Tower"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 8, qa) == 0 && !strcmp(out, "0.6666666666666666\n"), "got '%s'", out);
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 8, qa) == 0 && !strcmp(out, "0.6666666666666666\n"), "got '%s'",
+          out);
     char *trec[] = {"--metric", "classification", "--task", "trec", "--pred", "City\nCountry", "--answer", "City",
                     "--class", "City", "--class", "Country"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 12, trec) == 0 && !strcmp(out, "1.0\n"), "got '%s'", out);
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 12, trec) == 0 && !strcmp(out, "1.0\n"), "got '%s'", out);
     char *empty[] = {"--metric", "rouge_l", "--pred", "", "--answer", "x"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 6, empty) == 0 && !strcmp(out, "0.0\n"), "got '%s'", out);
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 6, empty) == 0 && !strcmp(out, "0.0\n"), "got '%s'", out);
     char *unknown[] = {"--metric", "bleu", "--pred", "x", "--answer", "x"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 6, unknown) == 2 && !out[0], "unknown metric");
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 6, unknown) == 2 && !out[0] &&
+                  strstr(errs, "unknown metric 'bleu' (known: qa_f1, rouge_l"), "stderr '%s'", errs);
     char *no_answer[] = {"--metric", "qa_f1", "--pred", "x"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 4, no_answer) == 2, "missing --answer");
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 4, no_answer) == 2 && strstr(errs, "--answer"), "'%s'", errs);
     char *no_value[] = {"--metric", "qa_f1", "--pred"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 3, no_value) == 2, "option without value");
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 3, no_value) == 2 && strstr(errs, "--pred needs a value"), "'%s'",
+          errs);
     char *bad_option[] = {"--metric", "qa_f1", "--bogus", "x"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 4, bad_option) == 2, "unknown option");
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 4, bad_option) == 2 && strstr(errs, "unknown option '--bogus'"),
+          "'%s'", errs);
     char *no_classes[] = {"--metric", "classification", "--pred", "x", "--answer", "x"};
-    CHECK(tc, run_score_cmd(out, sizeof out, 6, no_classes) == 1, "classification without --class");
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 6, no_classes) == 1 && strstr(errs, "all_classes"), "'%s'", errs);
+    char *help[] = {"--help"};
+    CHECK(tc, run_score_cmd(out, errs, sizeof out, 1, help) == 0 && strstr(out, "usage: kvbench score"), "help");
 }
 
 int main(int argc, char **argv) {
@@ -370,6 +439,7 @@ int main(int argc, char **argv) {
     if (argc == 1) {
         check_spec_table(&tc);
         check_unicode(&tc);
+        check_unicode_exhaustive(&tc);
         check_invalid_utf8(&tc);
         check_first_line(&tc);
         check_averages(&tc);

@@ -5,6 +5,8 @@
  * gen_hf_fixtures.py (tiny Llama / Qwen2 / Mistral safetensors directories). Weights are compared exactly
  * (tolerance 0: dequantisation and bf16/f16 widening are exact float32 arithmetic on both sides), whole-row
  * sums to 1e-9 relative; RoPE inverse frequencies (float32 here, float64 in the generator) to 2e-6 relative.
+ * The Q/K un-permutation is also checked by its purpose: rotate-half RoPE on the loaded rows must give the
+ * same q.k as llama.cpp's interleaved RoPE on the raw GGUF rows (1e-5 relative).
  * Bad input of every kind must fail with one line naming the file, under ASan too. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -15,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../engine/gguf.h"
 #include "../engine/model.h"
 #include "../engine/safetensors.h"
 #include "../engine/tokenizer.h"
@@ -105,6 +108,87 @@ static void check_rope(TestCounts *tc, const Model *m, const cJSON *want, const 
     CHECK(tc, bad == 0, "%s: %d inverse frequencies off by more than 2e-6 relative", what, bad);
 }
 
+/* ---- the Q/K un-permutation, checked by what it is for ---------------------------------------------------
+ * llama.cpp applies interleaved ("normal") RoPE to the GGUF row order, Hugging Face rotate-half RoPE to its
+ * own order. If the loader un-permuted Q/K correctly, rotate-half RoPE on the loaded rows gives the same
+ * attention logits q.k (per head, at any positions) as interleaved RoPE on the raw GGUF rows. */
+
+static void rope_rotate(float *v, int d, const float *inv_freq, int pos, int interleaved) {
+    for (int i = 0; i < d / 2; i++) {
+        int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + d / 2;
+        double c = cos(pos * (double)inv_freq[i]), s = sin(pos * (double)inv_freq[i]);
+        float x = v[a], y = v[b];
+        v[a] = (float)(x * c - y * s);
+        v[b] = (float)(x * s + y * c);
+    }
+}
+
+static void matvec_rows(const float *w, int row0, int n_rows, int cols, const float *x, float *y) {
+    for (int r = 0; r < n_rows; r++) {
+        double acc = 0;
+        for (int j = 0; j < cols; j++) acc += (double)w[(size_t)(row0 + r) * cols + j] * x[j];
+        y[r] = (float)acc;
+    }
+}
+
+static float *raw_gguf_matrix(const char *path, const char *name, size_t n) {
+    GgufFile *g = NULL;
+    KvErr err;
+    float *out = NULL;
+    if (gguf_open(&g, path, &err) == 0) {
+        const GgufTensor *t = gguf_find_tensor(g, name);
+        out = t ? malloc(n * sizeof *out) : NULL;
+        if (out && ggml_dequantize(t->type, t->data, out, n, &err)) {
+            free(out);
+            out = NULL;
+        }
+    }
+    gguf_close(g);
+    return out;
+}
+
+static void test_rope_invariance(TestCounts *tc, const Model *m, const char *path, int layer) {
+    const ModelConfig *c = &m->cfg;
+    int D = c->d_model, d = c->head_dim, H = c->n_heads, K = c->n_kv_heads;
+    char qn[64], kn[64];
+    snprintf(qn, sizeof qn, "blk.%d.attn_q.weight", layer);
+    snprintf(kn, sizeof kn, "blk.%d.attn_k.weight", layer);
+    float *gq = raw_gguf_matrix(path, qn, (size_t)H * d * D), *gk = raw_gguf_matrix(path, kn, (size_t)K * d * D);
+    float *x = malloc(D * sizeof *x), *v[6];
+    for (int i = 0; i < 6; i++) v[i] = malloc(d * sizeof(float));
+    CHECK(tc, gq && gk, "%s: raw Q/K of layer %d", path, layer);
+    uint32_t st = 12345;
+    for (int i = 0; i < D; i++) x[i] = (float)((st = st * 1664525u + 1013904223u) >> 8) / (1 << 24) - 0.5f;
+    double worst = 0, worst_wrong = 0, scale = 0;
+    for (int h = 0; gq && gk && h < H; h++) {
+        int kh = h / (H / K), pq = 37, pk = 5;
+        const LayerWeights *w = &m->layers[layer];
+        matvec_rows(w->wq, h * d, d, D, x, v[0]);  /* loaded (HF order) */
+        matvec_rows(w->wk, kh * d, d, D, x, v[1]);
+        matvec_rows(gq, h * d, d, D, x, v[2]);     /* raw GGUF order */
+        matvec_rows(gk, kh * d, d, D, x, v[3]);
+        memcpy(v[4], v[2], d * sizeof(float));     /* GGUF order with the wrong (rotate-half) RoPE */
+        memcpy(v[5], v[3], d * sizeof(float));
+        rope_rotate(v[0], d, m->rope_inv_freq, pq, 0);
+        rope_rotate(v[1], d, m->rope_inv_freq, pk, 0);
+        rope_rotate(v[2], d, m->rope_inv_freq, pq, 1);
+        rope_rotate(v[3], d, m->rope_inv_freq, pk, 1);
+        rope_rotate(v[4], d, m->rope_inv_freq, pq, 0);
+        rope_rotate(v[5], d, m->rope_inv_freq, pk, 0);
+        double hf = 0, gg = 0, wrong = 0;
+        for (int i = 0; i < d; i++) hf += v[0][i] * v[1][i], gg += v[2][i] * v[3][i], wrong += v[4][i] * v[5][i];
+        worst = fmax(worst, fabs(hf - gg));
+        worst_wrong = fmax(worst_wrong, fabs(wrong - gg));
+        scale = fmax(scale, fabs(gg));
+    }
+    CHECK(tc, worst <= 1e-5 * fmax(scale, 1e-3), "%s layer %d: q.k differs by %g (scale %g)", path, layer, worst, scale);
+    CHECK(tc, worst_wrong > 1e-3 * scale, "%s layer %d: test has no power (%g)", path, layer, worst_wrong);
+    for (int i = 0; i < 6; i++) free(v[i]);
+    free(x);
+    free(gq);
+    free(gk);
+}
+
 /* ---- tiny GGUF models ------------------------------------------------------------------------------- */
 
 static void test_tiny_gguf(TestCounts *tc, const cJSON *exp, const char *arch, const char *path) {
@@ -126,12 +210,21 @@ static void test_tiny_gguf(TestCounts *tc, const cJSON *exp, const char *arch, c
         CHECK(tc, c->n_eos == 2 && c->eos_ids[0] == 2 && c->eos_ids[1] == 3, "llama eos (eos + eot)");
         CHECK(tc, c->rope_scaling == 1 && c->rope_factor == 8.0f, "llama rope_freqs -> scaling, factor %g", c->rope_factor);
         check_rope(tc, m, item(e, "rope_inv_freq"), "tiny llama gguf");
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        model_print_info(m, f);
+        fclose(f);
+        CHECK(tc, strstr(buf, "per-frequency factors from the GGUF, max 8") && strstr(buf, "tokenizer    none") &&
+                      strstr(buf, "eos          2 3"), "info:\n%s", buf);
+        free(buf);
     } else {
         CHECK(tc, c->arch == ARCH_QWEN2 && c->chat == CHAT_QWEN2 && c->add_bos == 0 && c->rms_eps == 1e-6f, "qwen2 cfg");
         CHECK(tc, c->n_eos == 1 && c->eos_ids[0] == 2 && c->rope_scaling == 0, "qwen2 eos/rope");
         CHECK(tc, m->layers[1].bq && m->layers[0].bv, "qwen2 biases");
     }
     check_weights(tc, m, item(e, "tensors"), path);
+    if (c->arch == ARCH_LLAMA) test_rope_invariance(tc, m, path, 1);
     model_free(m);
 }
 
@@ -162,6 +255,8 @@ static void test_smollm2(TestCounts *tc) {
     cJSON *exp = load_json(TEST_DATA("gguf/smollm2_expected.json"));
     if (exp) check_weights(tc, m, exp, "SmolLM2");
     cJSON_Delete(exp);
+    test_rope_invariance(tc, m, SMOLLM2, 0);
+    test_rope_invariance(tc, m, SMOLLM2, 29);
 
     char *buf = NULL;
     size_t len = 0;

@@ -75,7 +75,9 @@ static void check_custom_grid(TestCounts *tc) {
         }
         int n;
         dataset_count_words(NULL, s.context, &n, NULL);
-        CHECK(tc, !strcmp(s.id, ids[i]), "id %s", s.id);
+        char id[64];
+        CHECK(tc, !strcmp(s.id, ids[i]) && dataset_sample_id(ds, i, id, sizeof id, &err) == 0 && !strcmp(id, ids[i]),
+              "id %s", s.id);
         /* 250,000 words is more than the essays hold once (about 110,000): the haystack repeats */
         CHECK(tc, n - 11 <= lengths[i / 2] - 200 && n - 11 > lengths[i / 2] - 210, "length %d: %d words", lengths[i / 2], n);
         sample_free(&s);

@@ -20,7 +20,8 @@ static void test_attention_by_hand(TestCounts *tc) {
     KvErr err;
     CHECK(tc, observation_prepare(&o, 0, &err) == 0, "%s", err.msg);
     const float want[6] = {1.0f / 3, 2.0f / 3, 0, 1.0f / 6, 2.0f / 6, 3.0f / 6};
-    for (int t = 0; t < 6; t++) CHECK(tc, test_close(o.attn[t], want[t], TOL, 1), "attn[%d] %g want %g", t, o.attn[t], want[t]);
+    for (int t = 0; t < 6; t++)
+        CHECK(tc, test_close(o.attn[t], want[t], TOL, 1), "attn[%d] %g want %g", t, o.attn[t], want[t]);
     CHECK(tc, o.value_norm == NULL, "value norms only on request");
     observation_release(&o);
     CHECK(tc, o.attn == NULL && o.scratch == NULL, "release clears what it freed");
@@ -115,8 +116,10 @@ static void test_errors(TestCounts *tc) {
     float x[64] = {0};
     const float *keys[2] = {x, x};
     KvErr err;
-    Observation o = {.L = 4, .w = 8, .H = 2, .K = 2, .d = 1, .D = 1, .q_win = x, .keys = keys, .values = keys, .w_o = x};
-    CHECK(tc, observation_prepare(&o, 0, &err) != 0 && strstr(err.msg, "longer than the context"), "window > L: %s", err.msg);
+    Observation o = {
+        .L = 4, .w = 8, .H = 2, .K = 2, .d = 1, .D = 1, .q_win = x, .keys = keys, .values = keys, .w_o = x};
+    CHECK(tc, observation_prepare(&o, 0, &err) != 0 && strstr(err.msg, "longer than the context"), "window > L: %s",
+          err.msg);
     o.w = 2, o.H = 3;
     CHECK(tc, observation_prepare(&o, 0, &err) != 0 && strstr(err.msg, "multiple"), "H %% K: %s", err.msg);
     o.H = 2, o.L = 0;

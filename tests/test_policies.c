@@ -146,8 +146,9 @@ static void two_head_rows(float *attn) {
  * three remaining .5 (h0 j11, h1 j10, j11), then head 0's j0 .30, j1, j2, j3, j4 (.05 tie, both in), j5 .04,
  * j6 .03 = 12. Head 0 keeps 9, head 1 keeps 3.
  * SnapKV at f=0.5: head 0 {0,1,2,3,10,11} (j3 before j4), head 1 {0,1,2,9,10,11}.
- * CAKE, one layer: T = int((12*0.5 - 2)*1) = 4 prefix tokens per head, plus the window; the variance is 0,
- * so head 0 takes j0..j3 and head 1 j9, j0, j1, j2. */
+ * CAKE, one layer: T = int((12*0.5 - 2)*1) = 4 prefix tokens per head, plus the window; the variance is 0
+ * (so the preference is 0 and the one layer gets the even share, all of T), and head 0 takes j0..j3, head 1
+ * j9, j0, j1, j2. */
 static void test_adakv_snapkv_cake(TestCounts *tc) {
     float attn[2 * W * L];
     two_head_rows(attn);
@@ -221,13 +222,15 @@ static void test_defensivekv(TestCounts *tc) {
     cfg.window = W, cfg.pool_kernel = 1;
     LayerScores ls;
     CHECK(tc, score_layer(policy_row("defensivekv"), &cfg, &o[0], &ls, &err) == 0, "%s", err.msg);
-    CHECK(tc, test_close(ls.window_bias, 0.1, 1e-7, 1) && test_close(ls.threshold, 0.8, 1e-7, 1), "bias %g", ls.window_bias);
+    CHECK(tc, test_close(ls.window_bias, 0.1, 1e-7, 1) && test_close(ls.threshold, 0.8, 1e-7, 1), "bias %g",
+          ls.window_bias);
     CHECK(tc, ls.n_mass[0] == 2 && ls.n_mass[1] == 1, "mass counts %d %d", ls.n_mass[0], ls.n_mass[1]);
     CHECK(tc, defensive_forced_count(&ls, 0, P, W, 0.5) == 2 && defensive_forced_count(&ls, 0, P, W, 0.4) == 2,
           "forced below the cap");
     /* f=0.3: cap int(10*0.3 - 2) = 1; f=0.1: cap int(1 - 2) = -1, Python's [: -1] keeps P - 1 = 9. */
     CHECK(tc, defensive_forced_count(&ls, 0, P, W, 0.3) == 1 && defensive_forced_count(&ls, 0, P, W, 0.1) == 9,
-          "cap %d, negative cap %d", defensive_forced_count(&ls, 0, P, W, 0.3), defensive_forced_count(&ls, 0, P, W, 0.1));
+          "cap %d, negative cap %d", defensive_forced_count(&ls, 0, P, W, 0.3),
+          defensive_forced_count(&ls, 0, P, W, 0.1));
     CHECK(tc, test_close(ls.layer_max, 0.3, 1e-7, 1), "M %g", ls.layer_max);
     layer_scores_free(&ls);
     cfg.intended_window_bias = 1;
@@ -261,16 +264,19 @@ static void test_defensivekv(TestCounts *tc) {
 /* CAKE's adjust_budgets by hand (cap = P of the layers):
  *   prefs 1,2,1, T=10, cap 8: raw 2.5, 5, 2.5 -> 2,5,2 (sum 9) -> +1 to the first: 3,5,2.
  *   prefs 1,8,1, T=20, cap 10: raw 2,16,2 -> layer 1 capped at 10, excess 6 split over layers 0, 2: 5,10,5.
- *   prefs 1,1,1, T=10, cap 8: 3.33 each -> 3,3,3 -> 4,3,3. */
+ *   prefs 1,1,1, T=10, cap 8: 3.33 each -> 3,3,3 -> 4,3,3; all 0 (no variance anywhere): the same. */
 static void test_cake_budgets(TestCounts *tc) {
     double raw[3];
     int b[3];
     cake_layer_budgets((double[]){1, 2, 1}, 3, 10, 8, raw, b);
-    CHECK(tc, b[0] == 3 && b[1] == 5 && b[2] == 2 && test_close(raw[0], 2.5, 1e-12, 1), "1,2,1: %d %d %d", b[0], b[1], b[2]);
+    CHECK(tc, b[0] == 3 && b[1] == 5 && b[2] == 2 && test_close(raw[0], 2.5, 1e-12, 1), "1,2,1: %d %d %d", b[0], b[1],
+          b[2]);
     cake_layer_budgets((double[]){1, 8, 1}, 3, 20, 10, raw, b);
     CHECK(tc, b[0] == 5 && b[1] == 10 && b[2] == 5, "1,8,1: %d %d %d", b[0], b[1], b[2]);
     cake_layer_budgets((double[]){1, 1, 1}, 3, 10, 8, raw, b);
     CHECK(tc, b[0] == 4 && b[1] == 3 && b[2] == 3, "1,1,1: %d %d %d", b[0], b[1], b[2]);
+    cake_layer_budgets((double[]){0, 0, 0}, 3, 10, 8, raw, b);
+    CHECK(tc, b[0] == 4 && b[1] == 3 && b[2] == 3, "no preference: %d %d %d", b[0], b[1], b[2]);
 }
 
 /* ---- properties on random observations ---- */
@@ -289,7 +295,8 @@ static void random_obs(unsigned *seed, int N, int H, int K, int Lr, int w, float
             int last = Lr - w + r % w;
             double sum = 0;
             for (int j = 0; j < Lr; j++) {
-                double x = j <= last ? exp(3.0 * (rng_next(seed) % 1000) / 1000.0) * (rng_next(seed) % 11 == 0 ? 20 : 1) : 0;
+                double x =
+                    j <= last ? exp(3.0 * (rng_next(seed) % 1000) / 1000.0) * (rng_next(seed) % 11 == 0 ? 20 : 1) : 0;
                 row[j] = (float)x, sum += x;
             }
             for (int j = 0; j < Lr; j++) row[j] = (float)(row[j] / sum);
@@ -331,7 +338,8 @@ static void test_properties(TestCounts *tc) {
             long layer_sum[N] = {0};
             for (int s = 0; s < N * K; s++) {
                 const int *pos = ks.positions + ks.offsets[s];
-                for (int t = 0; t < ks.counts[s]; t++) sorted &= pos[t] >= 0 && pos[t] < LR && (t == 0 || pos[t] > pos[t - 1]);
+                for (int t = 0; t < ks.counts[s]; t++)
+                    sorted &= pos[t] >= 0 && pos[t] < LR && (t == 0 || pos[t] > pos[t - 1]);
                 int in_window = 0;
                 for (int t = 0; t < ks.counts[s]; t++) in_window += pos[t] >= LR - WR;
                 window_kept &= in_window == WR;
@@ -345,7 +353,8 @@ static void test_properties(TestCounts *tc) {
                 int ok = 1;
                 for (int s = 0; s < N * K; s++) ok &= ks.counts[s] == n;
                 CHECK(tc, ok, "%s %s: every head keeps %d", name, budgets[bi], n);
-                if (!strcmp(name, "snapkv") && n > WR) CHECK(tc, window_kept, "snapkv %s keeps the window", budgets[bi]);
+                if (!strcmp(name, "snapkv") && n > WR)
+                    CHECK(tc, window_kept, "snapkv %s keeps the window", budgets[bi]);
             } else if (!strcmp(name, "adakv") || !strcmp(name, "criticalkv")) {
                 int ok = 1;
                 for (int l = 0; l < N; l++) ok &= layer_sum[l] == K * n;
@@ -450,12 +459,16 @@ static void test_bad_input(TestCounts *tc) {
     Budget b;
     CHECK(tc, policy_config(&cfg, "snapkvv", NULL, &err) != 0 && strstr(err.msg, "unknown policy 'snapkvv'") &&
                   strstr(err.msg, "defensivekv"), "unknown policy: %s", err.msg);
-    CHECK(tc, policy_config(&cfg, "snapkv", "median", &err) != 0 && strstr(err.msg, "median"), "unknown aggregation: %s", err.msg);
-    CHECK(tc, policy_config(&cfg, "streamingllm", "max", &err) != 0 && strstr(err.msg, "no aggregation"), "streaming + max: %s", err.msg);
+    CHECK(tc, policy_config(&cfg, "snapkv", "median", &err) != 0 && strstr(err.msg, "median"),
+          "unknown aggregation: %s", err.msg);
+    CHECK(tc, policy_config(&cfg, "streamingllm", "max", &err) != 0 && strstr(err.msg, "no aggregation"),
+          "streaming + max: %s", err.msg);
     CHECK(tc, policy_config(&cfg, "full", "default", &err) == 0 && cfg.aggregation == AGG_DEFAULT &&
                   !strcmp(aggregation_name(cfg.aggregation), "none"), "full takes the default");
-    CHECK(tc, policy_config(&cfg, "efficient_defensivekv", NULL, &err) == 0 && !strcmp(cfg.name, "defensivekv") &&
-                  cfg.aggregation == AGG_MAX_PRIOR && cfg.window == 32 && cfg.pool_kernel == 5, "press name and defaults");
+    CHECK(tc,
+          policy_config(&cfg, "efficient_defensivekv", NULL, &err) == 0 && !strcmp(cfg.name, "defensivekv") &&
+              cfg.aggregation == AGG_MAX_PRIOR && cfg.window == 32 && cfg.pool_kernel == 5,
+          "press name and defaults");
     CHECK(tc, policy_config(&cfg, "criticalkv", "max+prior", &err) == 0 && cfg.aggregation == AGG_MAX_PRIOR &&
                   policy_needs_value_norm(&cfg) && policy_needs_attention(&cfg), "criticalkv max+prior");
     policy_config(&cfg, "streamingllm", NULL, &err);
@@ -475,7 +488,8 @@ static void test_bad_input(TestCounts *tc) {
     policy_config(&cfg, "snapkv", NULL, &err);
     CHECK(tc, policy_begin(&st, &cfg, 2, 2, 32, &err) != 0 && strstr(err.msg, "longer than the window"),
           "context = window: %s", err.msg);
-    CHECK(tc, policy_begin(&st, &cfg, 2, 2, 20, &err) != 0 && strstr(err.msg, "20 tokens"), "context < window: %s", err.msg);
+    CHECK(tc, policy_begin(&st, &cfg, 2, 2, 20, &err) != 0 && strstr(err.msg, "20 tokens"), "context < window: %s",
+          err.msg);
     cfg.pool_kernel = 4;
     CHECK(tc, policy_begin(&st, &cfg, 2, 2, 64, &err) != 0 && strstr(err.msg, "odd"), "even kernel: %s", err.msg);
     cfg.pool_kernel = 5, cfg.window = 0;
@@ -489,7 +503,9 @@ static void test_bad_input(TestCounts *tc) {
     KeepSet ks;
     b = (Budget){.keep_fraction = 0.5};
     CHECK(tc, policy_select(st, &b, &ks, &err) != 0 && strstr(err.msg, "0 of 2"), "select early: %s", err.msg);
-    o.layer = 0, o.w = 3;
+    o.layer = 0, o.H = 3;
+    CHECK(tc, policy_observe(st, &o, &err) != 0 && strstr(err.msg, "multiple"), "H %% K: %s", err.msg);
+    o.H = 2, o.w = 3;
     CHECK(tc, policy_observe(st, &o, &err) != 0 && strstr(err.msg, "window"), "window mismatch: %s", err.msg);
     o.w = W, o.attn = NULL;
     CHECK(tc, policy_observe(st, &o, &err) != 0 && strstr(err.msg, "without attention"), "no attention: %s", err.msg);

@@ -92,8 +92,10 @@ static int case_open(Case *c, const char *dir, KvErr *err) {
     if (c->N < 1 || c->H < 1 || c->K < 1 || c->d < 1 || c->D < 1 || c->L < 1 || c->w < 1)
         return kv_fail(err, "%s: missing or invalid shapes", path);
     size_t N = c->N, H = c->H, K = c->K, d = c->d, L = c->L, w = c->w, D = c->D;
-    if (!(c->q = load_raw(dir, "q_win.f32", N * H * w * d, 4, err)) || !(c->k = load_raw(dir, "k.f32", N * K * L * d, 4, err)) ||
-        !(c->v = load_raw(dir, "v.f32", N * K * L * d, 4, err)) || !(c->w_o = load_raw(dir, "w_o.f32", N * D * H * d, 4, err)))
+    if (!(c->q = load_raw(dir, "q_win.f32", N * H * w * d, 4, err)) ||
+        !(c->k = load_raw(dir, "k.f32", N * K * L * d, 4, err)) ||
+        !(c->v = load_raw(dir, "v.f32", N * K * L * d, 4, err)) ||
+        !(c->w_o = load_raw(dir, "w_o.f32", N * D * H * d, 4, err)))
         return -1;
     c->obs = calloc(N, sizeof *c->obs);
     for (int l = 0; l < c->N; l++) {
@@ -129,7 +131,8 @@ static void check_array(TestCounts *tc, const Case *c, const char *file, const f
     if (!ref) return;
     double worst = 0.0;
     for (int l = 0; l < c->N; l++) {
-        double e = rel_error(got_all + l * got_layer_stride, got_row_stride, ref + (size_t)l * rows * cols, cols, rows, cols);
+        double e =
+            rel_error(got_all + l * got_layer_stride, got_row_stride, ref + (size_t)l * rows * cols, cols, rows, cols);
         worst = e > worst ? e : worst;
     }
     double tol = c->bf16 ? BF16_TOL : F32_TOL;
@@ -276,7 +279,8 @@ static int compare_keep(const Case *c, const cJSON *run, const KeepSet *ks, char
     KvErr err;
     int total = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pos, "shape"), 0)->valueint;
     int *ref = load_raw(c->dir, cJSON_GetObjectItemCaseSensitive(pos, "file")->valuestring, (size_t)total, 4, &err);
-    int *counts = load_raw(c->dir, cJSON_GetObjectItemCaseSensitive(cnt, "file")->valuestring, (size_t)c->N * c->K, 4, &err);
+    int *counts =
+        load_raw(c->dir, cJSON_GetObjectItemCaseSensitive(cnt, "file")->valuestring, (size_t)c->N * c->K, 4, &err);
     if (!ref || !counts) {
         snprintf(why, why_n, "%.200s", err.msg);
         free(ref), free(counts);

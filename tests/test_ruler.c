@@ -145,6 +145,8 @@ static void check_every_task(TestCounts *tc) {
             approx_llama(NULL, all, &n, NULL);
             /* fits, and fills at least half the budget (RULER's coarse steps leave some room) */
             CHECK(tc, n <= budget && n > budget / 2, "%s: %d tokens for budget %d", spec, n, budget);
+            char id[128];
+            CHECK(tc, dataset_sample_id(ds, i, id, sizeof id, &err) == 0 && !strcmp(id, s.id), "%s: id %s", spec, id);
             CHECK(tc, s.n_answers > 0, "%s: no answers", spec);
             for (int a = 0; a < s.n_answers; a++)
                 CHECK(tc, strstr(s.context, s.answers[a]) != NULL, "%s: answer '%s' not in the context", spec,
@@ -256,7 +258,7 @@ static void check_bad_input(TestCounts *tc) {
     DatasetOptions o = {.count_tokens = approx_llama, .target_tokens = 150, .n_samples = 2};
     CHECK(tc, dataset_open(&ds, "ruler:niah_single_2", &o, &err) == 0, "%s", err.msg);
     Sample s;
-    CHECK(tc, dataset_get(ds, 0, &s, &err) != 0 && strstr(err.msg, "shorter than the task's template"),
+    CHECK(tc, dataset_get(ds, 0, &s, &err) != 0 && strstr(err.msg, "ruler:niah_single_2:0: haystack: the target length is shorter than the task's template"),
           "short target: %s", err.msg);
     dataset_close(ds);
     o.target_tokens = 100;

@@ -66,13 +66,24 @@ static int ids_match(const Tokenizer *t, const char *text, size_t len, const int
     return ok;
 }
 
+/* SentencePiece vocabularies have '▁' itself as a token; byte-level ones spell it in the GPT-2 byte alphabet.
+ * Only byte-level tokenizers promise exact round trips: SentencePiece adds '▁' after special tokens and reads
+ * a literal '▁' back as a space. */
+static int byte_level(const Tokenizer *t) { return tokenizer_token_id(t, "\xE2\x96\x81") < 0; }
+
+/* decode(encode(x)) == x; a tokenizer that normalises (Qwen2's NFC) gives back NFC(x) instead. */
 static int roundtrip_ok(const Tokenizer *t, const char *text, size_t len) {
     TokenIds ids = {0};
     KvErr err = {{0}};
     if (tokenizer_encode(t, text, len, 1, &ids, &err)) return 0;
     char *back = tokenizer_decode(t, ids.ids, ids.n, 0, &err);
     int ok = back && strlen(back) == len && memcmp(back, text, len) == 0;
+    char *nfc = NULL;
+    size_t nfc_len;
+    if (back && !ok && unicode_nfc(text, len, &nfc, &nfc_len, &err) == 0)
+        ok = (nfc_len != len || memcmp(nfc, text, len) != 0) && strcmp(back, nfc) == 0;
     if (!ok) fprintf(stderr, "  roundtrip of \"%.*s\" gave \"%s\"\n", (int)(len > 200 ? 200 : len), text, back ? back : err.msg);
+    free(nfc);
     free(back);
     ids_free(&ids);
     return ok;
@@ -140,16 +151,8 @@ static void test_unicode(TestCounts *tc) {
 
 /* ---------------------------------------------------------------- expected_ids.json folders */
 
-static int check_expected_file(TestCounts *tc, const char *dir, int *n_cases) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/expected_ids.json", dir);
+static int check_expected_file(TestCounts *tc, const Tokenizer *t, const char *path, int *n_cases) {
     KvErr err = {{0}};
-    Tokenizer *t = NULL;
-    double t0 = now_s();
-    int rc = tokenizer_load(&t, dir, &err);
-    CHECK(tc, rc == 0, "load %s: %s", dir, err.msg);
-    if (rc) return 0;
-    double load_s = now_s() - t0;
     char *text = kv_read_file(path, NULL, &err);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     free(text);
@@ -158,44 +161,64 @@ static int check_expected_file(TestCounts *tc, const char *dir, int *n_cases) {
     const cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "cases")) {
         const char *s = cJSON_GetObjectItem(c, "text")->valuestring;
-        const cJSON *ids = cJSON_GetObjectItem(c, "ids");
-        int n_want = cJSON_GetArraySize(ids), want[4096];
-        for (int i = 0; i < n_want && i < 4096; i++) want[i] = cJSON_GetArrayItem(ids, i)->valueint;
+        const cJSON *ids = cJSON_GetObjectItem(c, "ids"), *id;
+        int n_want = 0, want[4096];
+        cJSON_ArrayForEach(id, ids) if (n_want < 4096) want[n_want++] = id->valueint;
         int ok = ids_match(t, s, strlen(s), want, n_want, NULL);
         CHECK(tc, ok, "%s case %d", path, n);
         pass += ok;
-        int rt = roundtrip_ok(t, s, strlen(s));
-        CHECK(tc, rt, "%s case %d decodes back", path, n);
-        rt_pass += rt;
+        if (byte_level(t)) {
+            int rt = roundtrip_ok(t, s, strlen(s));
+            CHECK(tc, rt, "%s case %d decodes back", path, n);
+            rt_pass += rt;
+        }
         n++;
     }
-    printf("  %-28s %2d/%2d ids exact, %2d/%2d round trips (load %.2f s)\n", dir + strlen(TOK_DIR) + 1, pass, n,
-           rt_pass, n, load_s);
+    printf("  %-44s %3d/%3d ids exact, %3d/%3d round trips\n", path + strlen(TOK_DIR) + 1, pass, n, rt_pass,
+           byte_level(t) ? n : 0);
     cJSON_Delete(root);
-    tokenizer_free(t);
     *n_cases += n;
     return pass;
 }
 
+/* Every expected_ids*.json in every folder of tests/data/tokenizers, against the folder's tokenizer. */
 static void test_expected_ids(TestCounts *tc) {
     DIR *d = opendir(TOK_DIR);
     CHECK(tc, d != NULL, "cannot open %s", TOK_DIR);
     if (!d) return;
-    int pass = 0, n = 0, folders = 0;
+    int pass = 0, n = 0, files = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        char dir[1024], f[1100];
+        char dir[512];
         if (e->d_name[0] == '.') continue;
         snprintf(dir, sizeof dir, "%s/%s", TOK_DIR, e->d_name);
-        snprintf(f, sizeof f, "%s/expected_ids.json", dir);
-        if (!is_dir(dir) || !file_exists(f)) continue;
-        folders++;
-        pass += check_expected_file(tc, dir, &n);
+        DIR *sub = is_dir(dir) ? opendir(dir) : NULL;
+        if (!sub) continue;
+        Tokenizer *t = NULL;
+        struct dirent *f;
+        while ((f = readdir(sub))) {
+            size_t len = strlen(f->d_name);
+            if (strncmp(f->d_name, "expected_ids", 12) != 0 || len < 5 || strcmp(f->d_name + len - 5, ".json") != 0)
+                continue;
+            if (!t) {
+                KvErr err = {{0}};
+                double t0 = now_s();
+                int rc = tokenizer_load(&t, dir, &err);
+                CHECK(tc, rc == 0, "load %s: %s", dir, err.msg);
+                if (rc) break;
+                printf("  %-44s loaded in %.2f s\n", e->d_name, now_s() - t0);
+            }
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
+            files++;
+            pass += check_expected_file(tc, t, path, &n);
+        }
+        closedir(sub);
+        tokenizer_free(t);
     }
     closedir(d);
-    printf("expected_ids.json: %d/%d cases exact in %d folders\n", pass, n, folders);
-    CHECK(tc, folders >= 4 && n >= 50, "expected at least llama3.1, qwen3, llama2-spm, mistral-v3 (%d folders)",
-          folders);
+    printf("expected_ids*.json: %d/%d cases exact in %d files\n", pass, n, files);
+    CHECK(tc, files >= 7 && n >= 700, "expected llama3.1, qwen3, llama2-spm (x2), mistral-v3 (%d files, %d cases)", files, n);
 }
 
 /* ---------------------------------------------------------------- llama.cpp .inp/.out vectors */
@@ -256,14 +279,17 @@ static void check_vector_pair(TestCounts *tc, const char *inp_name, int *total_p
         CHECK(tc, ok, "%s test %d", inp_name, n);
         pass += ok;
         n_ids += got_n;
-        int rt = roundtrip_ok(t, cur, (size_t)(sep - cur));
-        CHECK(tc, rt, "%s test %d decodes back", inp_name, n);
-        rt_pass += rt;
+        if (byte_level(t)) {
+            int rt = roundtrip_ok(t, cur, (size_t)(sep - cur));
+            CHECK(tc, rt, "%s test %d decodes back", inp_name, n);
+            rt_pass += rt;
+        }
         n++;
         cur = sep + strlen(SEP);
         line = eol ? eol + 1 : line + strlen(line);
     }
-    printf("  %-34s %2d/%2d ids exact (%d ids), %2d/%2d round trips\n", inp_name, pass, n, n_ids, rt_pass, n);
+    printf("  %-34s %2d/%2d ids exact (%d ids), %2d/%2d round trips\n", inp_name, pass, n, n_ids, rt_pass,
+           byte_level(t) ? n : 0);
     CHECK(tc, n == 46, "%s: %d tests read, expected 46", inp_name, n);
     free(inp);
     free(outs);
@@ -504,7 +530,8 @@ static void test_speed(TestCounts *tc) {
         double dt = now_s() - t0;
         CHECK(tc, rc == 0, "%s", err.msg);
         char *back = rc ? NULL : tokenizer_decode(t, ids.ids, ids.n, 0, &err);
-        CHECK(tc, back && strlen(back) == n && memcmp(back, big, n) == 0, "1 MiB round trip for %s", dirs[i]);
+        CHECK(tc, back && (!byte_level(t) || (strlen(back) == n && memcmp(back, big, n) == 0)),
+              "1 MiB round trip for %s", dirs[i]);
         printf("  encode %.2f MiB with %-44s %7d ids in %.3f s\n", (double)n / (1 << 20), dirs[i] + strlen(TOK_DIR) + 1,
                ids.n, dt);
         free(back);

@@ -32,11 +32,12 @@ int cuda_device_query(CudaDeviceInfo *info, KvErr *err);
 
 int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
 
-/* Kernel lab: runs the flash prefill and split-K decode attention against the naive oracle kernel on random
- * head-variable caches (several sequences, GQA) and reports the largest absolute difference of each. */
+/* Kernel lab: runs the flash prefill, split-K decode and window attention against the naive oracle kernel on
+ * random head-variable caches (several sequences, GQA) and reports the largest absolute difference of each. */
 typedef struct {
     double flash_max_err;   /* flash prefill vs naive, over every output element */
     double decode_max_err;  /* split-K decode + merge vs naive */
+    double window_max_err;  /* observation window attention (GEMM + softmax) vs naive probabilities */
     int cases;              /* shapes tried */
 } CudaSelftest;
 int cuda_kernel_selftest(CudaSelftest *out, KvErr *err);

@@ -18,6 +18,7 @@
 #include "cuda_internal.h"
 extern "C" {
 #include "cuda_api.h"
+#include "gather_plan.h"
 }
 
 /* Token rows per chunk: large enough for GEMMs at full speed, small enough that 32B-class activations fit. */
@@ -117,7 +118,6 @@ typedef struct {
 
 typedef struct {
     const Model *m;
-    CudaDeviceInfo dev;
     cudaStream_t st;
     cublasHandle_t blas;
     void *weights;            /* the one weight allocation */
@@ -265,11 +265,15 @@ static int cache_alloc(Cuda *cu, const int *caps, CudaCache **out, KvErr *err) {
     const ModelConfig *cfg = &cu->m->cfg;
     int NK = cfg->n_layers * cfg->n_kv_heads, d = cfg->head_dim;
     long long rows = 0;
-    for (int i = 0; i < NK; i++) rows += caps[i];
+    int most = 0;
+    for (int i = 0; i < NK; i++) {
+        rows += caps[i];
+        most = caps[i] > most ? caps[i] : most;
+    }
     size_t bytes = (size_t)rows * d * sizeof(bf16) * 2;
     char what[160];
     snprintf(what, sizeof what, "a KV cache of %lld entries (%d layers x %d kv-heads, up to %d per head)", rows,
-             cfg->n_layers, cfg->n_kv_heads, NK ? caps[0] : 0);
+             cfg->n_layers, cfg->n_kv_heads, most);
     if (ensure_free(bytes, what, err)) return -1;
     CudaCache *cc = (CudaCache *)kv_calloc(1, sizeof *cc, err);
     if (!cc) return -1;
@@ -301,14 +305,13 @@ static int cache_alloc(Cuda *cu, const int *caps, CudaCache **out, KvErr *err) {
     c->on_device = 1;
     cc->k_base = (bf16 *)c->arena;
     cc->v_base = cc->k_base + (size_t)rows * d;
-    long long row = 0;
+    cache_row_starts(caps, NK, cc->row0);
     for (int i = 0; i < NK; i++) {
-        cc->row0[i] = row;
+        long long row = cc->row0[i];
         c->cap[i] = caps[i];
         c->k[i] = (float *)(cc->k_base + (size_t)row * d); /* bf16 on the device, typed as in kvcache.h */
         c->v[i] = (float *)(cc->v_base + (size_t)row * d);
         c->pos[i] = pos_store + row;
-        row += caps[i];
     }
     *out = cc;
     return 0;
@@ -327,20 +330,6 @@ static int cuda_cache_new(Backend *b, KvCache **out, int capacity, KvErr *err) {
     if (rc) return -1;
     *out = &cc->c;
     return 0;
-}
-
-/* Index of position p among a head's entries (ascending: gathered segments are sorted, appends grow). */
-static int find_entry(const int *pos, int len, int p) {
-    int lo = 0, hi = len - 1;
-    while (lo <= hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (pos[mid] == p) return mid;
-        if (pos[mid] < p)
-            lo = mid + 1;
-        else
-            hi = mid - 1;
-    }
-    return -1;
 }
 
 static int cuda_cache_gather(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity,
@@ -374,23 +363,12 @@ static int cuda_cache_gather(Backend *b, const KvCache *src, const KeepSet *keep
         return -1;
     }
     long long *src_rows = rows, *dst_rows = rows + keep->total;
-    int e = 0;
-    for (int i = 0; i < NK; i++) {
-        const int *kept = keep->positions + keep->offsets[i];
-        for (int j = 0; j < keep->counts[i]; j++, e++) {
-            int idx = find_entry(src->pos[i], src->len[i], kept[j]);
-            if (idx < 0) {
-                free(rows);
-                cuda_cache_free(b, &dst->c);
-                return kv_fail(err, "backend 'cuda': keep-set position %d is not in layer %d kv-head %d of the cache",
-                               kept[j], i / cfg->n_kv_heads, i % cfg->n_kv_heads);
-            }
-            src_rows[e] = s->row0[i] + idx;
-            dst_rows[e] = dst->row0[i] + j;
-            dst->c.pos[i][j] = kept[j];
-        }
-        dst->c.len[i] = keep->counts[i];
+    if (gather_plan(src, s->row0, keep, dst->row0, src_rows, dst_rows, dst->c.pos, err)) {
+        free(rows);
+        cuda_cache_free(b, &dst->c);
+        return -1;
     }
+    for (int i = 0; i < NK; i++) dst->c.len[i] = keep->counts[i];
     dst->c.n_pos = src->n_pos;
     rc = devbuf_reserve(&cu->gather_rows, 2 * (size_t)keep->total * sizeof(long long), "gather index lists", err);
     if (!rc && keep->total > 0) {
@@ -446,9 +424,9 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     float *h_nu = h_v + n_kv;
     float *stage = (float *)cu->obs_dev.p, *nu = stage + (n_q > (size_t)L * d ? n_q : (size_t)L * d);
 
-    if (launch_attention_naive(cu->q, NULL, (float *)cu->probs.p, L, ch->heads, l, c->n_layers, H, K, d, 1, Tc, t0,
-                               w, cu->st, err))
-        return -1;
+    const bf16 *keys[ATTN_MAX_KV_HEADS];
+    for (int kh = 0; kh < K; kh++) keys[kh] = (const bf16 *)kc->k[l * K + kh];
+    if (window_attention(cu->blas, cu->q, keys, (float *)cu->probs.p, H, K, d, t0, w, L, cu->st, err)) return -1;
     CU_CHECK(cudaMemcpyAsync(h_attn, cu->probs.p, n_attn * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     if (launch_qwin(cu->q, stage, t0, w, H, d, cu->st, err)) return -1;
     CU_CHECK(cudaMemcpyAsync(h_q, stage, n_q * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
@@ -561,7 +539,6 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
             th[(size_t)b * NK + i].k = (bf16 *)kc->k[i];
             th[(size_t)b * NK + i].v = (bf16 *)kc->v[i];
             th[(size_t)b * NK + i].len = kc->len[i];
-            th[(size_t)b * NK + i].cap = kc->cap[i];
             for (int t = 0; t < Tc; t++) kc->pos[i][kc->len[i] + t] = kc->n_pos + t;
         }
         seq_pos[b] = kc->n_pos;
@@ -694,6 +671,8 @@ static int check_shape(const ModelConfig *c, KvErr *err) {
     if (c->head_dim % 16 != 0 || c->head_dim > ATTN_MAX_HEAD_DIM)
         return kv_fail(err, "backend 'cuda': head dim %d unsupported (a multiple of 16 up to %d)", c->head_dim,
                        ATTN_MAX_HEAD_DIM);
+    if (c->n_kv_heads > ATTN_MAX_KV_HEADS)
+        return kv_fail(err, "backend 'cuda': %d kv-heads, at most %d", c->n_kv_heads, ATTN_MAX_KV_HEADS);
     if (c->n_heads / c->n_kv_heads > ATTN_MAX_GROUP)
         return kv_fail(err, "backend 'cuda': %d query heads per kv-head, at most %d", c->n_heads / c->n_kv_heads,
                        ATTN_MAX_GROUP);
@@ -723,7 +702,6 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
     b->forward = cuda_forward;
     b->destroy = cuda_destroy;
     cu->m = m;
-    cu->dev = dev;
     cu->layers = layers;
     cu->rows = CHUNK_ROWS;
 

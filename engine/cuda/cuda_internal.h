@@ -39,6 +39,7 @@ typedef __nv_bfloat16 bf16;
 enum {
     ATTN_MAX_HEAD_DIM = 256, /* flash / decode kernels keep a head's query in shared memory */
     ATTN_MAX_GROUP = 8,      /* decode keeps one accumulator per query head of a group in registers */
+    ATTN_MAX_KV_HEADS = 64,  /* the observation lists a layer's key heads in a fixed array */
 };
 
 /* One (sequence, layer, kv-head) of a forward: where its cache entries live and how many it held before this
@@ -46,7 +47,6 @@ enum {
 typedef struct {
     bf16 *k, *v;
     int len;
-    int cap;
 } DevHead;
 
 /* ---- kernels.cu: launchers (asynchronous on `st`; they return -1 only for a launch error) ---- */
@@ -71,6 +71,11 @@ int launch_swiglu(const float *gu, bf16 *act, int M, int F, cudaStream_t st, KvE
 int launch_attention_naive(const bf16 *q, bf16 *out, float *probs, int probs_ld, const DevHead *heads,
                            int layer, int N, int H, int K, int d, int B, int Tc, int t0, int n_rows,
                            cudaStream_t st, KvErr *err);
+/* The observation's window attention for sequence 0: probs[H][w][L] = softmax over the L keys of head h/G of
+ * query rows t0..t0+w-1 (causal: row i sees keys 0..L-w+i), scores by cuBLAS (one GEMM per query head), then a
+ * row softmax. keys[K] are host-held device pointers. Same definition as the naive kernel, faster at 128k. */
+int window_attention(cublasHandle_t h, const bf16 *q, const bf16 *const *keys, float *probs, int H, int K, int d,
+                     int t0, int w, int L, cudaStream_t st, KvErr *err);
 /* Causal prefill attention for a chunk of Tc > 1 tokens, flash-style: never materialises Tc x keys. */
 int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d,
                          int B, int Tc, cudaStream_t st, KvErr *err);

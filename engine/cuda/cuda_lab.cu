@@ -67,7 +67,6 @@ static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, double 
             upload_random(pool, &heads[i].v, (size_t)cap * d, 1.0f, err))
             return -1;
         heads[i].len = lens[i];
-        heads[i].cap = cap;
         if (cap > max_n) max_n = cap;
     }
     DevHead *d_heads;
@@ -100,6 +99,48 @@ static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, double 
     return max_abs_diff(out_fast, out_ref, n_dec, decode_err, err);
 }
 
+/* The observation's window attention against the naive kernel's probabilities: one sequence, every kv-head
+ * holding len entries before a chunk of Tc tokens, window w. */
+static int lab_window(int H, int K, int d, int len, int Tc, int w, double *window_err, KvErr *err) {
+    DevPool pool;
+    std::vector<DevHead> heads(K);
+    std::vector<const bf16 *> keys(K);
+    int L = len + Tc;
+    for (int i = 0; i < K; i++) {
+        if (upload_random(pool, &heads[i].k, (size_t)L * d, 2.0f, err) ||
+            upload_random(pool, &heads[i].v, (size_t)L * d, 1.0f, err))
+            return -1;
+        heads[i].len = len;
+        keys[i] = heads[i].k;
+    }
+    DevHead *d_heads;
+    bf16 *q;
+    float *ref, *fast;
+    size_t n = (size_t)H * w * L;
+    if (pool.alloc((void **)&d_heads, heads.size() * sizeof(DevHead), err) ||
+        upload_random(pool, &q, (size_t)Tc * H * d, 2.0f, err) || pool.alloc((void **)&ref, n * sizeof(float), err) ||
+        pool.alloc((void **)&fast, n * sizeof(float), err))
+        return -1;
+    CU_CHECK(cudaMemcpy(d_heads, heads.data(), heads.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    int rc = launch_attention_naive(q, NULL, ref, L, d_heads, 0, 1, H, K, d, 1, Tc, Tc - w, w, 0, err);
+    if (!rc) rc = window_attention(h, q, keys.data(), fast, H, K, d, Tc - w, w, L, 0, err);
+    cublasDestroy(h);
+    if (rc) return -1;
+    CU_CHECK(cudaDeviceSynchronize());
+    std::vector<float> a(n), b(n);
+    CU_CHECK(cudaMemcpy(a.data(), ref, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CU_CHECK(cudaMemcpy(b.data(), fast, n * sizeof(float), cudaMemcpyDeviceToHost));
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs((double)a[i] - (double)b[i]);
+        if (!(diff <= m)) m = diff;
+    }
+    *window_err = m;
+    return 0;
+}
+
 extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, err)) return -1;
@@ -122,6 +163,10 @@ extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
         if (!(de <= out->decode_max_err)) out->decode_max_err = de;
         out->cases++;
     }
+    double we1 = 0, we2 = 0;
+    if (lab_window(9, 3, 64, 200, 100, 32, &we1, err) || lab_window(32, 8, 128, 0, 700, 32, &we2, err))
+        return kv_wrap(err, "kernel lab, window attention");
+    out->window_max_err = (we1 > we2 || isnan(we1)) ? we1 : we2;
     return 0;
 }
 

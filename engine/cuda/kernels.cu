@@ -1,10 +1,11 @@
 /* kernels.cu — the CUDA kernels of the backend and their launchers (declared in cuda_internal.h).
  *
  * Element-wise and row kernels are written plainly: one block per row, f32 arithmetic, bf16 only for storage.
- * Attention has three kernels: the naive one (one block per query row; it is the oracle the kernel lab checks
- * the others against, and it also serves the trace hook and the observation, which need the probabilities
- * themselves), a flash-style prefill kernel on tensor cores (WMMA bf16, fp32 accumulation, online softmax,
- * query x key tiles in shared memory) and a split-K decode kernel with a merge kernel (splitk.h). */
+ * Attention has four paths: the naive kernel (one block per query row; it is the oracle the kernel lab checks
+ * the others against, and it serves the decode trace, which needs the probabilities themselves), a flash-style
+ * prefill kernel on tensor cores (WMMA bf16, fp32 accumulation, online softmax, query x key tiles in shared
+ * memory), a split-K decode kernel with a merge kernel (splitk.h), and the observation's window attention
+ * (cuBLAS scores, then a masked row softmax). */
 #include <mma.h>
 
 #include "cuda_internal.h"
@@ -213,6 +214,37 @@ int launch_attention_naive(const bf16 *q, bf16 *out, float *probs, int probs_ld,
     size_t smem = (size_t)(d + 32) * sizeof(float);
     k_attention_naive<<<grid, 256, smem, st>>>(q, out, probs, probs_ld, heads, layer, N, H, K, d, Tc, t0,
                                                1.0f / sqrtf((float)d));
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* Row r = h*w + i of scores[H*w][L]: scaled, masked past key L-w+i, softmaxed in place. */
+__global__ static void k_window_softmax(float *scores, int w, int L, float scale) {
+    __shared__ float red[32];
+    float *row = scores + (size_t)blockIdx.x * L;
+    int n = L - w + (int)(blockIdx.x % w) + 1;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, row[j] * scale);
+    mx = block_reduce<true>(mx, red);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        float p = expf(row[j] * scale - mx);
+        row[j] = p;
+        sum += p;
+    }
+    sum = block_reduce<false>(sum, red);
+    for (int j = threadIdx.x; j < L; j += blockDim.x) row[j] = j < n ? row[j] / sum : 0.0f;
+}
+
+int window_attention(cublasHandle_t h, const bf16 *q, const bf16 *const *keys, float *probs, int H, int K, int d,
+                     int t0, int w, int L, cudaStream_t st, KvErr *err) {
+    int G = H / K;
+    /* Window query i of head h is row t0+i of q, i.e. a [w][d] matrix with row stride H*d. */
+    for (int head = 0; head < H; head++)
+        if (gemm_bf16(h, q + ((size_t)t0 * H + head) * d, H * d, keys[head / G], d, probs + (size_t)head * w * L,
+                      CUDA_R_32F, L, w, L, d, 0.0f, err))
+            return -1;
+    k_window_softmax<<<H * w, 256, 0, st>>>(probs, w, L, 1.0f / sqrtf((float)d));
     LAUNCH_CHECK();
     return 0;
 }

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """gen_hf_fixtures.py — tiny Hugging Face model directories for tests/test_model_load.c.
 
-Writes, under tests/data/hf_fixtures/ (run from the project root; needs PyPI numpy + gguf + safetensors):
+Writes, under tests/data/hf_fixtures/ (run from the project root; needs PyPI numpy + gguf + safetensors; committed
+outputs made with numpy 2.4.6, gguf 0.19.0, safetensors 0.8.0):
   llama/    LlamaForCausalLM, Llama-3.1 rope scaling (rope_type llama3), bf16, sharded into two files with
-            model.safetensors.index.json, untied lm_head, generation_config.json with an eos list, no tokenizer.json
+            model.safetensors.index.json, untied lm_head, generation_config.json with an eos list, a tokenizer.json
+            whose post-processor adds BOS (and no add_bos_token in tokenizer_config.json)
   qwen2/    Qwen2ForCausalLM, q/k/v biases, tied embeddings, f32, one model.safetensors, a small byte-level BPE
             tokenizer.json, eos only as tokenizer_config's eos_token string
-  mistral/  MistralForCausalLM, f16, one model.safetensors, eos/bos in config.json, add_bos_token true
+  mistral/  MistralForCausalLM, f16, one model.safetensors, eos/bos in config.json, add_bos_token true,
+            no tokenizer.json (the model loads without a tokenizer)
   expected.json  per fixture: the config values the loader must report, sample rows of every weight as f32
-            (the stored bf16/f16/f32 values widened exactly) with whole-row sums, and Llama-3.1 inverse
+            (the stored bf16/f16/f32 values widened exactly; first 32 values) with whole-row sums, and Llama-3.1 inverse
             frequencies from transformers' _compute_llama3_parameters formula (float64 here).
 Shape of every fixture: 2 layers, D=64, H=4, K=2, d=16, F=96, V=80. safetensors files are written by hand
 (8-byte header length, JSON header padded to 8 bytes, data), since numpy has no bfloat16; the f32 and f16 files
@@ -94,8 +97,9 @@ def llama3_inv_freq(theta, factor, lo, hi, orig):
     return [float(x) for x in out]
 
 
-def byte_level_tokenizer():
-    """A small but complete byte-level BPE tokenizer.json (GPT-2 byte alphabet, two merges, three specials)."""
+def byte_level_tokenizer(specials, bos=None):
+    """A small but complete byte-level BPE tokenizer.json (GPT-2 byte alphabet, two merges, three specials);
+    with bos, a Llama-3 style post-processor that puts that special token before every text."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs, n = bs[:], 0
     for b in range(256):
@@ -104,7 +108,6 @@ def byte_level_tokenizer():
             cs.append(256 + n)
             n += 1
     byte_chars = [chr(c) for _, c in sorted(zip(bs, cs))]
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab = {s: i for i, s in enumerate(specials)}
     for ch in byte_chars:
         vocab[ch] = len(vocab)
@@ -114,8 +117,16 @@ def byte_level_tokenizer():
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
               "special": True} for i, s in enumerate(specials)]
     bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    post = bl
+    if bos:
+        template = {"type": "TemplateProcessing",
+                    "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                    "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                             {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                    "special_tokens": {bos: {"id": bos, "ids": [vocab[bos]], "tokens": [bos]}}}
+        post = {"type": "Sequence", "processors": [{**bl, "use_regex": True}, template]}
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-            "pre_tokenizer": bl, "post_processor": bl, "decoder": bl,
+            "pre_tokenizer": bl, "post_processor": post, "decoder": bl,
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                       "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
                       "ignore_merges": False, "vocab": vocab, "merges": merges}}
@@ -125,7 +136,7 @@ def sample(mat):
     m = mat if mat.ndim == 2 else mat.reshape(1, -1)
     n = m.shape[0]
     rows = sorted({0, 1, d // 2, n - 1} & set(range(n)))
-    return {"rows": rows, "values": [[float(x) for x in m[r]] for r in rows],
+    return {"rows": rows, "values": [[float(x) for x in m[r][:32]] for r in rows],
             "sums": [float(m[r].astype(np.float64).sum()) for r in rows]}
 
 
@@ -183,17 +194,19 @@ def main():
            "mlp_bias": False, "head_dim": d, "bos_token_id": 1, "eos_token_id": 2}
     e = fixture("llama", cfg, "BF16", 2, bias=False, tied=False, extra_files={
         "generation_config.json": {"bos_token_id": 1, "eos_token_id": [2, 3, 4], "do_sample": True},
+        "tokenizer.json": byte_level_tokenizer(["<|end_of_text|>", "<|begin_of_text|>", "<|eot_id|>"],
+                                               bos="<|begin_of_text|>"),
         "tokenizer_config.json": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
                                   "chat_template": "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"}})
     expected["llama"] = {**e, "arch": 0, "rope_theta": 500000.0, "rms_eps": 1e-5, "max_context": 131072,
-                         "rope_scaling": 1, "tied": 0, "qkv_bias": 0, "bos_id": 1, "add_bos": 0, "eos": [2, 3, 4],
-                         "chat": 1, "tokenizer": 0, "rope_inv_freq": llama3_inv_freq(500000.0, 8.0, 1.0, 4.0, 8192)}
+                         "rope_scaling": 1, "tied": 0, "qkv_bias": 0, "bos_id": 1, "add_bos": 1, "eos": [2, 3, 4],
+                         "chat": 1, "tokenizer": 1, "rope_inv_freq": llama3_inv_freq(500000.0, 8.0, 1.0, 4.0, 8192)}
 
     cfg = {**base_config("Qwen2ForCausalLM", "qwen2"), "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
            "rope_theta": 1000000.0, "rope_scaling": None, "tie_word_embeddings": True, "use_sliding_window": False,
            "sliding_window": 131072}
     e = fixture("qwen2", cfg, "F32", 1, bias=True, tied=True, extra_files={
-        "tokenizer.json": byte_level_tokenizer(),
+        "tokenizer.json": byte_level_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]),
         "tokenizer_config.json": {"add_bos_token": False, "bos_token": None, "eos_token": "<|im_end|>",
                                   "chat_template": "{{ '<|im_start|>' + message['role'] }}"}})
     expected["qwen2"] = {**e, "arch": 2, "rope_theta": 1000000.0, "rms_eps": 1e-6, "max_context": 32768,

@@ -20,6 +20,7 @@ import random
 import re
 import string
 import sys
+import unicodedata
 from collections import Counter
 
 sys.modules["Levenshtein"] = None  # fuzzywuzzy falls back to difflib, as in LongBench's environment
@@ -388,7 +389,11 @@ def code_sim_cases(rng, lcc):
         gt = ("    result = compute(alpha, beta) + other_value * 2; " * 20)[:n]
         cases.append(("lcc", char_edit(rng, gt, 5), [gt]))
         cases.append(("lcc", gt[: n // 2] + "zzz" + gt[n // 2:], [gt]))
-    while len(cases) < 240:
+    for _ in range(24):  # long real code lines: popular characters (spaces, brackets) stop anchoring matches
+        gt = " ".join(line.strip() for line in rng.sample(lcc, rng.randint(4, 12)))
+        pred = char_edit(rng, gt, rng.randint(1, 30)) if rng.random() < 0.7 else " ".join(gt.split(" ")[::-1])
+        cases.append((rng.choice(["lcc", "repobench-p"]), pred, [gt]))
+    while len(cases) < 264:
         gt = rng.choice(lcc)
         kind = rng.random()
         if kind < 0.5:
@@ -445,6 +450,34 @@ def needle_cases(rng):
             for p, a in cases]
 
 
+# ---- Unicode checksums: every code point through str.lower() and the classes metrics/text.c uses ----------
+
+FNV_OFFSET, FNV_PRIME, MASK64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
+SIGMA_U = "\u03a3"
+
+
+def fnv1a(h, values):
+    for v in values:
+        for byte in v.to_bytes(4, "little"):
+            h = ((h ^ byte) * FNV_PRIME) & MASK64
+    return h
+
+
+def unicode_checksums():
+    """FNV-1a over all code points of: len(c.lower()) and its code points; and a class byte (isspace, isalnum,
+    isdecimal, final sigma after c, final sigma after "A" + c). test_metrics.c recomputes both."""
+    lower = classes = FNV_OFFSET
+    for cp in range(0x110000):
+        c = chr(cp)
+        low = c.lower()
+        lower = fnv1a(lower, [len(low)] + [ord(x) for x in low])
+        bits = (c.isspace() | c.isalnum() << 1 | c.isdecimal() << 2 | ((c + SIGMA_U).lower()[-1] == "\u03c2") << 3
+                | (("A" + c + SIGMA_U).lower()[-1] == "\u03c2") << 4)
+        classes = fnv1a(classes, [bits])
+    return {"python": sys.version.split()[0], "unicode": unicodedata.unidata_version,
+            "lower_fnv1a": f"{lower:016x}", "classes_fnv1a": f"{classes:016x}"}
+
+
 # ---- driver ---------------------------------------------------------------------------------------------
 
 
@@ -497,6 +530,9 @@ def main():
             "string_match_all": string_match_cases(rng, "string_match_all"),
             "string_match_part": string_match_cases(rng, "string_match_part"), "needle": needle_cases(rng)}
     os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "unicode.json"), "w", encoding="utf-8") as f:
+        json.dump(unicode_checksums(), f, indent=1)
+        f.write("\n")
     for metric, cases in sets.items():
         path = os.path.join(args.out, f"{metric}.jsonl")
         with open(path, "w", encoding="utf-8") as f:

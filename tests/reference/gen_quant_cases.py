@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gen_quant_cases.py — reference data for tests/test_gguf.c and the GGUF half of tests/test_model_load.c.
 
-Writes, under tests/data/gguf/ (run from the project root; needs PyPI numpy + gguf, see requirements.txt):
+Writes, under tests/data/gguf/ (run from the project root; needs PyPI numpy + gguf, see requirements.txt; committed
+outputs made with numpy 2.4.6, gguf 0.19.0):
   quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q8_0, q4_K, q6_K) as random
                        raw blocks (every bit pattern reachable, finite scales), each followed by "<name>.expected":
                        the same values as f32 from gguf.quants.dequantize (PyPI gguf's numpy port of ggml);
@@ -118,7 +119,7 @@ def llama3_inv_freq(theta, d, factor, lo, hi, orig):
     return np.array(out)
 
 
-def sample_rows(mat, rows, n_values=None):
+def sample_rows(mat, rows, n_values=32):
     """Rows of a matrix: the first n_values values (all by default) and each whole row's float64 sum."""
     return {"rows": rows, "values": [[float(x) for x in mat[r][:n_values]] for r in rows],
             "sums": [float(mat[r].astype(np.float64).sum()) for r in rows]}
