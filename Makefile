@@ -60,7 +60,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(CUFLAGS) -c -o $@ $<
+	$(NVCC_PATH) $(CUFLAGS) -MMD -MP -c -o $@ $<
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libkvbench.a tests/test.h
 	@mkdir -p $(dir $@)
@@ -94,4 +94,9 @@ bench: kvbench $(BENCH_BIN) $(MODEL)
 clean:
 	rm -rf build build-san kvbench
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/runs/main.d
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/runs/main.d
+
+# A real one-node Slurm cluster on this machine (installs slurm-wlm and munge from Debian).
+.PHONY: test-slurm
+test-slurm: kvbench $(MODEL)
+	bash tests/slurm/test_slurm.sh

@@ -65,17 +65,23 @@ static float round_to_f16(float x) {
 }
 
 /* Whether block w[32] equals (q * scale) + offset for integer q in int8 range, with scale one of the f16
- * values near the smallest step |w - offset| / k. Writes the codes on success. */
+ * values near the smallest gap between distinct elements divided by k (the gap is scale itself unless no
+ * two codes of the block are adjacent). Writes the codes on success. */
 static int pack_block_with_offset(const float *w, float offset, int8_t *q, float *scale) {
-    float step = INFINITY;
+    float sorted[CPU_PACK_BLOCK], step = INFINITY;
     for (int i = 0; i < CPU_PACK_BLOCK; i++) {
-        float gap = fabsf(w[i] - offset);
+        int j = i;
+        for (; j > 0 && sorted[j - 1] > w[i]; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = w[i];
+    }
+    for (int i = 1; i < CPU_PACK_BLOCK; i++) {
+        float gap = sorted[i] - sorted[i - 1];
         if (gap > 0 && gap < step) step = gap;
     }
-    if (step == INFINITY) { /* every element equals the offset */
+    if (step == INFINITY) { /* a constant block: all codes 0 when it equals the offset */
         memset(q, 0, CPU_PACK_BLOCK);
         *scale = 0.0f;
-        return 1;
+        return w[0] == offset;
     }
     for (int k = 1; k <= 4; k++) {
         float s = round_to_f16(step / (float)k);

@@ -17,8 +17,6 @@
 #include "gguf.h"
 #include "unicode.h"
 
-static const char SPM_SPACE[] = "\xE2\x96\x81"; /* U+2581 '▁' */
-
 /* ---------------------------------------------------------------- small containers */
 
 int tok_reserve(void **p, int *cap, int need, size_t elem, KvErr *err) {
@@ -285,6 +283,17 @@ int tok_finish(Tokenizer *t, const char *source, KvErr *err) {
         t->byte_id[b] = tok_lookup(t, buf, (size_t)n);
         if (t->model == TOK_SPM && t->byte_id[b] >= 0) t->byte_of[t->byte_id[b]] = (int16_t)b;
     }
+    if (t->model == TOK_SPM && t->pretok == PRETOK_NONE) {
+        t->split_before_spaces = 1;
+        for (int id = 0; id < t->n_vocab && t->split_before_spaces; id++) {
+            const char *s = tok_text(t, id);
+            for (int p = 1; s && p + 3 <= t->tok_len[id]; p++)
+                if (memcmp(s + p, SPM_SPACE, 3) == 0 && !(p >= 3 && memcmp(s + p - 3, SPM_SPACE, 3) == 0)) {
+                    t->split_before_spaces = 0;
+                    break;
+                }
+        }
+    }
     if (t->model == TOK_SPM && t->byte_fallback) {
         for (int b = 0; b < 256; b++)
             if (t->byte_id[b] < 0)
@@ -294,7 +303,7 @@ int tok_finish(Tokenizer *t, const char *source, KvErr *err) {
         if (t->added[i].id < 0 || t->added[i].id >= t->n_vocab)
             return kv_fail(err, "%s: added token '%s' has id %d outside the vocabulary", source, t->added[i].text,
                            t->added[i].id);
-    qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_order);
+    if (t->n_added) qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_order);
     int k = 0;
     for (int b = 0; b <= 256; b++) {
         while (k < t->n_added && (unsigned char)t->added[k].text[0] < b) k++;
@@ -404,6 +413,7 @@ static void encode_state_free(EncodeState *st) {
 static int spm_spaces(const Tokenizer *t, const char *s, size_t len, int at_text_start, EncodeState *st,
                       const char **out, size_t *out_len, KvErr *err) {
     int prefix = t->space_prefix == SPACE_PREFIX_ALWAYS || (t->space_prefix == SPACE_PREFIX_FIRST && at_text_start);
+    if (t->prefix_if_absent && len > 0 && (s[0] == ' ' || (len >= 3 && memcmp(s, SPM_SPACE, 3) == 0))) prefix = 0;
     size_t spaces = 0;
     if (t->replace_space)
         for (size_t i = 0; i < len; i++) spaces += s[i] == ' ';
@@ -437,7 +447,13 @@ static int encode_segment(const Tokenizer *t, const char *s, size_t len, int at_
         goto fail;
     }
     if (t->pretok == PRETOK_NONE) {
-        if (bpe_encode_word(t, s, len, st->bpe, out, err)) goto fail;
+        size_t start = 0;
+        for (size_t p = 1; t->split_before_spaces && p + 3 <= len; p++) {
+            if (memcmp(s + p, SPM_SPACE, 3) != 0 || (p >= 3 && memcmp(s + p - 3, SPM_SPACE, 3) == 0)) continue;
+            if (bpe_encode_word(t, s + start, p - start, st->bpe, out, err)) goto fail;
+            start = p;
+        }
+        if (bpe_encode_word(t, s + start, len - start, st->bpe, out, err)) goto fail;
         free(nfc);
         return 0;
     }
@@ -487,10 +503,9 @@ static int find_added(const Tokenizer *t, const char *text, size_t len, size_t p
     return -1;
 }
 
-static int is_space_before(const char *s, size_t start, size_t i) {
-    /* ASCII whitespace only: the lstrip/rstrip tokens of the supported families sit next to spaces/newlines. */
-    return i > start && (s[i - 1] == ' ' || (s[i - 1] >= '\t' && s[i - 1] <= '\r'));
-}
+/* What an lstrip/rstrip added token absorbs. ASCII whitespace only: such tokens of the supported families
+ * sit next to spaces and newlines. */
+static int is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int parse_special, TokenIds *out,
                      KvErr *err) {
@@ -509,9 +524,9 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int parse
             const AddedToken *a = &t->added[k];
             next = at + (size_t)a->len;
             if (a->lstrip)
-                while (is_space_before(text, seg, end)) end--;
+                while (end > seg && is_ascii_space(text[end - 1])) end--;
             if (a->rstrip)
-                while (next < len && (text[next] == ' ' || (text[next] >= '\t' && text[next] <= '\r'))) next++;
+                while (next < len && is_ascii_space(text[next])) next++;
         }
         rc = encode_segment(t, text + seg, end - seg, seg == 0, &st, out, err);
         if (rc || k < 0) break;

@@ -24,8 +24,8 @@ typedef struct {
 int ids_push(TokenIds *v, int id, KvErr *err);
 void ids_free(TokenIds *v);
 
-/* path: a tokenizer.json, a directory holding one, or a .gguf file. tokenizer_config.json next to a
- * tokenizer.json is read when present (added tokens, bos/eos, chat template family). */
+/* path: a tokenizer.json, a directory holding one (or a SentencePiece tokenizer.model*), a tokenizer.model*
+ * file, or a .gguf file. tokenizer_config.json next to a tokenizer.json is read when present (bos/eos). */
 int tokenizer_load(Tokenizer **out, const char *path, KvErr *err);
 int tokenizer_load_gguf(Tokenizer **out, const struct GgufFile *g, KvErr *err);
 void tokenizer_free(Tokenizer *t);

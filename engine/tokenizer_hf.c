@@ -15,8 +15,6 @@
 
 #include "tokenizer_internal.h"
 
-static const char SPM_SPACE[] = "\xE2\x96\x81";
-
 typedef struct {
     const char *path;
     int byte_level;      /* a ByteLevel step seen */
@@ -278,6 +276,7 @@ static int build(Tokenizer **out, const cJSON *root, const char *path, KvErr *er
     t->normalize_nfc = sh.nfc;
     t->replace_space = sh.replace_space;
     t->space_prefix = sh.metaspace ? sh.space_prefix : sh.prepend ? SPACE_PREFIX_ALWAYS : SPACE_PREFIX_NONE;
+    t->prefix_if_absent = sh.metaspace;
     t->strip_decoded_space = !byte_level && decoder_strips_space(decoder);
     t->ignore_merges = flag_of(model, "ignore_merges", 0);
     t->byte_fallback = flag_of(model, "byte_fallback", 0);

@@ -14,6 +14,9 @@
 
 #include "tokenizer.h"
 
+/* U+2581 '▁', SentencePiece's visible space. */
+#define SPM_SPACE "\xE2\x96\x81"
+
 /* Byte-level BPE (GPT-2 byte alphabet) or SentencePiece-style BPE over characters with '▁' for spaces. */
 typedef enum { TOK_BYTE_LEVEL = 0, TOK_SPM = 1 } TokModel;
 
@@ -63,6 +66,10 @@ struct Tokenizer {
     MergeKind merge_kind;
     int normalize_nfc;       /* Qwen2: NFC before pre-tokenizing */
     SpacePrefix space_prefix;/* TOK_SPM */
+    int prefix_if_absent;    /* HF Metaspace: no '▁' prepended to a segment that already starts with a space */
+    int split_before_spaces; /* TOK_SPM without pre-tokenizer whose pieces never hold a '▁' after another
+                              * character: no merge can cross the start of a run of '▁', so words may be
+                              * split there with the same result, which keeps long contexts fast */
     int replace_space;       /* TOK_SPM: ' ' -> '▁' */
     int strip_decoded_space; /* TOK_SPM decoder: drop one leading space of the decoded text */
     int ignore_merges;       /* a word that is itself a vocab entry is emitted whole (Llama-3) */

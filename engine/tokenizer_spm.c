@@ -42,6 +42,7 @@ static int pb_next(Pb *b, PbField *f) {
     if (pb_varint(b, &key)) return -1;
     f->field = (int)(key >> 3);
     f->wire = (int)(key & 7);
+    f->v = 0;
     f->data = NULL;
     f->len = 0;
     switch (f->wire) {

@@ -148,7 +148,7 @@ static int sbatch(const char *extra, const char *script, char *job_id, size_t n,
     snprintf(cmd, sizeof cmd, "sbatch --parsable %s '%s' 2>&1", extra, script);
     FILE *p = popen(cmd, "r");
     if (!p) return kv_fail(err, "cannot run sbatch: %s", strerror(errno));
-    char line[512] = "";
+    char line[64] = "";
     if (!fgets(line, sizeof line, p)) line[0] = '\0';
     int status = pclose(p);
     line[strcspn(line, ";\r\n")] = '\0';

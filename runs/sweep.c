@@ -68,9 +68,11 @@ static int count_tokens(void *user, const char *text, int *n_tokens, KvErr *err)
     return rc;
 }
 
-static void sample_key(const Sample *s, char *out, size_t n) {
-    if (s->target_tokens > 0) snprintf(out, n, "%s@%d", s->id, s->target_tokens);
-    else snprintf(out, n, "%s", s->id);
+/* The database key of a sample: its dataset id, plus the configured target length where one is set (RULER ids
+ * do not carry it, and a 4k and an 8k run of one task must not share rows). */
+static void sample_key(const char *id, const RunDataset *rd, char *out, size_t n) {
+    if (rd->target_tokens > 0) snprintf(out, n, "%s@%d", id, rd->target_tokens);
+    else snprintf(out, n, "%s", id);
 }
 
 int sweep_parse_shard(const char *text, int *index, int *count, KvErr *err) {
@@ -144,13 +146,12 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
             }
             int n = dataset_count(p->open[k]), taken = 0;
             for (int i = 0; i < n && (!sw->opt->limit || taken < sw->opt->limit); i++) {
-                Sample s;
-                if (dataset_get(p->open[k], i, &s, err)) {
+                char id[512];
+                if (dataset_sample_id(p->open[k], i, id, sizeof id, err)) {
                     kv_wrap(err, "%s sample %d", spec, i);
                     goto fail;
                 }
-                sample_key(&s, key, sizeof key);
-                sample_free(&s);
+                sample_key(id, rd, key, sizeof key);
                 if (sw->opt->shard_count > 1 &&
                     util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
                     continue;
@@ -426,11 +427,14 @@ static char *answers_json(const Sample *s) {
     return text;
 }
 
-/* Runs one planned sample and stores it; -1 only when the database write failed (fatal). */
+/* Runs one planned sample and stores it; -1 only when the database write failed (fatal). A sample the dataset
+ * cannot build is stored too, as failed rows with the dataset's message. */
 static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
+    const RunDataset *rd = &cfg->datasets[it->dataset];
+    const char *task = rd->tasks[it->task - p->first[it->dataset]];
     Sample s;
-    char key[600];
+    char key[600], id[512];
     KvErr serr = {{0}};
     int n = 0, rc = 0;
     VariantRun *runs = kv_calloc((size_t)cfg->n_variants, sizeof *runs, err);
@@ -444,17 +448,13 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         if (it->pending[v]) runs[n++].v = &cfg->variants[v];
     double prefill_ms = 0, decode_ms = 0;
     int n_ctx = 0, n_q = 0;
-    if (dataset_get(p->open[it->task], it->index, &s, &serr)) {
-        /* A sample that cannot be built cannot be keyed either: report it and go on. */
-        fprintf(sw->opt->log, "%s: sample %d of task %d could not be built: %s\n", sw->rm->name, it->index, it->task,
-                serr.msg);
-        sw->stats->samples_failed++;
-        free(runs);
-        free(rows);
-        return 0;
-    }
-    sample_key(&s, key, sizeof key);
-    run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q);
+    int built = dataset_get(p->open[it->task], it->index, &s, &serr) == 0;
+    if (built) snprintf(id, sizeof id, "%s", s.id);
+    else if (dataset_sample_id(p->open[it->task], it->index, id, sizeof id, err))
+        snprintf(id, sizeof id, "%s:%s:%d", rd->suite, task, it->index);
+    sample_key(id, rd, key, sizeof key);
+    if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q);
+    else fail_all(runs, n, &serr);
     int n_failed = 0;
     for (int i = 0; i < n; i++) {
         VariantRun *r = &runs[i];
@@ -473,9 +473,11 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         row->error = r->failed ? r->err.msg : NULL;
         n_failed += r->failed;
     }
-    char *answers = answers_json(&s);
-    StoreSample ss = {sw->rm->name, sw->setup, key, s.suite, s.task, s.domain, s.metric, s.index, s.depth_percent,
-                      s.target_tokens, n_ctx, n_q, answers, s.note};
+    char *answers = built ? answers_json(&s) : NULL;
+    StoreSample ss = {sw->rm->name, sw->setup, key, built ? s.suite : rd->suite, built ? s.task : task,
+                      built ? s.domain : NULL, built ? s.metric : NULL, it->index, built ? s.depth_percent : -1,
+                      built ? s.target_tokens : rd->target_tokens, n_ctx, n_q, answers ? answers : "[]",
+                      built ? s.note : NULL};
     if (store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
     else {
         sw->stats->rows_written += n;
@@ -506,7 +508,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     }
     free(runs);
     free(rows);
-    sample_free(&s);
+    if (built) sample_free(&s);
     return rc;
 }
 

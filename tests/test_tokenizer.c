@@ -1,14 +1,18 @@
 /* test_tokenizer.c — tokenizers against reference ids, Unicode tables against CPython, bad input.
  *
- * References (tests/data/, see /work/shared/data/README.md for origins):
- *   tokenizers/NAME/expected_ids.json    ids from the JS port of Hugging Face tokenizers (add_special_tokens
- *                                        = false, special strings parsed), for the tokenizer in that folder
+ * References (origins and licences: tests/data/tokenizers/README.md):
+ *   tokenizers/NAME/expected_ids*.json   ids for the tokenizer in that folder: expected_ids.json from the JS
+ *                                        port of HF tokenizers, expected_ids_hf.json from HF tokenizers itself
+ *                                        (tests/reference/gen_tokenizer_cases.py); add_special_tokens=false,
+ *                                        special strings parsed
+ *   tokenizers/llama2-spm/variants_hf.json  the same vocabulary under Metaspace pre-tokenizers (same script)
  *   tokenizers/llamacpp-vectors/X.inp/.out  llama.cpp's test-tokenizer-0 vectors (ids from HF tokenizers);
- *                                        the vocabulary is X (a GGUF) or the folder vocab_sources.txt names
+ *                                        the vocabulary is X (a GGUF) or the path vocab_sources.txt gives
  *   unicode_cases.json                   NFC, categories and isspace from CPython's unicodedata
  *                                        (tests/reference/gen_unicode_cases.py)
- * Every directory of cases is scanned, so dropping in another tokenizer folder or .inp/.out pair adds it.
- * Ids must match exactly; decode(encode(x)) must give x back. */
+ *   models/SmolLM2-135M-Instruct.Q4_1.gguf, when fetched: ids of spec models.md §4.4
+ * Every folder of cases is scanned, so dropping in another tokenizer folder or .inp/.out pair adds it.
+ * Ids must match exactly; byte-level tokenizers must also give decode(encode(x)) == x (NFC(x) for Qwen2). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +50,21 @@ static void print_ids(const char *label, const int *ids, int n) {
     fprintf(stderr, "  %s:", label);
     for (int i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
     fputc('\n', stderr);
+}
+
+static void write_file(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+static Tokenizer *load_or_null(TestCounts *tc, const char *path) {
+    KvErr err = {{0}};
+    Tokenizer *t = NULL;
+    int rc = tokenizer_load(&t, path, &err);
+    CHECK(tc, rc == 0, "load %s: %s", path, err.msg);
+    return rc ? NULL : t;
 }
 
 /* Encodes text and compares with want[0..n_want); on a mismatch prints both. Returns 1 when equal. */
@@ -221,6 +240,58 @@ static void test_expected_ids(TestCounts *tc) {
     CHECK(tc, files >= 7 && n >= 700, "expected llama3.1, qwen3, llama2-spm (x2), mistral-v3 (%d files, %d cases)", files, n);
 }
 
+/* llama2-spm/variants_hf.json: the Llama-2 vocabulary with Metaspace pre-tokenizers in place of its
+ * normaliser, written to a temporary tokenizer.json per variant and checked against HF's ids. */
+static void test_metaspace_variants(TestCounts *tc) {
+    KvErr err = {{0}};
+    char *base_text = kv_read_file(TOK_DIR "/llama2-spm/tokenizer.json", NULL, &err);
+    char *var_text = kv_read_file(TOK_DIR "/llama2-spm/variants_hf.json", NULL, &err);
+    cJSON *base = base_text ? cJSON_Parse(base_text) : NULL, *vars = var_text ? cJSON_Parse(var_text) : NULL;
+    free(base_text);
+    free(var_text);
+    CHECK(tc, base && vars, "llama2-spm tokenizer.json / variants_hf.json: %s", err.msg);
+    if (!base || !vars) {
+        cJSON_Delete(base);
+        cJSON_Delete(vars);
+        return;
+    }
+    char dir[] = "/tmp/kvbench_tokvar_XXXXXX", path[256];
+    int total = 0;
+    CHECK(tc, mkdtemp(dir) != NULL, "mkdtemp");
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, cJSON_GetObjectItem(vars, "variants")) {
+        const cJSON *r;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(v, "replace"))
+            cJSON_ReplaceItemInObject(base, r->string, cJSON_Duplicate(r, 1));
+        char *json = cJSON_PrintUnformatted(base);
+        write_file(path, json, strlen(json));
+        free(json);
+        Tokenizer *t = load_or_null(tc, path);
+        if (!t) continue;
+        int pass = 0, n = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(v, "cases")) {
+            const char *s = cJSON_GetObjectItem(c, "text")->valuestring;
+            int want[4096], n_want = 0;
+            const cJSON *id;
+            cJSON_ArrayForEach(id, cJSON_GetObjectItem(c, "ids")) if (n_want < 4096) want[n_want++] = id->valueint;
+            int ok = ids_match(t, s, strlen(s), want, n_want, NULL);
+            CHECK(tc, ok, "%s case %d", cJSON_GetObjectItem(v, "name")->valuestring, n);
+            pass += ok;
+            n++;
+        }
+        printf("  llama2-spm %-32s %3d/%3d ids exact\n", cJSON_GetObjectItem(v, "name")->valuestring, pass, n);
+        total += n;
+        tokenizer_free(t);
+    }
+    CHECK(tc, total >= 360, "expected 3 Metaspace variants x 120 cases, read %d", total);
+    unlink(path);
+    rmdir(dir);
+    cJSON_Delete(base);
+    cJSON_Delete(vars);
+}
+
 /* ---------------------------------------------------------------- llama.cpp .inp/.out vectors */
 
 /* The tokenizer for vectors NAME.gguf.inp: NAME.gguf itself, or the path vocab_sources.txt gives for it. */
@@ -317,14 +388,6 @@ static void test_llamacpp_vectors(TestCounts *tc) {
 
 /* ---------------------------------------------------------------- specifics */
 
-static Tokenizer *load_or_null(TestCounts *tc, const char *path) {
-    KvErr err = {{0}};
-    Tokenizer *t = NULL;
-    int rc = tokenizer_load(&t, path, &err);
-    CHECK(tc, rc == 0, "load %s: %s", path, err.msg);
-    return rc ? NULL : t;
-}
-
 static void test_specials_and_decode(TestCounts *tc) {
     Tokenizer *t = load_or_null(tc, TOK_DIR "/llama3.1");
     if (!t) return;
@@ -413,13 +476,6 @@ static void test_smollm2_gguf(TestCounts *tc) {
 
 /* ---------------------------------------------------------------- bad input */
 
-static void write_file(const char *path, const char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(data, 1, len, f);
-    fclose(f);
-}
-
 static void expect_load_error(TestCounts *tc, const char *path, const char *needle) {
     Tokenizer *t = NULL;
     KvErr err = {{0}};
@@ -428,6 +484,41 @@ static void expect_load_error(TestCounts *tc, const char *path, const char *need
           "loading %s should fail with '%s', got rc=%d '%s'", path, needle, rc, err.msg);
     if (rc == 0) tokenizer_free(t);
     else printf("  error as expected: %s\n", err.msg);
+}
+
+static void put_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
+static void put_u64(FILE *f, uint64_t v) { fwrite(&v, 8, 1, f); }
+static void put_str(FILE *f, const char *s) {
+    put_u64(f, strlen(s));
+    fwrite(s, 1, strlen(s), f);
+}
+
+/* A vocab-only GGUF v3 (no tensors; little-endian host assumed, as everywhere in kvbench) with a two-token
+ * byte-level vocabulary and the given tokenizer.ggml.model / .pre. */
+static void write_tokenizer_gguf(const char *path, const char *model, const char *pre) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite("GGUF", 1, 4, f);
+    put_u32(f, 3);
+    put_u64(f, 0); /* tensors */
+    put_u64(f, 4); /* key-value pairs */
+    put_str(f, "tokenizer.ggml.model");
+    put_u32(f, 8);
+    put_str(f, model);
+    put_str(f, "tokenizer.ggml.pre");
+    put_u32(f, 8);
+    put_str(f, pre);
+    put_str(f, "tokenizer.ggml.tokens");
+    put_u32(f, 9);
+    put_u32(f, 8);
+    put_u64(f, 2);
+    put_str(f, "a");
+    put_str(f, "b");
+    put_str(f, "tokenizer.ggml.merges");
+    put_u32(f, 9);
+    put_u32(f, 8);
+    put_u64(f, 0);
+    fclose(f);
 }
 
 static void test_bad_input(TestCounts *tc) {
@@ -481,9 +572,41 @@ static void test_bad_input(TestCounts *tc) {
     Tokenizer *t = NULL;
     CHECK(tc, tokenizer_load(&t, path, &err) == -1 && t == NULL && strstr(err.msg, "bad.gguf"),
           "truncated GGUF: %s", err.msg);
+    printf("  error as expected: %s\n", err.msg);
+
+    snprintf(path, sizeof path, "%s/ok.gguf", dir);
+    write_tokenizer_gguf(path, "gpt2", "gpt-2");
+    t = load_or_null(tc, path);
+    TokenIds two = {0};
+    CHECK(tc, t && tokenizer_encode(t, "ab", 2, 1, &two, &err) == 0 && two.n == 2 && two.ids[0] == 0 &&
+                  two.ids[1] == 1,
+          "hand-written GGUF tokenizer");
+    ids_free(&two);
+    tokenizer_free(t);
+    snprintf(path, sizeof path, "%s/pre.gguf", dir);
+    write_tokenizer_gguf(path, "gpt2", "falcon");
+    expect_load_error(tc, path, "unsupported pre-tokenizer tokenizer.ggml.pre = 'falcon'");
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    write_tokenizer_gguf(path, "bert", "default");
+    expect_load_error(tc, path, "unsupported tokenizer.ggml.model 'bert'");
+
+    /* Hand-derived: merges as [a, b] pairs, and an lstrip/rstrip added token that swallows the spaces
+     * around it (Hugging Face AddedToken semantics). */
+    snprintf(path, sizeof path, "%s/small.json", dir);
+    const char *small = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"\xC4\xA0\": 3},"
+                        " \"merges\": [[\"a\", \"b\"]]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
+                        " \"added_tokens\": [{\"id\": 4, \"content\": \"<m>\", \"special\": true, \"lstrip\": true,"
+                        " \"rstrip\": true}]}";
+    write_file(path, small, strlen(small));
+    t = load_or_null(tc, path);
+    if (t) {
+        int want[] = {2, 3, 2, 4, 0, 3, 1};
+        CHECK(tc, ids_match(t, "ab ab  <m>  a b", 15, want, 7, NULL), "lstrip/rstrip and [a, b] merges");
+        tokenizer_free(t);
+    }
 
     const char *names[] = {"truncated.json", "novocab.json", "whitespace.json", "regex.json", "wordpiece.json",
-                           "garbage.model", "bad.gguf"};
+                           "garbage.model", "bad.gguf", "ok.gguf", "pre.gguf", "model.gguf", "small.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);
@@ -545,6 +668,7 @@ int main(void) {
     TestCounts tc = {"test_tokenizer", 0, 0};
     test_unicode(&tc);
     test_expected_ids(&tc);
+    test_metaspace_variants(&tc);
     test_llamacpp_vectors(&tc);
     test_specials_and_decode(&tc);
     test_smollm2_gguf(&tc);

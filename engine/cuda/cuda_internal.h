@@ -96,7 +96,4 @@ int launch_gather_rows(const long long *src_rows, const long long *dst_rows, int
 int gemm_bf16(cublasHandle_t h, const bf16 *X, int ldx, const bf16 *W, int ldw, void *Y, cudaDataType y_type,
               int ldy, int M, int N, int Kd, float beta, KvErr *err);
 
-/* Bytes of dynamic shared memory of the flash kernel for head dim d (for the capability check). */
-size_t flash_smem_bytes(int d);
-
 #endif

@@ -256,7 +256,7 @@ int window_attention(cublasHandle_t h, const bf16 *q, const bf16 *const *keys, f
 
 enum { FA_BQ = 64, FA_BK = 64, FA_WARPS = 4 };
 
-size_t flash_smem_bytes(int d) {
+static size_t flash_smem_bytes(int d) {
     return (size_t)(FA_BQ + 2 * FA_BK) * d * sizeof(bf16) /* Q, K, V tiles */
            + (size_t)FA_BQ * FA_BK * sizeof(float)        /* S */
            + (size_t)FA_BQ * FA_BK * sizeof(bf16)         /* P */

@@ -3,7 +3,8 @@
 float64 implementation of the Llama / Qwen2 decoder (run by hand; the outputs are committed).
 
 (a) Writes two tiny synthetic checkpoints in Hugging Face format (config.json + model.safetensors, f32):
-    tests/data/models/tiny-llama-hf  (Llama, llama3 RoPE scaling with every branch of the smoothing taken)
+    tests/data/models/tiny-llama-hf  (Llama, llama3 RoPE scaling with every branch of the smoothing taken,
+                                      weights on GGUF Q4_1 / Q8_0 block grids, see snap_blocks)
     tests/data/models/tiny-qwen2-hf  (Qwen2: q/k/v biases, tied embeddings)
     and, for a few id sequences, the last-position logits and 40 greedy tokens, with rotate-half RoPE.
 (b) For models/SmolLM2-135M-Instruct.Q4_1.gguf (skipped with a message when absent): the tensors as the gguf
@@ -129,6 +130,22 @@ def run_cases(W, cfg, prompts, interleaved, name, model_path):
 
 # ---------------------------------------------------------------- (a) tiny synthetic HF checkpoints
 
+def snap_blocks(w, kind):
+    """The f32 values a GGUF loader gets from Q4_1 (q in 0..15, f16 scale and min) or Q8_0 (q in -127..127,
+    f16 scale) blocks of 32 along each row, computed as the loader does: float(q) * d (+ m), each op in f32.
+    The tiny Llama's weights are such values, so the CPU backend's packed decode path runs on them."""
+    b = w.reshape(-1, 32)
+    if kind == "q4_1":
+        lo, hi = b.min(axis=1), b.max(axis=1)
+        d = ((hi - lo) / 15).astype(np.float16).astype(np.float32)[:, None]
+        m = lo.astype(np.float16).astype(np.float32)[:, None]
+        q = np.clip(np.rint((b - m) / d), 0, 15).astype(np.float32)
+        return (q * d + m).reshape(w.shape)
+    d = (np.abs(b).max(axis=1) / 127).astype(np.float16).astype(np.float32)[:, None]
+    q = np.clip(np.rint(b / d), -127, 127).astype(np.float32)
+    return (q * d).reshape(w.shape)
+
+
 def tiny_checkpoint(arch, seed):
     from safetensors.numpy import save_file
     D, H, K, d, F, V, N = 64, 4, 2, 16, 128, 256, 2
@@ -170,6 +187,11 @@ def tiny_checkpoint(arch, seed):
         W["lm_head.weight"] = 3 * mat(V, D)
     # stored as f32; the reference computes from exactly the stored values
     W = {k: v.astype(np.float32) for k, v in W.items()}
+    if arch == "llama":
+        for k in W:
+            if k.endswith("proj.weight"):
+                W[k] = snap_blocks(W[k], "q4_1")
+        W["lm_head.weight"] = snap_blocks(W["lm_head.weight"], "q8_0")
     path = os.path.join(OUT_MODELS, f"tiny-{arch}-hf")
     os.makedirs(path, exist_ok=True)
     save_file(W, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})

@@ -2,6 +2,9 @@
 """gen_tokenizer_cases.py — expected ids from Hugging Face `tokenizers` (the Rust library) for the
 tokenizer.json folders in tests/data/tokenizers/, written as expected_ids_hf.json beside each
 (same format as expected_ids.json: {"source", "cases": [{"text", "ids"}]}; add_special_tokens=False).
+Also llama2-spm/variants_hf.json: the same vocabulary with its Prepend+Replace normaliser swapped for
+Metaspace pre-tokenizers (newer SentencePiece-style tokenizer.json files): {"variants": [{"name",
+"replace": {key: value for the top level of tokenizer.json}, "cases": [...]}]}.
 
 The texts stress the pre-tokenizer scanners and normalisers: whitespace runs mixing \\r \\n \\t, NBSP and other
 Unicode spaces, contractions in any case, digit runs, non-ASCII numbers, combining marks (NFC), Hangul,
@@ -40,6 +43,35 @@ def main():
             json.dump({"source": f"Hugging Face tokenizers {tokenizers.__version__} (Rust), "
                        "encode(text, add_special_tokens=False)", "cases": cases}, f, ensure_ascii=True)
             f.write("\n")
+    metaspace_variants(texts[:120])
+
+
+METASPACE_VARIANTS = [
+    ("metaspace_first_nosplit", {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                 "split": False}),
+    ("metaspace_always_split", {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                                "split": True}),
+    ("metaspace_never_split", {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never",
+                               "split": True}),
+]
+
+
+def metaspace_variants(texts):
+    path = "tests/data/tokenizers/llama2-spm/tokenizer.json"
+    base = json.load(open(path, encoding="utf-8"))
+    out = {"source": f"Hugging Face tokenizers {tokenizers.__version__}", "variants": []}
+    for name, pre in METASPACE_VARIANTS:
+        decoder = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}] + ([] if pre["prepend_scheme"] == "never" else
+                                 [{"type": "Strip", "content": " ", "start": 1, "stop": 0}])}
+        replace = {"normalizer": None, "pre_tokenizer": pre, "decoder": decoder}
+        tk = Tokenizer.from_str(json.dumps(dict(base, **replace)))
+        cases = [{"text": t, "ids": tk.encode(t, add_special_tokens=False).ids} for t in texts]
+        out["variants"].append({"name": name, "replace": replace, "cases": cases})
+    with open("tests/data/tokenizers/llama2-spm/variants_hf.json", "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":
