@@ -23,6 +23,9 @@
 /* Tokens per prefill chunk: enough rows for efficient GEMMs, few enough that the activations of an 8k
  * prefill stay ~12 MB. */
 #define CPU_CHUNK 512
+/* Row-wise loops (norms, RoPE, SwiGLU) go parallel from this many rows on: below, a fork and join costs
+ * more than the loop, and a decode step would otherwise pay ~100 of them. */
+#define CPU_PARALLEL_ROWS 16
 /* Up to this many rows (B sequences x T tokens) a product reads the packed weights when there are any. */
 #define CPU_PACKED_MAX_ROWS 4
 /* From this many query rows per (sequence, head) on, attention goes through two GEMMs instead of per-row
@@ -280,7 +283,7 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
     int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2;
     int M = B * tc;
     size_t hd = (size_t)H * d, kd = (size_t)K * d;
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(static) collapse(2) if (M >= CPU_PARALLEL_ROWS)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < tc; t++) {
             size_t row = (size_t)b * tc + t;
@@ -294,13 +297,13 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
         }
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *w = &m->layers[l];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
         int pi = l * W_PER_LAYER;
         matmul(impl, pi + W_Q, s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
         matmul(impl, pi + W_K, s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
         matmul(impl, pi + W_V, s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) {
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
             cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
@@ -308,11 +311,11 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
         layer_attention(s, c, caches, B, tc, l, t0, trace);
         if (observe && t0 + tc == T && layer_observe(s, m, caches[0], tc, l, observe, err)) return -1;
         matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
         matmul(impl, pi + W_GATE, s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
         matmul(impl, pi + W_UP, s->up, s->xn, w->w_up, NULL, M, F, D, 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
         matmul(impl, pi + W_DOWN, s->x, s->gate, w->w_down, NULL, M, D, F, 1);
     }

@@ -485,11 +485,13 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         if (n_failed == n) sw->stats->samples_failed++;
         sw->stats->prefill_ms += prefill_ms;
         sw->stats->decode_ms += decode_ms;
-        if (n_failed && !sw->opt->progress_line)
-            fprintf(sw->opt->log, "%s: %s: %d of %d variants failed: %s\n", sw->rm->name, key, n_failed, n,
-                    runs[0].failed ? runs[0].err.msg : "see the error column");
-        else if (n_failed)
-            fprintf(sw->opt->log, "\r\033[K%s: %s: %d of %d variants failed\n", sw->rm->name, key, n_failed, n);
+        const VariantRun *first = NULL;
+        for (int i = 0; i < n && !first; i++)
+            if (runs[i].failed) first = &runs[i];
+        if (first)
+            fprintf(sw->opt->log, "%s%s: %s: %d of %d variants failed (%s: %s)\n",
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->rm->name, key, n_failed, n, first->v->policy.name,
+                    first->err.msg);
     }
     if (!sw->opt->progress_line && rc == 0) {
         double mean = 0;

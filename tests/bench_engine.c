@@ -95,6 +95,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("# bench_engine: %s, cpu backend, %d OpenMP threads\n", spec, omp_get_max_threads());
+    double warm, unused;
+    if (bench_prefill(be, 64, 1, &warm, &unused, &err)) goto fail; /* first touch of weights and scratch */
     const int lens[] = {512, 2048, 8192}, reps[] = {3, 2, 1};
     for (int i = 0; i < (quick ? 1 : 3); i++) {
         double mean, sd;

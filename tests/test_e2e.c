@@ -17,12 +17,14 @@
 #include "../runs/commands.h"
 #include "test.h"
 
+#define TOKENIZER "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
 static char dir[64];
 
 static const char *CONFIG =
     "{\"name\": \"e2e\", \"max_new_tokens\": 4, \"window\": 48,\n"
     " \"models\": [{\"path\": \"synthetic:smollm2-135m:layers=2\", \"name\": \"syn\",\n"
-    "              \"tokenizer\": \"models/SmolLM2-135M-Instruct.Q4_1.gguf\"}],\n"
+    "              \"tokenizer\": \"" TOKENIZER "\"}],\n"
     " \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_1\", \"vt\"], \"target_tokens\": 1024,\n"
     "                \"n_samples\": 2},\n"
     "              {\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [400], \"depths\": [0, 100]},\n"
@@ -243,6 +245,9 @@ static void test_bad_input(TestCounts *tc, const char *config) {
 
 int main(void) {
     TestCounts tc = {"test_e2e", 0, 0};
+    /* The tokenizer is SmolLM2's, from the default model that `make setup` / `make model` fetches. */
+    CHECK(&tc, access(TOKENIZER, R_OK) == 0, "%s is missing: run `make model` first", TOKENIZER);
+    if (tc.failed) return test_finish(&tc);
     snprintf(dir, sizeof dir, "/tmp/kvbench_e2e_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     char config[128];

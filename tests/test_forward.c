@@ -85,6 +85,28 @@ static void check_kernels(TestCounts *tc) {
     for (int t = 0; t < T; t++) cpu_attend_row(rowwise + t * d, probs, q + t * d, k, v, past + t + 1, d, 0.25f);
     CHECK(tc, rel_err(blocked, rowwise, T * d) <= 1e-5, "blocked vs per-row attention %.3g",
           rel_err(blocked, rowwise, T * d));
+    /* packed weights: Q4_1-style rows (f16 scale and minimum) and Q8_0-style rows pack exactly and multiply
+     * like the f32 matrix; a matrix of arbitrary f32 values does not pack */
+    enum { N = 6, KK = 64 };
+    float w[N * KK], xr[2 * KK], y_f32[2 * N], y_packed[2 * N];
+    int8_t codes[N * KK];
+    float scales[N * KK / 32], offsets[N * KK / 32];
+    CpuPacked packed = {codes, scales, offsets};
+    for (int r = 0; r < N; r++)
+        for (int blk = 0; blk < KK / 32; blk++) {
+            _Float16 d = (_Float16)(0.01f + 0.1f * UNIFORM()), mn = (_Float16)(-UNIFORM());
+            for (int i = 0; i < 32; i++) {
+                int qv = r % 2 ? (int)(16 * UNIFORM()) % 16 : (int)(255 * UNIFORM()) - 127;
+                w[r * KK + blk * 32 + i] = r % 2 ? (float)qv * (float)d + (float)mn : (float)qv * (float)d;
+            }
+        }
+    for (int i = 0; i < 2 * KK; i++) xr[i] = 2 * UNIFORM() - 1;
+    CHECK(tc, cpu_pack_exact(&packed, w, N, KK) == 1, "Q4_1 / Q8_0-style blocks pack");
+    cpu_matmul(y_f32, xr, w, NULL, 2, N, KK, 0);
+    cpu_matmul_packed(y_packed, xr, &packed, NULL, 2, N, KK, 0);
+    CHECK(tc, rel_err(y_packed, y_f32, 2 * N) <= 1e-5, "packed vs f32 product %.3g", rel_err(y_packed, y_f32, 2 * N));
+    w[5] += 1e-4f;
+    CHECK(tc, cpu_pack_exact(&packed, w, N, KK) == 0, "a value off the block grid does not pack");
 #undef UNIFORM
 }
 
@@ -316,6 +338,16 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
         CHECK(tc, 0, "%s: %s", spec, err.msg);
         model_free(m);
         return;
+    }
+    if (m->cfg.d_model % CPU_PACK_BLOCK == 0) {
+        /* the tiny Llama and SmolLM2 (Q4_1 GGUF) decode from packed weights; the tiny Qwen2 (plain f32) cannot */
+        int K = m->cfg.d_model, N = m->cfg.n_heads * m->cfg.head_dim;
+        CpuPacked p = {malloc((size_t)N * K), malloc(sizeof(float) * N * K / 32), malloc(sizeof(float) * N * K / 32)};
+        int want = strcmp(ref_name, "tiny-qwen2") != 0;
+        CHECK(tc, cpu_pack_exact(&p, m->layers[0].wq, N, K) == want, "%s: q_proj packs: %d", ref_name, !want);
+        free(p.q);
+        free(p.scale);
+        free(p.offset);
     }
     check_reference(tc, be, ref_name);
     if (deep) {

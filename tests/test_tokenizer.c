@@ -28,6 +28,7 @@
 #include "test.h"
 
 #define TOK_DIR "tests/data/tokenizers"
+#define SPM "\xE2\x96\x81" /* '▁' */
 #define VECTORS_DIR TOK_DIR "/llamacpp-vectors"
 
 static double now_s(void) {
@@ -605,8 +606,26 @@ static void test_bad_input(TestCounts *tc) {
         tokenizer_free(t);
     }
 
+    /* Hand-derived: a piece "a▁" lets a merge cross the start of a '▁' run, so the SentencePiece word must
+     * not be split there: "a b" -> "▁a▁b" -> ▁ + (a▁)b = [0, 4]; "b a" has nothing to merge. */
+    snprintf(path, sizeof path, "%s/crossing.json", dir);
+    const char *crossing = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"" SPM "\": 0, \"a\": 1, \"b\": 2,"
+                           " \"a" SPM "\": 3, \"a" SPM "b\": 4}, \"merges\": [\"a " SPM "\", \"a" SPM " b\"]},"
+                           " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\","
+                           " \"prepend\": \"" SPM "\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"},"
+                           " \"content\": \"" SPM "\"}]}, \"pre_tokenizer\": null}";
+    write_file(path, crossing, strlen(crossing));
+    t = load_or_null(tc, path);
+    if (t) {
+        int want_ab[] = {0, 4}, want_ba[] = {0, 2, 0, 1};
+        CHECK(tc, ids_match(t, "a b", 3, want_ab, 2, NULL) && ids_match(t, "b a", 3, want_ba, 4, NULL),
+              "merge across a '\xE2\x96\x81' run");
+        tokenizer_free(t);
+    }
+
     const char *names[] = {"truncated.json", "novocab.json", "whitespace.json", "regex.json", "wordpiece.json",
-                           "garbage.model", "bad.gguf", "ok.gguf", "pre.gguf", "model.gguf", "small.json"};
+                           "garbage.model", "bad.gguf", "ok.gguf", "pre.gguf", "model.gguf", "small.json",
+                           "crossing.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         unlink(path);

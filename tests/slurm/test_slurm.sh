@@ -91,8 +91,8 @@ squeue -h | grep -q . && bad "jobs still queued after 10 minutes: $(squeue)"
 # The same sweep unsharded, and the row-by-row comparison.
 ./kvbench run "$config" --limit "$limit" --db "$work/ref.db" > "$work/ref.log" 2>&1 \
     && ok "unsharded reference run" || { bad "unsharded run failed: $(tail -5 "$work/ref.log")"; finish; }
-rows='SELECT s.sample_id, r.policy, r.aggregation, r.budget, r.prediction, r.score
-      FROM results r JOIN samples s USING (sample_key) ORDER BY 1, 2, 3, 4'
+rows='SELECT s.model, s.sample_key, r.policy, r.aggregation, r.params, r.budget, r.kept_tokens, r.prediction, r.score
+      FROM results r JOIN samples s ON s.id = r.sample_id ORDER BY 1, 2, 3, 4, 5, 6'
 sqlite3 "$work/ref.db" "$rows" > "$work/ref.rows"
 sqlite3 "$work/sweep/merged.db" "$rows" > "$work/merged.rows"
 n=$(wc -l < "$work/ref.rows")
