@@ -8,6 +8,9 @@
  * Threads: OpenMP only. Each thread calls a single-threaded OpenBLAS on its own slice of a product (set at
  * open: OpenBLAS's own thread pool and OpenMP's spinning workers would otherwise fight over the cores at
  * every switch between a product and a per-row loop, dozens of times per layer).
+ * Decode steps (a few rows) are bound by the bytes of weights read: where a matrix is exactly GGUF-style
+ * block codes (a Q4_1 / Q8_0 / Q4_0 GGUF), they read a lossless packed copy, 1.25 bytes per weight
+ * instead of 4 (cpu_internal.h, CpuPacked); prefill GEMMs keep the f32 weights.
  * Shape legend: B sequences, T new tokens, M rows (B * chunk), N layers, D hidden, H heads, K kv-heads,
  * G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
 #include <cblas.h>
@@ -56,8 +59,6 @@ enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 typedef struct {
     CpuScratch s;
     CpuPacked *packed;   /* [N*W_PER_LAYER + 1] (lm_head last); q == NULL where a matrix stays f32 only */
-    int n_packed;        /* how many matrices have a packed copy */
-    size_t packed_bytes;
 } CpuImpl;
 
 /* ------------------------------------------------------------------------------------------------ scratch */
@@ -136,8 +137,6 @@ static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
         p.offset = p.scale + blocks;
         if (cpu_pack_exact(&p, w, N, K)) {
             impl->packed[i] = p;
-            impl->n_packed++;
-            impl->packed_bytes += codes + 2 * blocks * sizeof(float);
         } else {
             free(p.q);
         }

@@ -208,8 +208,12 @@ static int plot_needle_grid(FigureCtx *c, const ReportSection *s, const char *la
     for (int l = 0; l < n_len; l++) fprintf(gp, "%s'%d' %d", l ? ", " : "", lengths[l], l);
     fputs(")\nset ytics (", gp);
     for (int d = 0; d < n_dep; d++) fprintf(gp, "%s'%g' %d", d ? ", " : "", depths[d], d);
-    fprintf(gp, ")\nset xrange [-0.5:%d.5]\nset yrange [-0.5:%d.5] reverse\n", n_len - 1, n_dep - 1);
-    fprintf(gp, "plot '%s' using 1:2:3 with image notitle\n", dat_path);
+    /* Depth 0 at the top, as in the needle papers: an explicit range runs from high to low. */
+    fprintf(gp, ")\nset xrange [-0.5:%d.5]\nset yrange [%d.5:-0.5]\n", n_len - 1, n_dep - 1);
+    /* One filled box per cell (gnuplot's `with image` needs at least a 2 × 2 grid). */
+    fprintf(gp, "set style fill solid 1.0 noborder\n"
+                "plot '%s' using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle\n",
+            dat_path);
     return figure_close(c, name, dat, gp);
 }
 

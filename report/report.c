@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../metrics/metrics.h"
 #include "../runs/store.h"
 #include "../runs/util.h"
 #include "report_internal.h"
@@ -172,7 +173,9 @@ static int find_name(char **list, int n, const char *name) {
 /* Second pass: the scores. */
 static void fill_scores(ReportSection *s, sqlite3_stmt *st) {
     int t = find_name(s->tasks, s->n_tasks, (const char *)sqlite3_column_text(st, C_TASK));
-    double score = sqlite3_column_type(st, C_SCORE) == SQLITE_NULL ? NAN : sqlite3_column_double(st, C_SCORE);
+    /* Task scores rounded to 2 decimals as the references report them; domain averages are means of these. */
+    double score =
+        sqlite3_column_type(st, C_SCORE) == SQLITE_NULL ? NAN : metric_round2(sqlite3_column_double(st, C_SCORE));
     if (!strcmp((const char *)sqlite3_column_text(st, C_POLICY), "full")) {
         s->full[t] = score;
         return;

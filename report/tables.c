@@ -118,6 +118,11 @@ static int failed_rows(const ReportSection *s, int m, int b) {
     return n;
 }
 
+/* Whether a method has rows at a budget (scored or failed): a sweep need not run every method at every budget. */
+static int ran_at(const ReportSection *s, int m, int b) {
+    return !isnan(report_mean(s, report_cell(s, m, b), -1)) || failed_rows(s, m, b) > 0;
+}
+
 static void render_section(FILE *f, Format fmt, const ReportSection *s) {
     char caption[512], *cols[512];
     const char *groups[512];
@@ -143,6 +148,7 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
             table_row(f, fmt, "full", values, nt + 1, "");
         }
         for (int m = 0; b >= 0 && m < s->n_methods; m++) {
+            if (!ran_at(s, m, b)) continue;
             task_values(s, report_cell(s, m, b), values);
             table_row(f, fmt, s->methods[m].label, values, nt + 1, "");
         }
@@ -157,6 +163,7 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
             table_row(f, fmt, "full", values, nd + 1, "");
         }
         for (int m = 0; b >= 0 && m < s->n_methods; m++) {
+            if (!ran_at(s, m, b)) continue;
             domain_values(s, report_cell(s, m, b), values);
             table_row(f, fmt, s->methods[m].label, values, nd + 1, "");
         }
@@ -209,6 +216,7 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
                  s->budgets[b].label);
         table_begin(f, fmt, caption, cols, groups, nt + 1);
         for (int m = 0; m < s->n_methods; m++) {
+            if (!ran_at(s, m, b)) continue;
             const double *cell = report_cell(s, m, b);
             double sum = 0;
             int n = 0;
@@ -299,7 +307,9 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     char path[1200];
     FILE *f;
     if (!(f = open_out(out_dir, "report.md", path, sizeof path, err))) return -1;
-    fprintf(f, "# kvbench report\n\nScores are task averages on the 0-100 scale (failed rows excluded). %s.\n",
+    fprintf(f, "# kvbench report\n\nScores are task averages on the 0-100 scale, rounded to 2 decimals as the "
+               "references round them (failed rows excluded); domain and overall averages are unweighted means of "
+               "the task scores. %s.\n",
             LOSS_FORMULA);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
     if (close_out(f, path, log, err)) return -1;

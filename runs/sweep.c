@@ -2,11 +2,11 @@
  * decode, scores, and one database transaction.
  *
  * Why the shape (DESIGN.md §1): every policy compresses after each layer's full attention over the context,
- * so the prefill does not depend on the policy. The prefill runs once with an ObserveHook that prepares each
- * layer's observation once (attention, value norms if any policy wants them) and hands it to every policy
- * state; each state then selects a keep-set per budget; each keep-set is gathered into its own cache; and all
- * variants decode as one batch, reading the weights once per step. The `full` variant decodes on the prefill
- * cache itself (allocated with room for the question and answer), so it costs no copy.
+ * so the prefill does not depend on the policy. The prefill runs once (runs/prepare.c, shared with `kvbench
+ * trace`) with every policy state observing each layer; each state then selects a keep-set per budget; each
+ * keep-set is gathered into its own cache; and all variants decode as one batch, reading the weights once per
+ * step. The `full` variant decodes on the prefill cache itself (allocated with room for the question and
+ * answer), so it costs no copy.
  *
  * Resume: the plan is built from the database (rows already there are skipped), and a sample's rows are
  * written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the sample in flight. */
@@ -21,11 +21,11 @@
 
 #include "../datasets/dataset.h"
 #include "../engine/backend.h"
-#include "../engine/chat.h"
 #include "../engine/generate.h"
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../metrics/metrics.h"
+#include "prepare.h"
 #include "store.h"
 #include "util.h"
 
@@ -177,17 +177,8 @@ fail:
 /* ---------------------------------------------------------------- one sample */
 
 typedef struct {
-    PolicyState *state;
-    PolicyConfig cfg;
-    double ms;          /* time in policy_observe */
-    int failed;
-    KvErr err;
-} StateSlot;
-
-typedef struct {
     const RunVariant *v;
-    int slot;           /* index into the state slots; -1 for full */
-    KvCache *cache;
+    KvCache *cache;     /* its compressed cache; the prefill's own cache for full */
     TokenIds out;
     char *prediction;
     double score, select_ms, kept;
@@ -195,28 +186,6 @@ typedef struct {
     int failed;
     KvErr err;
 } VariantRun;
-
-typedef struct {
-    StateSlot *slots;
-    int n_slots;
-    int want_attention, want_value_norm;
-    double policy_ms;
-} ObserveCtx;
-
-static int on_layer(void *user, Observation *obs, KvErr *err) {
-    ObserveCtx *c = user;
-    if (c->want_attention && observation_prepare(obs, c->want_value_norm, err)) return -1;
-    for (int i = 0; i < c->n_slots; i++) {
-        StateSlot *s = &c->slots[i];
-        if (s->failed) continue;
-        double t = util_now_ms();
-        if (policy_observe(s->state, obs, &s->err)) s->failed = 1;
-        s->ms += util_now_ms() - t;
-        c->policy_ms += util_now_ms() - t;
-    }
-    observation_release(obs);
-    return 0;
-}
 
 static void fail_all(VariantRun *runs, int n, const KvErr *err) {
     for (int i = 0; i < n; i++)
@@ -226,70 +195,24 @@ static void fail_all(VariantRun *runs, int n, const KvErr *err) {
         }
 }
 
-/* Tokenizes the chat split of a sample: ctx and question ids (policies.md §4.3). */
-static int tokenize_sample(Sweep *sw, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err) {
-    ChatFormat f = s->use_chat ? sw->model->cfg.chat : CHAT_NONE;
-    char *bos_text = NULL, *joined = NULL;
-    int bos = tokenizer_bos_id(sw->tok);
-    if (f == CHAT_NONE && s->add_bos && bos >= 0 && !(bos_text = tokenizer_decode(sw->tok, &bos, 1, 0, err)))
-        return -1;
-    const char *context = s->context, *question = s->question;
-    if (sw->cfg->compress_question) {
-        /* The reference's compress_questions mode: question appended to the context, "\n" asked after. */
-        size_t a = strlen(s->context), b = strlen(s->question);
-        if (!(joined = kv_malloc(a + b + 1, err))) {
-            free(bos_text);
-            return -1;
-        }
-        memcpy(joined, s->context, a);
-        memcpy(joined + a, s->question, b + 1);
-        context = joined;
-        question = "\n";
-    }
-    ChatSplit split = {0};
-    int rc = chat_split(f, bos_text ? bos_text : "", context, question, s->answer_prefix ? s->answer_prefix : "",
-                        &split, err);
-    if (!rc) rc = tokenizer_encode(sw->tok, split.context_text, strlen(split.context_text), 1, ctx, err);
-    if (!rc) rc = tokenizer_encode(sw->tok, split.question_text, strlen(split.question_text), 1, q, err);
-    chat_split_free(&split);
-    free(bos_text);
-    free(joined);
-    return rc;
-}
-
-/* Stop ids: the model's EOS ids, the tokenizer's EOS, and "\n" where the task stops at a newline. */
-static int stop_ids(Sweep *sw, const Sample *s, TokenIds *out, KvErr *err) {
-    for (int i = 0; i < sw->model->cfg.n_eos; i++)
-        if (ids_push(out, sw->model->cfg.eos_ids[i], err)) return -1;
-    int eos = tokenizer_eos_id(sw->tok);
-    if (eos >= 0 && ids_push(out, eos, err)) return -1;
-    if (s->stop_on_newline) {
-        TokenIds nl = {0};
-        int rc = tokenizer_encode(sw->tok, s->stop_on_newline, strlen(s->stop_on_newline), 0, &nl, err);
-        /* The newline is the last piece of its encoding (a SentencePiece tokenizer may put "▁" first). */
-        if (!rc && nl.n > 0) rc = ids_push(out, nl.ids[nl.n - 1], err);
-        ids_free(&nl);
-        if (rc) return -1;
-    }
-    return 0;
-}
-
 /* Prefill, keep-sets, batched decode and scores for the pending variants of one sample. Every failure lands
  * in the failing variants' runs[i].err (a failure before the keep-sets fails them all). */
 static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, double *prefill_ms, double *decode_ms,
                        int *n_ctx_out, int *n_q_out) {
     const Model *m = sw->model;
     const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question};
     TokenIds ctx = {0}, q = {0}, stops = {0};
-    StateSlot *slots = NULL;
-    KvCache *prefill = NULL, **caches = NULL;
+    Prefill pf;
+    const PolicyConfig **policies = NULL;
+    KvCache **caches = NULL;
     TokenIds *outs = NULL;
-    int *batch_of = NULL, n_slots = 0, has_full = 0;
+    int *batch_of = NULL, has_prefill = 0, has_full = 0;
     KvErr err = {{0}};
     *prefill_ms = *decode_ms = 0;
     *n_ctx_out = *n_q_out = 0;
 
-    if (tokenize_sample(sw, s, &ctx, &q, &err) || stop_ids(sw, s, &stops, &err)) goto fail_all;
+    if (prepare_tokens(&env, s, &ctx, &q, &err) || prepare_stop_ids(&env, s, &stops, &err)) goto failed;
     *n_ctx_out = ctx.n;
     *n_q_out = q.n;
     int max_new = s->max_new_tokens;
@@ -297,81 +220,48 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     if (m->cfg.max_context > 0 && ctx.n + q.n + max_new > m->cfg.max_context) {
         kv_fail(&err, "context %d + question %d + %d new tokens exceed the model's max context of %d tokens", ctx.n,
                 q.n, max_new, m->cfg.max_context);
-        goto fail_all;
+        goto failed;
     }
     if (ctx.n < 1 || q.n < 1) {
         kv_fail(&err, "empty %s after tokenization", ctx.n < 1 ? "context" : "question");
-        goto fail_all;
+        goto failed;
     }
 
-    /* One policy state per (policy, aggregation, params); budgets share it. */
-    if (!(slots = kv_calloc((size_t)n, sizeof *slots, &err))) goto fail_all;
-    ObserveCtx oc = {slots, 0, 0, 0, 0};
+    /* One observed prefill; the full variant decodes on its cache, so that gets room for question and answer. */
+    if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err))) goto failed;
     for (int i = 0; i < n; i++) {
-        const PolicyConfig *pc = &runs[i].v->policy;
-        if (!strcmp(pc->name, "full")) {
-            runs[i].slot = -1;
-            has_full = 1;
-            continue;
-        }
-        int k;
-        for (k = 0; k < n_slots; k++)
-            if (!strcmp(slots[k].cfg.name, pc->name) && slots[k].cfg.aggregation == pc->aggregation &&
-                slots[k].cfg.pool_kernel == pc->pool_kernel &&
-                slots[k].cfg.intended_window_bias == pc->intended_window_bias)
-                break;
-        runs[i].slot = k;
-        if (k < n_slots) continue;
-        slots[k].cfg = *pc;
-        n_slots++;
-        if (policy_begin(&slots[k].state, pc, N, K, ctx.n, &slots[k].err)) slots[k].failed = 1;
-        oc.want_attention |= policy_needs_attention(pc);
-        oc.want_value_norm |= policy_needs_value_norm(pc);
+        policies[i] = &runs[i].v->policy;
+        has_full |= !strcmp(policies[i]->name, "full");
     }
-    oc.n_slots = n_slots;
-
-    /* The prefill (the full variant decodes on this cache, so it gets room for question and answer). */
-    int window = sw->cfg->window < ctx.n ? sw->cfg->window : ctx.n;
-    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc};
-    double t = util_now_ms();
-    if (sw->be->cache_new(sw->be, &prefill, ctx.n + (has_full ? q.n + max_new : 0), &err) ||
-        sw->be->forward(sw->be, &prefill, 1, ctx.ids, ctx.n, NULL, &hook, NULL, &err)) {
-        kv_wrap(&err, "prefill of %d tokens", ctx.n);
-        goto fail_all;
-    }
-    *prefill_ms = util_now_ms() - t - oc.policy_ms;
+    if (prefill_run(&pf, &env, &ctx, policies, n, has_full ? q.n + max_new : 0, &err)) goto failed;
+    has_prefill = 1;
+    *prefill_ms = pf.prefill_ms;
 
     /* Keep-sets and compressed caches. */
     for (int i = 0; i < n; i++) {
         VariantRun *r = &runs[i];
-        if (r->slot < 0) {
-            r->cache = prefill;
+        if (pf.slot_of[i] < 0) {
+            r->cache = pf.cache;
             r->kept = r->budget_tokens = ctx.n;
             continue;
         }
-        StateSlot *st = &slots[r->slot];
-        if (st->failed) {
-            r->failed = 1;
-            r->err = st->err;
-            continue;
-        }
         KeepSet keep = {0};
-        t = util_now_ms();
+        double t = util_now_ms();
         const Budget *b = &r->v->budget;
         r->budget_tokens = b->tokens > 0 ? b->tokens : (int)(ctx.n * (1.0 - budget_compression_ratio(b, ctx.n)));
-        if (policy_select(st->state, b, &keep, &r->err) ||
-            sw->be->cache_gather(sw->be, prefill, &keep, q.n + max_new, &r->cache, &r->err))
+        if (prefill_select(&pf, i, b, &keep, &r->err) ||
+            sw->be->cache_gather(sw->be, pf.cache, &keep, q.n + max_new, &r->cache, &r->err))
             r->failed = 1;
         else r->kept = (double)keep.total / (N * K);
         keepset_free(&keep);
-        r->select_ms = st->ms + util_now_ms() - t;
+        r->select_ms = prefill_observe_ms(&pf, i) + util_now_ms() - t;
     }
 
     /* One batched decode of every variant that has a cache. */
     caches = kv_calloc((size_t)n, sizeof *caches, &err);
     outs = kv_calloc((size_t)n, sizeof *outs, &err);
     batch_of = kv_calloc((size_t)n, sizeof *batch_of, &err);
-    if (!caches || !outs || !batch_of) goto fail_all;
+    if (!caches || !outs || !batch_of) goto failed;
     int nb = 0;
     for (int i = 0; i < n; i++)
         if (!runs[i].failed) {
@@ -383,7 +273,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         GenerateStats gs = {0};
         if (generate_greedy(sw->be, caches, nb, q.ids, q.n, &go, outs, &gs, &err)) {
             kv_wrap(&err, "decode");
-            goto fail_all;
+            goto failed;
         }
         *decode_ms = gs.feed_ms + gs.decode_ms;
         sw->stats->decode_tokens += gs.decode_tokens;
@@ -400,17 +290,16 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     sw->stats->prefill_tokens += ctx.n;
     goto cleanup;
 
-fail_all:
+failed:
     fail_all(runs, n, &err);
 cleanup:
     for (int i = 0; i < n; i++) {
-        if (runs[i].cache && runs[i].cache != prefill) sw->be->cache_free(sw->be, runs[i].cache);
+        if (runs[i].cache && (!has_prefill || runs[i].cache != pf.cache)) sw->be->cache_free(sw->be, runs[i].cache);
         runs[i].cache = NULL;
     }
-    if (prefill) sw->be->cache_free(sw->be, prefill);
-    for (int k = 0; k < n_slots; k++) policy_end(slots[k].state);
+    if (has_prefill) prefill_free(&pf);
     for (int i = 0; outs && i < n; i++) ids_free(&outs[i]);
-    free(slots);
+    free(policies);
     free(caches);
     free(outs);
     free(batch_of);

@@ -33,8 +33,10 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
         fprintf(stderr, "bench_runs: %s\n", err.msg);
         return -1;
     }
-    SweepOptions opt = {db_path, 0, 0, 0, stderr, 0};
+    FILE *quiet = fopen("/dev/null", "w"); /* the runner's per-sample lines */
+    SweepOptions opt = {db_path, 0, 0, 0, quiet ? quiet : stderr, 0};
     int rc = sweep_run(&cfg, &opt, &st, &err);
+    if (quiet) fclose(quiet);
     config_free(&cfg);
     if (rc) {
         fprintf(stderr, "bench_runs: %s\n", err.msg);

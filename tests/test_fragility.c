@@ -1,9 +1,76 @@
 /* test_fragility.c — retained importance R_t (metrics/fragility.c) on a hand-computed case, plus its
- * properties: R_t = 1 for the full keep-set, monotone in the keep-set, outlier counting, bad input. */
+ * properties: R_t = 1 for the full keep-set, monotone in the keep-set, outlier counting, bad input; and a
+ * random GQA case (several layers, heads in a shuffled cache order, question and generated entries after the
+ * context) against numpy (tests/reference/gen_fragility_cases.py). */
+#include <cjson/cJSON.h>
 #include <string.h>
 
 #include "../metrics/fragility.h"
 #include "test.h"
+
+static int *int_array(const cJSON *a) {
+    int n = cJSON_GetArraySize(a), i = 0;
+    int *out = calloc((size_t)(n ? n : 1), sizeof *out);
+    for (const cJSON *x = a ? a->child : NULL; x; x = x->next) out[i++] = x->valueint;
+    return out;
+}
+
+/* The numpy case: every step's heads fed in file order; per-step mean and min within 1e-5 (abar is
+ * accumulated in f32). */
+static void test_numpy_case(TestCounts *tc) {
+    KvErr err;
+    char *text = kv_read_file(TEST_DATA("fragility/random_case.json"), NULL, &err);
+    CHECK(tc, text != NULL, "%s", err.msg);
+    if (!text) return;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    CHECK(tc, root != NULL, "random_case.json does not parse");
+    if (!root) return;
+    int N = cJSON_GetObjectItem(root, "n_layers")->valueint, H = cJSON_GetObjectItem(root, "n_heads")->valueint;
+    int K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint, L = cJSON_GetObjectItem(root, "context_len")->valueint;
+    const cJSON *jsets = cJSON_GetObjectItem(root, "sets");
+    int S = cJSON_GetArraySize(jsets);
+    KeepSet *sets = calloc((size_t)S, sizeof *sets);
+    for (int s = 0; s < S; s++) {
+        const cJSON *js = cJSON_GetArrayItem(jsets, s);
+        int *counts = int_array(cJSON_GetObjectItem(js, "counts")), *pos = int_array(cJSON_GetObjectItem(js, "positions"));
+        CHECK(tc, keepset_init(&sets[s], N, K, counts, &err) == 0, "%s", err.msg);
+        memcpy(sets[s].positions, pos, sizeof(int) * (size_t)sets[s].total);
+        free(counts);
+        free(pos);
+    }
+    FragilityTrace ft;
+    CHECK(tc, fragility_init(&ft, N, H, K, L, sets, S, &err) == 0, "%s", err.msg);
+    for (const cJSON *step = cJSON_GetObjectItem(root, "steps")->child; step; step = step->next)
+        for (const cJSON *h = step->child; h; h = h->next) {
+            const cJSON *jp = cJSON_GetObjectItem(h, "probs");
+            int n = cJSON_GetArraySize(jp), *positions = int_array(cJSON_GetObjectItem(h, "positions"));
+            float *probs = calloc((size_t)n, sizeof *probs);
+            int i = 0;
+            for (const cJSON *x = jp->child; x; x = x->next) probs[i++] = (float)x->valuedouble;
+            CHECK(tc, fragility_add_head(&ft, cJSON_GetObjectItem(h, "layer")->valueint,
+                                         cJSON_GetObjectItem(h, "head")->valueint, probs, positions, n, &err) == 0,
+                  "%s", err.msg);
+            free(probs);
+            free(positions);
+        }
+    const cJSON *mean = cJSON_GetObjectItem(root, "mean_r"), *min = cJSON_GetObjectItem(root, "min_r");
+    CHECK(tc, ft.n_steps == cJSON_GetArraySize(mean), "steps %d", ft.n_steps);
+    double worst = 0;
+    for (int t = 0; t < ft.n_steps; t++)
+        for (int s = 0; s < S; s++) {
+            double em = cJSON_GetArrayItem(cJSON_GetArrayItem(mean, t), s)->valuedouble;
+            double en = cJSON_GetArrayItem(cJSON_GetArrayItem(min, t), s)->valuedouble;
+            double dm = fabs(ft.mean_r[t * S + s] - em), dn = fabs(ft.min_r[t * S + s] - en);
+            if (dm > worst) worst = dm;
+            if (dn > worst) worst = dn;
+        }
+    CHECK(tc, worst < 1e-5, "numpy case: largest difference %g", worst);
+    fragility_free(&ft);
+    for (int s = 0; s < S; s++) keepset_free(&sets[s]);
+    free(sets);
+    cJSON_Delete(root);
+}
 
 /* A keep-set over N layers x 1 kv-head from per-layer position lists (test-owned arrays). */
 typedef struct {
@@ -74,5 +141,6 @@ int main(void) {
     CHECK(&tc, fragility_add_head(&ft, 0, 7, l1, pos, 5, &err) == -1, "head out of range accepted");
     fragility_free(&ft);
     CHECK(&tc, fragility_init(&ft, 2, 3, 2, 4, sets, 4, &err) == -1, "H not a multiple of K accepted");
+    test_numpy_case(&tc);
     return test_finish(&tc);
 }

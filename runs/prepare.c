@@ -1,0 +1,184 @@
+/* prepare.c — tokenize, one observed prefill, keep-sets: what `kvbench run` and `kvbench trace` both do to a
+ * sample before decoding. See prepare.h. */
+#include "prepare.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/chat.h"
+#include "util.h"
+
+int prepare_tokens(const PrepareEnv *env, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err) {
+    ChatFormat f = s->use_chat ? env->model->cfg.chat : CHAT_NONE;
+    char *bos_text = NULL, *joined = NULL;
+    int bos = tokenizer_bos_id(env->tok);
+    if (f == CHAT_NONE && s->add_bos && bos >= 0 && !(bos_text = tokenizer_decode(env->tok, &bos, 1, 0, err)))
+        return -1;
+    const char *context = s->context, *question = s->question;
+    if (env->compress_question) {
+        /* The reference's compress_questions mode: question appended to the context, "\n" asked after. */
+        size_t a = strlen(s->context), b = strlen(s->question);
+        if (!(joined = kv_malloc(a + b + 1, err))) {
+            free(bos_text);
+            return -1;
+        }
+        memcpy(joined, s->context, a);
+        memcpy(joined + a, s->question, b + 1);
+        context = joined;
+        question = "\n";
+    }
+    ChatSplit split = {0};
+    int rc = chat_split(f, bos_text ? bos_text : "", context, question, s->answer_prefix ? s->answer_prefix : "",
+                        &split, err);
+    if (!rc) rc = tokenizer_encode(env->tok, split.context_text, strlen(split.context_text), 1, ctx, err);
+    if (!rc) rc = tokenizer_encode(env->tok, split.question_text, strlen(split.question_text), 1, q, err);
+    chat_split_free(&split);
+    free(bos_text);
+    free(joined);
+    return rc;
+}
+
+int prepare_stop_ids(const PrepareEnv *env, const Sample *s, TokenIds *out, KvErr *err) {
+    for (int i = 0; i < env->model->cfg.n_eos; i++)
+        if (ids_push(out, env->model->cfg.eos_ids[i], err)) return -1;
+    int eos = tokenizer_eos_id(env->tok);
+    if (eos >= 0 && ids_push(out, eos, err)) return -1;
+    if (s->stop_on_newline) {
+        TokenIds nl = {0};
+        int rc = tokenizer_encode(env->tok, s->stop_on_newline, strlen(s->stop_on_newline), 0, &nl, err);
+        /* The newline is the last piece of its encoding (a SentencePiece tokenizer may put "▁" first). */
+        if (!rc && nl.n > 0) rc = ids_push(out, nl.ids[nl.n - 1], err);
+        ids_free(&nl);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the observed prefill */
+
+typedef struct {
+    Prefill *p;
+    int want_attention, want_value_norm;
+    double policy_ms;
+} ObserveCtx;
+
+/* The observation as a prefill with the smaller window w would give it: the last w rows of attn and q_win
+ * per head (copied into attn[H][w][L] and q[H][w][d]); keys, values and value norms are window-independent. */
+static Observation narrow_window(const Observation *obs, int w, float *attn, float *q) {
+    Observation sub = *obs;
+    for (int h = 0; h < obs->H; h++) {
+        memcpy(attn + (size_t)h * w * obs->L, obs->attn + ((size_t)h * obs->w + obs->w - w) * obs->L,
+               sizeof(float) * (size_t)w * obs->L);
+        if (obs->q_win)
+            memcpy(q + (size_t)h * w * obs->d, obs->q_win + ((size_t)h * obs->w + obs->w - w) * obs->d,
+                   sizeof(float) * (size_t)w * obs->d);
+    }
+    sub.w = w;
+    sub.attn = attn;
+    sub.q_win = obs->q_win ? q : NULL;
+    sub.scratch = NULL;
+    return sub;
+}
+
+static int on_layer(void *user, Observation *obs, KvErr *err) {
+    ObserveCtx *c = user;
+    Prefill *p = c->p;
+    float *attn = NULL, *q = NULL;
+    int rc = 0;
+    if (c->want_attention && observation_prepare(obs, c->want_value_norm, err)) return -1;
+    for (int i = 0; i < p->n_slots; i++) {
+        PolicySlot *s = &p->slots[i];
+        if (s->failed) continue;
+        double t = util_now_ms();
+        const Observation *seen = obs;
+        Observation sub;
+        if (policy_needs_attention(&s->cfg) && s->cfg.window < obs->w) {
+            if (!attn && (!(attn = kv_malloc(sizeof(float) * (size_t)obs->H * obs->w * obs->L, err)) ||
+                          !(q = kv_malloc(sizeof(float) * (size_t)obs->H * obs->w * obs->d, err)))) {
+                rc = -1;
+                break;
+            }
+            sub = narrow_window(obs, s->cfg.window, attn, q);
+            seen = &sub;
+        }
+        if (policy_observe(s->state, seen, &s->err)) s->failed = 1;
+        s->ms += util_now_ms() - t;
+        c->policy_ms += util_now_ms() - t;
+    }
+    free(attn);
+    free(q);
+    observation_release(obs);
+    return rc;
+}
+
+int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const PolicyConfig *const *policies, int n,
+                int extra_capacity, KvErr *err) {
+    const int N = env->model->cfg.n_layers, K = env->model->cfg.n_kv_heads;
+    memset(p, 0, sizeof *p);
+    p->be = env->be;
+    p->n_policies = n;
+    p->context_len = ctx->n;
+    if (!(p->slots = kv_calloc((size_t)(n ? n : 1), sizeof *p->slots, err)) ||
+        !(p->slot_of = kv_calloc((size_t)(n ? n : 1), sizeof *p->slot_of, err))) {
+        prefill_free(p);
+        return -1;
+    }
+    ObserveCtx oc = {p, 0, 0, 0};
+    int window = 1;
+    for (int i = 0; i < n; i++) {
+        const PolicyConfig *pc = policies[i];
+        if (!strcmp(pc->name, "full")) {
+            p->slot_of[i] = -1;
+            continue;
+        }
+        int k;
+        for (k = 0; k < p->n_slots; k++) {
+            const PolicyConfig *o = &p->slots[k].cfg;
+            if (!strcmp(o->name, pc->name) && o->aggregation == pc->aggregation && o->window == pc->window &&
+                o->pool_kernel == pc->pool_kernel && o->intended_window_bias == pc->intended_window_bias)
+                break;
+        }
+        p->slot_of[i] = k;
+        if (k < p->n_slots) continue;
+        PolicySlot *s = &p->slots[p->n_slots++];
+        s->cfg = *pc;
+        if (policy_begin(&s->state, pc, N, K, ctx->n, &s->err)) s->failed = 1;
+        if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
+        oc.want_attention |= policy_needs_attention(pc);
+        oc.want_value_norm |= policy_needs_value_norm(pc);
+    }
+    /* A context not longer than a window already failed that policy in policy_begin. */
+    if (window > ctx->n) window = ctx->n;
+    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc};
+    double t = util_now_ms();
+    if (env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
+        env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {
+        kv_wrap(err, "prefill of %d tokens", ctx->n);
+        prefill_free(p);
+        return -1;
+    }
+    p->prefill_ms = util_now_ms() - t - oc.policy_ms;
+    return 0;
+}
+
+int prefill_select(Prefill *p, int i, const Budget *b, KeepSet *out, KvErr *err) {
+    memset(out, 0, sizeof *out);
+    if (p->slot_of[i] < 0)
+        return keepset_full(out, p->be->model->cfg.n_layers, p->be->model->cfg.n_kv_heads, p->context_len, err);
+    PolicySlot *s = &p->slots[p->slot_of[i]];
+    if (s->failed) {
+        if (err) *err = s->err;
+        return -1;
+    }
+    return policy_select(s->state, b, out, err);
+}
+
+double prefill_observe_ms(const Prefill *p, int i) { return p->slot_of[i] < 0 ? 0.0 : p->slots[p->slot_of[i]].ms; }
+
+void prefill_free(Prefill *p) {
+    for (int k = 0; k < p->n_slots; k++) policy_end(p->slots[k].state);
+    if (p->cache) p->be->cache_free(p->be, p->cache);
+    free(p->slots);
+    free(p->slot_of);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,60 @@
+/* prepare.h — the per-sample preparation shared by `kvbench run` (runs/sweep.c) and `kvbench trace`
+ * (runs/trace.c): the sample's chat split tokenized, ONE prefill of the context during which every policy
+ * observes each layer, then a keep-set per policy and budget (DESIGN.md §1).
+ *
+ * Policies may observe with different windows (the fragility analysis compares w = 1 with w = 32): the
+ * prefill's hook observes the largest window, and a policy with a smaller one sees the last rows of it — the
+ * same softmax rows a prefill with that window would give, since the last queries of the context see every
+ * earlier key either way. Shape legend: L context length, w window, H heads, K kv-heads. */
+#ifndef KVBENCH_RUNS_PREPARE_H
+#define KVBENCH_RUNS_PREPARE_H
+
+#include "../datasets/dataset.h"
+#include "../engine/backend.h"
+#include "../engine/tokenizer.h"
+#include "../policies/policy.h"
+
+typedef struct {
+    const Model *model;
+    Tokenizer *tok;
+    Backend *be;
+    int compress_question;  /* context and question compressed together (policies.md §1.1) */
+} PrepareEnv;
+
+/* The chat split of a sample tokenized: the context (prefilled, compressed) and the question (fed after). */
+int prepare_tokens(const PrepareEnv *env, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err);
+/* Stop ids: the model's EOS ids, the tokenizer's EOS, and "\n" where the task stops at a newline. */
+int prepare_stop_ids(const PrepareEnv *env, const Sample *s, TokenIds *out, KvErr *err);
+
+/* One policy state, shared by every budget of a (policy, aggregation, params). */
+typedef struct {
+    PolicyState *state;
+    PolicyConfig cfg;
+    double ms;      /* time in policy_observe */
+    int failed;     /* policy_begin or policy_observe failed: err says why */
+    KvErr err;
+} PolicySlot;
+
+typedef struct {
+    Backend *be;
+    PolicySlot *slots;
+    int n_slots;
+    int *slot_of;        /* [n_policies] the slot of each policy given to prefill_run; -1 for full */
+    int n_policies;
+    int context_len;     /* L */
+    KvCache *cache;      /* the full cache of the context, with the extra capacity asked for */
+    double prefill_ms;   /* the forward, policy time excluded */
+} Prefill;
+
+/* Prefills ctx into a fresh cache with `extra_capacity` more entries per head, every distinct policy of
+ * policies[n] observing. A policy that fails only marks its slot; -1 is for the forward itself. */
+int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const PolicyConfig *const *policies, int n,
+                int extra_capacity, KvErr *err);
+/* The keep-set of policies[i] at budget b (`full`: every context entry). Fails with the slot's error when
+ * its policy failed during the prefill. */
+int prefill_select(Prefill *p, int i, const Budget *b, KeepSet *out, KvErr *err);
+/* Time policies[i] spent observing (0 for full). */
+double prefill_observe_ms(const Prefill *p, int i);
+void prefill_free(Prefill *p);
+
+#endif
