@@ -283,11 +283,12 @@ static int parse_budget(const Ctx *c, const cJSON *b, const char *at, Budget *ou
     return 0;
 }
 
-/* One policies[] entry: a name, or {"name", "aggregations", "pool_kernel", "intended_window_bias"}. The window
- * is the sweep's (top-level "window"): every policy observes the same prefill, whose hook has one window. */
+/* One policies[] entry: a name, or {"name", "aggregations", "window", "pool_kernel", "intended_window_bias"}
+ * (defaults: the top-level keys). Policies with different windows still share one prefill (runs/prepare.c
+ * observes the largest window and hands each policy its last rows). */
 static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs, int window,
                         int pool_kernel, const cJSON *budgets, RunConfig *cfg, int *cap) {
-    static const char *const keys[] = {"name", "aggregations", "pool_kernel", "intended_window_bias", NULL};
+    static const char *const keys[] = {"name", "aggregations", "window", "pool_kernel", "intended_window_bias", NULL};
     char at[256];
     const char *name;
     const cJSON *aggs = default_aggs;
@@ -304,7 +305,8 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
             if (!(aggs = get_array(c, p, where, "aggregations", 1))) return -1;
             explicit_aggs = 1;
         }
-        if (get_int(c, p, where, "pool_kernel", 1, 1 << 10, &pool_kernel) ||
+        if (get_int(c, p, where, "window", 1, 1 << 20, &window) ||
+            get_int(c, p, where, "pool_kernel", 1, 1 << 10, &pool_kernel) ||
             get_bool(c, p, where, "intended_window_bias", &intended))
             return -1;
     }
@@ -430,7 +432,6 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
     }
     cJSON_Delete(default_aggs);
     if (failed) goto done;
-    cfg->window = window;
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -55,7 +55,6 @@ typedef struct {
     int n_variants;
     int compress_question;       /* compress context and question together (policies.md §1.1) */
     int max_new_tokens;          /* caps every task's max new tokens; 0 = the task's own */
-    int window;                  /* observation window of the prefill, shared by every attention policy */
 } RunConfig;
 
 int config_load(RunConfig *cfg, const char *path, KvErr *err);
