@@ -1165,7 +1165,7 @@ static int ruler_open(void **state, const char *task, const DatasetOptions *opt,
     if (!st) return -1;
     st->task = ruler_find(task);
     st->opt = *opt;
-    st->task_label = task;
+    st->task_label = st->task->name; /* the table's string: the caller's buffer may not outlive the dataset */
     st->target = opt->target_tokens > 0 ? opt->target_tokens : DEFAULT_TARGET;
     const char *assets = ds_assets_dir(opt);
     const RulerTask *t = st->task;

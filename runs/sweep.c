@@ -144,8 +144,9 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                 kv_wrap(err, "%s: datasets[%d]", cfg->file, d);
                 goto fail;
             }
-            int n = dataset_count(p->open[k]), taken = 0;
-            for (int i = 0; i < n && (!sw->opt->limit || taken < sw->opt->limit); i++) {
+            int n = dataset_count(p->open[k]);
+            if (sw->opt->limit && sw->opt->limit < n) n = sw->opt->limit;
+            for (int i = 0; i < n; i++) {
                 char id[512];
                 if (dataset_sample_id(p->open[k], i, id, sizeof id, err)) {
                     kv_wrap(err, "%s sample %d", spec, i);
@@ -155,7 +156,6 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                 if (sw->opt->shard_count > 1 &&
                     util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
                     continue;
-                taken++;
                 if (store_finished(sw->store, sw->rm->name, sw->setup, key, sw->keys, nv, done, err)) goto fail;
                 int missing = 0;
                 for (int v = 0; v < nv; v++) {

@@ -12,7 +12,8 @@
 
 typedef struct {
     const char *db_path;
-    int limit;            /* at most this many samples per task (after sharding); 0 = all */
+    int limit;            /* the first N samples of each task, before sharding (so the shards of a limited
+                             run together hold exactly the unsharded run's samples); 0 = all */
     int shard_index;      /* this process runs the samples whose key hashes to shard_index mod shard_count */
     int shard_count;      /* 0 or 1: no sharding */
     FILE *log;            /* progress and log lines */
