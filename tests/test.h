@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -33,6 +34,39 @@ static inline int test_close(double a, double b, double tol, double scale) {
 static inline int test_finish(const TestCounts *tc) {
     printf("%s: %d passed, %d failed\n", tc->name, tc->passed, tc->failed);
     return tc->failed ? 1 : 0;
+}
+
+/* Runs a kvbench subcommand in-process with its stdout captured into out and its stderr into err_out (or into
+ * out as well when err_out is NULL), each NUL-terminated and cut at size; returns the command's exit status. */
+static inline int test_run_command(int (*cmd)(int, char **), int argc, char **argv, char *out, char *err_out,
+                                   size_t size) {
+    fflush(stdout);
+    fflush(stderr);
+    FILE *tmp_out = tmpfile(), *tmp_err = err_out ? tmpfile() : NULL;
+    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
+    if (!tmp_out || (err_out && !tmp_err) || saved_out < 0 || saved_err < 0) {
+        fprintf(stderr, "test_run_command: cannot redirect output\n");
+        exit(1);
+    }
+    dup2(fileno(tmp_out), STDOUT_FILENO);
+    dup2(fileno(err_out ? tmp_err : tmp_out), STDERR_FILENO);
+    int status = cmd(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, STDOUT_FILENO);
+    dup2(saved_err, STDERR_FILENO);
+    close(saved_out);
+    close(saved_err);
+    FILE *files[2] = {tmp_out, tmp_err};
+    char *bufs[2] = {out, err_out};
+    for (int i = 0; i < 2; i++) {
+        if (!files[i]) continue;
+        rewind(files[i]);
+        size_t n = fread(bufs[i], 1, size - 1, files[i]);
+        bufs[i][n] = '\0';
+        fclose(files[i]);
+    }
+    return status;
 }
 
 /* The project root is the working directory of every test (tests/run_tests.sh runs them from there). */

@@ -13,25 +13,7 @@
 
 /* Runs a subcommand with its stdout (and stderr) captured into buf; returns its exit status. */
 static int run_captured(int (*cmd)(int, char **), int argc, char **argv, char *buf, size_t size) {
-    char path[] = "/tmp/kvbench_test_cmd_XXXXXX";
-    int fd = mkstemp(path);
-    fflush(stdout);
-    fflush(stderr);
-    int saved_out = dup(1), saved_err = dup(2);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    int rc = cmd(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved_out, 1);
-    dup2(saved_err, 2);
-    close(saved_out);
-    close(saved_err);
-    ssize_t n = pread(fd, buf, size - 1, 0);
-    buf[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return rc;
+    return test_run_command(cmd, argc, argv, buf, NULL, size);
 }
 
 int main(void) {

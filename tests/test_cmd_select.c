@@ -15,21 +15,7 @@
 
 /* Runs cmd_select with the given arguments, capturing its stdout and stderr into out[n]. */
 static int run(char *out, size_t n, int argc, const char **argv) {
-    char path[] = "/tmp/kvbench_select_XXXXXX";
-    int fd = mkstemp(path);
-    fflush(stdout), fflush(stderr);
-    int saved_out = dup(1), saved_err = dup(2);
-    dup2(fd, 1), dup2(fd, 2);
-    int rc = cmd_select(argc, (char **)argv);
-    fflush(stdout), fflush(stderr);
-    dup2(saved_out, 1), dup2(saved_err, 2);
-    close(saved_out), close(saved_err);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t got = read(fd, out, n - 1);
-    out[got > 0 ? got : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return rc;
+    return test_run_command(cmd_select, argc, (char **)argv, out, NULL, n);
 }
 
 #define RUN(out, ...) run(out, sizeof out, (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)), \

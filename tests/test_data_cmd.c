@@ -16,26 +16,7 @@
 
 /* Runs cmd_data with stdout and stderr captured into out (NUL-terminated, truncated to size). */
 static int run_data(char *out, size_t size, int argc, char **argv) {
-    char path[] = "/tmp/kvbench_data_cmdXXXXXX";
-    int fd = mkstemp(path);
-    fflush(stdout);
-    fflush(stderr);
-    int saved_out = dup(1), saved_err = dup(2);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    int rc = cmd_data(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved_out, 1);
-    dup2(saved_err, 2);
-    close(saved_out);
-    close(saved_err);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t n = read(fd, out, size - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
-    return rc;
+    return test_run_command(cmd_data, argc, argv, out, NULL, size);
 }
 
 static void check_cli(TestCounts *tc) {

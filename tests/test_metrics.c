@@ -378,31 +378,10 @@ static void check_random_bytes(TestCounts *tc) {
     CHECK(tc, bad == 0, "%d random-byte cases failed", bad);
 }
 
-/* Reads what was written to tmp into buf (NUL-terminated) and closes tmp. */
-static void slurp(FILE *tmp, char *buf, size_t cap) {
-    rewind(tmp);
-    size_t n = fread(buf, 1, cap - 1, tmp);
-    buf[n] = 0;
-    fclose(tmp);
-}
 
 /* Runs `kvbench score ARGS` in-process with its stdout and stderr captured. Returns the exit status. */
 static int run_score_cmd(char *out, char *errs, size_t cap, int argc, char **argv) {
-    fflush(stdout), fflush(stderr);
-    FILE *tmp_out = tmpfile(), *tmp_err = tmpfile();
-    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
-    if (!tmp_out || !tmp_err || saved_out < 0 || saved_err < 0) return -100;
-    dup2(fileno(tmp_out), STDOUT_FILENO);
-    dup2(fileno(tmp_err), STDERR_FILENO);
-    int status = cmd_score(argc, argv);
-    fflush(stdout), fflush(stderr);
-    dup2(saved_out, STDOUT_FILENO);
-    dup2(saved_err, STDERR_FILENO);
-    close(saved_out);
-    close(saved_err);
-    slurp(tmp_out, out, cap);
-    slurp(tmp_err, errs, cap);
-    return status;
+    return test_run_command(cmd_score, argc, argv, out, errs, cap);
 }
 
 static void check_command(TestCounts *tc) {
