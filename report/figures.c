@@ -4,7 +4,8 @@
  *
  * Figures per section: average score against budget (one line per method, the full cache dashed), per-task
  * bars per budget, needle heatmaps (context length × depth, the colours of PyramidKV's visualize.py) per method
- * and budget, and aggregation-ablation bars where a policy ran with several aggregations. */
+ * and budget, and aggregation-ablation bars where a policy ran with several aggregations; the fragility figures
+ * of traces.c go through the same plumbing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -17,15 +18,6 @@
 #include "report_internal.h"
 
 extern char **environ;
-
-typedef struct {
-    const char *dir;
-    const char *gnuplot;
-    FILE *log;
-    int have_gnuplot;   /* -1 unknown, 0 missing, 1 found */
-    int n_rendered, n_failed;
-    KvErr *err;
-} FigureCtx;
 
 /* Runs `gnuplot args...` and waits; returns its exit status, or 127 when it could not be started. */
 static int run_gnuplot(const char *gnuplot, const char *arg) {
@@ -43,7 +35,7 @@ static int run_gnuplot(const char *gnuplot, const char *arg) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-static void put_quoted(FILE *f, const char *s) {
+void report_put_quoted(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fputc('\\', f);
@@ -58,7 +50,7 @@ static void put_value(FILE *f, double v) {
 }
 
 /* Opens DIR/NAME.dat and DIR/NAME.gp; the script starts with the PNG terminal. */
-static int figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n) {
+int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n) {
     char gp_path[1200];
     snprintf(dat_path, n, "%s/%s.dat", c->dir, name);
     snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, name);
@@ -75,7 +67,7 @@ static int figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, ch
 }
 
 /* Finishes the script (the same plot again as SVG), closes both files and renders. */
-static int figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp) {
+int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp) {
     char gp_path[1200];
     fprintf(gp, "set terminal svg size 1000,620 noenhanced font 'sans,10'\nset output '%s/%s.svg'\nreplot\n", c->dir,
             name);
@@ -104,11 +96,11 @@ static int plot_budget_curve(FigureCtx *c, const ReportSection *s) {
     for (int b = 0; b < s->n_budgets; b++) n_frac += s->budgets[b].keep_fraction > 0;
     if (n_frac == 0 || s->n_methods == 0) return 0;
     snprintf(name, sizeof name, "%s_budget", s->stem);
-    if (figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
+    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("budget_percent", dat);
     for (int m = 0; m < s->n_methods; m++) {
         fputc(' ', dat);
-        put_quoted(dat, s->methods[m].label);
+        report_put_quoted(dat, s->methods[m].label);
     }
     fputc('\n', dat);
     for (int b = 0; b < s->n_budgets; b++) {
@@ -125,7 +117,7 @@ static int plot_budget_curve(FigureCtx *c, const ReportSection *s) {
             dat_path);
     if (!isnan(full)) fprintf(gp, ", %.4f with lines dt 2 lw 2 lc rgb 'black' title 'full cache'", full);
     fputc('\n', gp);
-    return figure_close(c, name, dat, gp);
+    return report_figure_close(c, name, dat, gp);
 }
 
 static int has_values(const ReportSection *s, const double *task_scores) {
@@ -139,19 +131,19 @@ static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
     snprintf(name, sizeof name, "%s_tasks_%s", s->stem, s->budgets[b].label);
     for (char *p = name; *p; p++)
         if (*p == '%') *p = 'p';
-    if (figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
+    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     /* Methods without a score at this budget get no column (gnuplot refuses an all-NaN histogram column). */
     fputs("task", dat);
     if (has_full) fputs(" \"full\"", dat);
     for (int m = 0; m < s->n_methods; m++) {
         if (!has_values(s, report_cell(s, m, b))) continue;
         fputc(' ', dat);
-        put_quoted(dat, s->methods[m].label);
+        report_put_quoted(dat, s->methods[m].label);
         n_cols++;
     }
     fputc('\n', dat);
     for (int t = 0; t < s->n_tasks; t++) {
-        put_quoted(dat, s->tasks[t]);
+        report_put_quoted(dat, s->tasks[t]);
         if (has_full) put_value(dat, s->full[t]);
         for (int m = 0; m < s->n_methods; m++)
             if (has_values(s, report_cell(s, m, b))) put_value(dat, report_cell(s, m, b)[t]);
@@ -163,7 +155,7 @@ static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
           "set key outside right top\n",
           gp);
     fprintf(gp, "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n", n_cols + 1, dat_path);
-    return figure_close(c, name, dat, gp);
+    return report_figure_close(c, name, dat, gp);
 }
 
 enum { NEEDLE_AXIS = 128 }; /* lengths or depths beyond this are left out of a heatmap */
@@ -190,7 +182,7 @@ static int plot_needle_grid(FigureCtx *c, const ReportSection *s, const char *la
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
               *p == '.'))
             *p = *p == '%' ? 'p' : '_';
-    if (figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
+    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("# length_index depth_index score (lengths and depths in the tics of the .gp)\n", dat);
     for (int l = 0; l < n_len; l++) {
         for (int d = 0; d < n_dep; d++) {
@@ -214,7 +206,7 @@ static int plot_needle_grid(FigureCtx *c, const ReportSection *s, const char *la
     fprintf(gp, "set style fill solid 1.0 noborder\n"
                 "plot '%s' using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle\n",
             dat_path);
-    return figure_close(c, name, dat, gp);
+    return report_figure_close(c, name, dat, gp);
 }
 
 /* One heatmap: mean score per (context length, depth) cell of a method (policy == "full" for the full cache). */
@@ -271,11 +263,11 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     }
     if (!any || s->n_budgets == 0) return 0;
     snprintf(name, sizeof name, "%s_aggregation", s->stem);
-    if (figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
+    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("policy", dat);
     for (int k = 0; k < n_aggs; k++) {
         fputc(' ', dat);
-        put_quoted(dat, aggs[k]);
+        report_put_quoted(dat, aggs[k]);
     }
     fputc('\n', dat);
     /* One row per (policy, budget), in method order. */
@@ -294,7 +286,7 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
             if (!first || !several || !any_value) continue;
             char row[200];
             snprintf(row, sizeof row, "%s @ %s", s->methods[m].policy, s->budgets[b].label);
-            put_quoted(dat, row);
+            report_put_quoted(dat, row);
             for (int k = 0; k < n_aggs; k++) {
                 double v = NAN;
                 for (int o = 0; o < s->n_methods; o++)
@@ -311,7 +303,7 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
           "set grid y\nset key outside right top title 'aggregation'\n",
           gp);
     fprintf(gp, "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n", n_aggs + 1, dat_path);
-    return figure_close(c, name, dat, gp);
+    return report_figure_close(c, name, dat, gp);
 }
 
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
@@ -332,6 +324,7 @@ int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const 
                     return -1;
             }
     }
+    if (report_trace_figures(&c, db)) return -1;
     if (c.have_gnuplot == 0)
         return kv_fail(err, "gnuplot not found ('%s'; Debian: apt-get install gnuplot-nox): tables written, figure "
                             "scripts (.gp/.dat) written to %s but not rendered", gnuplot, out_dir);

@@ -213,10 +213,6 @@ static int setups_differ(const ReportData *d) {
 int report_load(ReportData *d, sqlite3 *db, const char *db_path, KvErr *err) {
     memset(d, 0, sizeof *d);
     if (run_pass(d, db, db_path, 0, err)) goto fail;
-    if (d->n_sections == 0) {
-        kv_fail(err, "%s: no results yet (run `kvbench run CONFIG --db %s` first)", db_path, db_path);
-        goto fail;
-    }
     int with_setup = setups_differ(d);
     for (int i = 0; i < d->n_sections; i++) {
         ReportSection *s = &d->sections[i];
@@ -296,10 +292,16 @@ int report_write(const ReportOptions *opt, KvErr *err) {
         store_close(store);
         return -1;
     }
-    int rc = util_make_dirs(opt->out_dir, err);
-    if (!rc) rc = report_tables(&data, opt->out_dir, opt->log, err);
+    sqlite3 *db = store_handle(store);
+    int rc = 0;
+    if (data.n_sections == 0 && !report_has_traces(db))
+        rc = kv_fail(err, "%s: no results yet (run `kvbench run CONFIG --db %s` or `kvbench trace CONFIG --db %s` "
+                          "first)", opt->db_path, opt->db_path, opt->db_path);
+    if (!rc) rc = util_make_dirs(opt->out_dir, err);
+    if (!rc && data.n_sections) rc = report_tables(&data, opt->out_dir, opt->log, err);
+    if (!rc) rc = report_trace_tables(db, opt->out_dir, opt->log, err);
     if (!rc)
-        rc = report_figures(&data, store_handle(store), opt->out_dir, opt->gnuplot ? opt->gnuplot : "gnuplot",
+        rc = report_figures(&data, db, opt->out_dir, opt->gnuplot ? opt->gnuplot : "gnuplot",
                             opt->log, err);
     report_data_free(&data);
     store_close(store);

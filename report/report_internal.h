@@ -55,4 +55,32 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
                    KvErr *err);
 
+/* Output files shared by the renderers: open DIR/NAME for writing; close, checking for write errors, and log. */
+FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err);
+int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err);
+/* A CSV field, double-quoted (inner quotes doubled). */
+void report_put_csv(FILE *f, const char *s);
+
+/* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot. */
+typedef struct {
+    const char *dir;
+    const char *gnuplot;
+    FILE *log;
+    int have_gnuplot;   /* -1 unknown, 0 missing, 1 found */
+    int n_rendered, n_failed;
+    KvErr *err;
+} FigureCtx;
+/* Opens both files; the script starts with the PNG terminal. */
+int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n);
+/* Finishes the script (the same plot again as SVG), closes both files and renders. */
+int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp);
+/* A double-quoted string for gnuplot. */
+void report_put_quoted(FILE *f, const char *s);
+
+/* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
+int report_has_traces(sqlite3 *db);
+int report_trace_tables(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err);
+int report_trace_figures(FigureCtx *c, sqlite3 *db);
+
+
 #endif

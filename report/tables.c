@@ -29,7 +29,7 @@ static void put_number(FILE *f, Format fmt, double v, const char *unit) {
     else fprintf(f, "%.2f%s", v, fmt == FMT_TEX && !strcmp(unit, "%") ? "\\%" : unit);
 }
 
-static void put_csv(FILE *f, const char *s) {
+void report_put_csv(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"') fputc('"', f);
@@ -248,7 +248,7 @@ static void write_csv_tasks(FILE *f, const ReportData *d) {
                                             m < 0 ? "" : s->methods[m].aggregation,
                                             m < 0 ? "" : s->methods[m].params, m < 0 ? "full" : s->budgets[b].label};
                     for (int k = 0; k < 9; k++) {
-                        put_csv(f, fields[k]);
+                        report_put_csv(f, fields[k]);
                         fputc(',', f);
                     }
                     fprintf(f, "%.6g,", m < 0 ? 1.0 : s->budgets[b].keep_fraction);
@@ -274,7 +274,7 @@ static void write_csv_summary(FILE *f, const ReportData *d) {
                                             s->methods[m].policy, s->methods[m].aggregation, s->methods[m].params,
                                             s->budgets[b].label};
                     for (int c = 0; c < 8; c++) {
-                        put_csv(f, fields[c]);
+                        report_put_csv(f, fields[c]);
                         fputc(',', f);
                     }
                     put_csv_number(f, v);
@@ -289,14 +289,14 @@ static void write_csv_summary(FILE *f, const ReportData *d) {
 
 /* ---------------------------------------------------------------- files */
 
-static FILE *open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err) {
+FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err) {
     snprintf(path, n, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     if (!f) kv_fail(err, "%s: cannot write", path);
     return f;
 }
 
-static int close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
+int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
     int bad = ferror(f);
     if (fclose(f) || bad) return kv_fail(err, "%s: write failed (disk full?)", path);
     if (log) fprintf(log, "wrote %s\n", path);
@@ -306,23 +306,23 @@ static int close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
 int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *err) {
     char path[1200];
     FILE *f;
-    if (!(f = open_out(out_dir, "report.md", path, sizeof path, err))) return -1;
+    if (!(f = report_open_out(out_dir, "report.md", path, sizeof path, err))) return -1;
     fprintf(f, "# kvbench report\n\nScores are task averages on the 0-100 scale, rounded to 2 decimals as the "
                "references round them (failed rows excluded); domain and overall averages are unweighted means of "
                "the task scores. %s.\n",
             LOSS_FORMULA);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
-    if (close_out(f, path, log, err)) return -1;
+    if (report_close_out(f, path, log, err)) return -1;
 
-    if (!(f = open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
+    if (!(f = report_open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
     fputs("% kvbench report: \\usepackage{booktabs,graphicx}\n", f);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
-    if (close_out(f, path, log, err)) return -1;
+    if (report_close_out(f, path, log, err)) return -1;
 
-    if (!(f = open_out(out_dir, "task_scores.csv", path, sizeof path, err))) return -1;
+    if (!(f = report_open_out(out_dir, "task_scores.csv", path, sizeof path, err))) return -1;
     write_csv_tasks(f, d);
-    if (close_out(f, path, log, err)) return -1;
-    if (!(f = open_out(out_dir, "domain_scores.csv", path, sizeof path, err))) return -1;
+    if (report_close_out(f, path, log, err)) return -1;
+    if (!(f = report_open_out(out_dir, "domain_scores.csv", path, sizeof path, err))) return -1;
     write_csv_summary(f, d);
-    return close_out(f, path, log, err);
+    return report_close_out(f, path, log, err);
 }

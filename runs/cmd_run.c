@@ -1,5 +1,6 @@
-/* cmd_run.c — `kvbench run`, `kvbench report`, `kvbench merge`: argument parsing only; the work is in
- * sweep.c (runner), store.c (database) and report/ (tables and figures). */
+/* cmd_run.c — `kvbench run`, `kvbench report`, `kvbench merge`, and the command line `kvbench trace` shares
+ * with run (cmd_sweep): argument parsing only; the work is in sweep.c (runner), store.c (database) and report/
+ * (tables and figures). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,28 +25,28 @@ static int option_value(const char *cmd, int argc, char **argv, int *i, const ch
     return 0;
 }
 
-int cmd_run(int argc, char **argv) {
+int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db")) {
-            if (option_value("run", argc, argv, &i, &db)) return 2;
+            if (option_value(cmd, argc, argv, &i, &db)) return 2;
         } else if (!strcmp(argv[i], "--limit")) {
-            if (option_value("run", argc, argv, &i, &limit)) return 2;
+            if (option_value(cmd, argc, argv, &i, &limit)) return 2;
         } else if (!strcmp(argv[i], "--shard")) {
-            if (option_value("run", argc, argv, &i, &shard)) return 2;
+            if (option_value(cmd, argc, argv, &i, &shard)) return 2;
         } else if (argv[i][0] == '-' || config_path) {
-            fprintf(stderr, "kvbench run: unexpected argument '%s'\n"
-                            "usage: kvbench run CONFIG.json [--db PATH] [--limit N] [--shard i/N]\n", argv[i]);
+            fprintf(stderr, "kvbench %s: unexpected argument '%s'\n"
+                            "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]\n", cmd, argv[i], cmd);
             return 2;
         } else {
             config_path = argv[i];
         }
     }
     if (!config_path) {
-        fprintf(stderr, "usage: kvbench run CONFIG.json [--db PATH] [--limit N] [--shard i/N]\n"
+        fprintf(stderr, "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]\n"
                         "  --db PATH    results database (default: the config's \"db\", else " DEFAULT_DB ")\n"
                         "  --limit N    at most N samples per task\n"
-                        "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n");
+                        "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n", cmd);
         return 2;
     }
     SweepOptions opt = {0};
@@ -54,31 +55,34 @@ int cmd_run(int argc, char **argv) {
         char *end;
         long n = strtol(limit, &end, 10);
         if (*end || n < 1 || n > 100000000) {
-            fprintf(stderr, "kvbench run: --limit '%s': expected a positive integer\n", limit);
+            fprintf(stderr, "kvbench %s: --limit '%s': expected a positive integer\n", cmd, limit);
             return 2;
         }
         opt.limit = (int)n;
     }
     if (shard && sweep_parse_shard(shard, &opt.shard_index, &opt.shard_count, &err)) {
-        fprintf(stderr, "kvbench run: %s\n", err.msg);
+        fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 2;
     }
     RunConfig cfg;
     if (config_load(&cfg, config_path, &err)) {
-        fprintf(stderr, "kvbench run: %s\n", err.msg);
+        fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 1;
     }
     opt.db_path = db ? db : cfg.db ? cfg.db : DEFAULT_DB;
     opt.log = stderr;
     opt.progress_line = isatty(fileno(stderr));
+    opt.trace = trace;
     SweepStats st;
     int rc = sweep_run(&cfg, &opt, &st, &err);
-    if (rc) fprintf(stderr, "kvbench run: %s\n", err.msg);
-    fprintf(stderr, "kvbench run: %d of %d samples done (%d failed), %ld rows written to %s in %.1f s\n",
+    if (rc) fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
+    fprintf(stderr, "kvbench %s: %d of %d samples done (%d failed), %ld rows written to %s in %.1f s\n", cmd,
             st.samples_done, st.samples_planned, st.samples_failed, st.rows_written, opt.db_path, st.wall_ms / 1000);
     config_free(&cfg);
     return rc ? 1 : 0;
 }
+
+int cmd_run(int argc, char **argv) { return cmd_sweep("run", 0, argc, argv); }
 
 int cmd_report(int argc, char **argv) {
     ReportOptions opt = {DEFAULT_DB, DEFAULT_REPORT_DIR, NULL, stdout};
@@ -120,12 +124,4 @@ int cmd_merge(int argc, char **argv) {
     }
     store_close(out);
     return rc ? 1 : 0;
-}
-
-int cmd_trace(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvbench trace: not available in this build (retained-importance traces are a separate "
-                    "subcommand still to come)\n");
-    return 1;
 }

@@ -23,4 +23,8 @@ int cmd_merge(int argc, char **argv);
 int cmd_slurm(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 
+/* The command line `run` and `trace` share (cmd_run.c): CONFIG.json [--db PATH] [--limit N] [--shard i/N];
+ * cmd names the command in messages, trace selects retained-importance traces instead of scored runs. */
+int cmd_sweep(const char *cmd, int trace, int argc, char **argv);
+
 #endif

@@ -283,16 +283,55 @@ static int parse_budget(const Ctx *c, const cJSON *b, const char *at, Budget *ou
     return 0;
 }
 
+/* obj["window"]: one observation window or several (the fragility analysis compares w = 1 with w = 32); an
+ * attention-scored policy runs once per window. Absent: *windows stays as it is. */
+static int parse_windows(const Ctx *c, const cJSON *obj, const char *where, int *windows, int *n_windows) {
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(obj, "window");
+    char at[256];
+    path_join(at, sizeof at, where, "window");
+    if (!w) return 0;
+    if (cJSON_IsNumber(w)) {
+        *n_windows = 1;
+        return get_int(c, obj, where, "window", 1, 1 << 20, &windows[0]);
+    }
+    if (!cJSON_IsArray(w) || !w->child || cJSON_GetArraySize(w) > CONFIG_MAX_WINDOWS)
+        return bad(c, at, "expected an integer or a non-empty array of at most 8 integers");
+    int i = 0;
+    for (const cJSON *x = w->child; x; x = x->next, i++) {
+        char item[300];
+        snprintf(item, sizeof item, "%s[%d]", at, i);
+        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble || x->valuedouble < 1 ||
+            x->valuedouble > (1 << 20))
+            return bad(c, item, "expected an integer in [1, 1048576]");
+        windows[i] = (int)x->valuedouble;
+    }
+    *n_windows = i;
+    return 0;
+}
+
+/* The "trace" section of `kvbench trace`: {"steps": N}. */
+static int parse_trace(const Ctx *c, const cJSON *root, int *steps) {
+    static const char *const keys[] = {"steps", NULL};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "trace");
+    if (!t) return 0;
+    if (check_keys(c, t, "trace", keys) || get_int(c, t, "trace", "steps", 1, 1 << 20, steps)) return -1;
+    if (!cJSON_GetObjectItemCaseSensitive(t, "steps")) return bad(c, "trace.steps", "missing (required)");
+    return 0;
+}
+
 /* One policies[] entry: a name, or {"name", "aggregations", "window", "pool_kernel", "intended_window_bias"}
- * (defaults: the top-level keys). Policies with different windows still share one prefill (runs/prepare.c
- * observes the largest window and hands each policy its last rows). */
-static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs, int window,
-                        int pool_kernel, const cJSON *budgets, RunConfig *cfg, int *cap) {
+ * (defaults: the top-level keys), expanded over its aggregations, windows (attention-scored policies) and the
+ * budgets. Policies with different windows still share one prefill (runs/prepare.c observes the largest window
+ * and hands each policy its last rows). */
+static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs,
+                        const int *default_windows, int n_windows, int pool_kernel, const cJSON *budgets,
+                        RunConfig *cfg, int *cap) {
     static const char *const keys[] = {"name", "aggregations", "window", "pool_kernel", "intended_window_bias", NULL};
     char at[256];
     const char *name;
     const cJSON *aggs = default_aggs;
-    int intended = 0, explicit_aggs = 0;
+    int intended = 0, explicit_aggs = 0, windows[CONFIG_MAX_WINDOWS];
+    memcpy(windows, default_windows, sizeof(int) * (size_t)n_windows);
     if (cJSON_IsString(p)) {
         name = p->valuestring;
     } else {
@@ -305,7 +344,7 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
             if (!(aggs = get_array(c, p, where, "aggregations", 1))) return -1;
             explicit_aggs = 1;
         }
-        if (get_int(c, p, where, "window", 1, 1 << 20, &window) ||
+        if (parse_windows(c, p, where, windows, &n_windows) ||
             get_int(c, p, where, "pool_kernel", 1, 1 << 10, &pool_kernel) ||
             get_bool(c, p, where, "intended_window_bias", &intended))
             return -1;
@@ -314,7 +353,9 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
     if (policy_config(&probe, name, NULL, c->err)) return kv_wrap(c->err, "%s: %s", c->file, where);
     int uses_attention = policy_needs_attention(&probe);
     int n_aggs = uses_attention || explicit_aggs ? cJSON_GetArraySize(aggs) : 1;
-    for (int a = 0; a < n_aggs; a++) {
+    int n_w = uses_attention ? n_windows : 1;
+    for (int i = 0; i < n_aggs * n_w; i++) {
+        int a = i / n_w, window = windows[i % n_w];
         const cJSON *agg = uses_attention || explicit_aggs ? cJSON_GetArrayItem(aggs, a) : NULL;
         snprintf(at, sizeof at, "%s%saggregations[%d]", explicit_aggs ? where : "", explicit_aggs ? "." : "", a);
         if (agg && !cJSON_IsString(agg)) return bad(c, at, "expected an aggregation name");
@@ -350,7 +391,7 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
 int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err) {
     static const char *const keys[] = {"name", "description", "db", "models", "datasets", "policies",
                                        "aggregations", "budgets", "compress_question", "max_new_tokens",
-                                       "window", "pool_kernel", NULL};
+                                       "window", "pool_kernel", "trace", NULL};
     Ctx c = {file, err};
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_Parse(text);
@@ -360,14 +401,14 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
         for (const char *p = text; at && p < at && *p; p++) line += *p == '\n';
         return kv_fail(err, "%s: line %d: not valid JSON", file, line);
     }
-    int rc = -1, cap = 0, window = 32, pool_kernel = 5;
+    int rc = -1, cap = 0, windows[CONFIG_MAX_WINDOWS] = {32}, n_windows = 1, pool_kernel = 5;
     const cJSON *aggs = NULL, *budgets = NULL, *list;
     if (!(cfg->file = dup_str(file, err)) || !(cfg->text = dup_str(text, err))) goto done;
     if (check_keys(&c, root, "(top level)", keys)) goto done;
     if (get_string(&c, root, "", "name", 0, &cfg->name) || get_string(&c, root, "", "db", 1, &cfg->db) ||
         get_bool(&c, root, "", "compress_question", &cfg->compress_question) ||
         get_int(&c, root, "", "max_new_tokens", 0, 1 << 20, &cfg->max_new_tokens) ||
-        get_int(&c, root, "", "window", 1, 1 << 20, &window) ||
+        parse_windows(&c, root, "", windows, &n_windows) || parse_trace(&c, root, &cfg->trace_steps) ||
         get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel))
         goto done;
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
@@ -428,7 +469,7 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
         char where[64];
         snprintf(where, sizeof where, "policies[%d]", i);
         if (!cJSON_IsString(p) && !cJSON_IsObject(p)) failed = bad(&c, where, "expected a policy name or object");
-        else failed = parse_policy(&c, p, where, aggs, window, pool_kernel, budgets, cfg, &cap);
+        else failed = parse_policy(&c, p, where, aggs, windows, n_windows, pool_kernel, budgets, cfg, &cap);
     }
     cJSON_Delete(default_aggs);
     if (failed) goto done;

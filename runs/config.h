@@ -11,6 +11,8 @@
 #include "../engine/err.h"
 #include "../policies/policy.h"
 
+#define CONFIG_MAX_WINDOWS 8  /* observation windows one policy entry may list */
+
 typedef struct {
     char *path;       /* GGUF file, HF directory or synthetic spec, ${VAR} expanded */
     char *name;       /* the key results are stored under (default: last path component) */
@@ -55,6 +57,7 @@ typedef struct {
     int n_variants;
     int compress_question;       /* compress context and question together (policies.md §1.1) */
     int max_new_tokens;          /* caps every task's max new tokens; 0 = the task's own */
+    int trace_steps;             /* "trace": {"steps"}: decode steps `kvbench trace` records; 0 = no trace section */
 } RunConfig;
 
 int config_load(RunConfig *cfg, const char *path, KvErr *err);

@@ -1,4 +1,5 @@
-/* store.c — the SQLite results database: schema, one transaction per sample, resume lookups, merge.
+/* store.c — the SQLite results database: schema, one transaction per sample (results or traces), resume
+ * lookups, merge.
  *
  * Durability comes from SQLite, not from us: WAL journal, synchronous=NORMAL (a committed sample survives a
  * killed process; a power cut may lose the last few), BEGIN IMMEDIATE so concurrent shard processes on one
@@ -26,6 +27,7 @@ struct Store {
 #define RESULT_COLUMNS                                                                                          \
     "policy, aggregation, params, budget, keep_fraction, budget_tokens, kept_tokens, prediction, score, "       \
     "generated_tokens, prefill_ms, select_ms, decode_ms, error"
+#define TRACE_COLUMNS "policy, aggregation, params, budget, window, step, mean_r, min_r"
 
 static const char *SCHEMA =
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;\n"
@@ -47,6 +49,13 @@ static const char *SCHEMA =
     "  keep_fraction REAL, budget_tokens INTEGER, kept_tokens REAL, prediction TEXT, score REAL,\n"
     "  generated_tokens INTEGER, prefill_ms REAL, select_ms REAL, decode_ms REAL, error TEXT,\n"
     "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n"
+    /* kvbench trace: retained importance per decode step (README "Fragility"); the run that traced it. */
+    "CREATE TABLE traces(\n"
+    "  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),\n"
+    "  sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
+    "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
+    "  window INTEGER NOT NULL, step INTEGER NOT NULL, mean_r REAL NOT NULL, min_r REAL NOT NULL,\n"
+    "  UNIQUE(sample_id, policy, aggregation, params, budget, step)) STRICT;\n"
     /* Task averages on the 0-100 scale (failed rows excluded from the mean, counted in n_failed). */
     "CREATE VIEW task_scores AS\n"
     "  SELECT s.model, s.setup, s.suite, s.task, MAX(s.domain) AS domain, r.policy, r.aggregation, r.params,\n"
@@ -212,15 +221,16 @@ int store_end_run(Store *s, long long run_id, KvErr *err) {
 
 /* ---------------------------------------------------------------- samples and results */
 
-int store_finished(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
-                   int n_keys, unsigned char *done, KvErr *err) {
+/* done[i] = 1 where the sample has a row of `table` (results or traces) for keys[i]. */
+static int has_rows(Store *s, const char *table, const char *model, const char *setup, const char *sample_key,
+                    const StoreVariantKey *keys, int n_keys, unsigned char *done, KvErr *err) {
     sqlite3_stmt *st;
+    char sql[300];
     memset(done, 0, (size_t)n_keys);
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT r.policy, r.aggregation, r.params, r.budget FROM results r JOIN samples m "
-                           "ON m.id = r.sample_id WHERE m.model = ? AND m.setup = ? AND m.sample_key = ?",
-                           -1, &st, NULL) != SQLITE_OK)
-        return db_fail(s, err, "looking up finished rows");
+    snprintf(sql, sizeof sql,
+             "SELECT DISTINCT r.policy, r.aggregation, r.params, r.budget FROM %s r JOIN samples m "
+             "ON m.id = r.sample_id WHERE m.model = ? AND m.setup = ? AND m.sample_key = ?", table);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(s, err, "looking up finished rows");
     bind_text(st, 1, model);
     bind_text(st, 2, setup);
     bind_text(st, 3, sample_key);
@@ -235,6 +245,16 @@ int store_finished(Store *s, const char *model, const char *setup, const char *s
     }
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : db_fail(s, err, "looking up finished rows");
+}
+
+int store_finished(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
+                   int n_keys, unsigned char *done, KvErr *err) {
+    return has_rows(s, "results", model, setup, sample_key, keys, n_keys, done, err);
+}
+
+int store_traced(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
+                 int n_keys, unsigned char *done, KvErr *err) {
+    return has_rows(s, "traces", model, setup, sample_key, keys, n_keys, done, err);
 }
 
 static int insert_sample(Store *s, long long run_id, const StoreSample *m, long long *sample_id, KvErr *err) {
@@ -304,6 +324,42 @@ int store_write_sample(Store *s, long long run_id, const StoreSample *sample, co
     return 0;
 }
 
+static int insert_trace(Store *s, sqlite3_stmt *st, long long run_id, long long sample_id, const StoreTrace *t,
+                        KvErr *err) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_int64(st, 2, sample_id);
+    bind_text(st, 3, t->key.policy);
+    bind_text(st, 4, t->key.aggregation);
+    bind_text(st, 5, t->key.params);
+    bind_text(st, 6, t->key.budget);
+    sqlite3_bind_int(st, 7, t->window);
+    sqlite3_bind_int(st, 8, t->step);
+    sqlite3_bind_double(st, 9, t->mean_r);
+    sqlite3_bind_double(st, 10, t->min_r);
+    return sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a trace");
+}
+
+int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
+                       KvErr *err) {
+    long long sample_id = 0;
+    sqlite3_stmt *st = NULL;
+    if (exec(s, "BEGIN IMMEDIATE", err)) return kv_wrap(err, "sample %s", sample->sample_key);
+    int rc = insert_sample(s, run_id, sample, &sample_id, err);
+    /* One prepared statement for the many rows of a sample (steps × variants). */
+    if (!rc && sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO traces(run_id, sample_id, " TRACE_COLUMNS ") "
+                                         "VALUES(?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL) != SQLITE_OK)
+        rc = db_fail(s, err, "writing a trace");
+    for (int i = 0; i < n_rows && !rc; i++) rc = insert_trace(s, st, run_id, sample_id, &rows[i], err);
+    sqlite3_finalize(st);
+    if (!rc) rc = exec(s, "COMMIT", err);
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return kv_wrap(err, "sample %s not saved", sample->sample_key);
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- merge */
 
 int store_merge(Store *s, const char *src_path, KvErr *err) {
@@ -331,6 +387,12 @@ int store_merge(Store *s, const char *src_path, KvErr *err) {
                   "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
                   "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
                   "  ON x.sid = sample_id;\n"
+                  "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
+                  "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
+                  "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                  "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
+                  "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                  "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
                   "COMMIT;",
                   err);
         if (rc) {

@@ -1,4 +1,5 @@
-/* store.h — the results database (SQLite): runs, samples, one row per sample × variant, and report views.
+/* store.h — the results database (SQLite): runs, samples, one row per sample × variant, report views, and the
+ * retained-importance traces of `kvbench trace` (one row per sample × variant × decode step).
  *
  * One transaction per sample (store_write_sample), WAL journal, so a run killed at any moment — kill -9
  * included — leaves only whole samples behind and resumes by skipping them (store_finished). A sample is
@@ -71,7 +72,23 @@ typedef struct {
 int store_write_sample(Store *s, long long run_id, const StoreSample *sample, const StoreResult *results,
                        int n_results, KvErr *err);
 
-/* Copies every run, sample and result of the database at src_path that `s` does not hold yet. */
+/* done[i] = 1 where (model, setup, sample_key, keys[i]) already has trace rows. */
+int store_traced(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
+                 int n_keys, unsigned char *done, KvErr *err);
+
+/* One decode step of one variant's trace (metrics/fragility.h): mean and minimum of R_t over (layer, kv-head). */
+typedef struct {
+    StoreVariantKey key;
+    int window;                 /* the observation window the keep-set was chosen with (0: none, e.g. full) */
+    int step;                   /* 0-based decode step */
+    double mean_r, min_r;
+} StoreTrace;
+
+/* Writes a sample and its trace rows in one transaction; rows already present are left as they are. */
+int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
+                       KvErr *err);
+
+/* Copies every run, sample, result and trace of the database at src_path that `s` does not hold yet. */
 int store_merge(Store *s, const char *src_path, KvErr *err);
 
 #endif

@@ -27,6 +27,7 @@
 #include "../metrics/metrics.h"
 #include "prepare.h"
 #include "store.h"
+#include "trace.h"
 #include "util.h"
 
 /* ---------------------------------------------------------------- state of one model's sweep */
@@ -41,7 +42,8 @@ typedef struct {
     Backend *be;
     Store *store;
     long long run_id;
-    char setup[64];        /* what else changes predictions: compress_question, max_new_tokens cap */
+    char setup[64];        /* what else changes predictions: compress_question, max_new_tokens cap (traces: the
+                            * steps) */
     StoreVariantKey *keys; /* [n_variants] */
     SweepStats *stats;
     double started_ms;
@@ -156,7 +158,9 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                 if (sw->opt->shard_count > 1 &&
                     util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
                     continue;
-                if (store_finished(sw->store, sw->rm->name, sw->setup, key, sw->keys, nv, done, err)) goto fail;
+                if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->setup, key, sw->keys,
+                                                                     nv, done, err))
+                    goto fail;
                 int missing = 0;
                 for (int v = 0; v < nv; v++) {
                     done[v] = !done[v]; /* now: pending */
@@ -316,14 +320,102 @@ static char *answers_json(const Sample *s) {
     return text;
 }
 
+/* Builds the sample of a plan item and its database key; returns whether it was built (if not, serr says why
+ * and there is nothing to free). */
+static int item_sample(Plan *p, const PlanItem *it, const RunDataset *rd, const char *task, Sample *s, char *key,
+                       size_t key_n, KvErr *serr) {
+    char id[512];
+    KvErr ignored;
+    int built = dataset_get(p->open[it->task], it->index, s, serr) == 0;
+    if (built) snprintf(id, sizeof id, "%s", s->id);
+    else if (dataset_sample_id(p->open[it->task], it->index, id, sizeof id, &ignored))
+        snprintf(id, sizeof id, "%s:%s:%d", rd->suite, task, it->index);
+    sample_key(id, rd, key, key_n);
+    return built;
+}
+
+/* The samples row of an item (s NULL when the dataset could not build it). */
+static StoreSample sample_row(const Sweep *sw, const PlanItem *it, const RunDataset *rd, const char *task,
+                              const Sample *s, const char *key, int n_ctx, int n_q, const char *answers) {
+    StoreSample ss = {sw->rm->name, sw->setup, key, s ? s->suite : rd->suite, s ? s->task : task,
+                      s ? s->domain : NULL, s ? s->metric : NULL, it->index, s ? s->depth_percent : -1,
+                      s ? s->target_tokens : rd->target_tokens, n_ctx, n_q, answers ? answers : "[]",
+                      s ? s->note : NULL};
+    return ss;
+}
+
+/* Traces one planned sample (kvbench trace, runs/trace.h) and stores its rows; -1 only when the database write
+ * failed. A variant without a trace (its keep-set failed) is logged and gets no rows, so a rerun retries it. */
+static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
+    const RunConfig *cfg = sw->cfg;
+    const RunDataset *rd = &cfg->datasets[it->dataset];
+    const char *task = rd->tasks[it->task - p->first[it->dataset]];
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question};
+    Sample s;
+    char key[600];
+    KvErr serr = {{0}};
+    SampleTrace tr = {0};
+    StoreTrace *rows = NULL;
+    int n = 0, rc = -1, n_rows = 0, n_failed = 0;
+    const RunVariant **pending = kv_calloc((size_t)cfg->n_variants, sizeof *pending, err);
+    if (!pending) return -1;
+    for (int v = 0; v < cfg->n_variants; v++)
+        if (it->pending[v]) pending[n++] = &cfg->variants[v];
+    int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
+    if (built) {
+        if (trace_sample(&env, &s, pending, n, cfg->trace_steps, &tr, err)) goto done;
+    } else if (trace_failed(&tr, n, &serr, err)) {
+        goto done;
+    }
+    if (!(rows = kv_calloc((size_t)tr.n_steps * n + 1, sizeof *rows, err))) goto done;
+    for (int i = 0; i < n; i++) {
+        n_failed += tr.failed[i];
+        for (int t = 0; t < tr.n_steps && !tr.failed[i]; t++)
+            rows[n_rows++] = (StoreTrace){sw->keys[pending[i] - cfg->variants],
+                                          policy_needs_attention(&pending[i]->policy) ? pending[i]->policy.window : 0,
+                                          t, tr.mean_r[(size_t)t * n + i], tr.min_r[(size_t)t * n + i]};
+    }
+    char *answers = built ? answers_json(&s) : NULL;
+    StoreSample ss = sample_row(sw, it, rd, task, built ? &s : NULL, key, tr.context_tokens, tr.question_tokens, answers);
+    rc = store_write_traces(sw->store, sw->run_id, &ss, rows, n_rows, err);
+    free(answers);
+    if (rc) goto done;
+    sw->stats->rows_written += n_rows;
+    sw->stats->samples_done++;
+    sw->stats->samples_failed += n_failed == n;
+    sw->stats->prefill_tokens += tr.context_tokens;
+    sw->stats->decode_tokens += tr.n_steps;
+    sw->stats->prefill_ms += tr.prefill_ms;
+    sw->stats->decode_ms += tr.decode_ms;
+    for (int i = 0; i < n; i++)
+        if (tr.failed[i]) {
+            fprintf(sw->opt->log, "%s%s: %s: %d of %d variants not traced (%s: %s)\n",
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->rm->name, key, n_failed, n,
+                    pending[i]->policy.name, tr.errs[i].msg);
+            break;
+        }
+    if (!sw->opt->progress_line)
+        fprintf(sw->opt->log, "%s: %s (%d/%d): %d keep-sets traced over %d steps, %d+%d tokens, prefill %.0f ms, "
+                              "decode %.0f ms\n",
+                sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n - n_failed, tr.n_steps,
+                tr.context_tokens, tr.question_tokens, tr.prefill_ms, tr.decode_ms);
+done:
+    sample_trace_free(&tr);
+    free(rows);
+    free(pending);
+    if (built) sample_free(&s);
+    return rc;
+}
+
 /* Runs one planned sample and stores it; -1 only when the database write failed (fatal). A sample the dataset
  * cannot build is stored too, as failed rows with the dataset's message. */
 static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
+    if (sw->opt->trace) return trace_item(sw, p, it, err);
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
     Sample s;
-    char key[600], id[512];
+    char key[600];
     KvErr serr = {{0}};
     int n = 0, rc = 0;
     VariantRun *runs = kv_calloc((size_t)cfg->n_variants, sizeof *runs, err);
@@ -337,11 +429,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         if (it->pending[v]) runs[n++].v = &cfg->variants[v];
     double prefill_ms = 0, decode_ms = 0;
     int n_ctx = 0, n_q = 0;
-    int built = dataset_get(p->open[it->task], it->index, &s, &serr) == 0;
-    if (built) snprintf(id, sizeof id, "%s", s.id);
-    else if (dataset_sample_id(p->open[it->task], it->index, id, sizeof id, err))
-        snprintf(id, sizeof id, "%s:%s:%d", rd->suite, task, it->index);
-    sample_key(id, rd, key, sizeof key);
+    int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
     if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q);
     else fail_all(runs, n, &serr);
     int n_failed = 0;
@@ -363,10 +451,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         n_failed += r->failed;
     }
     char *answers = built ? answers_json(&s) : NULL;
-    StoreSample ss = {sw->rm->name, sw->setup, key, built ? s.suite : rd->suite, built ? s.task : task,
-                      built ? s.domain : NULL, built ? s.metric : NULL, it->index, built ? s.depth_percent : -1,
-                      built ? s.target_tokens : rd->target_tokens, n_ctx, n_q, answers ? answers : "[]",
-                      built ? s.note : NULL};
+    StoreSample ss = sample_row(sw, it, rd, task, built ? &s : NULL, key, n_ctx, n_q, answers);
     if (store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
     else {
         sw->stats->rows_written += n;
@@ -505,7 +590,11 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     sw.stats = stats ? stats : &local;
     memset(sw.stats, 0, sizeof *sw.stats);
     sw.started_ms = util_now_ms();
-    snprintf(sw.setup, sizeof sw.setup, "cq=%d,max_new=%d", cfg->compress_question, cfg->max_new_tokens);
+    if (opt->trace && cfg->trace_steps < 1)
+        return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
+    /* Traces are keyed apart from results: the steps change them, max_new_tokens does not. */
+    if (opt->trace) snprintf(sw.setup, sizeof sw.setup, "trace,cq=%d,steps=%d", cfg->compress_question, cfg->trace_steps);
+    else snprintf(sw.setup, sizeof sw.setup, "cq=%d,max_new=%d", cfg->compress_question, cfg->max_new_tokens);
     if (check_inputs(cfg, err) || util_make_parent_dirs(opt->db_path, err)) return -1;
     if (!(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) return -1;
     for (int v = 0; v < cfg->n_variants; v++) {

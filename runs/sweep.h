@@ -18,6 +18,8 @@ typedef struct {
     int shard_count;      /* 0 or 1: no sharding */
     FILE *log;            /* progress and log lines */
     int progress_line;    /* redraw one progress line (a terminal) instead of a line per sample */
+    int trace;            /* kvbench trace: retained-importance traces (runs/trace.h, config "trace" section) into
+                           * the traces table instead of predictions and scores */
 } SweepOptions;
 
 typedef struct {

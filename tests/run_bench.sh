@@ -4,10 +4,12 @@
 # in the same run, so the ratios hold for this machine and this moment. Prints prefill tokens/s at 512, 2048
 # and 8192 tokens, decode tokens/s, peak RSS, and the head-variable cache bytes at a 20% budget vs full.
 # Targets: prefill >= 1.0x llama.cpp, decode >= 0.5x. BENCH_QUICK=1 runs only the 512-token prefill.
-# Both run with OMP_WAIT_POLICY=passive unless set: on a machine shared with other work, OpenMP's spinning
-# workers hold a core the partner thread needs, and a decode step (~250 fork/joins) slows down up to 20x.
+# kvbench runs with OMP_WAIT_POLICY=passive unless the caller sets it: it forks and joins OpenMP threads
+# ~250 times per decode step, and on a machine busy with other work a spinning worker holds the core its
+# partner needs (measured: decode 2.5 instead of ~90 tokens/s at load 3.4 on 2 cores). llama.cpp runs with
+# its own default (one parallel region per step, its own barriers); passive costs it 3x on decode.
 set -euo pipefail
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+kvbench_wait_policy=${OMP_WAIT_POLICY:-passive}
 build=${1:-build}
 model=${BENCH_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 threads=${BENCH_THREADS:-2}
@@ -16,8 +18,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 [ -f "$model" ] || { echo "run_bench: $model not found (make model)" >&2; exit 1; }
-echo "== kvbench cpu backend ($threads threads, OMP_WAIT_POLICY=$OMP_WAIT_POLICY, $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg))"
-OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" $quick | tee "$out/kvbench.txt"
+echo "== kvbench cpu backend ($threads threads, OMP_WAIT_POLICY=$kvbench_wait_policy, $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg))"
+OMP_WAIT_POLICY=$kvbench_wait_policy OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" $quick | tee "$out/kvbench.txt"
 
 have_llama=1
 if ! python3 -c "import llama_cpp" 2>/dev/null; then
