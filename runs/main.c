@@ -14,7 +14,7 @@ typedef struct {
 static const Command COMMANDS[] = {
     {"run", cmd_run, "run CONFIG.json [--db PATH] [--limit N] [--shard i/N]   run a sweep into SQLite"},
     {"report", cmd_report, "report [--db PATH] [--out DIR]                 tables and figures from a database"},
-    {"trace", cmd_trace, "trace CONFIG.json [--db PATH] [--limit N]       retained-importance traces (fragility)"},
+    {"trace", cmd_trace, "trace CONFIG.json [--db PATH] [--limit N] [--shard i/N]  retained-importance traces"},
     {"merge", cmd_merge, "merge OUT.db IN.db...                           combine shard databases"},
     {"slurm", cmd_slurm, "slurm CONFIG.json --shards N [--submit] ...     write (and submit) a Slurm job array"},
     {"info", cmd_info, "info MODEL                                      model configuration summary"},
@@ -22,7 +22,7 @@ static const Command COMMANDS[] = {
     {"generate", cmd_generate, "generate --model M --prompt T [--chat] [--max-new N]"},
     {"select", cmd_select, "select --model M --file F --policy P --budget B [--aggregation A]"},
     {"data", cmd_data, "data list | data show SUITE:TASK --index I [--model M]"},
-    {"score", cmd_score, "score --metric NAME --pred TEXT --answer TEXT [--answer TEXT ...]"},
+    {"score", cmd_score, "score --metric NAME [--task T] --pred TEXT --answer TEXT [--answer TEXT ...] [--class C ...]"},
 };
 #define N_COMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
 
