@@ -82,7 +82,10 @@ sanitize:
 	$(MAKE) BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-check: test sanitize
+# One after the other, so the sanitizer run's closing count is the last line.
+check:
+	$(MAKE) test
+	$(MAKE) sanitize
 
 POLICY_GOLDEN ?= tests/data/policy_golden
 test-policies: $(BUILD)/tests/test_policy_golden
