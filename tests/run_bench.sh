@@ -100,3 +100,12 @@ awk '$1 == "peak_rss_mib" { printf "peak RSS      kvbench %6.0f MiB (f32 weights
 awk '$1 == "cache_context" { L = $2 } $1 == "cache_full_bytes" { f = $2 } $1 == "cache_20pct_bytes" { p = $2 }
      END { printf "KV cache at %d tokens: full %.1f MiB, 20%% budget %.1f MiB (%.1f%%)\n", L, f / 1048576, p / 1048576, 100 * p / f }' \
     "$out/kvbench.txt"
+
+echo "== eviction policies at L=8192, SmolLM2 shapes (tests/bench_policies.c)"
+OMP_WAIT_POLICY=$kvbench_wait_policy OMP_NUM_THREADS=$threads "$build/tests/bench_policies" | tee "$out/policies.txt"
+awk 'FNR == NR && $1 == "prefill_8192" { tps = $2 } FNR != NR && $1 == "policy_total_ms" { ms = $2 }
+     END { if (tps > 0) printf "policies      observation + 8 policies x 2 budgets: %.0f ms = %.1f%% of the 8192-token prefill (%.0f ms; target <= 5%%)\n", ms, 100 * ms / (8192 / tps * 1000), 8192 / tps * 1000 }' \
+    "$out/kvbench.txt" "$out/policies.txt"
+
+echo "== sweep: 8 policies x 2 budgets from one prefill vs one full-cache run (tests/bench_sweep.sh)"
+OMP_WAIT_POLICY=$kvbench_wait_policy bash tests/bench_sweep.sh "$build"
