@@ -4,12 +4,13 @@
 # in the same run, so the ratios hold for this machine and this moment. Prints prefill tokens/s at 512, 2048
 # and 8192 tokens, decode tokens/s, peak RSS, and the head-variable cache bytes at a 20% budget vs full.
 # Targets: prefill >= 1.0x llama.cpp, decode >= 0.5x. BENCH_QUICK=1 runs only the 512-token prefill.
-# kvbench runs with OMP_WAIT_POLICY=passive unless the caller sets it: it forks and joins OpenMP threads
-# ~250 times per decode step, and on a machine busy with other work a spinning worker holds the core its
-# partner needs (measured: decode 2.5 instead of ~90 tokens/s at load 3.4 on 2 cores). llama.cpp runs with
-# its own default (one parallel region per step, its own barriers); passive costs it 3x on decode.
+# OpenMP's wait policy matters: the CPU backend forks and joins ~250 parallel regions per decode step. On an
+# idle machine the default (spin, then sleep) is best (measured: decode 87 tokens/s active vs 42 passive); on a
+# machine busy with other work a spinning worker holds the core its partner needs (decode 2.5 tokens/s active
+# at load 3.4), so run the bench with OMP_WAIT_POLICY=passive there. The load average is printed with the numbers.
 set -euo pipefail
-kvbench_wait_policy=${OMP_WAIT_POLICY:-passive}
+kvbench_wait_policy=${OMP_WAIT_POLICY:-default}
+[ "$kvbench_wait_policy" = default ] || export OMP_WAIT_POLICY
 build=${1:-build}
 model=${BENCH_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 threads=${BENCH_THREADS:-2}
@@ -19,7 +20,7 @@ trap 'rm -rf "$out"' EXIT
 
 [ -f "$model" ] || { echo "run_bench: $model not found (make model)" >&2; exit 1; }
 echo "== kvbench cpu backend ($threads threads, OMP_WAIT_POLICY=$kvbench_wait_policy, $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg))"
-OMP_WAIT_POLICY=$kvbench_wait_policy OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" $quick | tee "$out/kvbench.txt"
+OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" $quick | tee "$out/kvbench.txt"
 
 have_llama=1
 if ! python3 -c "import llama_cpp" 2>/dev/null; then
@@ -102,10 +103,10 @@ awk '$1 == "cache_context" { L = $2 } $1 == "cache_full_bytes" { f = $2 } $1 == 
     "$out/kvbench.txt"
 
 echo "== eviction policies at L=8192, SmolLM2 shapes (tests/bench_policies.c)"
-OMP_WAIT_POLICY=$kvbench_wait_policy OMP_NUM_THREADS=$threads "$build/tests/bench_policies" | tee "$out/policies.txt"
+OMP_NUM_THREADS=$threads "$build/tests/bench_policies" | tee "$out/policies.txt"
 awk 'FNR == NR && $1 == "prefill_8192" { tps = $2 } FNR != NR && $1 == "policy_total_ms" { ms = $2 }
      END { if (tps > 0) printf "policies      observation + 8 policies x 2 budgets: %.0f ms = %.1f%% of the 8192-token prefill (%.0f ms; target <= 5%%)\n", ms, 100 * ms / (8192 / tps * 1000), 8192 / tps * 1000 }' \
     "$out/kvbench.txt" "$out/policies.txt"
 
 echo "== sweep: 8 policies x 2 budgets from one prefill vs one full-cache run (tests/bench_sweep.sh)"
-OMP_WAIT_POLICY=$kvbench_wait_policy bash tests/bench_sweep.sh "$build"
+bash tests/bench_sweep.sh "$build"
