@@ -74,7 +74,7 @@ model: $(MODEL)
 $(MODEL):
 	bash scripts/fetch_model.sh
 
-test: kvbench $(TEST_BIN)
+test: kvbench $(TEST_BIN) $(MODEL)
 	bash tests/run_tests.sh $(BUILD) $(TEST_BIN:$(BUILD)/tests/%=%)
 
 # Sanitizers: a separate build tree, without OpenMP threads (libgomp's pool is not ASan-friendly) and -O1.
