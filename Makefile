@@ -97,7 +97,7 @@ bench: kvbench $(BENCH_BIN) $(MODEL)
 clean:
 	rm -rf build build-san kvbench
 
--include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/runs/main.d
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/runs/main.d $(TEST_BIN:=.d) $(BENCH_BIN:=.d)
 
 # A real one-node Slurm cluster on this machine (installs slurm-wlm and munge from Debian).
 .PHONY: test-slurm

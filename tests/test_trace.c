@@ -19,9 +19,8 @@
 #include "../engine/model.h"
 #include "../runs/commands.h"
 #include "../runs/prepare.h"
+#include "sweep_harness.h"
 #include "test.h"
-
-static char dir[64];
 
 enum { N_SAMPLES = 4, STEPS = 6, N_VARIANTS = 13 }; /* full + (snapkv, defensivekv) x 3 aggregations x 2 windows */
 
@@ -34,92 +33,12 @@ static const char *CONFIG =
     " \"policies\": [\"full\", \"snapkv\", \"defensivekv\"], \"aggregations\": [\"mean\", \"max\", \"max+prior\"],\n"
     " \"budgets\": [\"50%\"]}\n";
 
-typedef int (*Command)(int, char **);
-
-static pid_t start(Command cmd, const char *log_name, char **args) {
-    int argc = 0;
-    while (args[argc]) argc++;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        char log[128];
-        snprintf(log, sizeof log, "%s/%s.log", dir, log_name);
-        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(99);
-        int rc = cmd(argc, args);
-        fflush(NULL);
-        _exit(rc);
-    }
-    return pid;
-}
-
-static int finish(pid_t pid) {
-    int status;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int run(Command cmd, const char *log_name, char **args) { return finish(start(cmd, log_name, args)); }
-
-static char *path_in(const char *name) {
-    static char buf[8][128];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 128, "%s/%s", dir, name);
-    return p;
-}
-
-static int log_contains(const char *log_name, const char *text) {
-    char path[128], buf[8192] = {0};
-    snprintf(path, sizeof path, "%s/%s.log", dir, log_name);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return strstr(buf, text) != NULL;
-}
-
-static long long query_int(const char *db_path, const char *sql) {
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    long long v = -1;
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
-        sqlite3_busy_timeout(db, 2000);
-        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-            v = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
-    return v;
-}
-
 /* Every trace row as text in a fixed order; R_t printed to 6 decimals (both runs compute identically). */
 static char *dump_rows(const char *db_path) {
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    size_t cap = 1 << 16, n = 0;
-    char *out = calloc(cap, 1);
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return out;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT printf('%s|%s|%s|%s|%s|%d|%d|%.6f|%.6f', s.sample_key, t.policy, t.aggregation, "
-                           "t.params, t.budget, t.window, t.step, t.mean_r, t.min_r) FROM traces t JOIN samples s "
-                           "ON s.id = t.sample_id ORDER BY 1",
-                           -1, &st, NULL) == SQLITE_OK)
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *row = (const char *)sqlite3_column_text(st, 0);
-            size_t len = strlen(row);
-            if (n + len + 2 > cap) {
-                cap = 2 * (n + len + 2);
-                out = realloc(out, cap);
-            }
-            memcpy(out + n, row, len);
-            n += len;
-            out[n++] = '\n';
-            out[n] = 0;
-        }
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return out;
+    return dump_query(db_path,
+                      "SELECT printf('%s|%s|%s|%s|%s|%d|%d|%.6f|%.6f', s.sample_key, t.policy, t.aggregation, "
+                      "t.params, t.budget, t.window, t.step, t.mean_r, t.min_r) FROM traces t JOIN samples s "
+                      "ON s.id = t.sample_id ORDER BY 1");
 }
 
 static void test_trace_runs(TestCounts *tc, const char *config) {
