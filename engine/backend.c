@@ -12,22 +12,37 @@ int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
 typedef struct {
     const char *name;
     int (*open)(Backend **out, const Model *m, KvErr *err);
+    int host_weights;  /* computes from the model's f32 host arena (else keeps its own copy of the weights) */
 } BackendEntry;
 
 static const BackendEntry BACKENDS[] = {
-    {"cpu", cpu_backend_open},
+    {"cpu", cpu_backend_open, 1},
 #ifdef KVBENCH_CUDA
-    {"cuda", cuda_backend_open},
+    {"cuda", cuda_backend_open, 0},
 #endif
 };
 
-int backend_open(Backend **out, const char *name, const Model *m, KvErr *err) {
+static const BackendEntry *find(const char *name, KvErr *err) {
     for (size_t i = 0; i < sizeof BACKENDS / sizeof BACKENDS[0]; i++)
-        if (!strcmp(name, BACKENDS[i].name)) return BACKENDS[i].open(out, m, err);
+        if (!strcmp(name, BACKENDS[i].name)) return &BACKENDS[i];
     if (!strcmp(name, "cuda"))
-        return kv_fail(err, "backend 'cuda': this kvbench was built without CUDA (rebuild with nvcc on PATH, "
-                            "or make CUDA=1); available: %s", backend_available());
-    return kv_fail(err, "unknown backend '%s' (available: %s)", name, backend_available());
+        kv_fail(err, "backend 'cuda': this kvbench was built without CUDA (rebuild with nvcc on PATH, or make CUDA=1); "
+                     "available: %s", backend_available());
+    else
+        kv_fail(err, "unknown backend '%s' (available: %s)", name, backend_available());
+    return NULL;
+}
+
+int backend_open(Backend **out, const char *name, const Model *m, KvErr *err) {
+    const BackendEntry *e = find(name, err);
+    return e ? e->open(out, m, err) : -1;
+}
+
+int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err) {
+    *m = NULL;
+    const BackendEntry *e = find(name, err);
+    if (!e) return -1;
+    return e->host_weights ? model_load(m, spec, err) : model_load_config(m, spec, err);
 }
 
 void backend_close(Backend *b) {

@@ -18,6 +18,9 @@ typedef struct {
     int want_value_norm;  /* a CUDA backend computes it on the device when set; the CPU leaves it to the policy side */
     int (*on_layer)(void *user, Observation *obs, KvErr *err);
     void *user;
+    /* Set when the hook reads only attn and value_norm: a backend that computes those itself may then leave
+     * q_win, keys, values and w_o NULL (the CUDA backend saves copying 2·K·L·d floats per layer to the host). */
+    int derived_only;
 } ObserveHook;
 
 /* Called for every decode step (n_new == 1) with the new query's softmax over the sequence's cache:
@@ -50,6 +53,10 @@ struct Backend {
 /* name: "cpu" or "cuda" (the latter only in a CUDA build, with a usable GPU: otherwise an error that says
  * what was needed and what was found). */
 int backend_open(Backend **out, const char *name, const Model *m, KvErr *err);
+/* Loads the model at spec the way backend `name` wants it: the f32 weights in host memory for cpu; for cuda
+ * only the configuration and tokenizer (model_load_config), its backend_open streaming the weights from the
+ * file to the GPU in bf16. An unknown backend fails here, before any loading. */
+int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err);
 void backend_close(Backend *b);
 /* Names compiled into this binary, comma-separated. */
 const char *backend_available(void);

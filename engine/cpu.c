@@ -392,6 +392,9 @@ static void cpu_destroy(Backend *be) {
 int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     *out = NULL;
     const ModelConfig *c = &m->cfg;
+    if (!m->has_host_weights)
+        return kv_fail(err, "cpu backend: %s was opened without its weights in host memory (model_load_config); the "
+                            "cpu backend computes from them: load it with model_load", m->source);
     if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim % 2)
         return kv_fail(err, "cpu backend: %s: unsupported head layout (%d heads, %d kv-heads, head dim %d)", m->source,
                        c->n_heads, c->n_kv_heads, c->head_dim);

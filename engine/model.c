@@ -1,8 +1,9 @@
 /* model.c — model_load's dispatch, the one-arena weight layout shared by every source, named shapes,
  * RoPE frequencies and `kvbench info`'s summary.
  *
- * Every source (model_gguf.c, model_hf.c, model_synthetic.c) reads a ModelConfig, calls model_alloc, then
- * fills the WeightRef list of model_weight_refs — so the layout and the tensor inventory live here once.
+ * Every source (model_gguf.c, model_hf.c, model_synthetic.c) reads a ModelConfig and hands model_fill_weights
+ * a way to convert one weight — so the layout, the tensor inventory and the three ways to fill (arena, none,
+ * one at a time to a backend) live here once.
  * Shape legend as in model.h. */
 #include "model.h"
 
@@ -110,16 +111,17 @@ static float *carve(char *base, size_t *off, size_t n_floats) {
     return base ? (float *)(base + at) : NULL;
 }
 
-static void layout(Model *m, char *base, size_t *off) {
+static void layout(Model *m, int weights, char *base, size_t *off) {
     const ModelConfig *c = &m->cfg;
     size_t D = (size_t)c->d_model, V = (size_t)c->vocab_size, F = (size_t)c->d_ff;
     size_t q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
-    *off = (size_t)c->n_layers * sizeof(LayerWeights);
-    m->layers = base ? (LayerWeights *)base : NULL;
+    *off = weights ? (size_t)c->n_layers * sizeof(LayerWeights) : 0;
+    m->layers = base && weights ? (LayerWeights *)base : NULL;
+    m->rope_inv_freq = carve(base, off, (size_t)c->head_dim / 2);
+    if (!weights) return;
     m->tok_embd = carve(base, off, V * D);
     m->out_norm = carve(base, off, D);
     m->lm_head = c->tied_embeddings ? m->tok_embd : carve(base, off, V * D);
-    m->rope_inv_freq = carve(base, off, (size_t)c->head_dim / 2);
     for (int l = 0; l < c->n_layers; l++) {
         LayerWeights w = {0};
         w.attn_norm = carve(base, off, D);
@@ -140,23 +142,24 @@ static void layout(Model *m, char *base, size_t *off) {
     }
 }
 
-int model_alloc(Model *m, KvErr *err) {
+int model_alloc(Model *m, int weights, KvErr *err) {
     size_t bytes = 0;
-    layout(m, NULL, &bytes);
+    layout(m, weights, NULL, &bytes);
     void *arena = NULL;
     if (posix_memalign(&arena, ARENA_ALIGN, bytes))
         return kv_fail(err, "%s: out of memory allocating %.2f GB of weights", m->source, bytes / 1e9);
     m->arena = arena;
     m->arena_bytes = bytes;
-    layout(m, arena, &bytes);
+    m->has_host_weights = weights;
+    layout(m, weights, arena, &bytes);
     return 0;
 }
 
 static void add_ref(WeightRef *r, int *n, float *dst, uint64_t rows, uint64_t cols, int n_dims, int perm_heads,
-                    int is_norm, const char *gguf, const char *hf) {
+                    int is_norm, WeightRole role, int layer, const char *gguf, const char *hf) {
     WeightRef *w = &r[(*n)++];
     *w = (WeightRef){.dst = dst, .rows = rows, .cols = cols, .n_dims = n_dims, .perm_heads = perm_heads,
-                     .is_norm = is_norm};
+                     .is_norm = is_norm, .role = role, .layer = layer};
     snprintf(w->gguf_name, sizeof w->gguf_name, "%s", gguf);
     snprintf(w->hf_name, sizeof w->hf_name, "%s", hf);
 }
@@ -170,36 +173,40 @@ int model_weight_refs(const Model *m, WeightRef **out, int *n_out, KvErr *err) {
     WeightRef *r = kv_malloc((3 + (size_t)c->n_layers * 12) * sizeof *r, err);
     if (!r) return -1;
     int n = 0;
-    add_ref(r, &n, m->tok_embd, V, D, 2, 0, 0, "token_embd.weight", "model.embed_tokens.weight");
-    add_ref(r, &n, m->out_norm, 1, D, 1, 0, 1, "output_norm.weight", "model.norm.weight");
-    if (!c->tied_embeddings) add_ref(r, &n, m->lm_head, V, D, 2, 0, 0, "output.weight", "lm_head.weight");
+    add_ref(r, &n, m->tok_embd, V, D, 2, 0, 0, WEIGHT_TOK_EMBD, -1, "token_embd.weight", "model.embed_tokens.weight");
+    add_ref(r, &n, m->out_norm, 1, D, 1, 0, 1, WEIGHT_OUT_NORM, -1, "output_norm.weight", "model.norm.weight");
+    if (!c->tied_embeddings)
+        add_ref(r, &n, m->lm_head, V, D, 2, 0, 0, WEIGHT_LM_HEAD, -1, "output.weight", "lm_head.weight");
     for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *w = &m->layers[l];
+        const LayerWeights none = {0}, *w = m->layers ? &m->layers[l] : &none;  /* no arena: dst NULL */
         const struct {
             float *dst;
             uint64_t rows, cols;
             int n_dims, perm_heads, is_norm;
+            WeightRole role;
             const char *gguf, *hf;
         } t[] = {
-            {w->attn_norm, 1, D, 1, 0, 1, "attn_norm.weight", "input_layernorm.weight"},
-            {w->wq, q, D, 2, hq, 0, "attn_q.weight", "self_attn.q_proj.weight"},
-            {w->wk, kv, D, 2, hk, 0, "attn_k.weight", "self_attn.k_proj.weight"},
-            {w->wv, kv, D, 2, 0, 0, "attn_v.weight", "self_attn.v_proj.weight"},
-            {w->wo, D, q, 2, 0, 0, "attn_output.weight", "self_attn.o_proj.weight"},
-            {w->bq, 1, q, 1, hq, 0, "attn_q.bias", "self_attn.q_proj.bias"},
-            {w->bk, 1, kv, 1, hk, 0, "attn_k.bias", "self_attn.k_proj.bias"},
-            {w->bv, 1, kv, 1, 0, 0, "attn_v.bias", "self_attn.v_proj.bias"},
-            {w->ffn_norm, 1, D, 1, 0, 1, "ffn_norm.weight", "post_attention_layernorm.weight"},
-            {w->w_gate, F, D, 2, 0, 0, "ffn_gate.weight", "mlp.gate_proj.weight"},
-            {w->w_up, F, D, 2, 0, 0, "ffn_up.weight", "mlp.up_proj.weight"},
-            {w->w_down, D, F, 2, 0, 0, "ffn_down.weight", "mlp.down_proj.weight"},
+            {w->attn_norm, 1, D, 1, 0, 1, WEIGHT_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight"},
+            {w->wq, q, D, 2, hq, 0, WEIGHT_Q, "attn_q.weight", "self_attn.q_proj.weight"},
+            {w->wk, kv, D, 2, hk, 0, WEIGHT_K, "attn_k.weight", "self_attn.k_proj.weight"},
+            {w->wv, kv, D, 2, 0, 0, WEIGHT_V, "attn_v.weight", "self_attn.v_proj.weight"},
+            {w->wo, D, q, 2, 0, 0, WEIGHT_O, "attn_output.weight", "self_attn.o_proj.weight"},
+            {w->bq, 1, q, 1, hq, 0, WEIGHT_Q_BIAS, "attn_q.bias", "self_attn.q_proj.bias"},
+            {w->bk, 1, kv, 1, hk, 0, WEIGHT_K_BIAS, "attn_k.bias", "self_attn.k_proj.bias"},
+            {w->bv, 1, kv, 1, 0, 0, WEIGHT_V_BIAS, "attn_v.bias", "self_attn.v_proj.bias"},
+            {w->ffn_norm, 1, D, 1, 0, 1, WEIGHT_FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight"},
+            {w->w_gate, F, D, 2, 0, 0, WEIGHT_GATE, "ffn_gate.weight", "mlp.gate_proj.weight"},
+            {w->w_up, F, D, 2, 0, 0, WEIGHT_UP, "ffn_up.weight", "mlp.up_proj.weight"},
+            {w->w_down, D, F, 2, 0, 0, WEIGHT_DOWN, "ffn_down.weight", "mlp.down_proj.weight"},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-            if (!t[i].dst) continue;  /* biases of a model without them */
+            int is_bias = t[i].role == WEIGHT_Q_BIAS || t[i].role == WEIGHT_K_BIAS || t[i].role == WEIGHT_V_BIAS;
+            if (is_bias && !c->qkv_bias) continue;
             char g[64], h[96];
             snprintf(g, sizeof g, "blk.%d.%s", l, t[i].gguf);
             snprintf(h, sizeof h, "model.layers.%d.%s", l, t[i].hf);
-            add_ref(r, &n, t[i].dst, t[i].rows, t[i].cols, t[i].n_dims, t[i].perm_heads, t[i].is_norm, g, h);
+            add_ref(r, &n, t[i].dst, t[i].rows, t[i].cols, t[i].n_dims, t[i].perm_heads, t[i].is_norm, t[i].role,
+                    l, g, h);
         }
     }
     *out = r;
@@ -230,10 +237,55 @@ void model_copy_all(const TensorCopy *copies, int n) {
     for (int t = 0; t < n; t++) {
         const TensorCopy *c = &copies[t];
         #pragma omp for schedule(static) nowait
-        for (uint64_t r = 0; r < c->rows; r++)
-            ggml_dequantize(c->type, c->data + source_row(r, c->perm_heads, c->rows) * c->row_bytes,
-                            c->dst + r * c->cols, c->cols, NULL);
+        for (uint64_t r = 0; r < c->rows; r++) {
+            float *dst = c->dst + r * c->cols;
+            if (c->source == COPY_SYNTHETIC_ONES)
+                for (uint64_t i = 0; i < c->cols; i++) dst[i] = 1.0f;
+            else if (c->source == COPY_SYNTHETIC_RANDOM)
+                model_synthetic_values(dst, r * c->cols, c->cols, c->seed, c->tensor);
+            else
+                ggml_dequantize(c->type, c->data + source_row(r, c->perm_heads, c->rows) * c->row_bytes, dst, c->cols,
+                                NULL);
+        }
     }
+}
+
+int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *source, KvErr *err) {
+    if (model_alloc(m, fill->mode == FILL_ARENA, err)) return -1;
+    if (fill->mode == FILL_NONE) return 0;
+    WeightRef *refs = NULL;
+    TensorCopy *copies = NULL;
+    float *scratch = NULL;
+    int n_refs = 0, rc = -1;
+    if (model_weight_refs(m, &refs, &n_refs, err)) return -1;
+    if (fill->mode == FILL_ARENA) {
+        /* Every tensor planned first, so all conversions run in one parallel region. */
+        if (!(copies = kv_malloc((size_t)n_refs * sizeof *copies, err))) goto done;
+        for (int i = 0; i < n_refs; i++)
+            if (plan(source, &refs[i], i, &copies[i], err)) goto done;
+        model_copy_all(copies, n_refs);
+        rc = 0;
+        goto done;
+    }
+    uint64_t most = 0;
+    for (int i = 0; i < n_refs; i++) most = refs[i].rows * refs[i].cols > most ? refs[i].rows * refs[i].cols : most;
+    if (!(scratch = kv_malloc(most * sizeof(float), err))) {
+        kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, most * 4e-9);
+        goto done;
+    }
+    for (int i = 0; i < n_refs; i++) {
+        TensorCopy c;
+        refs[i].dst = scratch;
+        if (plan(source, &refs[i], i, &c, err)) goto done;
+        model_copy_all(&c, 1);
+        if (fill->visit(fill->user, refs[i].role, refs[i].layer, scratch, refs[i].rows, refs[i].cols, err)) goto done;
+    }
+    rc = 0;
+done:
+    free(scratch);
+    free(copies);
+    free(refs);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------------------
@@ -293,16 +345,16 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-int model_load(Model **out, const char *spec, KvErr *err) {
+static int load_with(Model **out, const char *spec, const WeightFill *fill, KvErr *err) {
     *out = NULL;
     Model *m = kv_calloc(1, sizeof *m, err);
     if (!m) return -1;
     snprintf(m->source, sizeof m->source, "%s", spec);
     struct stat st;
     int rc;
-    if (!strncmp(spec, "synthetic:", 10)) rc = model_load_synthetic(m, spec, err);
-    else if (ends_with(spec, ".gguf")) rc = model_load_gguf(m, spec, err);
-    else if (!stat(spec, &st) && S_ISDIR(st.st_mode)) rc = model_load_hf(m, spec, err);
+    if (!strncmp(spec, "synthetic:", 10)) rc = model_load_synthetic(m, spec, fill, err);
+    else if (ends_with(spec, ".gguf")) rc = model_load_gguf(m, spec, fill, err);
+    else if (!stat(spec, &st) && S_ISDIR(st.st_mode)) rc = model_load_hf(m, spec, fill, err);
     else rc = kv_fail(err, "%s: not a .gguf file, a Hugging Face model directory or synthetic:SHAPE", spec);
     if (rc) {
         model_free(m);
@@ -310,6 +362,41 @@ int model_load(Model **out, const char *spec, KvErr *err) {
     }
     *out = m;
     return 0;
+}
+
+int model_load(Model **out, const char *spec, KvErr *err) {
+    WeightFill fill = {FILL_ARENA, NULL, NULL};
+    return load_with(out, spec, &fill, err);
+}
+
+int model_load_config(Model **out, const char *spec, KvErr *err) {
+    WeightFill fill = {FILL_NONE, NULL, NULL};
+    return load_with(out, spec, &fill, err);
+}
+
+int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr *err) {
+    if (!m->has_host_weights) {
+        WeightFill fill = {FILL_VISIT, visit, user};
+        Model *again = NULL;
+        if (load_with(&again, m->source, &fill, err)) return -1;
+        /* The source was read once for the configuration: it must still describe the same model. */
+        const ModelConfig *a = &again->cfg, *b = &m->cfg;
+        int same = a->arch == b->arch && a->n_layers == b->n_layers && a->d_model == b->d_model &&
+                   a->n_heads == b->n_heads && a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim &&
+                   a->d_ff == b->d_ff && a->vocab_size == b->vocab_size && a->qkv_bias == b->qkv_bias &&
+                   a->tied_embeddings == b->tied_embeddings;
+        model_free(again);
+        if (!same) return kv_fail(err, "%s: the model changed since it was opened", m->source);
+        return 0;
+    }
+    WeightRef *refs;
+    int n_refs;
+    if (model_weight_refs(m, &refs, &n_refs, err)) return -1;
+    int rc = 0;
+    for (int i = 0; i < n_refs && !rc; i++)
+        rc = visit(user, refs[i].role, refs[i].layer, refs[i].dst, refs[i].rows, refs[i].cols, err);
+    free(refs);
+    return rc;
 }
 
 void model_free(Model *m) {
@@ -346,7 +433,15 @@ void model_print_info(const Model *m, void *file) {
     fprintf(f, "rms eps      %g\n", c->rms_eps);
     fprintf(f, "tied embd    %s\n", c->tied_embeddings ? "yes" : "no");
     fprintf(f, "qkv bias     %s\n", c->qkv_bias ? "yes" : "no");
-    fprintf(f, "weights      %.1f MB (f32, one arena)\n", m->arena_bytes / 1e6);
+    uint64_t D = c->d_model, F = c->d_ff, q = (uint64_t)c->n_heads * c->head_dim,
+             kv = (uint64_t)c->n_kv_heads * c->head_dim;
+    uint64_t per_layer = 2 * D + 2 * q * D + 2 * kv * D + 3 * F * D + (c->qkv_bias ? q + 2 * kv : 0);
+    uint64_t params = (uint64_t)c->vocab_size * D * (c->tied_embeddings ? 1 : 2) + D + c->n_layers * per_layer;
+    fprintf(f, "parameters   %.1f M (%.2f GB in f32, %.2f GB in bf16)\n", params / 1e6, params * 4e-9, params * 2e-9);
+    if (m->has_host_weights)
+        fprintf(f, "weights      %.1f MB in host memory (f32, one arena)\n", m->arena_bytes / 1e6);
+    else
+        fprintf(f, "weights      not in host memory (a backend streams them from the source)\n");
     fprintf(f, "chat format  %s\n", chat_format_name(c->chat));
     fprintf(f, "bos          %d (added: %s)\n", c->bos_id, c->add_bos ? "yes" : "no");
     fprintf(f, "eos         ");

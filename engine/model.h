@@ -9,6 +9,7 @@
 #define KVBENCH_MODEL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "err.h"
 
@@ -67,9 +68,21 @@ typedef struct Model {
     char source[1024];          /* the path or synthetic spec it came from */
     char name[128];             /* e.g. "SmolLM2-135M-Instruct" (general.name or directory name) */
     char tokenizer_kind[64];    /* e.g. "gguf gpt2 (pre smollm)", "tokenizer.json"; "" without a tokenizer */
-    void *arena;                /* one allocation holding every weight */
+    int has_host_weights;       /* 0 after model_load_config */
+    void *arena;                /* one allocation holding every weight (only rope_inv_freq without them) */
     size_t arena_bytes;
 } Model;
+
+/* Each weight of a model, as model_stream_weights names it. */
+typedef enum {
+    WEIGHT_TOK_EMBD, WEIGHT_OUT_NORM, WEIGHT_LM_HEAD,  /* layer -1 */
+    WEIGHT_ATTN_NORM, WEIGHT_Q, WEIGHT_K, WEIGHT_V, WEIGHT_O, WEIGHT_Q_BIAS, WEIGHT_K_BIAS, WEIGHT_V_BIAS,
+    WEIGHT_FFN_NORM, WEIGHT_GATE, WEIGHT_UP, WEIGHT_DOWN,
+} WeightRole;
+
+/* Receives one weight in f32, [rows][cols] in the layout of the fields above; data is valid during the call. */
+typedef int (*WeightVisitor)(void *user, WeightRole role, int layer, const float *data, uint64_t rows,
+                             uint64_t cols, KvErr *err);
 
 /* Loads a model from:
  *   - a path ending in .gguf,
@@ -78,6 +91,13 @@ typedef struct Model {
  *     mistral-7b-v0.3, qwen2.5-32b (random weights; tokenizer NULL).
  * Every failure names the file and the problem. */
 int model_load(Model **out, const char *spec, KvErr *err);
+/* The same without the weights: configuration, tokenizer and RoPE frequencies only (weight pointers NULL,
+ * has_host_weights 0), for a backend that keeps its own copy in its own memory and fills it through
+ * model_stream_weights — so a 32B model never needs its 131 GB of f32 on the host. */
+int model_load_config(Model **out, const char *spec, KvErr *err);
+/* Hands every weight to visit once, in load order: from the host arena when the model has one, otherwise
+ * read again from the model's source one tensor at a time (host memory: the largest tensor in f32). */
+int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr *err);
 void model_free(Model *m);
 
 /* Fills cfg->... from a named shape; used by the synthetic loader and by CUDA timing. */

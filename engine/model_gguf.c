@@ -141,7 +141,9 @@ static int shape_error(const GgufFile *g, const GgufTensor *t, const WeightRef *
 }
 
 /* Finds and checks the tensor of a WeightRef and describes its conversion. */
-static int plan_tensor(const GgufFile *g, const WeightRef *w, TensorCopy *c, KvErr *err) {
+static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *c, KvErr *err) {
+    const GgufFile *g = source;
+    (void)index;
     const GgufTensor *t = gguf_find_tensor(g, w->gguf_name);
     if (!t) return kv_fail(err, "%s: missing tensor '%s'", gguf_path(g), w->gguf_name);
     int ok = t->n_dims == w->n_dims && t->ne[0] == w->cols && t->ne[1] == w->rows && t->ne[2] == 1 && t->ne[3] == 1;
@@ -181,20 +183,14 @@ static int load_rope(const GgufFile *g, Model *m, KvErr *err) {
     return 0;
 }
 
-int model_load_gguf(Model *m, const char *path, KvErr *err) {
+int model_load_gguf(Model *m, const char *path, const WeightFill *fill, KvErr *err) {
     GgufFile *g = NULL;
     if (gguf_open(&g, path, err)) return -1;
-    WeightRef *refs = NULL;
-    TensorCopy *copies = NULL;
-    int n_refs = 0, rc = -1;
-    if (read_config(g, m, err) || model_alloc(m, err) || model_weight_refs(m, &refs, &n_refs, err)) goto done;
-    copies = kv_malloc((size_t)n_refs * sizeof *copies, err);
-    if (!copies) goto done;
-    for (int i = 0; i < n_refs; i++)
-        if (plan_tensor(g, &refs[i], &copies[i], err)) goto done;
-    model_copy_all(copies, n_refs);
-    if (load_rope(g, m, err)) goto done;
-    if (gguf_has(g, "tokenizer.ggml.model")) {
+    int rc = -1;
+    if (read_config(g, m, err) || model_fill_weights(m, fill, plan_tensor, g, err) || load_rope(g, m, err))
+        goto done;
+    /* A second read that only streams the weights needs no tokenizer. */
+    if (fill->mode != FILL_VISIT && gguf_has(g, "tokenizer.ggml.model")) {
         if (tokenizer_load_gguf(&m->tokenizer, g, err)) goto done;
         const char *s, *pre = "";
         size_t len, pre_len = 0;
@@ -205,8 +201,6 @@ int model_load_gguf(Model *m, const char *path, KvErr *err) {
     }
     rc = 0;
 done:
-    free(copies);
-    free(refs);
     gguf_close(g);
     return rc;
 }

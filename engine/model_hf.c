@@ -290,7 +290,15 @@ static int shards_open(HfDir *h, Shards *s, KvErr *err) {
     return 0;
 }
 
-static int plan_tensor(HfDir *h, const Shards *s, const WeightRef *w, TensorCopy *c, KvErr *err) {
+typedef struct {
+    HfDir *h;
+    const Shards *shards;
+} HfSource;
+
+static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *c, KvErr *err) {
+    HfDir *h = ((HfSource *)source)->h;
+    const Shards *s = ((HfSource *)source)->shards;
+    (void)index;
     const SafeTensors *st = s->shards[0];
     if (s->weight_map) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(s->weight_map, w->hf_name);
@@ -321,13 +329,12 @@ static int plan_tensor(HfDir *h, const Shards *s, const WeightRef *w, TensorCopy
     return 0;
 }
 
-int model_load_hf(Model *m, const char *dir, KvErr *err) {
+int model_load_hf(Model *m, const char *dir, const WeightFill *fill, KvErr *err) {
     HfDir h = {.dir = dir};
     cJSON *cfg = NULL;
     Shards shards = {0};
-    WeightRef *refs = NULL;
-    TensorCopy *copies = NULL;
-    int n_refs = 0, rc = -1;
+    HfSource source = {&h, &shards};
+    int rc = -1;
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
     const char *base = dir + n;
@@ -336,19 +343,13 @@ int model_load_hf(Model *m, const char *dir, KvErr *err) {
 
     if (read_json(&h, "config.json", 1, &cfg, err) || read_config(&h, cfg, &m->cfg, err)) goto done;
     int have_eos = m->cfg.n_eos > 0;
-    if (read_tokenizer_side(&h, m, have_eos, err) || shards_open(&h, &shards, err) || model_alloc(m, err) ||
-        model_weight_refs(m, &refs, &n_refs, err))
+    /* A second read that only streams the weights needs no tokenizer. */
+    if ((fill->mode != FILL_VISIT && read_tokenizer_side(&h, m, have_eos, err)) || shards_open(&h, &shards, err) ||
+        model_fill_weights(m, fill, plan_tensor, &source, err))
         goto done;
-    copies = kv_malloc((size_t)n_refs * sizeof *copies, err);
-    if (!copies) goto done;
-    for (int i = 0; i < n_refs; i++)
-        if (plan_tensor(&h, &shards, &refs[i], &copies[i], err)) goto done;
-    model_copy_all(copies, n_refs);
     model_rope_inv_freq(&m->cfg, m->rope_inv_freq);
     rc = 0;
 done:
-    free(copies);
-    free(refs);
     shards_close(&shards);
     cJSON_Delete(cfg);
     return rc;

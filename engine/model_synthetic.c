@@ -17,8 +17,11 @@
 #define CHUNK ((uint64_t)1 << 16)   /* elements per independently seeded chunk */
 #define WEIGHT_STD 0.02f
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+#define GOLDEN_GAMMA 0x9E3779B97F4A7C15ull
+
+/* splitmix64's output function: the k-th draw of a generator started at s0 is mix64(s0 + k * GOLDEN_GAMMA),
+ * so any element can be generated without the ones before it. */
+static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -26,15 +29,19 @@ static uint64_t splitmix64(uint64_t *s) {
 
 /* Uniform on [-a, a) with a = std * sqrt(3), which has the requested standard deviation; two 24-bit draws per
  * 64-bit random number, converted through int32 (an unsigned 64-bit to float conversion is several times
- * slower). */
-static void fill_chunk(float *dst, uint64_t n, uint64_t seed, uint64_t tensor, uint64_t chunk) {
-    uint64_t s = seed ^ (tensor * 0xD1B54A32D192ED03ull) ^ (chunk * 0xABC98388FB8FAC03ull);
-    splitmix64(&s);
+ * slower). Element i of a chunk uses draw i/2 + 2 of the chunk's generator (the first draw is skipped). */
+void model_synthetic_values(float *dst, uint64_t start, uint64_t n, uint64_t seed, uint64_t tensor) {
     const float a = WEIGHT_STD * sqrtf(3.0f);
-    for (uint64_t i = 0; i < n; i += 2) {
-        uint64_t r = splitmix64(&s);
-        dst[i] = ((float)(int32_t)(r >> 40) * 0x1p-23f - 1.0f) * a;
-        if (i + 1 < n) dst[i + 1] = ((float)(int32_t)(r & 0xFFFFFF) * 0x1p-23f - 1.0f) * a;
+    uint64_t e = start, end = start + n;
+    while (e < end) {
+        uint64_t chunk = e / CHUNK, i = e % CHUNK;
+        uint64_t s0 = seed ^ (tensor * 0xD1B54A32D192ED03ull) ^ (chunk * 0xABC98388FB8FAC03ull);
+        uint64_t r = mix64(s0 + (i / 2 + 2) * GOLDEN_GAMMA);
+        if (i % 2 == 0) {
+            dst[e++ - start] = ((float)(int32_t)(r >> 40) * 0x1p-23f - 1.0f) * a;
+            if (e == end) break;
+        }
+        dst[e++ - start] = ((float)(int32_t)(r & 0xFFFFFF) * 0x1p-23f - 1.0f) * a;
     }
 }
 
@@ -55,7 +62,14 @@ static int parse_option(const char *spec, const char *opt, size_t len, const cha
     return 1;
 }
 
-int model_load_synthetic(Model *m, const char *spec, KvErr *err) {
+static int plan_synthetic(void *seed, const WeightRef *w, int index, TensorCopy *c, KvErr *err) {
+    (void)err;
+    *c = (TensorCopy){.source = w->is_norm ? COPY_SYNTHETIC_ONES : COPY_SYNTHETIC_RANDOM, .rows = w->rows,
+                      .cols = w->cols, .seed = *(const uint64_t *)seed, .tensor = (uint64_t)index, .dst = w->dst};
+    return 0;
+}
+
+int model_load_synthetic(Model *m, const char *spec, const WeightFill *fill, KvErr *err) {
     const char *p = spec + strlen("synthetic:"), *colon = strchr(p, ':');
     size_t shape_len = colon ? (size_t)(colon - p) : strlen(p);
     char shape[64];
@@ -86,25 +100,9 @@ int model_load_synthetic(Model *m, const char *spec, KvErr *err) {
         if (c->bos_id >= c->vocab_size) c->bos_id = -1, c->add_bos = 0;
     }
     snprintf(m->name, sizeof m->name, "synthetic-%s", shape);
-    if (model_check_config(c, spec, err) || model_alloc(m, err)) return -1;
+    if (model_check_config(c, spec, err)) return -1;
+    uint64_t seed_u = (uint64_t)seed;
+    if (model_fill_weights(m, fill, plan_synthetic, &seed_u, err)) return -1;
     model_rope_inv_freq(c, m->rope_inv_freq);
-
-    WeightRef *refs;
-    int n_refs;
-    if (model_weight_refs(m, &refs, &n_refs, err)) return -1;
-    #pragma omp parallel
-    for (int t = 0; t < n_refs; t++) {
-        uint64_t n = refs[t].rows * refs[t].cols, n_chunks = (n + CHUNK - 1) / CHUNK;
-        #pragma omp for schedule(static) nowait
-        for (uint64_t ch = 0; ch < n_chunks; ch++) {
-            uint64_t start = ch * CHUNK, len = n - start < CHUNK ? n - start : CHUNK;
-            float *dst = refs[t].dst + start;
-            if (refs[t].is_norm)
-                for (uint64_t i = 0; i < len; i++) dst[i] = 1.0f;
-            else
-                fill_chunk(dst, len, (uint64_t)seed, (uint64_t)t, ch);
-        }
-    }
-    free(refs);
     return 0;
 }

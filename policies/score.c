@@ -33,18 +33,26 @@ static void pool_avg(const float *x, int n, int kernel, float *out) {
     }
 }
 
-/* Folds `rows` rows of x (row stride `stride`) into out[0..n): mean or max over the rows. Row by row, so
- * memory is read in order; acc[n] is scratch. */
+/* The reductions over rows below run in blocks of columns, one block per thread: every column is still
+ * summed in row order, so results do not depend on the thread count. */
+#define COLUMN_BLOCK 2048
+
+/* Folds `rows` rows of x (row stride `stride`) into out[0..n): mean or max over the rows. Row by row within
+ * a block of columns, so memory is read in order; acc[n] is scratch. */
 static void fold_rows(const float *x, int rows, size_t stride, int n, Aggregation agg, double *acc, float *out) {
-    for (int j = 0; j < n; j++) acc[j] = agg == AGG_MEAN ? 0.0 : -INFINITY;
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + (size_t)r * stride;
-        if (agg == AGG_MEAN)
-            for (int j = 0; j < n; j++) acc[j] += row[j];
-        else
-            for (int j = 0; j < n; j++) acc[j] = row[j] > acc[j] ? row[j] : acc[j];
+    #pragma omp parallel for schedule(static)
+    for (int j0 = 0; j0 < n; j0 += COLUMN_BLOCK) {
+        int j1 = n - j0 < COLUMN_BLOCK ? n : j0 + COLUMN_BLOCK;
+        for (int j = j0; j < j1; j++) acc[j] = agg == AGG_MEAN ? 0.0 : -INFINITY;
+        for (int r = 0; r < rows; r++) {
+            const float *row = x + (size_t)r * stride;
+            if (agg == AGG_MEAN)
+                for (int j = j0; j < j1; j++) acc[j] += row[j];
+            else
+                for (int j = j0; j < j1; j++) acc[j] = row[j] > acc[j] ? row[j] : acc[j];
+        }
+        for (int j = j0; j < j1; j++) out[j] = (float)(agg == AGG_MEAN ? acc[j] / rows : acc[j]);
     }
-    for (int j = 0; j < n; j++) out[j] = (float)(agg == AGG_MEAN ? acc[j] / rows : acc[j]);
 }
 
 /* max+prior: no entry scores below its head's mean (the uniform prior of DefensiveKV, §2.7 Step B). */
@@ -57,16 +65,20 @@ static void clamp_at_mean(float *x, int n) {
 
 /* Unbiased variance over the w window rows of one head, per prefix key: var[n], mean[n] scratch. */
 static void window_variance(const float *a, int w, size_t stride, int n, double *mean, double *var) {
-    for (int j = 0; j < n; j++) mean[j] = 0.0, var[j] = 0.0;
-    for (int i = 0; i < w; i++)
-        for (int j = 0; j < n; j++) mean[j] += a[(size_t)i * stride + j];
-    for (int j = 0; j < n; j++) mean[j] /= w;
-    for (int i = 0; i < w; i++)
-        for (int j = 0; j < n; j++) {
-            double dv = a[(size_t)i * stride + j] - mean[j];
-            var[j] += dv * dv;
-        }
-    for (int j = 0; j < n; j++) var[j] = w > 1 ? var[j] / (w - 1) : 0.0;
+    #pragma omp parallel for schedule(static)
+    for (int j0 = 0; j0 < n; j0 += COLUMN_BLOCK) {
+        int j1 = n - j0 < COLUMN_BLOCK ? n : j0 + COLUMN_BLOCK;
+        for (int j = j0; j < j1; j++) mean[j] = 0.0, var[j] = 0.0;
+        for (int i = 0; i < w; i++)
+            for (int j = j0; j < j1; j++) mean[j] += a[(size_t)i * stride + j];
+        for (int j = j0; j < j1; j++) mean[j] /= w;
+        for (int i = 0; i < w; i++)
+            for (int j = j0; j < j1; j++) {
+                double dv = a[(size_t)i * stride + j] - mean[j];
+                var[j] += dv * dv;
+            }
+        for (int j = j0; j < j1; j++) var[j] = w > 1 ? var[j] / (w - 1) : 0.0;
+    }
 }
 
 /* SnapKV / CAKE token scores out[K][P]: the query statistic per head (mean or max over the window queries,
@@ -133,11 +145,19 @@ static int score_cake(const PolicyRow *row, const Observation *o, const PolicyCo
     const int L = o->L, P = L - o->w;
     out->score = kv_malloc(sizeof(float) * (size_t)o->K * P, err);
     if (!out->score || score_pooled_heads(o, cfg, row->gamma, out->score, &out->variance_sum, err)) return -1;
-    out->entropy = 0.0;
+    /* Per query row in parallel, then summed in row order. */
+    double *row_entropy = kv_malloc(sizeof(double) * (size_t)o->H * o->w, err);
+    if (!row_entropy) return -1;
+    #pragma omp parallel for schedule(static)
     for (int r = 0; r < o->H * o->w; r++) {
         const float *a = o->attn + (size_t)r * L;
-        for (int j = 0; j < P; j++) out->entropy -= a[j] * logf(a[j] + 1e-10f); /* fp32 as the reference */
+        double e = 0.0;
+        for (int j = 0; j < P; j++) e -= a[j] * logf(a[j] + 1e-10f); /* fp32 as the reference */
+        row_entropy[r] = e;
     }
+    out->entropy = 0.0;
+    for (int r = 0; r < o->H * o->w; r++) out->entropy += row_entropy[r];
+    free(row_entropy);
     out->preference = pow(out->entropy, 1.0 / row->tau1) * pow(out->variance_sum, 1.0 / row->tau2);
     return 0;
 }
@@ -180,6 +200,7 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
     Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
     /* Step A + B: pool each query row, restore its prefix mass, fold over (g, i). */
     for (int k = 0; k < K; k++) {
+        #pragma omp parallel for schedule(static)
         for (int r = 0; r < G * w; r++) {
             const float *a = o->attn + ((size_t)k * G * w + r) * L;
             float *p = pooled + (size_t)r * P;

@@ -34,7 +34,7 @@ int cmd_info(int argc, char **argv) {
     }
     KvErr err = {{0}};
     Model *m;
-    if (model_load(&m, argv[0], &err)) return fail("info", &err);
+    if (model_load_config(&m, argv[0], &err)) return fail("info", &err);  /* no need for the weights */
     model_print_info(m, stdout);
     model_free(m);
     return 0;
@@ -158,7 +158,7 @@ int cmd_generate(int argc, char **argv) {
     TokenIds ids = {0}, out = {0};
     char *text = NULL;
     int rc = 1;
-    if (model_load(&m, model, &err) || prompt_ids(m, prompt, chat, &ids, &err)) goto done;
+    if (backend_load_model(&m, backend, model, &err) || prompt_ids(m, prompt, chat, &ids, &err)) goto done;
     if (ids.n == 0) {
         kv_fail(&err, "the prompt is empty after tokenization");
         goto done;

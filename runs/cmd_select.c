@@ -68,7 +68,7 @@ static int run_select(const char *model_path, const char *file, const char *back
     char *text = NULL;
     int rc = -1;
     size_t len = 0;
-    if (!(text = kv_read_file(file, &len, err)) || model_load(&m, model_path, err)) goto done;
+    if (!(text = kv_read_file(file, &len, err)) || backend_load_model(&m, backend_name, model_path, err)) goto done;
     if (!m->tokenizer) {
         kv_fail(err, "%s: the model has no tokenizer to read a text file with", model_path);
         goto done;
@@ -97,7 +97,7 @@ static int run_select(const char *model_path, const char *file, const char *back
         goto done;
     SelectHook hook_state = {st, policy_needs_value_norm(cfg)};
     ObserveHook hook = {.window = cfg->window, .want_value_norm = hook_state.want_value_norm, .on_layer = on_layer,
-                        .user = &hook_state};
+                        .user = &hook_state, .derived_only = 1};
     double t0 = now_ms();
     if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, needs_attention ? &hook : NULL, NULL, err)) goto done;
     double t1 = now_ms();

@@ -1,13 +1,16 @@
 /* cuda_backend.cu — the "cuda" backend: the interface of engine/backend.h on one NVIDIA GPU.
  *
  * Weights live on the device in bf16 (one cudaMalloc carved by a size table; Q/K/V and gate/up fused so each
- * is one GEMM), converted from the model's host f32 arrays at open. The residual stream stays f32; cuBLAS
+ * is one GEMM), converted at open from what model_stream_weights hands over one tensor at a time: the host
+ * arena, or for a model opened with model_load_config the file itself, so no f32 copy of a 32B model is ever
+ * made on the host. The residual stream stays f32; cuBLAS
  * GEMMs take bf16 and accumulate in fp32. A forward runs in chunks of at most `rows` token rows so a 128k
  * context needs activations for one chunk only; the keys and values of every token go straight into the
  * cache, which the chunk's attention reads. Caches (KvCache with on_device = 1) keep K and V in device bf16,
  * one arena per cache; len, cap and pos stay in host memory, and each chunk uploads a table of (pointer, len)
  * per (sequence, layer, kv-head) for the kernels. The observation for the policies is computed on the device
- * (window attention, projected value norms) and copied to host f32 with the raw tensors.
+ * (window attention, projected value norms) and copied to host f32, with the raw tensors unless the hook
+ * reads only those two (derived_only).
  * Shape legend: see cuda_internal.h. */
 #include <math.h>
 #include <stdint.h>
@@ -163,7 +166,7 @@ static size_t weight_layout(Cuda *cu, uintptr_t base) {
         off += ((count) * sizeof(type) + 255) / 256 * 256;                                                  \
     } while (0)
     CARVE(cu->tok_embd, bf16, V * D);
-    if (c->tied_embeddings || cu->m->lm_head == cu->m->tok_embd)
+    if (c->tied_embeddings)
         cu->lm_head = cu->tok_embd;
     else
         CARVE(cu->lm_head, bf16, V * D);
@@ -186,65 +189,84 @@ static size_t weight_layout(Cuda *cu, uintptr_t base) {
     return off;
 }
 
-/* Host f32 -> device bf16 through a device f32 staging buffer, converted by a kernel. */
-static int upload_bf16(Cuda *cu, float *stage, size_t stage_n, bf16 *dst, const float *src, size_t n,
-                       const char *what, KvErr *err) {
-    if (!src) return kv_fail(err, "backend 'cuda': model weight %s is missing", what);
-    for (size_t i = 0; i < n; i += stage_n) {
-        size_t k = n - i < stage_n ? n - i : stage_n;
-        CU_CHECK(cudaMemcpyAsync(stage, src + i, k * sizeof(float), cudaMemcpyHostToDevice, cu->st));
-        if (launch_f32_to_bf16(stage, dst + i, k, cu->st, err)) return -1;
-        CU_CHECK(cudaStreamSynchronize(cu->st)); /* the staging buffer is reused by the next piece */
+/* One model_stream_weights pass: each host f32 tensor goes through a device f32 staging buffer, converted to
+ * bf16 by a kernel when its destination is a matrix. */
+typedef struct {
+    Cuda *cu;
+    float *stage;             /* device, stage_n floats */
+    size_t stage_n;
+    int n_seen;
+} Upload;
+
+/* Where a weight goes on the device: its first element, and whether it is stored bf16 (matrices) or f32. */
+static void *weight_dst(Cuda *cu, WeightRole role, int layer, int *is_bf16) {
+    const ModelConfig *c = &cu->m->cfg;
+    size_t D = c->d_model, d = c->head_dim, H = c->n_heads, K = c->n_kv_heads, F = c->d_ff;
+    const CuLayer *L = layer >= 0 && layer < c->n_layers ? &cu->layers[layer] : NULL;
+    *is_bf16 = 1;
+    switch (role) {
+    case WEIGHT_TOK_EMBD: return cu->tok_embd;
+    case WEIGHT_LM_HEAD: return cu->lm_head;
+    case WEIGHT_Q: return L ? L->wqkv : NULL;
+    case WEIGHT_K: return L ? L->wqkv + H * d * D : NULL;
+    case WEIGHT_V: return L ? L->wqkv + (H + K) * d * D : NULL;
+    case WEIGHT_O: return L ? L->wo : NULL;
+    case WEIGHT_GATE: return L ? L->wgu : NULL;
+    case WEIGHT_UP: return L ? L->wgu + F * D : NULL;
+    case WEIGHT_DOWN: return L ? L->wdown : NULL;
+    default: break;
     }
-    return 0;
+    *is_bf16 = 0;
+    switch (role) {
+    case WEIGHT_OUT_NORM: return cu->out_norm;
+    case WEIGHT_ATTN_NORM: return L ? L->attn_norm : NULL;
+    case WEIGHT_FFN_NORM: return L ? L->ffn_norm : NULL;
+    case WEIGHT_Q_BIAS: return L && L->bqkv ? L->bqkv : NULL;
+    case WEIGHT_K_BIAS: return L && L->bqkv ? L->bqkv + H * d : NULL;
+    case WEIGHT_V_BIAS: return L && L->bqkv ? L->bqkv + (H + K) * d : NULL;
+    default: return NULL;
+    }
 }
 
-static int upload_f32(Cuda *cu, float *dst, const float *src, size_t n, const char *what, KvErr *err) {
-    if (!src) return kv_fail(err, "backend 'cuda': model weight %s is missing", what);
-    CU_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, cu->st));
+static int upload_weight(void *user, WeightRole role, int layer, const float *data, uint64_t rows, uint64_t cols,
+                         KvErr *err) {
+    Upload *u = (Upload *)user;
+    Cuda *cu = u->cu;
+    int is_bf16;
+    void *dst = weight_dst(cu, role, layer, &is_bf16);
+    if (!dst) return kv_fail(err, "backend 'cuda': weight %d of layer %d has no place on the device", (int)role, layer);
+    size_t n = (size_t)rows * cols;
+    for (size_t i = 0; i < n; i += u->stage_n) {
+        size_t k = n - i < u->stage_n ? n - i : u->stage_n;
+        float *to = is_bf16 ? u->stage : (float *)dst + i;
+        CU_CHECK(cudaMemcpyAsync(to, data + i, k * sizeof(float), cudaMemcpyHostToDevice, cu->st));
+        if (is_bf16 && launch_f32_to_bf16(u->stage, (bf16 *)dst + i, k, cu->st, err)) return -1;
+        /* data is only valid during this call, and the staging buffer is reused by the next piece */
+        CU_CHECK(cudaStreamSynchronize(cu->st));
+    }
+    u->n_seen++;
     return 0;
 }
 
 static int upload_weights(Cuda *cu, KvErr *err) {
-    const Model *m = cu->m;
-    const ModelConfig *c = &m->cfg;
-    size_t D = c->d_model, d = c->head_dim, H = c->n_heads, K = c->n_kv_heads, F = c->d_ff, V = c->vocab_size;
-    size_t stage_n = (size_t)16 << 20;
-    float *stage = NULL;
-    CU_CHECK(cudaMalloc(&stage, stage_n * sizeof(float)));
-    int rc = -1;
-    if (upload_bf16(cu, stage, stage_n, cu->tok_embd, m->tok_embd, V * D, "token_embd", err)) goto done;
-    if (cu->lm_head != cu->tok_embd &&
-        upload_bf16(cu, stage, stage_n, cu->lm_head, m->lm_head, V * D, "lm_head", err))
-        goto done;
-    if (upload_f32(cu, cu->out_norm, m->out_norm, D, "output_norm", err)) goto done;
-    if (upload_f32(cu, cu->inv_freq, m->rope_inv_freq, d / 2, "rope_inv_freq", err)) goto done;
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *w = &m->layers[l];
-        CuLayer *L = &cu->layers[l];
-        if (upload_bf16(cu, stage, stage_n, L->wqkv, w->wq, H * d * D, "wq", err) ||
-            upload_bf16(cu, stage, stage_n, L->wqkv + H * d * D, w->wk, K * d * D, "wk", err) ||
-            upload_bf16(cu, stage, stage_n, L->wqkv + (H + K) * d * D, w->wv, K * d * D, "wv", err) ||
-            upload_bf16(cu, stage, stage_n, L->wo, w->wo, D * H * d, "wo", err) ||
-            upload_bf16(cu, stage, stage_n, L->wgu, w->w_gate, F * D, "w_gate", err) ||
-            upload_bf16(cu, stage, stage_n, L->wgu + F * D, w->w_up, F * D, "w_up", err) ||
-            upload_bf16(cu, stage, stage_n, L->wdown, w->w_down, D * F, "w_down", err) ||
-            upload_f32(cu, L->attn_norm, w->attn_norm, D, "attn_norm", err) ||
-            upload_f32(cu, L->ffn_norm, w->ffn_norm, D, "ffn_norm", err)) {
-            kv_wrap(err, "layer %d", l);
-            goto done;
-        }
-        if (L->bqkv && (upload_f32(cu, L->bqkv, w->bq, H * d, "bq", err) ||
-                        upload_f32(cu, L->bqkv + H * d, w->bk, K * d, "bk", err) ||
-                        upload_f32(cu, L->bqkv + (H + K) * d, w->bv, K * d, "bv", err))) {
-            kv_wrap(err, "layer %d", l);
-            goto done;
-        }
+    const ModelConfig *c = &cu->m->cfg;
+    Upload u = {cu, NULL, (size_t)16 << 20, 0};
+    CU_CHECK(cudaMalloc(&u.stage, u.stage_n * sizeof(float)));
+    int rc = model_stream_weights(cu->m, upload_weight, &u, err);
+    if (!rc) {
+        /* Every device weight written exactly once: the roles of one stream cover the size table. */
+        int want = 2 + (cu->lm_head != cu->tok_embd) + c->n_layers * (9 + 3 * (c->qkv_bias != 0));
+        if (u.n_seen != want)
+            rc = kv_fail(err, "backend 'cuda': %s streamed %d weights, the device layout has %d", cu->m->source,
+                         u.n_seen, want);
     }
-    rc = 0;
-done:
-    cudaStreamSynchronize(cu->st);
-    cudaFree(stage);
+    if (!rc) {
+        cudaError_t ce = cudaMemcpyAsync(cu->inv_freq, cu->m->rope_inv_freq, (size_t)c->head_dim / 2 * sizeof(float),
+                                         cudaMemcpyHostToDevice, cu->st);
+        if (ce == cudaSuccess) ce = cudaStreamSynchronize(cu->st);
+        if (ce != cudaSuccess) rc = kv_fail(err, "backend 'cuda': uploading the RoPE frequencies: %s", cudaGetErrorString(ce));
+    }
+    cudaFree(u.stage);
     return rc;
 }
 
@@ -411,10 +433,12 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     const KvCache *kc = ch->caches[0];
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, G = H / K, F = c->d_ff;
     int w = ch->w, Tc = ch->Tc, L = kc->len[l * K] + Tc, t0 = Tc - w;
-    int want_nu = ch->observe->want_value_norm;
-    size_t n_attn = (size_t)H * w * L, n_q = (size_t)H * w * d, n_kv = (size_t)K * L * d, n_nu = (size_t)K * L;
+    int want_nu = ch->observe->want_value_norm, raw = !ch->observe->derived_only;
+    size_t n_attn = (size_t)H * w * L, n_nu = (size_t)K * L;
+    size_t n_q = raw ? (size_t)H * w * d : 0, n_kv = raw ? (size_t)K * L * d : 0;
+    size_t n_stage = raw ? (n_q > (size_t)L * d ? n_q : (size_t)L * d) : 0; /* one head's f32 copy at a time */
     if (devbuf_reserve(&cu->probs, n_attn * sizeof(float), "the observation's window attention", err) ||
-        devbuf_reserve(&cu->obs_dev, ((n_q > (size_t)L * d ? n_q : (size_t)L * d) + n_nu) * sizeof(float),
+        devbuf_reserve(&cu->obs_dev, (n_stage + n_nu) * sizeof(float),
                        "observation staging", err) ||
         hostbuf_reserve(&cu->obs_host, 2 * K * sizeof(float *) + (n_attn + n_q + 2 * n_kv + n_nu) * sizeof(float),
                         err))
@@ -422,15 +446,15 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     const float **h_kp = (const float **)cu->obs_host.p, **h_vp = h_kp + K;
     float *h_attn = (float *)(h_vp + K), *h_q = h_attn + n_attn, *h_k = h_q + n_q, *h_v = h_k + n_kv;
     float *h_nu = h_v + n_kv;
-    float *stage = (float *)cu->obs_dev.p, *nu = stage + (n_q > (size_t)L * d ? n_q : (size_t)L * d);
+    float *stage = (float *)cu->obs_dev.p, *nu = stage + n_stage;
 
     const bf16 *keys[ATTN_MAX_KV_HEADS];
     for (int kh = 0; kh < K; kh++) keys[kh] = (const bf16 *)kc->k[l * K + kh];
     if (window_attention(cu->blas, cu->q, keys, (float *)cu->probs.p, H, K, d, t0, w, L, cu->st, err)) return -1;
     CU_CHECK(cudaMemcpyAsync(h_attn, cu->probs.p, n_attn * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
-    if (launch_qwin(cu->q, stage, t0, w, H, d, cu->st, err)) return -1;
-    CU_CHECK(cudaMemcpyAsync(h_q, stage, n_q * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
-    for (int kh = 0; kh < K; kh++) {
+    if (raw && launch_qwin(cu->q, stage, t0, w, H, d, cu->st, err)) return -1;
+    if (raw) CU_CHECK(cudaMemcpyAsync(h_q, stage, n_q * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    for (int kh = 0; raw && kh < K; kh++) {
         const bf16 *src[2] = {(const bf16 *)kc->k[l * K + kh], (const bf16 *)kc->v[l * K + kh]};
         float *dst[2] = {h_k + (size_t)kh * L * d, h_v + (size_t)kh * L * d};
         for (int kv = 0; kv < 2; kv++) {
@@ -468,10 +492,12 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     obs.K = K;
     obs.d = d;
     obs.D = D;
-    obs.q_win = h_q;
-    obs.keys = h_kp;
-    obs.values = h_vp;
-    obs.w_o = cu->m->layers[l].wo;
+    if (raw) {
+        obs.q_win = h_q;
+        obs.keys = h_kp;
+        obs.values = h_vp;
+        obs.w_o = cu->m->has_host_weights ? cu->m->layers[l].wo : NULL;
+    }
     obs.attn = h_attn;
     obs.value_norm = want_nu ? h_nu : NULL;
     if (ch->observe->on_layer(ch->observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", l);
