@@ -195,9 +195,11 @@ static int parse_model(const Ctx *c, const cJSON *o, const char *where, RunModel
 
 static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDataset *d) {
     static const char *const keys[] = {"suite", "tasks", "data_path", "fraction", "first_n", "seed", "target_tokens",
-                                       "n_samples", "depths", "lengths", "skip_bad_lines", NULL};
+                                       "n_samples", "depths", "lengths", "skip_bad_lines", "chat_template",
+                                       NULL};
     char at[256];
     double seed = 42;
+    int chat = -1;
     if (check_keys(c, o, where, keys)) return -1;
     if (get_string(c, o, where, "suite", 0, &d->suite) || get_string(c, o, where, "data_path", 1, &d->data_path) ||
         get_number(c, o, where, "fraction", 0, 1, 0, &d->fraction) ||
@@ -205,9 +207,10 @@ static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDat
         get_number(c, o, where, "seed", 0, 9007199254740992.0, 1, &seed) ||
         get_int(c, o, where, "target_tokens", 0, 1 << 24, &d->target_tokens) ||
         get_int(c, o, where, "n_samples", 0, 1 << 24, &d->n_samples) ||
-        get_bool(c, o, where, "skip_bad_lines", &d->skip_bad_lines))
+        get_bool(c, o, where, "skip_bad_lines", &d->skip_bad_lines) || get_bool(c, o, where, "chat_template", &chat))
         return -1;
     d->seed = (unsigned long long)seed;
+    d->chat = chat < 0 ? RUN_CHAT_SUITE : chat ? RUN_CHAT_ON : RUN_CHAT_OFF;
     path_join(at, sizeof at, where, "suite");
     if (!d->suite) return bad(c, at, "missing (required)");
     const cJSON *tasks = get_array(c, o, where, "tasks", 1);

@@ -20,6 +20,11 @@ typedef struct {
     char *tokenizer;  /* optional separate tokenizer (needed by synthetic models), ${VAR} expanded */
 } RunModel;
 
+/* A dataset's "chat_template": the suite's own prompt protocol (key absent), or every sample rendered with the
+ * model's chat template (true) or as a plain prompt (false). Zero is "absent", so a zeroed RunDataset keeps
+ * the suite's protocol. */
+typedef enum { RUN_CHAT_SUITE = 0, RUN_CHAT_ON, RUN_CHAT_OFF } RunChat;
+
 typedef struct {
     char *suite;                 /* "longbench" | "ruler" | "niah" */
     char **tasks;                /* task names within the suite */
@@ -35,6 +40,7 @@ typedef struct {
     int *lengths;
     int n_lengths;
     int skip_bad_lines;
+    RunChat chat;                /* "chat_template": overrides Sample.use_chat of every sample */
 } RunDataset;
 
 typedef struct {

@@ -42,8 +42,8 @@ typedef struct {
     Backend *be;
     Store *store;
     long long run_id;
-    char setup[64];        /* what else changes predictions: compress_question, max_new_tokens cap (traces: the
-                            * steps) */
+    char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
+                            * (traces: the steps), and the dataset's chat_template where it overrides the suite */
     StoreVariantKey *keys; /* [n_variants] */
     SweepStats *stats;
     double started_ms;
@@ -158,8 +158,8 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                 if (sw->opt->shard_count > 1 &&
                     util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
                     continue;
-                if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->setup, key, sw->keys,
-                                                                     nv, done, err))
+                if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->setups[d], key,
+                                                                     sw->keys, nv, done, err))
                     goto fail;
                 int missing = 0;
                 for (int v = 0; v < nv; v++) {
@@ -320,13 +320,14 @@ static char *answers_json(const Sample *s) {
     return text;
 }
 
-/* Builds the sample of a plan item and its database key; returns whether it was built (if not, serr says why
- * and there is nothing to free). */
+/* Builds the sample of a plan item, with the dataset's chat_template applied, and its database key; returns
+ * whether it was built (if not, serr says why and there is nothing to free). */
 static int item_sample(Plan *p, const PlanItem *it, const RunDataset *rd, const char *task, Sample *s, char *key,
                        size_t key_n, KvErr *serr) {
     char id[512];
     KvErr ignored;
     int built = dataset_get(p->open[it->task], it->index, s, serr) == 0;
+    if (built && rd->chat != RUN_CHAT_SUITE) s->use_chat = rd->chat == RUN_CHAT_ON;
     if (built) snprintf(id, sizeof id, "%s", s->id);
     else if (dataset_sample_id(p->open[it->task], it->index, id, sizeof id, &ignored))
         snprintf(id, sizeof id, "%s:%s:%d", rd->suite, task, it->index);
@@ -337,7 +338,7 @@ static int item_sample(Plan *p, const PlanItem *it, const RunDataset *rd, const 
 /* The samples row of an item (s NULL when the dataset could not build it). */
 static StoreSample sample_row(const Sweep *sw, const PlanItem *it, const RunDataset *rd, const char *task,
                               const Sample *s, const char *key, int n_ctx, int n_q, const char *answers) {
-    StoreSample ss = {sw->rm->name, sw->setup, key, s ? s->suite : rd->suite, s ? s->task : task,
+    StoreSample ss = {sw->rm->name, sw->setups[it->dataset], key, s ? s->suite : rd->suite, s ? s->task : task,
                       s ? s->domain : NULL, s ? s->metric : NULL, it->index, s ? s->depth_percent : -1,
                       s ? s->target_tokens : rd->target_tokens, n_ctx, n_q, answers ? answers : "[]",
                       s ? s->note : NULL};
@@ -505,7 +506,8 @@ static void progress(Sweep *sw) {
 
 static int load_model(Sweep *sw, KvErr *err) {
     const RunModel *rm = sw->rm;
-    if (model_load(&sw->model, rm->path, err)) return kv_wrap(err, "%s: model '%s'", sw->cfg->file, rm->name);
+    if (backend_load_model(&sw->model, rm->backend, rm->path, err))
+        return kv_wrap(err, "%s: model '%s'", sw->cfg->file, rm->name);
     if (rm->tokenizer) {
         if (tokenizer_load(&sw->own_tok, rm->tokenizer, err)) return kv_wrap(err, "%s: tokenizer", sw->cfg->file);
         sw->tok = sw->own_tok;
@@ -534,9 +536,20 @@ static int begin_run(Sweep *sw, KvErr *err) {
     return store_begin_run(sw->store, &r, &sw->run_id, err);
 }
 
+/* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
+ * stay plain while its rows claim chat=1. */
+static int check_chat(const Sweep *sw, KvErr *err) {
+    for (int d = 0; d < sw->cfg->n_datasets; d++)
+        if (sw->cfg->datasets[d].chat == RUN_CHAT_ON && sw->model->cfg.chat == CHAT_NONE)
+            return kv_fail(err, "%s: datasets[%d].chat_template: model '%s' has no chat template", sw->cfg->file, d,
+                           sw->rm->name);
+    return 0;
+}
+
 static int sweep_model(Sweep *sw, KvErr *err) {
     Plan plan = {0};
     int rc = load_model(sw, err);
+    if (!rc) rc = check_chat(sw, err);
     if (!rc) rc = plan_build(sw, &plan, err);
     if (!rc) {
         int variants = 0;
@@ -592,11 +605,25 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     sw.started_ms = util_now_ms();
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
-    /* Traces are keyed apart from results: the steps change them, max_new_tokens does not. */
-    if (opt->trace) snprintf(sw.setup, sizeof sw.setup, "trace,cq=%d,steps=%d", cfg->compress_question, cfg->trace_steps);
-    else snprintf(sw.setup, sizeof sw.setup, "cq=%d,max_new=%d", cfg->compress_question, cfg->max_new_tokens);
     if (check_inputs(cfg, err) || util_make_parent_dirs(opt->db_path, err)) return -1;
-    if (!(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) return -1;
+    if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
+        !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
+        free(sw.setups);
+        return -1;
+    }
+    /* Traces are keyed apart from results: the steps change them, max_new_tokens does not. A chat_template
+     * override changes every prompt of its dataset, so its rows must not pass for the suite protocol's (resume)
+     * nor be averaged with them (report sections are per setup); without one the setup stays as it was. */
+    for (int d = 0; d < cfg->n_datasets; d++) {
+        const RunChat chat = cfg->datasets[d].chat;
+        char *setup = sw.setups[d];
+        int k = opt->trace ? snprintf(setup, sizeof *sw.setups, "trace,cq=%d,steps=%d", cfg->compress_question,
+                                      cfg->trace_steps)
+                           : snprintf(setup, sizeof *sw.setups, "cq=%d,max_new=%d", cfg->compress_question,
+                                      cfg->max_new_tokens);
+        if (chat != RUN_CHAT_SUITE)
+            snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",chat=%d", chat == RUN_CHAT_ON);
+    }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];
         sw.keys[v] = (StoreVariantKey){x->policy.name, aggregation_name(x->policy.aggregation), x->params,
@@ -608,6 +635,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         rc = sweep_model(&sw, err);
     }
     store_close(sw.store);
+    free(sw.setups);
     free(sw.keys);
     sw.stats->wall_ms = util_now_ms() - sw.started_ms;
     return rc;

@@ -17,7 +17,7 @@ static const float *arena_weight(const Model *m, WeightRole role, int layer, uin
     uint64_t D = c->d_model, V = c->vocab_size, F = c->d_ff, q = (uint64_t)c->n_heads * c->head_dim,
              kv = (uint64_t)c->n_kv_heads * c->head_dim;
     const LayerWeights *w = layer >= 0 ? &m->layers[layer] : NULL;
-    *rows = 1;
+    *rows = 1, *cols = 0;
     switch (role) {
     case WEIGHT_TOK_EMBD: *rows = V, *cols = D; return m->tok_embd;
     case WEIGHT_OUT_NORM: *cols = D; return m->out_norm;
