@@ -7,8 +7,10 @@
  * memory), a split-K decode kernel with a merge kernel (splitk.h), and the observation's window attention
  * (cuBLAS scores, then a masked row softmax). */
 #include <mma.h>
+#include <stdint.h>
 
 #include "cuda_internal.h"
+#include "flash_plan.h"
 
 using namespace nvcuda;
 
@@ -38,13 +40,14 @@ __device__ static float block_reduce(float v, float *red) {
     return r;
 }
 
+/* Eight bf16 (one 16-byte load) to f32: a bf16 is the high half of its f32, so the conversion is exact bit
+ * moves (element 2i is the low half of word i). */
 __device__ static inline void bf16x8_to_f32(uint4 raw, float *f) {
-    const __nv_bfloat162 *p = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(p[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
     }
 }
 
@@ -111,20 +114,23 @@ int launch_rmsnorm(const float *x, const float *w, bf16 *y, int rows, int D, flo
 }
 
 /* One block per row r = b*Tc + t. RoPE pairs (i, i + d/2) as Hugging Face's rotate_half; the angle is
- * computed in f32 as pos * inv_freq[i], like the CPU backend and HF. */
+ * computed in f32 as pos * inv_freq[i], like the CPU backend and HF. The d/2 angles of a row are shared by all
+ * its heads, so each is computed once (sincosf of a large angle takes the slow argument reduction). */
 __global__ static void k_qkv_rope(const float *qkv, const float *bias, const float *inv_freq, bf16 *q,
                                   const DevHead *heads, const int *seq_pos, int layer, int N, int H, int K,
                                   int d, int Tc) {
+    __shared__ float s_cos[ATTN_MAX_HEAD_DIM / 2], s_sin[ATTN_MAX_HEAD_DIM / 2];
     int r = blockIdx.x, b = r / Tc, t = r % Tc, half = d / 2;
     int width = (H + 2 * K) * d;
     const float *src = qkv + (size_t)r * width;
     float pos = (float)(seq_pos[b] + t);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) sincosf(pos * inv_freq[i], &s_sin[i], &s_cos[i]);
+    __syncthreads();
     for (int idx = threadIdx.x; idx < (H + K) * half; idx += blockDim.x) {
         int head = idx / half, i = idx % half, col = head * d + i;
         float x1 = src[col] + (bias ? bias[col] : 0.0f);
         float x2 = src[col + half] + (bias ? bias[col + half] : 0.0f);
-        float s, c;
-        sincosf(pos * inv_freq[i], &s, &c);
+        float s = s_sin[i], c = s_cos[i];
         float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
         bf16 *dst;
         if (head < H) {
@@ -146,6 +152,8 @@ __global__ static void k_qkv_rope(const float *qkv, const float *bias, const flo
 int launch_qkv_rope(const float *qkv, const float *bias, const float *inv_freq, bf16 *q, const DevHead *heads,
                     const int *seq_pos, int layer, int N, int H, int K, int d, int B, int Tc, cudaStream_t st,
                     KvErr *err) {
+    if (d % 2 != 0 || d > ATTN_MAX_HEAD_DIM)
+        return kv_fail(err, "qkv/rope: head dim %d unsupported (even, at most %d)", d, ATTN_MAX_HEAD_DIM);
     k_qkv_rope<<<B * Tc, 128, 0, st>>>(qkv, bias, inv_freq, q, heads, seq_pos, layer, N, H, K, d, Tc);
     LAUNCH_CHECK();
     return 0;
@@ -251,56 +259,58 @@ int window_attention(cublasHandle_t h, const bf16 *q, const bf16 *const *keys, f
 
 /* ------------------------------------------------------------------------------------------------------ */
 /* Flash prefill: one block of 4 warps per (64-query tile, head, sequence); each warp owns 16 query rows.  */
-/* Per 64-key tile: S = Q K^T on tensor cores into shared memory, online softmax by rows (the running max  */
-/* and sum per row in shared memory, the output rows rescaled in place), O += P V on tensor cores.         */
+/* Per 64-key tile: S = Q K^T on tensor cores into shared memory, online softmax by rows (running max and  */
+/* sum per row in shared memory), O += P V on tensor cores into accumulators that stay in registers for    */
+/* the whole key walk. Rows whose max moves need O rescaled: the warp then passes O through shared memory  */
+/* (rare, see FA_SLACK). Shared memory layout and row arithmetic: flash_plan.h. NJ is the largest d / 16   */
+/* an instantiation serves (the accumulators need a size known at compile time).                           */
 
-enum { FA_BQ = 64, FA_BK = 64, FA_WARPS = 4 };
-
-static size_t flash_smem_bytes(int d) {
-    return (size_t)(FA_BQ + 2 * FA_BK) * d * sizeof(bf16) /* Q, K, V tiles */
-           + (size_t)FA_BQ * FA_BK * sizeof(float)        /* S */
-           + (size_t)FA_BQ * FA_BK * sizeof(bf16)         /* P */
-           + (size_t)FA_BQ * d * sizeof(float)            /* O */
-           + 2 * FA_BQ * sizeof(float);                   /* running max and sum */
-}
-
+template <int NJ>
 __global__ static void __launch_bounds__(FA_WARPS * 32)
     k_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d, int Tc,
-                    float scale) {
+                    float scale_log2) {
     extern __shared__ __align__(128) unsigned char sh_flash[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(sh_flash);
-    bf16 *sK = sQ + FA_BQ * d;
-    bf16 *sV = sK + FA_BK * d;
-    float *sS = reinterpret_cast<float *>(sV + FA_BK * d);
-    bf16 *sP = reinterpret_cast<bf16 *>(sS + FA_BQ * FA_BK);
-    float *sO = reinterpret_cast<float *>(sP + FA_BQ * FA_BK);
-    float *sM = sO + FA_BQ * d, *sL = sM + FA_BQ;
+    const FlashLayout lay = flash_layout(d);
+    const int ldq = lay.ld_qkv, lds = lay.ld_s, ldp = lay.ld_p, ldo = lay.ld_o;
+    bf16 *sQ = reinterpret_cast<bf16 *>(sh_flash + lay.q);
+    bf16 *sK = reinterpret_cast<bf16 *>(sh_flash + lay.k);
+    bf16 *sV = reinterpret_cast<bf16 *>(sh_flash + lay.v);
+    float *sS = reinterpret_cast<float *>(sh_flash + lay.s);
+    bf16 *sP = reinterpret_cast<bf16 *>(sh_flash + lay.p);
+    float *sO = reinterpret_cast<float *>(sh_flash + lay.o);
+    float *sM = reinterpret_cast<float *>(sh_flash + lay.m);
+    float *sL = reinterpret_cast<float *>(sh_flash + lay.l);
+    float *sA = reinterpret_cast<float *>(sh_flash + lay.alpha);
 
-    int q0 = blockIdx.x * FA_BQ, h = blockIdx.y, b = blockIdx.z, G = H / K;
+    int q0 = flash_tile(blockIdx.x, gridDim.x) * FA_BQ, h = blockIdx.y, b = blockIdx.z, G = H / K;
     int nq = min(FA_BQ, Tc - q0);
     DevHead hd = heads[head_slot(b, layer, h / G, N, K)];
     int n_keys = hd.len + q0 + nq; /* what the tile's last query sees */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = warp * 16;
-    int vec = d / 8; /* uint4 = 8 bf16 per load */
+    int vec = d / 8, nj = d / 16; /* uint4 = 8 bf16 per load; nj <= NJ */
     const uint4 zero = make_uint4(0, 0, 0, 0);
 
     for (int idx = threadIdx.x; idx < FA_BQ * vec; idx += blockDim.x) {
         int row = idx / vec, c8 = idx % vec;
-        const uint4 *src = reinterpret_cast<const uint4 *>(q + ((size_t)(b * Tc + q0 + row) * H + h) * d) + c8;
-        reinterpret_cast<uint4 *>(sQ + row * d)[c8] = row < nq ? *src : zero;
+        uint4 val = zero;
+        if (row < nq) val = reinterpret_cast<const uint4 *>(q + ((size_t)(b * Tc + q0 + row) * H + h) * d)[c8];
+        reinterpret_cast<uint4 *>(sQ + row * ldq)[c8] = val;
     }
-    for (int idx = threadIdx.x; idx < FA_BQ * d; idx += blockDim.x) sO[idx] = 0.0f;
     for (int idx = threadIdx.x; idx < FA_BQ; idx += blockDim.x) {
         sM[idx] = -INFINITY;
         sL[idx] = 0.0f;
     }
-    /* The last key any row of this warp may see; tiles past it are skipped by the warp. */
-    int warp_last_key = r0 < nq ? hd.len + q0 + min(r0 + 15, nq - 1) : -1;
+    int warp_last_key = flash_last_key(hd.len, q0, nq, r0);
+    /* In the softmax, lanes 2i and 2i+1 share row r0+i, each taking every other column. */
+    int my_row = r0 + (lane >> 1), half = lane & 1;
+    int limit = flash_limit(hd.len, q0, nq, my_row);
 
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa, fp[FA_BK / 16];
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fk;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fv;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fs[FA_BK / 16], fo[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) wmma::fill_fragment(fo[j], 0.0f);
 
     for (int k0 = 0; k0 < n_keys; k0 += FA_BK) {
         __syncthreads(); /* every warp is done with the previous K/V tile */
@@ -311,102 +321,145 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
                 kv = reinterpret_cast<const uint4 *>(hd.k + (size_t)key * d)[c8];
                 vv = reinterpret_cast<const uint4 *>(hd.v + (size_t)key * d)[c8];
             }
-            reinterpret_cast<uint4 *>(sK + row * d)[c8] = kv;
-            reinterpret_cast<uint4 *>(sV + row * d)[c8] = vv;
+            reinterpret_cast<uint4 *>(sK + row * ldq)[c8] = kv;
+            reinterpret_cast<uint4 *>(sV + row * ldq)[c8] = vv;
         }
         __syncthreads();
         if (k0 > warp_last_key) continue; /* warp-uniform: nothing of this tile is visible to these rows */
 
-        for (int j = 0; j < FA_BK / 16; j++) {
-            wmma::fill_fragment(fc, 0.0f);
-            for (int kk = 0; kk < d / 16; kk++) {
-                wmma::load_matrix_sync(fa, sQ + r0 * d + kk * 16, d);
-                wmma::load_matrix_sync(fk, sK + j * 16 * d + kk * 16, d);
-                wmma::mma_sync(fc, fa, fk, fc);
+        /* S = Q K^T: each Q fragment is loaded once and used for the tile's 4 key blocks. */
+#pragma unroll
+        for (int j = 0; j < FA_BK / 16; j++) wmma::fill_fragment(fs[j], 0.0f);
+        for (int kk = 0; kk < nj; kk++) {
+            wmma::load_matrix_sync(fa, sQ + r0 * ldq + kk * 16, ldq);
+#pragma unroll
+            for (int j = 0; j < FA_BK / 16; j++) {
+                wmma::load_matrix_sync(fk, sK + j * 16 * ldq + kk * 16, ldq);
+                wmma::mma_sync(fs[j], fa, fk, fs[j]);
             }
-            wmma::store_matrix_sync(sS + r0 * FA_BK + j * 16, fc, FA_BK, wmma::mem_row_major);
         }
+#pragma unroll
+        for (int j = 0; j < FA_BK / 16; j++)
+            wmma::store_matrix_sync(sS + r0 * lds + j * 16, fs[j], lds, wmma::mem_row_major);
         __syncwarp();
 
-        for (int r = 0; r < 16; r++) {
-            int row = r0 + r;
-            float *srow = sS + row * FA_BK;
-            bf16 *prow = sP + row * FA_BK;
-            int limit = row < nq ? hd.len + q0 + row + 1 : 0; /* keys < limit are visible */
-            float sv[FA_BK / 32], tmax = -INFINITY;
+        bool rescale;
+        { /* online softmax of my_row over this tile, in log2 units */
+            const float *srow = sS + my_row * lds;
+            bf16 *prow = sP + my_row * ldp;
+            float sv[FA_BK / 2], tmax = -INFINITY;
 #pragma unroll
-            for (int u = 0; u < FA_BK / 32; u++) {
-                int c = lane + 32 * u;
-                sv[u] = k0 + c < limit ? srow[c] * scale : -INFINITY;
+            for (int u = 0; u < FA_BK / 2; u++) {
+                int c = 2 * u + half;
+                sv[u] = k0 + c < limit ? srow[c] * scale_log2 : -INFINITY;
                 tmax = fmaxf(tmax, sv[u]);
             }
-            tmax = warp_max(tmax);
-            float m_old = sM[row], m_new = fmaxf(m_old, tmax), alpha = 1.0f, tsum = 0.0f;
-            if (m_new == -INFINITY) {
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            float m_old = sM[my_row];
+            float m_new = flash_next_max(m_old, tmax);
+            float alpha = 1.0f, tsum = 0.0f;
+            if (m_new == -INFINITY) { /* nothing visible yet (or a padding row): P = 0 */
 #pragma unroll
-                for (int u = 0; u < FA_BK / 32; u++) prow[lane + 32 * u] = __float2bfloat16(0.0f);
+                for (int u = 0; u < FA_BK / 2; u++) prow[2 * u + half] = __float2bfloat16(0.0f);
             } else {
-                alpha = expf(m_old - m_new);
+                alpha = exp2f(m_old - m_new); /* exactly 1 when the max stays, 0 on the row's first keys */
 #pragma unroll
-                for (int u = 0; u < FA_BK / 32; u++) {
-                    float p = expf(sv[u] - m_new);
+                for (int u = 0; u < FA_BK / 2; u++) {
+                    float p = exp2f(sv[u] - m_new);
                     tsum += p;
-                    prow[lane + 32 * u] = __float2bfloat16(p);
+                    prow[2 * u + half] = __float2bfloat16(p);
                 }
             }
-            tsum = warp_sum(tsum);
-            if (lane == 0) {
-                sM[row] = m_new;
-                sL[row] = sL[row] * alpha + tsum;
+            tsum += __shfl_xor_sync(0xffffffffu, tsum, 1);
+            /* O's factor: on the row's first keys O is still zero, so it needs none. */
+            float o_scale = m_old == -INFINITY ? 1.0f : alpha;
+            __syncwarp(); /* both lanes of the pair have read sM[my_row] */
+            if (!half) {
+                sM[my_row] = m_new;
+                sL[my_row] = sL[my_row] * alpha + tsum;
+                sA[my_row] = o_scale;
             }
-            for (int c = lane; c < d; c += 32) sO[row * d + c] *= alpha;
+            rescale = __any_sync(0xffffffffu, o_scale != 1.0f); /* sA is read after the next __syncwarp */
         }
-        __syncwarp();
+        if (rescale) { /* rare: O through shared memory, each row times its factor, and back */
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+                if (j < nj) wmma::store_matrix_sync(sO + r0 * ldo + j * 16, fo[j], ldo, wmma::mem_row_major);
+            __syncwarp();
+            for (int r = r0; r < r0 + 16; r++) {
+                float a = sA[r];
+                if (a != 1.0f) /* warp-uniform */
+                    for (int c = lane; c < d; c += 32) sO[r * ldo + c] *= a;
+            }
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+                if (j < nj) wmma::load_matrix_sync(fo[j], sO + r0 * ldo + j * 16, ldo, wmma::mem_row_major);
+        }
+        __syncwarp(); /* P complete before any lane loads it */
 
-        for (int j = 0; j < d / 16; j++) {
-            wmma::load_matrix_sync(fc, sO + r0 * d + j * 16, d, wmma::mem_row_major);
+        /* O += P V: the P fragments are loaded once and used for every output block. */
+#pragma unroll
+        for (int kk = 0; kk < FA_BK / 16; kk++) wmma::load_matrix_sync(fp[kk], sP + r0 * ldp + kk * 16, ldp);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            if (j >= nj) break;
+#pragma unroll
             for (int kk = 0; kk < FA_BK / 16; kk++) {
-                wmma::load_matrix_sync(fa, sP + r0 * FA_BK + kk * 16, FA_BK);
-                wmma::load_matrix_sync(fv, sV + kk * 16 * d + j * 16, d);
-                wmma::mma_sync(fc, fa, fv, fc);
+                wmma::load_matrix_sync(fv, sV + kk * 16 * ldq + j * 16, ldq);
+                wmma::mma_sync(fo[j], fp[kk], fv, fo[j]);
             }
-            wmma::store_matrix_sync(sO + r0 * d + j * 16, fc, d, wmma::mem_row_major);
         }
-        __syncwarp();
     }
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+        if (j < nj) wmma::store_matrix_sync(sO + r0 * ldo + j * 16, fo[j], ldo, wmma::mem_row_major);
     __syncthreads();
     for (int idx = threadIdx.x; idx < nq * d; idx += blockDim.x) {
         int row = idx / d, c = idx % d;
-        out[((size_t)(b * Tc + q0 + row) * H + h) * d + c] = __float2bfloat16(sO[row * d + c] / sL[row]);
+        out[((size_t)(b * Tc + q0 + row) * H + h) * d + c] = __float2bfloat16(sO[row * ldo + c] / sL[row]);
     }
 }
 
-int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d,
-                         int B, int Tc, cudaStream_t st, KvErr *err) {
-    if (d % 16 != 0 || d > ATTN_MAX_HEAD_DIM)
-        return kv_fail(err, "flash attention: head dim %d unsupported (a multiple of 16, at most %d)", d,
-                       ATTN_MAX_HEAD_DIM);
-    size_t smem = flash_smem_bytes(d);
-    CU_CHECK(cudaFuncSetAttribute(k_flash_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+/* The instantiation for head dim d: the accumulators of the smallest NJ >= d / 16 (fewer registers). */
+template <int NJ>
+static int flash_launch(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d,
+                        int B, int Tc, size_t smem, cudaStream_t st, KvErr *err) {
+    CU_CHECK(cudaFuncSetAttribute(k_flash_prefill<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((Tc + FA_BQ - 1) / FA_BQ, H, B);
-    k_flash_prefill<<<grid, FA_WARPS * 32, smem, st>>>(q, out, heads, layer, N, H, K, d, Tc,
-                                                       1.0f / sqrtf((float)d));
+    k_flash_prefill<NJ><<<grid, FA_WARPS * 32, smem, st>>>(q, out, heads, layer, N, H, K, d, Tc,
+                                                           1.4426950408889634f / sqrtf((float)d));
     LAUNCH_CHECK();
     return 0;
 }
 
+int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int layer, int N, int H, int K, int d,
+                         int B, int Tc, cudaStream_t st, KvErr *err) {
+    size_t smem = flash_layout(d).total;
+    if (d % 16 != 0 || d > ATTN_MAX_HEAD_DIM || smem > FA_SMEM_LIMIT)
+        return kv_fail(err, "flash attention: head dim %d unsupported (a multiple of 16, at most %d)", d,
+                       ATTN_MAX_HEAD_DIM);
+    if (H > 65535 || B > 65535)
+        return kv_fail(err, "flash attention: %d heads x %d sequences exceed the grid (at most 65535 each)", H, B);
+    if (d <= 64) return flash_launch<4>(q, out, heads, layer, N, H, K, d, B, Tc, smem, st, err);
+    if (d <= 128) return flash_launch<8>(q, out, heads, layer, N, H, K, d, B, Tc, smem, st, err);
+    return flash_launch<ATTN_MAX_HEAD_DIM / 16>(q, out, heads, layer, N, H, K, d, B, Tc, smem, st, err);
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* Split-K decode: one block per (split, kv-head, sequence) serving the G query heads of the group, so     */
-/* each key and value is read once. Thread i scores key i for every head; threads over d accumulate P V.   */
+/* each key and value is read once. Teams of lanes read whole rows in 16-byte chunks (splitk.h): a team    */
+/* scores one key for every head (a dot product per lane, then a reduction over the team), then each team  */
+/* slot accumulates P V over its share of the keys and the slots are summed in shared memory.              */
 
-enum { DEC_THREADS = 128 };
-
-__global__ static void __launch_bounds__(DEC_THREADS)
+__global__ static void __launch_bounds__(SPLITK_THREADS)
     k_decode_split(const bf16 *q, float *o_part, float *ml_part, const DevHead *heads, int layer, int N, int H,
                    int K, int d, int n_splits, float scale) {
     extern __shared__ float sh_dec[];
     int s = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, G = H / K;
-    float *sq = sh_dec, *sc = sq + G * d, *red = sc + G * SPLITK_KEYS;
+    int team = splitk_team(d), slot = threadIdx.x / team, c8 = threadIdx.x % team, n_slots = blockDim.x / team;
+    bool active = c8 < d / 8; /* the team lane holds dims c8*8 .. c8*8+7 */
+    float *sc = sh_dec, *so = sc + G * SPLITK_KEYS, *red = so + n_slots * G * d;
     DevHead hd = heads[head_slot(b, layer, kh, N, K)];
     int j0, j1;
     splitk_range(s, hd.len + 1, &j0, &j1);
@@ -422,27 +475,45 @@ __global__ static void __launch_bounds__(DEC_THREADS)
         }
         return;
     }
-    const bf16 *qg = q + ((size_t)b * H + (size_t)kh * G) * d; /* the group's heads are adjacent */
-    for (int i = threadIdx.x; i < G * d; i += blockDim.x) sq[i] = __bfloat162float(qg[i]) * scale;
-    __syncthreads();
-    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
-        const uint4 *kr = reinterpret_cast<const uint4 *>(hd.k + (size_t)(j0 + i) * d);
+    const uint4 *krows = reinterpret_cast<const uint4 *>(hd.k + (size_t)j0 * d) + c8;
+    const uint4 *vrows = reinterpret_cast<const uint4 *>(hd.v + (size_t)j0 * d) + c8;
+    int row_vecs = d / 8;
+
+    /* Scores. The group's queries are adjacent rows of q; each lane keeps its 8 dims of every head. */
+    float qr[ATTN_MAX_GROUP][8];
+#pragma unroll
+    for (int g = 0; g < ATTN_MAX_GROUP; g++) {
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (g < G && active) raw = reinterpret_cast<const uint4 *>(q + ((size_t)b * H + (size_t)kh * G + g) * d)[c8];
+        bf16x8_to_f32(raw, qr[g]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) qr[g][e] *= scale;
+    }
+    for (int i0 = 0; i0 < nk; i0 += n_slots) { /* same trip count for every lane: the shuffles see full warps */
+        int i = i0 + slot;
         float acc[ATTN_MAX_GROUP];
 #pragma unroll
         for (int g = 0; g < ATTN_MAX_GROUP; g++) acc[g] = 0.0f;
-        for (int c8 = 0; c8 < d / 8; c8++) {
+        if (active && i < nk) {
             float kf[8];
-            bf16x8_to_f32(kr[c8], kf);
+            bf16x8_to_f32(krows[(size_t)i * row_vecs], kf);
 #pragma unroll
             for (int g = 0; g < ATTN_MAX_GROUP; g++)
-                if (g < G)
-                    for (int e = 0; e < 8; e++) acc[g] += sq[g * d + c8 * 8 + e] * kf[e];
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g] += qr[g][e] * kf[e];
         }
 #pragma unroll
-        for (int g = 0; g < ATTN_MAX_GROUP; g++)
-            if (g < G) sc[g * SPLITK_KEYS + i] = acc[g];
+        for (int g = 0; g < ATTN_MAX_GROUP; g++) {
+            if (g >= G) break;
+            for (int o = team / 2; o > 0; o >>= 1) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], o);
+        }
+        if (c8 == 0 && i < nk)
+#pragma unroll
+            for (int g = 0; g < ATTN_MAX_GROUP; g++)
+                if (g < G) sc[g * SPLITK_KEYS + i] = acc[g];
     }
     __syncthreads();
+
     for (int g = 0; g < G; g++) {
         float mx = -INFINITY;
         for (int i = threadIdx.x; i < nk; i += blockDim.x) mx = fmaxf(mx, sc[g * SPLITK_KEYS + i]);
@@ -460,19 +531,36 @@ __global__ static void __launch_bounds__(DEC_THREADS)
         }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        float o[ATTN_MAX_GROUP];
+
+    /* P V: slot `slot` takes keys slot, slot + n_slots, ...; its partial sums go to so[slot][g][:]. */
+    if (active) {
+        float o[ATTN_MAX_GROUP][8];
 #pragma unroll
-        for (int g = 0; g < ATTN_MAX_GROUP; g++) o[g] = 0.0f;
-        for (int i = 0; i < nk; i++) {
-            float v = __bfloat162float(hd.v[(size_t)(j0 + i) * d + c]);
+        for (int g = 0; g < ATTN_MAX_GROUP; g++)
 #pragma unroll
-            for (int g = 0; g < ATTN_MAX_GROUP; g++)
-                if (g < G) o[g] += sc[g * SPLITK_KEYS + i] * v;
+            for (int e = 0; e < 8; e++) o[g][e] = 0.0f;
+#pragma unroll 4
+        for (int i = slot; i < nk; i += n_slots) {
+            float vf[8];
+            bf16x8_to_f32(vrows[(size_t)i * row_vecs], vf);
+#pragma unroll
+            for (int g = 0; g < ATTN_MAX_GROUP; g++) {
+                float p = g < G ? sc[g * SPLITK_KEYS + i] : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) o[g][e] += p * vf[e];
+            }
         }
 #pragma unroll
         for (int g = 0; g < ATTN_MAX_GROUP; g++)
-            if (g < G) o_part[(part0 + (size_t)g * n_splits) * d + c] = o[g];
+            if (g < G)
+#pragma unroll
+                for (int e = 0; e < 8; e++) so[((size_t)slot * G + g) * d + c8 * 8 + e] = o[g][e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * d; idx += blockDim.x) {
+        float sum = 0.0f;
+        for (int sl = 0; sl < n_slots; sl++) sum += so[(size_t)sl * G * d + idx];
+        o_part[(part0 + (size_t)(idx / d) * n_splits) * d + idx % d] = sum;
     }
 }
 
@@ -499,10 +587,13 @@ int launch_decode_attention(const bf16 *q, bf16 *out, float *o_part, float *ml_p
     if (G > ATTN_MAX_GROUP || d % 8 != 0 || d > ATTN_MAX_HEAD_DIM)
         return kv_fail(err, "decode attention: group %d / head dim %d unsupported (group <= %d, head dim a "
                             "multiple of 8 up to %d)", G, d, ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM);
-    size_t smem = ((size_t)G * d + (size_t)G * SPLITK_KEYS + 32) * sizeof(float);
+    if (n_splits < 1 || K > 65535 || B > 65535 || H > 65535)
+        return kv_fail(err, "decode attention: %d splits, %d kv-heads, %d sequences: outside the grid", n_splits, K,
+                       B);
+    size_t smem = (size_t)splitk_smem_floats(G, d) * sizeof(float);
     dim3 grid(n_splits, K, B);
-    k_decode_split<<<grid, DEC_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H, K, d, n_splits,
-                                                    1.0f / sqrtf((float)d));
+    k_decode_split<<<grid, SPLITK_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H, K, d, n_splits,
+                                                       1.0f / sqrtf((float)d));
     LAUNCH_CHECK();
     size_t smem_merge = 2 * (size_t)n_splits * sizeof(float);
     if (smem_merge > 48 * 1024)
@@ -547,21 +638,33 @@ int launch_qwin(const bf16 *q, float *q_win, int t0, int w, int H, int d, cudaSt
     return 0;
 }
 
+/* Work item i copies 16 bytes: chunk i % vecs of the K (even) or V (odd) row of entry i / (2 vecs), so
+ * neighbouring threads copy neighbouring chunks of one row. */
 __global__ static void k_gather_rows(const long long *src_rows, const long long *dst_rows, int n,
-                                     const bf16 *src_k, const bf16 *src_v, bf16 *dst_k, bf16 *dst_v, int d) {
-    for (int e = blockIdx.x; e < n; e += gridDim.x) {
-        size_t s = (size_t)src_rows[e] * d, t = (size_t)dst_rows[e] * d;
-        for (int c = threadIdx.x; c < d; c += blockDim.x) {
-            dst_k[t + c] = src_k[s + c];
-            dst_v[t + c] = src_v[s + c];
-        }
+                                     const uint4 *src_k, const uint4 *src_v, uint4 *dst_k, uint4 *dst_v, int vecs) {
+    size_t total = (size_t)n * 2 * vecs;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t e = i / (2 * (size_t)vecs);
+        int r = (int)(i % (2 * (size_t)vecs)), is_v = r >= vecs, c = r - (is_v ? vecs : 0);
+        const uint4 *src = is_v ? src_v : src_k;
+        uint4 *dst = is_v ? dst_v : dst_k;
+        dst[(size_t)dst_rows[e] * vecs + c] = src[(size_t)src_rows[e] * vecs + c];
     }
 }
 
 int launch_gather_rows(const long long *src_rows, const long long *dst_rows, int n, const bf16 *src_k,
                        const bf16 *src_v, bf16 *dst_k, bf16 *dst_v, int d, cudaStream_t st, KvErr *err) {
     if (n == 0) return 0;
-    k_gather_rows<<<n < 65536 ? n : 65536, 128, 0, st>>>(src_rows, dst_rows, n, src_k, src_v, dst_k, dst_v, d);
+    const void *ptrs[4] = {src_k, src_v, dst_k, dst_v};
+    int aligned = d % 8 == 0;
+    for (int i = 0; i < 4; i++) aligned &= (uintptr_t)ptrs[i] % 16 == 0;
+    if (!aligned)
+        return kv_fail(err, "cache gather: head dim %d or a cache base not 16-byte aligned (rows are copied in "
+                            "16-byte chunks)", d);
+    int vecs = d / 8;
+    k_gather_rows<<<blocks_for((size_t)n * 2 * vecs, 256), 256, 0, st>>>(
+        src_rows, dst_rows, n, reinterpret_cast<const uint4 *>(src_k), reinterpret_cast<const uint4 *>(src_v),
+        reinterpret_cast<uint4 *>(dst_k), reinterpret_cast<uint4 *>(dst_v), vecs);
     LAUNCH_CHECK();
     return 0;
 }

@@ -29,6 +29,22 @@ SPLITK_FN void splitk_range(int s, int n, int *j0, int *j1) {
     *j1 = n < *j0 + SPLITK_KEYS ? n : *j0 + SPLITK_KEYS;
 }
 
+/* The decode block's threads: a key's d dims are read as d/8 chunks of 16 bytes by a team of splitk_team(d)
+ * lanes (the power of two >= d/8, at most 32, so teams never straddle a warp; lanes past d/8 idle), so each
+ * warp reads whole consecutive rows. Thread t is lane t % team of team slot t / team; slot s takes the keys
+ * s, s + slots, s + 2 slots, ... of the split. */
+enum { SPLITK_THREADS = 128 };
+SPLITK_FN int splitk_team(int d) {
+    int t = 1;
+    while (t < d / 8) t <<= 1;
+    return t;
+}
+
+/* Shared floats of a decode block: scores [G][SPLITK_KEYS], per-slot outputs [slots][G][d], a reduction's 32. */
+SPLITK_FN int splitk_smem_floats(int G, int d) {
+    return G * SPLITK_KEYS + SPLITK_THREADS / splitk_team(d) * G * d + 32;
+}
+
 /* Slot of (sequence b, layer l, kv-head k) in a per-forward head table. */
 SPLITK_FN int head_slot(int b, int layer, int kv_head, int n_layers, int n_kv_heads) {
     return (b * n_layers + layer) * n_kv_heads + kv_head;

@@ -1,7 +1,7 @@
 /* check_cuda.c — the CUDA backend against the CPU backend, then its speed against ceilings measured in the same
  * run. Built and run by tests/gpu/check.sh on a machine with an NVIDIA GPU; prints one PASS/FAIL line per check,
- * one pass/miss line per speed target, a summary, and exits 1 if any check failed (a missed target is reported,
- * not a failure).
+ * one pass/miss line per speed target, a closing count, and exits 1 if any check failed (a missed target is
+ * reported, not a failure), 2 without a usable GPU (one line saying what was needed and what was found).
  *
  * Correctness, on synthetic models at real shapes (random weights made here, nothing shipped):
  *   - kernel lab: flash prefill, split-K decode and window attention against the naive oracle kernel;
@@ -87,12 +87,15 @@ static int random_token(int vocab) {
     return (int)(rng % (uint64_t)vocab);
 }
 
+/* The larger of two errors, NaN when either is (fmax and a plain comparison would let a NaN slip through). */
+static double worse(double a, double b) { return isnan(a) || isnan(b) ? NAN : a > b ? a : b; }
+
 static double rel_err(const float *ref, const float *got, size_t n) {
     double scale = 0.0, diff = 0.0;
     for (size_t i = 0; i < n; i++) {
         scale = fmax(scale, fabs(ref[i]));
         double e = fabs((double)ref[i] - got[i]);
-        if (!(e <= diff)) diff = e; /* NaN counts as the worst */
+        diff = worse(diff, e);
     }
     return diff / (scale > 0 ? scale : 1.0);
 }
@@ -101,7 +104,7 @@ static double abs_err(const float *ref, const float *got, size_t n) {
     double diff = 0.0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)ref[i] - got[i]);
-        if (!(e <= diff)) diff = e;
+        diff = worse(diff, e);
     }
     return diff;
 }
@@ -262,11 +265,62 @@ static void on_attention(void *user, int seq, int layer, int head, const float *
         return;
     }
     double e = abs_err(t->probs[i], probs, (size_t)n_keys);
-    if (!(e <= t->max_diff)) t->max_diff = e;
+    t->max_diff = worse(t->max_diff, e);
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
 /* CUDA against CPU on one synthetic model                                                                 */
+
+/* Records what a derived_only observation hands over: only attn and value_norm may be set. */
+typedef struct {
+    int layers, raw_seen, derived_missing;
+} DerivedOnly;
+
+static int on_layer_derived(void *user, Observation *obs, KvErr *err) {
+    (void)err;
+    DerivedOnly *d = user;
+    d->layers++;
+    d->raw_seen += obs->q_win || obs->keys || obs->values || obs->w_o;
+    d->derived_missing += !obs->attn || !obs->value_norm;
+    return 0;
+}
+
+/* The model opened without host weights (model_load_config), its weights streamed from the source straight to
+ * the GPU: the same bf16 weights, so the same logits as the backend opened on the host arena (want_logits),
+ * and an observation without raw tensors when the hook asks for derived_only. */
+static void check_streamed(Summary *s, const char *spec, const int *tokens, int n, int window, const float *want_logits) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *gpu = NULL;
+    KvCache *kc = NULL;
+    float *logits = NULL;
+    DerivedOnly d = {0};
+    double t0 = now_s();
+    if (model_load_config(&m, spec, &err) || backend_open(&gpu, "cuda", m, &err)) {
+        verdict(s, 0, "%s streamed weights: %s", spec, err.msg);
+        goto done;
+    }
+    double opened = now_s() - t0;
+    ObserveHook hook = {.window = window, .want_value_norm = 1, .on_layer = on_layer_derived, .user = &d,
+                        .derived_only = 1};
+    if (!(logits = malloc((size_t)m->cfg.vocab_size * sizeof(float))) || gpu->cache_new(gpu, &kc, n, &err) ||
+        gpu->forward(gpu, &kc, 1, tokens, n, logits, &hook, NULL, &err)) {
+        verdict(s, 0, "%s streamed weights: prefill: %s", spec, logits ? err.msg : "out of host memory");
+        goto done;
+    }
+    double e = rel_err(want_logits, logits, (size_t)m->cfg.vocab_size);
+    verdict(s, !m->has_host_weights && e <= 1e-6,
+            "%s weights streamed from the source (no host copy, opened in %.1f s): logits match the host-loaded "
+            "backend's, relative error %.1e (<= 1e-6)", spec, opened, e);
+    verdict(s, d.layers == m->cfg.n_layers && !d.raw_seen && !d.derived_missing,
+            "%s derived_only observation: %d layers, %d with raw tensors, %d without attn/value_norm", spec, d.layers,
+            d.raw_seen, d.derived_missing);
+done:
+    if (kc) gpu->cache_free(gpu, kc);
+    backend_close(gpu);
+    model_free(m);
+    free(logits);
+}
 
 static void check_model(Summary *s, const char *spec) {
     KvErr err = {{0}};
@@ -326,13 +380,14 @@ static void check_model(Summary *s, const char *spec) {
     }
     verdict(s, rel_err(lc, lg, V) <= TOL_LOGITS, "%s prefill logits: relative error %.2e (<= %.0e)", spec,
             rel_err(lc, lg, V), TOL_LOGITS);
+    check_streamed(s, spec, tokens, CTX, cap_cpu.cfg[0].window, lg);
     {
         double ea = 0, en = 0, ek = 0;
         size_t n_attn = (size_t)cap_cpu.H * cap_cpu.w * cap_cpu.L, n_nu = (size_t)cap_cpu.K * cap_cpu.L;
         for (int l = 0; l < N; l++) {
-            ea = fmax(ea, abs_err(cap_cpu.attn[l], cap_gpu.attn[l], n_attn));
-            en = fmax(en, rel_err(cap_cpu.nu[l], cap_gpu.nu[l], n_nu));
-            ek = fmax(ek, rel_err(cap_cpu.keys[l], cap_gpu.keys[l], n_nu * cap_cpu.d));
+            ea = worse(ea, abs_err(cap_cpu.attn[l], cap_gpu.attn[l], n_attn));
+            en = worse(en, rel_err(cap_cpu.nu[l], cap_gpu.nu[l], n_nu));
+            ek = worse(ek, rel_err(cap_cpu.keys[l], cap_gpu.keys[l], n_nu * cap_cpu.d));
         }
         verdict(s, ea <= TOL_ATTN, "%s window attention [H=%d][w=%d][L=%d]: max abs error %.2e (<= %.0e)", spec,
                 cap_cpu.H, cap_cpu.w, cap_cpu.L, ea, TOL_ATTN);
@@ -378,7 +433,7 @@ static void check_model(Summary *s, const char *spec) {
             goto done;
         }
         double e = 0;
-        for (int b = 0; b < N_DECODE; b++) e = fmax(e, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
+        for (int b = 0; b < N_DECODE; b++) e = worse(e, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
         verdict(s, e <= TOL_LOGITS, "%s question feed, %d sequences x %d tokens on gathered caches: logits "
                 "relative error %.2e", spec, N_DECODE, QUESTION, e);
         tr.B = N_DECODE, tr.N = N, tr.H = c->n_heads;
@@ -409,7 +464,7 @@ static void check_model(Summary *s, const char *spec) {
                 verdict(s, 0, "%s CUDA decode: %s", spec, err.msg);
                 goto done;
             }
-            for (int b = 0; b < N_DECODE; b++) worst = fmax(worst, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
+            for (int b = 0; b < N_DECODE; b++) worst = worse(worst, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
         }
         verdict(s, worst <= TOL_LOGITS, "%s %d decode steps, batch of %d head-variable caches: logits relative "
                 "error %.2e", spec, STEPS, N_DECODE, worst);
@@ -553,7 +608,9 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
                  policy_begin(&sc.st[p], &pc[p], c->n_layers, c->n_kv_heads, T, &err);
         if (!rc) rc = gpu->cache_new(gpu, &kc, T, &err);
         double t0 = now_s();
-        ObserveHook hook = {.window = pc[0].window, .want_value_norm = 1, .on_layer = on_layer_select, .user = &sc};
+        /* As a run observes (runs/prepare.c): the policies read attn and value_norm only, no raw tensors. */
+        ObserveHook hook = {.window = pc[0].window, .want_value_norm = 1, .on_layer = on_layer_select, .user = &sc,
+                            .derived_only = 1};
         if (!rc) rc = gpu->forward(gpu, &kc, 1, tokens, T, logits, &hook, NULL, &err);
         for (int p = 0; p < 2 && !rc; p++) rc = policy_select(sc.st[p], &budget, &ks[p], &err);
         double t = now_s() - t0;
@@ -633,8 +690,8 @@ int main(int argc, char **argv) {
     KvErr err = {{0}};
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, &err)) {
-        printf("FAIL  %s\n\nSUMMARY: FAIL (no usable GPU)\n", err.msg);
-        return 1;
+        printf("FAIL  no usable GPU: %s\n", err.msg);
+        return 2;
     }
     printf("GPU 0: %s, compute capability %d.%d, %d SMs, %.1f GiB free of %.1f GiB, driver %d, runtime %d\n",
            dev.name, dev.cc_major, dev.cc_minor, dev.n_sms, dev.mem_free / 1073741824.0, dev.mem_total / 1073741824.0,
@@ -660,7 +717,7 @@ int main(int argc, char **argv) {
     check_model(&s, "synthetic:smollm2-135m:layers=2");
     check_model(&s, "synthetic:llama-3.1-8b:layers=2");
     if (gemm_tflops > 0) check_speed(&s, "synthetic:llama-3.1-8b:layers=4", gemm_tflops, copy_gbs, quick);
-    printf("\nSUMMARY: %s — %d checks, %d failed; %d speed targets, %d missed\n", s.fails ? "FAIL" : "PASS", s.checks,
-           s.fails, s.targets, s.misses);
+    printf("\ncheck_cuda: %s — %d checks, %d failed; %d speed targets, %d missed\n", s.fails ? "FAIL" : "PASS",
+           s.checks, s.fails, s.targets, s.misses);
     return s.fails ? 1 : 0;
 }

@@ -1,0 +1,2 @@
+/* cuda_bf16.h — stands in for the CUDA header of that name in the CPU emulation (cuda_emu.h). */
+#include "cuda_emu.h"
