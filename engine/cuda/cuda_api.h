@@ -23,6 +23,7 @@ typedef struct {
     int driver_version;          /* cudaDriverGetVersion, e.g. 13000 */
     int runtime_version;         /* cudaRuntimeGetVersion of this build */
     size_t mem_free, mem_total;  /* bytes, cudaMemGetInfo */
+    size_t l2_bytes;             /* the L2 cache */
     int n_sms;
 } CudaDeviceInfo;
 

@@ -58,6 +58,7 @@ extern "C" int cuda_device_query(CudaDeviceInfo *info, KvErr *err) {
     info->cc_major = p.major;
     info->cc_minor = p.minor;
     info->n_sms = p.multiProcessorCount;
+    info->l2_bytes = (size_t)p.l2CacheSize;
     if (p.major < 9)
         return kv_fail(err, "backend 'cuda': GPU 0 (%s) has compute capability %d.%d; needed: 9.0 (Hopper) or newer, "
                             "the code this build carries (add a -gencode for your GPU to CUFLAGS in the Makefile), or "
@@ -129,6 +130,7 @@ typedef struct {
     float *out_norm, *inv_freq;
     CuLayer *layers;          /* [N] host array of device pointers */
     int rows;                 /* token rows per chunk */
+    int nu_rows;              /* value rows per projection of the value norms: its f32 output stays in L2 */
     void *act;                /* the one activation allocation */
     size_t act_bytes;
     float *x, *qkv, *gu;      /* [rows][D], [rows][(H+2K)d], [rows][2F] */
@@ -431,7 +433,7 @@ typedef struct {
 static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     const ModelConfig *c = &cu->m->cfg;
     const KvCache *kc = ch->caches[0];
-    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, G = H / K, F = c->d_ff;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, G = H / K;
     int w = ch->w, Tc = ch->Tc, L = kc->len[l * K] + Tc, t0 = Tc - w;
     int want_nu = ch->observe->want_value_norm, raw = !ch->observe->derived_only;
     size_t n_attn = (size_t)H * w * L, n_nu = (size_t)K * L;
@@ -466,8 +468,10 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     }
     if (want_nu) {
         /* nu[k][j] = 1/G sum_g || v[k][j] W_O^(kG+g) ||_1: per query head one GEMM of the values with that
-         * head's d columns of o_proj into the (now idle) gate/up buffer, then row L1 norms. */
-        int chunk_rows = (int)(((size_t)cu->rows * 2 * F) / D);
+         * head's d columns of o_proj into the (now idle) gate/up buffer, then row L1 norms. The projection
+         * (L x D f32 per head, 0.5 GB at 32k tokens) is made in blocks the L2 holds, so the norms read it
+         * there instead of from memory. */
+        int chunk_rows = cu->nu_rows;
         const CuLayer *W = &cu->layers[l];
         for (int kh = 0; kh < K; kh++)
             for (int g = 0; g < G; g++)
@@ -730,6 +734,11 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
     cu->m = m;
     cu->layers = layers;
     cu->rows = CHUNK_ROWS;
+    {
+        size_t most = (size_t)cu->rows * 2 * c->d_ff / c->d_model; /* what the gate/up buffer holds */
+        size_t fit = dev.l2_bytes / 2 / ((size_t)c->d_model * sizeof(float));
+        cu->nu_rows = (int)(fit < 64 ? 64 : fit > most ? most : fit);
+    }
 
     size_t R = cu->rows, D = c->d_model, Hd = (size_t)c->n_heads * c->head_dim, F = c->d_ff;
     size_t QKV = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
