@@ -120,6 +120,16 @@ typedef struct {
     float *attn_norm, *ffn_norm; /* [D] */
 } CuLayer;
 
+/* One layer's observation on its way to the hook: copied into pinned host memory on the stream, handed over
+ * once `ready` has passed, while the GPU already works on the next layer (the policies' scoring on the host
+ * and the next layer's prefill overlap). */
+typedef struct {
+    DevBuf host;              /* pinned: key/value pointer arrays, then attn, q_win, keys, values, value norms */
+    cudaEvent_t ready;        /* recorded after the copies */
+    Observation obs;
+    int layer;                /* -1: nothing waiting */
+} ObsSlot;
+
 typedef struct {
     const Model *m;
     cudaStream_t st;
@@ -139,7 +149,8 @@ typedef struct {
     DevBuf logits, xlast;     /* [B][V] f32, [B][D] bf16 */
     DevBuf part_o, part_ml;   /* split-K partials */
     DevBuf probs, probs_host; /* naive attention rows: observation attn or trace */
-    DevBuf obs_dev, obs_host; /* observation staging (f32) */
+    DevBuf obs_dev;           /* observation staging (f32) */
+    ObsSlot observed[2];      /* layers l and l-1 of an observed chunk, by parity */
     DevBuf gather_rows;       /* cache gather index lists */
 } Cuda;
 
@@ -429,23 +440,25 @@ typedef struct {
     const TraceHook *trace;
 } Chunk;
 
-/* Window attention, raw tensors and (on request) projected value norms of one layer, handed to the hook. */
+/* Enqueues one layer's window attention, raw tensors (unless derived_only) and (on request) projected value
+ * norms, with their copies into the layer's slot; observe_deliver hands them to the hook. */
 static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     const ModelConfig *c = &cu->m->cfg;
     const KvCache *kc = ch->caches[0];
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, G = H / K;
     int w = ch->w, Tc = ch->Tc, L = kc->len[l * K] + Tc, t0 = Tc - w;
     int want_nu = ch->observe->want_value_norm, raw = !ch->observe->derived_only;
+    ObsSlot *slot = &cu->observed[l % 2];
     size_t n_attn = (size_t)H * w * L, n_nu = (size_t)K * L;
     size_t n_q = raw ? (size_t)H * w * d : 0, n_kv = raw ? (size_t)K * L * d : 0;
     size_t n_stage = raw ? (n_q > (size_t)L * d ? n_q : (size_t)L * d) : 0; /* one head's f32 copy at a time */
     if (devbuf_reserve(&cu->probs, n_attn * sizeof(float), "the observation's window attention", err) ||
         devbuf_reserve(&cu->obs_dev, (n_stage + n_nu) * sizeof(float),
                        "observation staging", err) ||
-        hostbuf_reserve(&cu->obs_host, 2 * K * sizeof(float *) + (n_attn + n_q + 2 * n_kv + n_nu) * sizeof(float),
+        hostbuf_reserve(&slot->host, 2 * K * sizeof(float *) + (n_attn + n_q + 2 * n_kv + n_nu) * sizeof(float),
                         err))
         return -1;
-    const float **h_kp = (const float **)cu->obs_host.p, **h_vp = h_kp + K;
+    const float **h_kp = (const float **)slot->host.p, **h_vp = h_kp + K;
     float *h_attn = (float *)(h_vp + K), *h_q = h_attn + n_attn, *h_k = h_q + n_q, *h_v = h_k + n_kv;
     float *h_nu = h_v + n_kv;
     float *stage = (float *)cu->obs_dev.p, *nu = stage + n_stage;
@@ -485,7 +498,7 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
                 }
         CU_CHECK(cudaMemcpyAsync(h_nu, nu, n_nu * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     }
-    CU_CHECK(cudaStreamSynchronize(cu->st));
+    CU_CHECK(cudaEventRecord(slot->ready, cu->st));
     Observation obs;
     memset(&obs, 0, sizeof obs);
     obs.layer = l;
@@ -504,7 +517,18 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     }
     obs.attn = h_attn;
     obs.value_norm = want_nu ? h_nu : NULL;
-    if (ch->observe->on_layer(ch->observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", l);
+    slot->obs = obs;
+    slot->layer = l;
+    return 0;
+}
+
+/* Hands layer l's observation, once its copies are done, to the hook (nothing when none is waiting). */
+static int observe_deliver(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
+    ObsSlot *slot = &cu->observed[l % 2];
+    if (slot->layer != l) return 0;
+    slot->layer = -1;
+    CU_CHECK(cudaEventSynchronize(slot->ready));
+    if (ch->observe->on_layer(ch->observe->user, &slot->obs, err)) return kv_wrap(err, "observation of layer %d", l);
     return 0;
 }
 
@@ -579,6 +603,7 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
     const int *d_seq_pos = (const int *)((char *)cu->table.p + heads_bytes), *d_tok = d_seq_pos + B;
 
     if (launch_embed(d_tok, cu->tok_embd, cu->x, M, D, cu->st, err)) return -1;
+    cu->observed[0].layer = cu->observed[1].layer = -1; /* nothing left over from a failed forward */
     for (int l = 0; l < N; l++) {
         const CuLayer *W = &cu->layers[l];
         if (launch_rmsnorm(cu->x, W->attn_norm, cu->xb, M, D, c->rms_eps, 1, 0, cu->st, err) ||
@@ -594,7 +619,10 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
             launch_swiglu(cu->gu, cu->ffn, M, F, cu->st, err) ||
             gemm_bf16(cu->blas, cu->ffn, F, W->wdown, F, cu->x, CUDA_R_32F, D, M, D, F, 1.0f, err))
             return kv_wrap(err, "backend 'cuda': layer %d", l);
+        /* The host scores layer l-1 while the GPU runs layer l. */
+        if (ch->w && l > 0 && observe_deliver(cu, ch, l - 1, err)) return -1;
     }
+    if (ch->w && observe_deliver(cu, ch, N - 1, err)) return -1;
     if (last && logits) {
         int V = c->vocab_size;
         if (devbuf_reserve(&cu->xlast, (size_t)B * D * sizeof(bf16), "the last hidden states", err) ||
@@ -682,8 +710,10 @@ static void cuda_destroy(Backend *b) {
         DevBuf *dev[] = {&cu->table, &cu->logits, &cu->xlast, &cu->part_o, &cu->part_ml, &cu->probs, &cu->obs_dev,
                          &cu->gather_rows};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]->p);
-        DevBuf *host[] = {&cu->table_host, &cu->probs_host, &cu->obs_host};
+        DevBuf *host[] = {&cu->table_host, &cu->probs_host, &cu->observed[0].host, &cu->observed[1].host};
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) cudaFreeHost(host[i]->p);
+        for (int i = 0; i < 2; i++)
+            if (cu->observed[i].ready) cudaEventDestroy(cu->observed[i].ready);
         cudaFree(cu->act);
         cudaFree(cu->weights);
         if (cu->blas) cublasDestroy(cu->blas);
@@ -753,6 +783,8 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
         return -1;
     }
     cudaError_t ce = cudaStreamCreateWithFlags(&cu->st, cudaStreamNonBlocking);
+    for (int i = 0; i < 2 && ce == cudaSuccess; i++)
+        ce = cudaEventCreateWithFlags(&cu->observed[i].ready, cudaEventDisableTiming);
     if (ce == cudaSuccess) ce = cudaMalloc(&cu->weights, cu->weight_bytes);
     if (ce == cudaSuccess) ce = cudaMalloc(&cu->act, cu->act_bytes);
     if (ce != cudaSuccess) {
