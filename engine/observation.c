@@ -9,7 +9,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 
 /* What observation_prepare allocated, so release frees only its own arrays. */
@@ -37,7 +36,6 @@ static int check_shape(const Observation *o, KvErr *err) {
 static void window_attention(const Observation *o, float *attn) {
     const int L = o->L, w = o->w, d = o->d, G = o->H / o->K;
     const float scale = 1.0f / sqrtf((float)d);
-    #pragma omp parallel for schedule(static)
     for (int h = 0; h < o->H; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, w, L, d, scale, o->q_win + (size_t)h * w * d, d,
                     o->keys[h / G], d, 0.0f, attn + (size_t)h * w * L, L);
@@ -58,30 +56,26 @@ static void window_attention(const Observation *o, float *attn) {
     }
 }
 
-/* nu[k][j] = (1/G) sum_g || v[k][j] · W_O^(kG+g) ||_1, W_O^(h) = columns h*d..h*d+d-1 of w_o [D][H*d].
- * Blocks of value rows go to threads, each with its own projection buffer; within a block the heads of the
- * group are added in order, so the result does not depend on the thread count. */
+/* nu[k][j] = (1/G) sum_g || v[k][j] · W_O^(kG+g) ||_1, W_O^(h) = columns h*d..h*d+d-1 of w_o [D][H*d]. */
 static int value_norms(const Observation *o, float *nu, KvErr *err) {
     const int L = o->L, d = o->d, D = o->D, H = o->H, G = o->H / o->K;
-    const int blocks = (L + VALUE_NORM_BLOCK - 1) / VALUE_NORM_BLOCK;
-    float *proj = kv_malloc(sizeof(float) * VALUE_NORM_BLOCK * (size_t)D * (size_t)omp_get_max_threads(), err);
+    float *proj = kv_malloc(sizeof(float) * VALUE_NORM_BLOCK * (size_t)D, err);
     if (!proj) return -1;
-    #pragma omp parallel for schedule(dynamic)
-    for (int kb = 0; kb < o->K * blocks; kb++) {
-        int k = kb / blocks, j0 = kb % blocks * VALUE_NORM_BLOCK;
-        int rows = L - j0 < VALUE_NORM_BLOCK ? L - j0 : VALUE_NORM_BLOCK;
-        float *mine = proj + (size_t)omp_get_thread_num() * VALUE_NORM_BLOCK * D;
-        float *out = nu + (size_t)k * L + j0;
-        for (int r = 0; r < rows; r++) out[r] = 0.0f;
+    for (int k = 0; k < o->K; k++) {
+        float *out = nu + (size_t)k * L;
+        for (int j = 0; j < L; j++) out[j] = 0.0f;
         for (int g = 0; g < G; g++) {
             int h = k * G + g;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, D, d, 1.0f, o->values[k] + (size_t)j0 * d, d,
-                        o->w_o + (size_t)h * d, H * d, 0.0f, mine, D);
-            for (int r = 0; r < rows; r++) {
-                const float *p = mine + (size_t)r * D;
-                double l1 = 0.0;
-                for (int e = 0; e < D; e++) l1 += fabsf(p[e]);
-                out[r] += (float)(l1 / G);
+            for (int j0 = 0; j0 < L; j0 += VALUE_NORM_BLOCK) {
+                int rows = L - j0 < VALUE_NORM_BLOCK ? L - j0 : VALUE_NORM_BLOCK;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, D, d, 1.0f,
+                            o->values[k] + (size_t)j0 * d, d, o->w_o + (size_t)h * d, H * d, 0.0f, proj, D);
+                for (int r = 0; r < rows; r++) {
+                    const float *p = proj + (size_t)r * D;
+                    double l1 = 0.0;
+                    for (int e = 0; e < D; e++) l1 += fabsf(p[e]);
+                    out[j0 + r] += (float)(l1 / G);
+                }
             }
         }
     }
