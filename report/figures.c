@@ -324,7 +324,7 @@ int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const 
                     return -1;
             }
     }
-    if (report_trace_figures(&c, db)) return -1;
+    if (report_trace_figures(&c, db, d->outlier)) return -1;
     if (c.have_gnuplot == 0)
         return kv_fail(err, "gnuplot not found ('%s'; Debian: apt-get install gnuplot-nox): tables written, figure "
                             "scripts (.gp/.dat) written to %s but not rendered", gnuplot, out_dir);

@@ -17,6 +17,7 @@ typedef struct {
     const char *out_dir;
     const char *gnuplot;  /* the gnuplot program (default "gnuplot") */
     FILE *log;            /* one line per file written; NULL for quiet */
+    double outlier;       /* fragility outlier threshold on R_t; 0 = the default 0.5 (metrics/fragility.h) */
 } ReportOptions;
 
 int report_write(const ReportOptions *opt, KvErr *err);

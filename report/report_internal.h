@@ -41,6 +41,7 @@ typedef struct {
 typedef struct {
     ReportSection *sections;
     int n_sections;
+    double outlier;      /* the fragility outlier threshold (ReportOptions.outlier, resolved) */
 } ReportData;
 
 int report_load(ReportData *d, sqlite3 *db, const char *db_path, KvErr *err);
@@ -79,8 +80,8 @@ void report_put_quoted(FILE *f, const char *s);
 
 /* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
 int report_has_traces(sqlite3 *db);
-int report_trace_tables(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err);
-int report_trace_figures(FigureCtx *c, sqlite3 *db);
+int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *log, KvErr *err);
+int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier);
 
 
 #endif

@@ -1,26 +1,37 @@
-/* traces.c — the fragility part of a report (the paper's retained-importance figure), from the `traces` table
- * written by `kvbench trace`: a table of mean R, worst R and outlier steps per (model, task, policy,
- * aggregation, budget, window) as Markdown and CSV, and gnuplot figures — R_t over the decode steps with one
- * line per aggregation and the outlier steps (mean R_t < 0.5) marked as points, and the histogram of R_t.
+/* traces.c — the fragility part of a report (the paper's retained-importance analysis), from the tables
+ * `traces` and `trace_heads` written by `kvbench trace`.
  *
- * A figure holds one policy at one budget and window, so the aggregations (the paper's comparison: mean vs
- * max vs max+prior) share its axes. Samples are drawn one after the other along x, in the order they ran. */
+ * Table (fragility.md / .csv), per (model, setup, task, policy, params, budget, window, aggregation): mean R,
+ * mean 5th percentile over heads, worst step (smallest model-average R_t), worst head (smallest R_t(l, k)), and
+ * both outlier notions at the threshold (default 0.5, `kvbench report --outlier`): steps whose model-average
+ * R_t is below it, (step, layer, kv-head) triples below it, and steps with any head below it. Rows are ordered
+ * so that a policy's single-token observation (w = 1) sits right above its window aggregations (w = 32).
+ * Figures, one per (model, setup, task, policy, params, budget, window) with the aggregations as series:
+ * R_t over the decode steps (mean over heads as a line, minimum over heads dashed, per-head outlier steps
+ * marked on the minimum, step outliers on the mean), and the empirical CDF of R_t(l, k) and of the per-step
+ * mean on the range the data occupies. Samples are drawn one after the other along x. */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../metrics/fragility.h"
 #include "report_internal.h"
 
-#define HIST_BINS 40
+#define CDF_POINTS 400  /* quantiles drawn per CDF curve */
 
-/* Per (model, task, policy, aggregation, params, budget, window): the summary the table shows. */
-static const char *SUMMARY_QUERY =
-    "SELECT s.model, s.task, t.policy, t.aggregation, t.params, t.budget, t.window, COUNT(DISTINCT t.sample_id),"
-    "       COUNT(*), AVG(t.mean_r), MIN(t.min_r), SUM(t.mean_r < ?1)"
-    " FROM traces t JOIN samples s ON s.id = t.sample_id"
-    " GROUP BY s.model, s.task, t.policy, t.aggregation, t.params, t.budget, t.window"
-    " ORDER BY s.model, s.task, t.window, t.budget, MIN(t.id)";
-enum { Q_MODEL, Q_TASK, Q_POLICY, Q_AGG, Q_PARAMS, Q_BUDGET, Q_WINDOW, Q_SAMPLES, Q_STEPS, Q_MEAN, Q_WORST, Q_OUT };
+/* Every per-head row with its group key, in group order (%s: an optional WHERE clause). */
+#define HEADS_QUERY                                                                                              \
+    "SELECT s.model, s.setup, s.task, h.policy, h.params, h.budget, t.window, h.aggregation, h.sample_id,"       \
+    "       h.n_layers * h.n_kv_heads, h.r"                                                                      \
+    " FROM trace_heads h JOIN samples s ON s.id = h.sample_id"                                                  \
+    " JOIN traces t ON t.sample_id = h.sample_id AND t.policy = h.policy AND t.aggregation = h.aggregation"     \
+    "  AND t.params = h.params AND t.budget = h.budget AND t.step = h.step %s"                                  \
+    " ORDER BY s.model, s.setup, s.task, h.budget, h.policy, h.params, t.window,"                           \
+    " CASE h.aggregation WHEN 'mean' THEN 0 WHEN 'max' THEN 1 WHEN 'max+prior' THEN 2 ELSE 3 END, h.aggregation," \
+    " h.sample_id, h.step"
+enum { Q_MODEL, Q_SETUP, Q_TASK, Q_POLICY, Q_PARAMS, Q_BUDGET, Q_WINDOW, Q_AGG, Q_SAMPLE, Q_PAIRS, Q_R };
+#define N_KEY 8  /* Q_MODEL .. Q_AGG: one table row */
 
 static const char *col(sqlite3_stmt *st, int i) {
     const unsigned char *t = sqlite3_column_text(st, i);
@@ -31,18 +42,64 @@ static int db_fail(sqlite3 *db, KvErr *err) { return kv_fail(err, "reading the t
 
 int report_has_traces(sqlite3 *db) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM traces LIMIT 1", -1, &st, NULL) != SQLITE_OK) return 0;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM trace_heads LIMIT 1", -1, &st, NULL) != SQLITE_OK) return 0;
     int any = sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
     return any;
 }
 
-int report_trace_tables(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err) {
-    char md_path[1200], csv_path[1200], last[600] = "";
+/* A row's R_t(l, k) (little-endian float32, runs/store.c) into *r, grown to hold it; its count in *n. */
+static int row_values(sqlite3_stmt *st, float **r, int *cap, int *n, KvErr *err) {
+    int pairs = sqlite3_column_int(st, Q_PAIRS), bytes = sqlite3_column_bytes(st, Q_R);
+    const unsigned char *blob = sqlite3_column_blob(st, Q_R);
+    if (pairs <= 0 || bytes != 4 * pairs || !blob)
+        return kv_fail(err, "trace_heads: a row of %s/%s has %d bytes for %d heads", col(st, Q_POLICY),
+                       col(st, Q_AGG), bytes, pairs);
+    if (pairs > *cap) {
+        float *grown = realloc(*r, sizeof(float) * 2 * (size_t)pairs);
+        if (!grown) return kv_fail(err, "out of memory reading the traces");
+        *r = grown;
+        *cap = 2 * pairs;
+    }
+    for (int i = 0; i < pairs; i++) {
+        uint32_t u = 0;
+        for (int b = 0; b < 4; b++) u |= (uint32_t)blob[4 * i + b] << (8 * b);
+        memcpy(&(*r)[i], &u, 4);
+    }
+    *n = pairs;
+    return 0;
+}
+
+static int same_key(sqlite3_stmt *st, char keys[N_KEY][300]) {
+    for (int i = 0; i < N_KEY; i++)
+        if (strcmp(keys[i], col(st, i))) return 0;
+    return 1;
+}
+
+/* Finishes s and writes it. */
+static void write_row(FILE *md, FILE *csv, char keys[N_KEY][300], int samples, FragilitySummary *s) {
+    fragility_summary_finish(s);
+    fprintf(md, "| %s | %s | %s | %s | %d | %d | %.4f | %.4f | %.4f | %.4f | %d (%.1f%%) | %lld (%.2f%%) | %d (%.1f%%) |\n",
+            keys[Q_POLICY], keys[Q_AGG], keys[Q_BUDGET], keys[Q_WINDOW], samples, s->n_steps, s->mean_r, s->mean_p5,
+            s->worst_step_r, s->worst_head_r, s->step_outliers, s->n_steps ? 100.0 * s->step_outliers / s->n_steps : 0.0,
+            s->head_outliers, s->n_head_values ? 100.0 * (double)s->head_outliers / (double)s->n_head_values : 0.0,
+            s->steps_any_head, s->n_steps ? 100.0 * s->steps_any_head / s->n_steps : 0.0);
+    for (int i = 0; i < N_KEY; i++) {
+        report_put_csv(csv, keys[i]);
+        fputc(',', csv);
+    }
+    fprintf(csv, "%d,%d,%.6f,%.6f,%.6f,%.6f,%g,%d,%lld,%lld,%d\n", samples, s->n_steps, s->mean_r, s->mean_p5,
+            s->worst_step_r, s->worst_head_r, s->threshold, s->step_outliers, s->head_outliers, s->n_head_values,
+            s->steps_any_head);
+}
+
+int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *log, KvErr *err) {
+    char md_path[1200], csv_path[1200], section[1000] = "", keys[N_KEY][300];
     sqlite3_stmt *st;
     if (!report_has_traces(db)) return 0;
-    if (sqlite3_prepare_v2(db, SUMMARY_QUERY, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err);
-    sqlite3_bind_double(st, 1, FRAGILITY_OUTLIER);
+    char sql[1500];
+    snprintf(sql, sizeof sql, HEADS_QUERY, "");
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err);
     FILE *md = report_open_out(out_dir, "fragility.md", md_path, sizeof md_path, err);
     FILE *csv = md ? report_open_out(out_dir, "fragility.csv", csv_path, sizeof csv_path, err) : NULL;
     if (!csv) {
@@ -50,37 +107,56 @@ int report_trace_tables(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err)
         sqlite3_finalize(st);
         return -1;
     }
-    fprintf(md, "# kvbench fragility report\n\nRetained importance R_t of each keep-set along a full-cache greedy "
-                "decode (README \"Fragility\"): mean R is the mean over steps of the per-step mean over (layer, "
-                "kv-head); worst R the smallest R_t(l, k) of any step; an outlier step has a mean R_t below %.2f.\n",
-            FRAGILITY_OUTLIER);
-    fputs("model,task,policy,aggregation,params,budget,window,samples,steps,mean_r,worst_r,outlier_steps\n", csv);
-    int rc;
+    fprintf(md, "# kvbench fragility report\n\nRetained importance R_t(l, k) of each keep-set along a full-cache "
+                "greedy decode (README \"Fragility\"; the importance is in the setup). mean R: mean over steps of "
+                "the per-step mean over (layer, kv-head); p5: mean over steps of the 5th percentile over heads; "
+                "worst step: the smallest per-step mean; worst head: the smallest R_t(l, k) of any step. Outliers "
+                "below %.2f: step outliers (the per-step mean), head outliers ((step, layer, kv-head) triples, %% "
+                "of all triples), and steps with any head below it.\n", outlier);
+    fputs("model,setup,task,policy,params,budget,window,aggregation,samples,steps,mean_r,mean_p5,worst_step_r,"
+          "worst_head_r,threshold,step_outliers,head_outliers,head_values,steps_any_head\n", csv);
+    float *r = NULL, *scratch = NULL;
+    int cap = 0, scap = 0, n = 0, samples = 0, have = 0, rc;
+    long long sample = -1;
+    FragilitySummary sum;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        char section[600];
-        snprintf(section, sizeof section, "%s — %s", col(st, Q_MODEL), col(st, Q_TASK));
-        if (strcmp(section, last)) {
-            fprintf(md, "\n## %s\n\n| policy | aggregation | budget | window | samples | steps | mean R | worst R | "
-                        "outlier steps |\n|---|---|---|---:|---:|---:|---:|---:|---:|\n", section);
-            snprintf(last, sizeof last, "%s", section);
+        if (!have || !same_key(st, keys)) {
+            if (have) write_row(md, csv, keys, samples, &sum);
+            char sec[1000];
+            snprintf(sec, sizeof sec, "%s — %s — %s", col(st, Q_MODEL), col(st, Q_SETUP), col(st, Q_TASK));
+            if (strcmp(sec, section)) {
+                fprintf(md, "\n## %s\n\n| policy | aggregation | budget | window | samples | steps | mean R | p5 | "
+                            "worst step | worst head | step outliers | head outliers | steps with a head below |\n"
+                            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", sec);
+                snprintf(section, sizeof section, "%s", sec);
+            }
+            for (int i = 0; i < N_KEY; i++) snprintf(keys[i], sizeof keys[i], "%s", col(st, i));
+            fragility_summary_begin(&sum, outlier);
+            samples = 0;
+            sample = -1;
+            have = 1;
         }
-        int steps = sqlite3_column_int(st, Q_STEPS), outliers = sqlite3_column_int(st, Q_OUT);
-        double mean = sqlite3_column_double(st, Q_MEAN), worst = sqlite3_column_double(st, Q_WORST);
-        fprintf(md, "| %s | %s | %s | %d | %d | %d | %.4f | %.4f | %d (%.1f%%) |\n", col(st, Q_POLICY), col(st, Q_AGG),
-                col(st, Q_BUDGET), sqlite3_column_int(st, Q_WINDOW), sqlite3_column_int(st, Q_SAMPLES), steps, mean,
-                worst, outliers, steps ? 100.0 * outliers / steps : 0.0);
-        for (int i = Q_MODEL; i <= Q_BUDGET; i++) {
-            report_put_csv(csv, col(st, i));
-            fputc(',', csv);
+        if (row_values(st, &r, &cap, &n, err)) break;
+        if (n > scap) {
+            free(scratch);
+            if (!(scratch = kv_malloc(sizeof(float) * (size_t)(scap = cap), err))) break;
         }
-        fprintf(csv, "%d,%d,%d,%.6f,%.6f,%d\n", sqlite3_column_int(st, Q_WINDOW), sqlite3_column_int(st, Q_SAMPLES),
-                steps, mean, worst, outliers);
+        if (sqlite3_column_int64(st, Q_SAMPLE) != sample) {
+            sample = sqlite3_column_int64(st, Q_SAMPLE);
+            samples++;
+        }
+        FragilityStep step;
+        fragility_step_stats(r, n, outlier, scratch, &step);
+        fragility_summary_add(&sum, &step, n);
     }
+    if (rc == SQLITE_DONE && have) write_row(md, csv, keys, samples, &sum);
     sqlite3_finalize(st);
+    free(r);
+    free(scratch);
     if (rc != SQLITE_DONE) {
         fclose(md);
         fclose(csv);
-        return db_fail(db, err);
+        return rc == SQLITE_ROW ? -1 : db_fail(db, err);
     }
     if (report_close_out(md, md_path, log, err)) {
         fclose(csv);
@@ -91,13 +167,21 @@ int report_trace_tables(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err)
 
 /* ---------------------------------------------------------------- figures */
 
-/* A figure: one (model, task, policy, params, budget, window), its aggregations as series. */
+/* A figure: one (model, setup, task, policy, params, budget, window), its aggregations as series. */
 typedef struct {
-    char *model, *task, *policy, *params, *budget;
-    int window;
+    char *key[7];   /* model, setup, task, policy, params, budget, window (text) */
     char **aggs;
     int n_aggs;
 } TraceFigure;
+
+/* One series: per step (in sample order) the stats over heads, and every R_t(l, k) value. */
+typedef struct {
+    FragilityStep *steps;
+    long long *sample;
+    int n_steps, cap_steps;
+    float *values;
+    size_t n_values, cap_values;
+} Series;
 
 /* Letters, digits, '.', '-' kept; '%' becomes "pct"; anything else '_' (the stem is a file name). */
 static void put_stem_part(char *out, size_t n, const char *s) {
@@ -110,15 +194,17 @@ static void put_stem_part(char *out, size_t n, const char *s) {
     out[k] = 0;
 }
 
+/* fragility_MODEL_TASK_POLICY_BUDGET_wW[_vw]_KIND: the value-weighted importance gets its own files. */
 static void figure_stem(const TraceFigure *f, const char *kind, char *out, size_t n) {
-    const char *parts[] = {f->model, f->task, f->policy, f->budget};
+    const char *parts[] = {f->key[0], f->key[2], f->key[3], f->key[5]};
     snprintf(out, n, "fragility");
     for (int i = 0; i < 4; i++) {
         strncat(out, "_", n - strlen(out) - 1);
         put_stem_part(out, n, parts[i]);
     }
     size_t k = strlen(out);
-    snprintf(out + k, n - k, "_w%d_%s", f->window, kind);
+    snprintf(out + k, n - k, "_w%s%s_%s", f->key[6], strstr(f->key[1], "importance=value_weighted") ? "_vw" : "",
+             kind);
 }
 
 static char *dup_text(const char *s, KvErr *err) {
@@ -129,51 +215,46 @@ static char *dup_text(const char *s, KvErr *err) {
 
 static void figures_free(TraceFigure *f, int n) {
     for (int i = 0; i < n; i++) {
-        free(f[i].model);
-        free(f[i].task);
-        free(f[i].policy);
-        free(f[i].params);
-        free(f[i].budget);
+        for (int k = 0; k < 7; k++) free(f[i].key[k]);
         for (int a = 0; a < f[i].n_aggs; a++) free(f[i].aggs[a]);
         free(f[i].aggs);
     }
     free(f);
 }
 
-/* The figures to draw, from the summary query's groups (the full cache, R = 1 by definition, has none). */
+/* The figures to draw (the full cache, R = 1 by definition, has none). */
 static int list_figures(sqlite3 *db, TraceFigure **out, int *n_out, KvErr *err) {
     sqlite3_stmt *st;
     TraceFigure *figs = NULL;
     int n = 0, rc;
     *out = NULL;
     *n_out = 0;
-    if (sqlite3_prepare_v2(db, SUMMARY_QUERY, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err);
-    sqlite3_bind_double(st, 1, FRAGILITY_OUTLIER);
+    if (sqlite3_prepare_v2(db,
+                           "SELECT s.model, s.setup, s.task, t.policy, t.params, t.budget, t.window, t.aggregation"
+                           " FROM traces t JOIN samples s ON s.id = t.sample_id WHERE t.policy <> 'full'"
+                           " GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY MIN(t.id)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(db, err);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (!strcmp(col(st, Q_POLICY), "full")) continue;
         int i;
-        for (i = 0; i < n; i++)
-            if (!strcmp(figs[i].model, col(st, Q_MODEL)) && !strcmp(figs[i].task, col(st, Q_TASK)) &&
-                !strcmp(figs[i].policy, col(st, Q_POLICY)) && !strcmp(figs[i].params, col(st, Q_PARAMS)) &&
-                !strcmp(figs[i].budget, col(st, Q_BUDGET)) && figs[i].window == sqlite3_column_int(st, Q_WINDOW))
-                break;
+        for (i = 0; i < n; i++) {
+            int same = 1;
+            for (int k = 0; k < 7 && same; k++) same = !strcmp(figs[i].key[k], col(st, k));
+            if (same) break;
+        }
         if (i == n) {
             TraceFigure *grown = realloc(figs, (size_t)(n + 1) * sizeof *grown);
             if (!grown) goto oom;
             figs = grown;
             memset(&figs[n], 0, sizeof figs[n]);
             n++;
-            figs[i].window = sqlite3_column_int(st, Q_WINDOW);
-            if (!(figs[i].model = dup_text(col(st, Q_MODEL), err)) || !(figs[i].task = dup_text(col(st, Q_TASK), err)) ||
-                !(figs[i].policy = dup_text(col(st, Q_POLICY), err)) ||
-                !(figs[i].params = dup_text(col(st, Q_PARAMS), err)) ||
-                !(figs[i].budget = dup_text(col(st, Q_BUDGET), err)))
-                goto fail;
+            for (int k = 0; k < 7; k++)
+                if (!(figs[i].key[k] = dup_text(col(st, k), err))) goto fail;
         }
         char **aggs = realloc(figs[i].aggs, (size_t)(figs[i].n_aggs + 1) * sizeof *aggs);
         if (!aggs) goto oom;
         figs[i].aggs = aggs;
-        if (!(aggs[figs[i].n_aggs] = dup_text(col(st, Q_AGG), err))) goto fail;
+        if (!(aggs[figs[i].n_aggs] = dup_text(col(st, 7), err))) goto fail;
         figs[i].n_aggs++;
     }
     sqlite3_finalize(st);
@@ -192,117 +273,183 @@ fail:
     return -1;
 }
 
-/* Steps of one series in sample order: mean_r and sample_id per step. */
-static int series_query(sqlite3 *db, const TraceFigure *f, const char *agg, sqlite3_stmt **st, KvErr *err) {
-    if (sqlite3_prepare_v2(db,
-                           "SELECT t.mean_r, t.sample_id FROM traces t JOIN samples s ON s.id = t.sample_id"
-                           " WHERE s.model = ? AND s.task = ? AND t.policy = ? AND t.params = ? AND t.budget = ?"
-                           " AND t.window = ? AND t.aggregation = ? ORDER BY t.sample_id, t.step",
-                           -1, st, NULL) != SQLITE_OK)
-        return db_fail(db, err);
-    const char *text[] = {f->model, f->task, f->policy, f->params, f->budget};
-    for (int i = 0; i < 5; i++) sqlite3_bind_text(*st, i + 1, text[i], -1, SQLITE_STATIC);
-    sqlite3_bind_int(*st, 6, f->window);
-    sqlite3_bind_text(*st, 7, agg, -1, SQLITE_STATIC);
+static void series_free(Series *s) {
+    free(s->steps);
+    free(s->sample);
+    free(s->values);
+    memset(s, 0, sizeof *s);
+}
+
+/* Reads one aggregation's steps (sample order) and head values. */
+static int series_load(sqlite3 *db, const TraceFigure *f, const char *agg, double outlier, Series *out, KvErr *err) {
+    sqlite3_stmt *st;
+    char sql[1700];
+    memset(out, 0, sizeof *out);
+    snprintf(sql, sizeof sql, HEADS_QUERY,
+             "WHERE s.model = ?1 AND s.setup = ?2 AND s.task = ?3 AND h.policy = ?4 AND h.params = ?5"
+             " AND h.budget = ?6 AND t.window = ?7 AND h.aggregation = ?8");
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err);
+    for (int k = 0; k < 6; k++) sqlite3_bind_text(st, k + 1, f->key[k], -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, atoi(f->key[6]));
+    sqlite3_bind_text(st, 8, agg, -1, SQLITE_STATIC);
+    float *r = NULL, *scratch = NULL;
+    int cap = 0, n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (row_values(st, &r, &cap, &n, err)) break;
+        if (out->n_steps == out->cap_steps) {
+            int c = out->cap_steps ? 2 * out->cap_steps : 256;
+            FragilityStep *s = realloc(out->steps, sizeof *s * (size_t)c);
+            if (s) out->steps = s;
+            long long *m = s ? realloc(out->sample, sizeof *m * (size_t)c) : NULL;
+            if (!m) {
+                kv_fail(err, "out of memory reading the traces");
+                break;
+            }
+            out->sample = m;
+            out->cap_steps = c;
+        }
+        if (out->n_values + (size_t)n > out->cap_values) {
+            size_t c = 2 * (out->n_values + (size_t)n);
+            float *v = realloc(out->values, sizeof *v * c);
+            float *sc = v ? realloc(scratch, sizeof *sc * (size_t)n) : NULL;
+            if (v) out->values = v;
+            if (!sc) {
+                kv_fail(err, "out of memory reading the traces");
+                break;
+            }
+            scratch = sc;
+            out->cap_values = c;
+        }
+        memcpy(out->values + out->n_values, r, sizeof(float) * (size_t)n);
+        out->n_values += (size_t)n;
+        fragility_step_stats(r, n, outlier, scratch, &out->steps[out->n_steps]);
+        out->sample[out->n_steps++] = sqlite3_column_int64(st, Q_SAMPLE);
+    }
+    sqlite3_finalize(st);
+    free(r);
+    free(scratch);
+    if (rc != SQLITE_DONE) {
+        series_free(out);
+        return rc == SQLITE_ROW ? -1 : db_fail(db, err);
+    }
     return 0;
 }
 
-/* R_t over the steps: one data block per aggregation (x = step counted over the samples, mean R_t). */
-static int plot_trace(FigureCtx *c, sqlite3 *db, const TraceFigure *f) {
+/* R_t over the steps: per aggregation a data block "x mean min p5". */
+static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, double outlier) {
     char name[600], dat_path[1200];
     FILE *dat, *gp;
     figure_stem(f, "trace", name, sizeof name);
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     for (int a = 0; a < f->n_aggs; a++) {
-        sqlite3_stmt *st;
-        if (series_query(db, f, f->aggs[a], &st, c->err)) {
-            fclose(dat);
-            fclose(gp);
-            return -1;
-        }
-        fprintf(dat, "# aggregation %s\nstep mean_r\n", f->aggs[a]);
-        long long sample = -1;
-        for (int x = 0; sqlite3_step(st) == SQLITE_ROW; x++) {
-            fprintf(dat, "%d %.6f\n", x, sqlite3_column_double(st, 0));
+        const Series *s = &ser[a];
+        fprintf(dat, "# aggregation %s\nstep mean_r min_r p5_r\n", f->aggs[a]);
+        for (int x = 0; x < s->n_steps; x++) {
+            fprintf(dat, "%d %.6f %.6f %.6f\n", x, s->steps[x].mean, s->steps[x].min, s->steps[x].p5);
             /* a grey line where the next sample starts */
-            if (a == 0 && x > 0 && sqlite3_column_int64(st, 1) != sample)
+            if (a == 0 && x > 0 && s->sample[x] != s->sample[x - 1])
                 fprintf(gp, "set arrow from %g, graph 0 to %g, graph 1 nohead lc rgb 'gray70'\n", x - 0.5, x - 0.5);
-            sample = sqlite3_column_int64(st, 1);
         }
-        sqlite3_finalize(st);
         fputs("\n\n", dat);
     }
-    fprintf(gp, "set title '%s — %s: retained importance of %s at %s, window %d (points: outlier steps)'\n",
-            f->model, f->task, f->policy, f->budget, f->window);
-    fprintf(gp, "set xlabel 'decode step (samples one after another, grey lines between them)'\nset ylabel 'mean retained importance R_t'\n"
+    fprintf(gp, "set title '%s — %s: retained importance of %s at %s, window %s'\n", f->key[0], f->key[2], f->key[3],
+            f->key[5], f->key[6]);
+    fprintf(gp, "set xlabel 'decode step (samples one after another, grey lines between them)'\n"
+                "set ylabel 'R_t: mean over heads (solid), minimum over heads (dashed)'\n"
                 "set yrange [0:1.05]\nset grid\nset key outside right top\n"
-                "plot %.2f with lines dt 2 lc rgb 'black' title 'outlier threshold'", FRAGILITY_OUTLIER);
+                "set label 1 'circles: steps with a head below the threshold; dots: steps whose mean is below it' "
+                "at graph 0.01, graph 0.04 font ',8'\n"
+                "plot %.2f with lines dt 3 lc rgb 'black' title 'outlier threshold'", outlier);
     for (int a = 0; a < f->n_aggs; a++) {
         fprintf(gp, ", \\\n  '%s' index %d using 1:2 with lines lw 1.5 lc %d title ", dat_path, a, a + 1);
         report_put_quoted(gp, f->aggs[a]);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:($2 < %.2f ? $2 : 1/0) with points pt 7 ps 0.8 lc %d notitle",
-                dat_path, a, FRAGILITY_OUTLIER, a + 1);
+        fprintf(gp, ", \\\n  '%s' index %d using 1:3 with lines lw 0.8 dt 2 lc %d notitle", dat_path, a, a + 1);
+        fprintf(gp, ", \\\n  '%s' index %d using 1:($3 < %g ? $3 : 1/0) with points pt 6 ps 0.4 lc %d notitle",
+                dat_path, a, outlier, a + 1);
+        fprintf(gp, ", \\\n  '%s' index %d using 1:($2 < %g ? $2 : 1/0) with points pt 7 ps 0.9 lc %d notitle",
+                dat_path, a, outlier, a + 1);
     }
     fputc('\n', gp);
     return report_figure_close(c, name, dat, gp);
 }
 
-/* The histogram of the per-step mean R_t: share of steps per bin of width 1/HIST_BINS, one column per
- * aggregation. */
-static int plot_histogram(FigureCtx *c, sqlite3 *db, const TraceFigure *f) {
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* CDF_POINTS quantiles of v[n] (sorted in place) as "value share" lines. */
+static void put_cdf(FILE *dat, float *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_float);
+    for (int i = 0; i < CDF_POINTS && n; i++) {
+        size_t at = (size_t)((double)i / (CDF_POINTS - 1) * (double)(n - 1) + 0.5);
+        fprintf(dat, "%.6f %.6f\n", v[at], (double)(at + 1) / (double)n);
+    }
+    fputs("\n\n", dat);
+}
+
+/* Empirical CDFs: per aggregation R_t(l, k) over every (step, layer, kv-head) and the per-step mean; the x
+ * range starts just below the smallest value, so the data fills the plot. */
+static int plot_cdf(FigureCtx *c, const TraceFigure *f, Series *ser, double outlier) {
     char name[600], dat_path[1200];
     FILE *dat, *gp;
-    double *share = kv_calloc((size_t)f->n_aggs * HIST_BINS, sizeof *share, c->err);
-    if (!share) return -1;
+    double lo = 1.0;
+    figure_stem(f, "cdf", name, sizeof name);
+    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     for (int a = 0; a < f->n_aggs; a++) {
-        sqlite3_stmt *st;
-        int n = 0;
-        if (series_query(db, f, f->aggs[a], &st, c->err)) {
-            free(share);
-            return -1;
+        Series *s = &ser[a];
+        float *means = malloc(sizeof(float) * (size_t)(s->n_steps ? s->n_steps : 1));
+        if (!means) {
+            fclose(dat);
+            fclose(gp);
+            return kv_fail(c->err, "out of memory drawing %s", name);
         }
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            int bin = (int)(sqlite3_column_double(st, 0) * HIST_BINS);
-            share[a * HIST_BINS + (bin < 0 ? 0 : bin >= HIST_BINS ? HIST_BINS - 1 : bin)] += 1;
-            n++;
-        }
-        sqlite3_finalize(st);
-        for (int b = 0; b < HIST_BINS && n; b++) share[a * HIST_BINS + b] /= n;
+        for (int t = 0; t < s->n_steps; t++) means[t] = (float)s->steps[t].mean;
+        fprintf(dat, "# aggregation %s: R_t(l, k)\nvalue share\n", f->aggs[a]);
+        put_cdf(dat, s->values, s->n_values);
+        fprintf(dat, "# aggregation %s: per-step mean\nvalue share\n", f->aggs[a]);
+        put_cdf(dat, means, (size_t)s->n_steps);
+        free(means);
+        if (s->n_values && s->values[0] < lo) lo = s->values[0];
     }
-    figure_stem(f, "hist", name, sizeof name);
-    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) {
-        free(share);
-        return -1;
-    }
-    fputs("bin_center", dat);
+    lo = floor(lo * 20.0) / 20.0;
+    fprintf(gp, "set title '%s — %s: CDF of R_t, %s at %s, window %s'\n", f->key[0], f->key[2], f->key[3], f->key[5],
+            f->key[6]);
+    fprintf(gp, "set xlabel 'retained importance R_t'\nset ylabel 'share at or below'\nset xrange [%.2f:1]\n"
+                "set yrange [0:1]\nset grid\nset key outside right top\n"
+                "set arrow from %g, graph 0 to %g, graph 1 nohead dt 3 lc rgb 'black'\nplot",
+            lo, outlier, outlier);
     for (int a = 0; a < f->n_aggs; a++) {
-        fputc(' ', dat);
-        report_put_quoted(dat, f->aggs[a]);
+        fprintf(gp, "%s \\\n  '%s' index %d using 1:2 with lines lw 1.5 lc %d title ", a ? "," : "", dat_path, 2 * a,
+                a + 1);
+        report_put_quoted(gp, f->aggs[a]);
+        fputs(" . ' per head'", gp);
+        fprintf(gp, ", \\\n  '%s' index %d using 1:2 with lines lw 1 dt 2 lc %d title ", dat_path, 2 * a + 1, a + 1);
+        report_put_quoted(gp, f->aggs[a]);
+        fputs(" . ' per-step mean'", gp);
     }
-    fputc('\n', dat);
-    for (int b = 0; b < HIST_BINS; b++) {
-        fprintf(dat, "%.4f", (b + 0.5) / HIST_BINS);
-        for (int a = 0; a < f->n_aggs; a++) fprintf(dat, " %.6f", share[a * HIST_BINS + b]);
-        fputc('\n', dat);
-    }
-    free(share);
-    fprintf(gp, "set title '%s — %s: histogram of R_t, %s at %s, window %d'\n", f->model, f->task, f->policy,
-            f->budget, f->window);
-    fprintf(gp, "set xlabel 'mean retained importance R_t'\nset ylabel 'share of decode steps'\nset xrange [0:1]\n"
-                "set grid\nset key outside right top\nset style fill transparent solid 0.35 border\n"
-                "set arrow from %.2f, graph 0 to %.2f, graph 1 nohead dt 2 lc rgb 'black'\n"
-                "plot for [i=2:%d] '%s' using 1:i with boxes title columnheader(i)\n",
-            FRAGILITY_OUTLIER, FRAGILITY_OUTLIER, f->n_aggs + 1, dat_path);
+    fputc('\n', gp);
     return report_figure_close(c, name, dat, gp);
 }
 
-int report_trace_figures(FigureCtx *c, sqlite3 *db) {
+int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier) {
     TraceFigure *figs;
     int n;
     if (!report_has_traces(db)) return 0;
     if (list_figures(db, &figs, &n, c->err)) return -1;
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) rc = plot_trace(c, db, &figs[i]) || plot_histogram(c, db, &figs[i]) ? -1 : 0;
+    for (int i = 0; i < n && !rc; i++) {
+        Series *ser = kv_calloc((size_t)figs[i].n_aggs, sizeof *ser, c->err);
+        if (!ser) {
+            rc = -1;
+            break;
+        }
+        int a = 0;
+        for (; a < figs[i].n_aggs && !rc; a++) rc = series_load(db, &figs[i], figs[i].aggs[a], outlier, &ser[a], c->err);
+        if (!rc) rc = plot_trace(c, &figs[i], ser, outlier) || plot_cdf(c, &figs[i], ser, outlier) ? -1 : 0;
+        for (int k = 0; k < figs[i].n_aggs; k++) series_free(&ser[k]);
+        free(ser);
+    }
     figures_free(figs, n);
     return rc;
 }

@@ -85,16 +85,25 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
 int cmd_run(int argc, char **argv) { return cmd_sweep("run", 0, argc, argv); }
 
 int cmd_report(int argc, char **argv) {
-    ReportOptions opt = {DEFAULT_DB, DEFAULT_REPORT_DIR, NULL, stdout};
+    ReportOptions opt = {DEFAULT_DB, DEFAULT_REPORT_DIR, NULL, stdout, 0};
     for (int i = 0; i < argc; i++) {
+        const char *outlier;
         if (!strcmp(argv[i], "--db")) {
             if (option_value("report", argc, argv, &i, &opt.db_path)) return 2;
         } else if (!strcmp(argv[i], "--out")) {
             if (option_value("report", argc, argv, &i, &opt.out_dir)) return 2;
+        } else if (!strcmp(argv[i], "--outlier")) {
+            char *end;
+            if (option_value("report", argc, argv, &i, &outlier)) return 2;
+            opt.outlier = strtod(outlier, &end);
+            if (end == outlier || *end || !(opt.outlier > 0.0 && opt.outlier <= 1.0)) {
+                fprintf(stderr, "kvbench report: --outlier '%s': expected a number in (0, 1]\n", outlier);
+                return 2;
+            }
         } else {
             fprintf(stderr, "kvbench report: unexpected argument '%s'\n"
-                            "usage: kvbench report [--db PATH] [--out DIR]   (defaults " DEFAULT_DB ", "
-                            DEFAULT_REPORT_DIR ")\n", argv[i]);
+                            "usage: kvbench report [--db PATH] [--out DIR] [--outlier R]   (defaults " DEFAULT_DB
+                            ", " DEFAULT_REPORT_DIR ", fragility outlier threshold 0.5)\n", argv[i]);
             return 2;
         }
     }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../datasets/dataset.h"
+#include "../metrics/fragility.h"
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -312,14 +313,22 @@ static int parse_windows(const Ctx *c, const cJSON *obj, const char *where, int 
     return 0;
 }
 
-/* The "trace" section of `kvbench trace`: {"steps": N}. */
-static int parse_trace(const Ctx *c, const cJSON *root, int *steps) {
-    static const char *const keys[] = {"steps", NULL};
+/* The "trace" section of `kvbench trace`: {"steps": N, "importance": "attention" | "value_weighted"}. */
+static int parse_trace(const Ctx *c, const cJSON *root, int *steps, int *importance) {
+    static const char *const keys[] = {"steps", "importance", NULL};
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "trace");
+    char *imp = NULL;
     if (!t) return 0;
-    if (check_keys(c, t, "trace", keys) || get_int(c, t, "trace", "steps", 1, 1 << 20, steps)) return -1;
+    if (check_keys(c, t, "trace", keys) || get_int(c, t, "trace", "steps", 1, 1 << 20, steps) ||
+        get_string(c, t, "trace", "importance", 0, &imp))
+        return -1;
     if (!cJSON_GetObjectItemCaseSensitive(t, "steps")) return bad(c, "trace.steps", "missing (required)");
-    return 0;
+    Importance parsed = IMPORTANCE_ATTENTION;
+    KvErr why = {{0}};
+    int rc = imp && importance_parse(imp, &parsed, &why) ? bad(c, "trace.importance", why.msg) : 0;
+    free(imp);
+    *importance = (int)parsed;
+    return rc;
 }
 
 /* One policies[] entry: a name, or {"name", "aggregations", "window", "pool_kernel", "intended_window_bias"}
@@ -411,7 +420,7 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
     if (get_string(&c, root, "", "name", 0, &cfg->name) || get_string(&c, root, "", "db", 1, &cfg->db) ||
         get_bool(&c, root, "", "compress_question", &cfg->compress_question) ||
         get_int(&c, root, "", "max_new_tokens", 0, 1 << 20, &cfg->max_new_tokens) ||
-        parse_windows(&c, root, "", windows, &n_windows) || parse_trace(&c, root, &cfg->trace_steps) ||
+        parse_windows(&c, root, "", windows, &n_windows) || parse_trace(&c, root, &cfg->trace_steps, &cfg->trace_importance) ||
         get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel))
         goto done;
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");

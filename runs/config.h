@@ -64,6 +64,7 @@ typedef struct {
     int compress_question;       /* compress context and question together (policies.md §1.1) */
     int max_new_tokens;          /* caps every task's max new tokens; 0 = the task's own */
     int trace_steps;             /* "trace": {"steps"}: decode steps `kvbench trace` records; 0 = no trace section */
+    int trace_importance;        /* "trace": {"importance"}: an Importance (metrics/fragility.h), default attention */
 } RunConfig;
 
 int config_load(RunConfig *cfg, const char *path, KvErr *err);

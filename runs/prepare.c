@@ -85,7 +85,10 @@ static int on_layer(void *user, Observation *obs, KvErr *err) {
     Prefill *p = c->p;
     float *attn = NULL, *q = NULL;
     int rc = 0;
-    if (c->want_attention && observation_prepare(obs, c->want_value_norm, err)) return -1;
+    if ((c->want_attention || p->value_norm) && observation_prepare(obs, c->want_value_norm, err)) return -1;
+    if (p->value_norm)
+        memcpy(p->value_norm + (size_t)obs->layer * obs->K * obs->L, obs->value_norm,
+               sizeof(float) * (size_t)obs->K * obs->L);
     for (int i = 0; i < p->n_slots; i++) {
         PolicySlot *s = &p->slots[i];
         if (s->failed) continue;
@@ -123,7 +126,11 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         prefill_free(p);
         return -1;
     }
-    ObserveCtx oc = {p, 0, 0, 0};
+    ObserveCtx oc = {p, 0, env->keep_value_norm, 0};
+    if (env->keep_value_norm && !(p->value_norm = kv_malloc(sizeof(float) * (size_t)N * K * ctx->n, err))) {
+        prefill_free(p);
+        return -1;
+    }
     int window = 1;
     for (int i = 0; i < n; i++) {
         const PolicyConfig *pc = policies[i];
@@ -180,5 +187,6 @@ void prefill_free(Prefill *p) {
     if (p->cache) p->be->cache_free(p->be, p->cache);
     free(p->slots);
     free(p->slot_of);
+    free(p->value_norm);
     memset(p, 0, sizeof *p);
 }

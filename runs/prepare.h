@@ -19,6 +19,7 @@ typedef struct {
     Tokenizer *tok;
     Backend *be;
     int compress_question;  /* context and question compressed together (policies.md §1.1) */
+    int keep_value_norm;    /* prefill_run keeps every layer's projected value norm (kvbench trace, value_weighted) */
 } PrepareEnv;
 
 /* The chat split of a sample tokenized: the context (prefilled, compressed) and the question (fed after). */
@@ -43,6 +44,7 @@ typedef struct {
     int n_policies;
     int context_len;     /* L */
     KvCache *cache;      /* the full cache of the context, with the extra capacity asked for */
+    float *value_norm;   /* [N][K][L] the observation's ν per layer when env->keep_value_norm, else NULL */
     double prefill_ms;   /* the forward, policy time excluded */
 } Prefill;
 

@@ -7,6 +7,7 @@
  * at insert time rather than a surprise in the report. */
 #include "store.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ struct Store {
     "policy, aggregation, params, budget, keep_fraction, budget_tokens, kept_tokens, prediction, score, "       \
     "generated_tokens, prefill_ms, select_ms, decode_ms, error"
 #define TRACE_COLUMNS "policy, aggregation, params, budget, window, step, mean_r, min_r"
+#define TRACE_HEAD_COLUMNS "policy, aggregation, params, budget, step, n_layers, n_kv_heads, r"
 
 static const char *SCHEMA =
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;\n"
@@ -55,6 +57,13 @@ static const char *SCHEMA =
     "  sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
     "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
     "  window INTEGER NOT NULL, step INTEGER NOT NULL, mean_r REAL NOT NULL, min_r REAL NOT NULL,\n"
+    "  UNIQUE(sample_id, policy, aggregation, params, budget, step)) STRICT;\n"
+    /* The traces rows' per-head values: R_t(l, k) of every (layer, kv-head), r = little-endian float32
+     * [n_layers][n_kv_heads] (metrics/fragility.h), so both outlier notions can be counted at any threshold. */
+    "CREATE TABLE trace_heads(\n"
+    "  id INTEGER PRIMARY KEY, sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
+    "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
+    "  step INTEGER NOT NULL, n_layers INTEGER NOT NULL, n_kv_heads INTEGER NOT NULL, r BLOB NOT NULL,\n"
     "  UNIQUE(sample_id, policy, aggregation, params, budget, step)) STRICT;\n"
     /* Task averages on the 0-100 scale (failed rows excluded from the mean, counted in n_failed). */
     "CREATE VIEW task_scores AS\n"
@@ -340,18 +349,49 @@ static int insert_trace(Store *s, sqlite3_stmt *st, long long run_id, long long 
     return sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a trace");
 }
 
+/* The per-head row of a trace row (table trace_heads): R_t as little-endian float32, whatever the host. */
+static int insert_trace_heads(Store *s, sqlite3_stmt *st, long long sample_id, const StoreTrace *t, KvErr *err) {
+    int n = t->n_layers * t->n_kv_heads;
+    unsigned char *blob = kv_malloc((size_t)n * 4, err);
+    if (!blob) return -1;
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &t->r_heads[i], 4);
+        for (int b = 0; b < 4; b++) blob[4 * i + b] = (unsigned char)(u >> (8 * b));
+    }
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, sample_id);
+    bind_text(st, 2, t->key.policy);
+    bind_text(st, 3, t->key.aggregation);
+    bind_text(st, 4, t->key.params);
+    bind_text(st, 5, t->key.budget);
+    sqlite3_bind_int(st, 6, t->step);
+    sqlite3_bind_int(st, 7, t->n_layers);
+    sqlite3_bind_int(st, 8, t->n_kv_heads);
+    sqlite3_bind_blob(st, 9, blob, n * 4, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a trace's head values");
+    free(blob);
+    return rc;
+}
+
 int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
                        KvErr *err) {
     long long sample_id = 0;
-    sqlite3_stmt *st = NULL;
+    sqlite3_stmt *st = NULL, *heads = NULL;
     if (exec(s, "BEGIN IMMEDIATE", err)) return kv_wrap(err, "sample %s", sample->sample_key);
     int rc = insert_sample(s, run_id, sample, &sample_id, err);
-    /* One prepared statement for the many rows of a sample (steps × variants). */
-    if (!rc && sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO traces(run_id, sample_id, " TRACE_COLUMNS ") "
-                                         "VALUES(?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL) != SQLITE_OK)
+    /* One prepared statement per table for the many rows of a sample (steps × variants). */
+    if (!rc && (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO traces(run_id, sample_id, " TRACE_COLUMNS ") "
+                                          "VALUES(?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL) != SQLITE_OK ||
+                sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO trace_heads(sample_id, " TRACE_HEAD_COLUMNS ") "
+                                          "VALUES(?,?,?,?,?,?,?,?,?)", -1, &heads, NULL) != SQLITE_OK))
         rc = db_fail(s, err, "writing a trace");
-    for (int i = 0; i < n_rows && !rc; i++) rc = insert_trace(s, st, run_id, sample_id, &rows[i], err);
+    for (int i = 0; i < n_rows && !rc; i++) {
+        rc = insert_trace(s, st, run_id, sample_id, &rows[i], err);
+        if (!rc && rows[i].r_heads) rc = insert_trace_heads(s, heads, sample_id, &rows[i], err);
+    }
     sqlite3_finalize(st);
+    sqlite3_finalize(heads);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -393,6 +433,11 @@ int store_merge(Store *s, const char *src_path, KvErr *err) {
                   "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
                   "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
                   "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+                  "INSERT OR IGNORE INTO main.trace_heads(sample_id, " TRACE_HEAD_COLUMNS ")\n"
+                  "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                  "          AND m.sample_key = x.sample_key), " TRACE_HEAD_COLUMNS "\n"
+                  "  FROM src.trace_heads JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                  "  ON x.sid = sample_id;\n"
                   "COMMIT;",
                   err);
         if (rc) {

@@ -76,12 +76,15 @@ int store_write_sample(Store *s, long long run_id, const StoreSample *sample, co
 int store_traced(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
                  int n_keys, unsigned char *done, KvErr *err);
 
-/* One decode step of one variant's trace (metrics/fragility.h): mean and minimum of R_t over (layer, kv-head). */
+/* One decode step of one variant's trace (metrics/fragility.h): mean and minimum of R_t over (layer, kv-head)
+ * in table traces, and with r_heads every R_t(l, k) in table trace_heads. */
 typedef struct {
     StoreVariantKey key;
     int window;                 /* the observation window the keep-set was chosen with (0: none, e.g. full) */
     int step;                   /* 0-based decode step */
     double mean_r, min_r;
+    int n_layers, n_kv_heads;
+    const float *r_heads;       /* [n_layers][n_kv_heads] or NULL (no trace_heads row) */
 } StoreTrace;
 
 /* Writes a sample and its trace rows in one transaction; rows already present are left as they are. */

@@ -205,7 +205,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
                        int *n_ctx_out, int *n_q_out) {
     const Model *m = sw->model;
     const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question};
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0};
     TokenIds ctx = {0}, q = {0}, stops = {0};
     Prefill pf;
     const PolicyConfig **policies = NULL;
@@ -351,7 +351,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question};
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0};
     Sample s;
     char key[600];
     KvErr serr = {{0}};
@@ -364,7 +364,8 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         if (it->pending[v]) pending[n++] = &cfg->variants[v];
     int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
     if (built) {
-        if (trace_sample(&env, &s, pending, n, cfg->trace_steps, &tr, err)) goto done;
+        if (trace_sample(&env, &s, pending, n, cfg->trace_steps, (Importance)cfg->trace_importance, &tr, err))
+            goto done;
     } else if (trace_failed(&tr, n, &serr, err)) {
         goto done;
     }
@@ -374,7 +375,9 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         for (int t = 0; t < tr.n_steps && !tr.failed[i]; t++)
             rows[n_rows++] = (StoreTrace){sw->keys[pending[i] - cfg->variants],
                                           policy_needs_attention(&pending[i]->policy) ? pending[i]->policy.window : 0,
-                                          t, tr.mean_r[(size_t)t * n + i], tr.min_r[(size_t)t * n + i]};
+                                          t, tr.mean_r[(size_t)t * n + i], tr.min_r[(size_t)t * n + i],
+                                          sw->model->cfg.n_layers, sw->model->cfg.n_kv_heads,
+                                          tr.r_heads + ((size_t)t * n + i) * tr.n_pairs};
     }
     char *answers = built ? answers_json(&s) : NULL;
     StoreSample ss = sample_row(sw, it, rd, task, built ? &s : NULL, key, tr.context_tokens, tr.question_tokens, answers);
@@ -611,14 +614,16 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         free(sw.setups);
         return -1;
     }
-    /* Traces are keyed apart from results: the steps change them, max_new_tokens does not. A chat_template
+    /* Traces are keyed apart from results: the steps and the importance change them, max_new_tokens does not
+     * (the default importance adds nothing, so attention traces keep the key they had). A chat_template
      * override changes every prompt of its dataset, so its rows must not pass for the suite protocol's (resume)
      * nor be averaged with them (report sections are per setup); without one the setup stays as it was. */
     for (int d = 0; d < cfg->n_datasets; d++) {
         const RunChat chat = cfg->datasets[d].chat;
         char *setup = sw.setups[d];
-        int k = opt->trace ? snprintf(setup, sizeof *sw.setups, "trace,cq=%d,steps=%d", cfg->compress_question,
-                                      cfg->trace_steps)
+        int k = opt->trace ? snprintf(setup, sizeof *sw.setups, "trace,cq=%d,steps=%d%s", cfg->compress_question,
+                                      cfg->trace_steps,
+                                      cfg->trace_importance == IMPORTANCE_VALUE_WEIGHTED ? ",importance=value_weighted" : "")
                            : snprintf(setup, sizeof *sw.setups, "cq=%d,max_new=%d", cfg->compress_question,
                                       cfg->max_new_tokens);
         if (chat != RUN_CHAT_SUITE)

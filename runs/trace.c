@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "../engine/generate.h"
-#include "../metrics/fragility.h"
 #include "util.h"
 
 /* The TraceHook cannot fail, so the first error is kept here and checked after the decode. */
@@ -33,7 +32,8 @@ static void fail_all(SampleTrace *t, const KvErr *err) {
 
 /* Prefill, keep-sets, traced decode; failures land in out->failed / out->errs. */
 static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const TokenIds *q,
-                           const RunVariant *const *variants, int n, int steps, SampleTrace *out) {
+                           const RunVariant *const *variants, int n, int steps, Importance importance,
+                           SampleTrace *out) {
     const ModelConfig *mc = &env->model->cfg;
     KvErr err = {{0}};
     Prefill p = {0};
@@ -44,7 +44,9 @@ static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const Tok
     const PolicyConfig **policies = kv_calloc((size_t)n, sizeof *policies, &err);
     if (!policies) goto fail;
     for (int i = 0; i < n; i++) policies[i] = &variants[i]->policy;
-    if (prefill_run(&p, env, ctx, policies, n, q->n + steps, &err)) goto fail;
+    PrepareEnv penv = *env;
+    penv.keep_value_norm = importance == IMPORTANCE_VALUE_WEIGHTED;
+    if (prefill_run(&p, &penv, ctx, policies, n, q->n + steps, &err)) goto fail;
     out->prefill_ms = p.prefill_ms;
 
     if (!(sets = kv_calloc((size_t)n, sizeof *sets, &err)) || !(set_of = kv_calloc((size_t)n, sizeof *set_of, &err)))
@@ -58,7 +60,8 @@ static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const Tok
         set_of[i] = n_sets++;
     }
     if (n_sets == 0) goto done;
-    if (fragility_init(&ft, mc->n_layers, mc->n_heads, mc->n_kv_heads, ctx->n, sets, n_sets, &err)) goto fail;
+    if (fragility_init(&ft, mc->n_layers, mc->n_heads, mc->n_kv_heads, ctx->n, sets, n_sets, p.value_norm, &err))
+        goto fail;
     HookCtx hc = {&ft, 0, {{0}}};
     TraceHook hook = {on_attention, &hc};
     /* steps + 1 tokens: the last one is produced but never fed, so exactly `steps` forwards are traced. */
@@ -70,15 +73,20 @@ static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const Tok
         goto fail;
     }
     out->decode_ms = gs.feed_ms + gs.decode_ms;
+    size_t pairs = (size_t)mc->n_layers * mc->n_kv_heads;
     if (!(out->mean_r = kv_calloc((size_t)ft.n_steps * n, sizeof(double), &err)) ||
-        !(out->min_r = kv_calloc((size_t)ft.n_steps * n, sizeof(double), &err)))
+        !(out->min_r = kv_calloc((size_t)ft.n_steps * n, sizeof(double), &err)) ||
+        !(out->r_heads = kv_calloc((size_t)ft.n_steps * n * pairs, sizeof(float), &err)))
         goto fail;
     out->n_steps = ft.n_steps;
+    out->n_pairs = (int)pairs;
     for (int t = 0; t < ft.n_steps; t++)
         for (int i = 0; i < n; i++)
             if (!out->failed[i]) {
-                out->mean_r[(size_t)t * n + i] = ft.mean_r[(size_t)t * n_sets + set_of[i]];
-                out->min_r[(size_t)t * n + i] = ft.min_r[(size_t)t * n_sets + set_of[i]];
+                size_t from = (size_t)t * n_sets + set_of[i], to = (size_t)t * n + i;
+                out->mean_r[to] = ft.mean_r[from];
+                out->min_r[to] = ft.min_r[from];
+                memcpy(out->r_heads + to * pairs, ft.r_heads + from * pairs, sizeof(float) * pairs);
             }
     goto done;
 fail:
@@ -112,7 +120,7 @@ int trace_failed(SampleTrace *out, int n, const KvErr *why, KvErr *err) {
 }
 
 int trace_sample(const PrepareEnv *env, const Sample *s, const RunVariant *const *variants, int n, int steps,
-                 SampleTrace *out, KvErr *err) {
+                 Importance importance, SampleTrace *out, KvErr *err) {
     if (trace_init(out, n, err)) return -1;
     TokenIds ctx = {0}, q = {0};
     KvErr serr = {{0}};
@@ -126,7 +134,7 @@ int trace_sample(const PrepareEnv *env, const Sample *s, const RunVariant *const
     out->context_tokens = ctx.n;
     out->question_tokens = q.n;
     if (serr.msg[0]) fail_all(out, &serr);
-    else trace_prepared(env, &ctx, &q, variants, n, steps, out);
+    else trace_prepared(env, &ctx, &q, variants, n, steps, importance, out);
     ids_free(&ctx);
     ids_free(&q);
     return 0;
@@ -137,5 +145,6 @@ void sample_trace_free(SampleTrace *t) {
     free(t->errs);
     free(t->mean_r);
     free(t->min_r);
+    free(t->r_heads);
     memset(t, 0, sizeof *t);
 }

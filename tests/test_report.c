@@ -104,7 +104,7 @@ static void test_report(TestCounts *tc) {
     snprintf(db, sizeof db, "%s/r.db", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     fill_db(db);
-    ReportOptions opt = {db, out, NULL, NULL};
+    ReportOptions opt = {db, out, NULL, NULL, 0};
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "report: %s", err.msg);
 
@@ -154,7 +154,7 @@ static void test_report(TestCounts *tc) {
     /* Without gnuplot: a clear error, and the tables are still there. */
     char out2[160];
     snprintf(out2, sizeof out2, "%s/out2", dir);
-    ReportOptions nogp = {db, out2, "/nonexistent/gnuplot", NULL};
+    ReportOptions nogp = {db, out2, "/nonexistent/gnuplot", NULL, 0};
     rc = report_write(&nogp, &err);
     CHECK(tc, rc == -1 && strstr(err.msg, "gnuplot not found"), "no gnuplot: %s", err.msg);
     CHECK(tc, file_size(out2, "report.md") > 0 && file_size(out2, "m_longbench_budget.gp") > 0,
@@ -170,7 +170,7 @@ static void test_errors(TestCounts *tc) {
     snprintf(out, sizeof out, "%s/out3", dir);
     store_open(&s, db, 0, &err);
     store_close(s);
-    ReportOptions opt = {db, out, NULL, NULL};
+    ReportOptions opt = {db, out, NULL, NULL, 0};
     CHECK(tc, report_write(&opt, &err) == -1 && strstr(err.msg, "no results") && strstr(err.msg, "empty.db"),
           "empty: %s", err.msg);
     snprintf(db, sizeof db, "%s/none.db", dir);
