@@ -1,7 +1,9 @@
 /* test_fragility.c — retained importance R_t (metrics/fragility.c) on a hand-computed case, plus its
- * properties: R_t = 1 for the full keep-set, monotone in the keep-set, outlier counting, bad input; and a
- * random GQA case (several layers, heads in a shuffled cache order, question and generated entries after the
- * context) against numpy (tests/reference/gen_fragility_cases.py). */
+ * properties: R_t = 1 for the full keep-set, monotone in the keep-set, the per-head values, both outlier
+ * notions at two thresholds, percentiles, the value-weighted importance by hand, bad input; and a random GQA
+ * case (several layers, heads in a shuffled cache order, question and generated entries after the context)
+ * against numpy (tests/reference/gen_fragility_cases.py). The value-weighted importance on a real model's
+ * attention is checked against numpy in test_trace.c. */
 #include <cjson/cJSON.h>
 #include <string.h>
 
@@ -40,7 +42,7 @@ static void test_numpy_case(TestCounts *tc) {
         free(pos);
     }
     FragilityTrace ft;
-    CHECK(tc, fragility_init(&ft, N, H, K, L, sets, S, &err) == 0, "%s", err.msg);
+    CHECK(tc, fragility_init(&ft, N, H, K, L, sets, S, NULL, &err) == 0, "%s", err.msg);
     for (const cJSON *step = cJSON_GetObjectItem(root, "steps")->child; step; step = step->next)
         for (const cJSON *h = step->child; h; h = h->next) {
             const cJSON *jp = cJSON_GetObjectItem(h, "probs");
@@ -107,7 +109,7 @@ int main(void) {
     make_set(&sub, 2, (int[]){1, 1}, (int[]){0, 0});
     KeepSet sets[4] = {a.ks, b.ks, full.ks, sub.ks};
     FragilityTrace ft;
-    CHECK(&tc, fragility_init(&ft, 2, 2, 1, 4, sets, 4, &err) == 0, "%s", err.msg);
+    CHECK(&tc, fragility_init(&ft, 2, 2, 1, 4, sets, 4, NULL, &err) == 0, "%s", err.msg);
     const int pos[5] = {0, 1, 2, 3, 4};
     const float l0h0[5] = {.1f, .2f, .3f, .2f, .2f}, l0h1[5] = {.4f, 0, 0, .4f, .2f}, l1[5] = {.2f, .2f, .2f, .2f, .2f};
     for (int step = 0; step < 3; step++) {
@@ -129,18 +131,73 @@ int main(void) {
         CHECK(&tc, ft.mean_r[t * 4 + 3] <= ft.mean_r[t * 4 + 0] + tol, "monotone: subset %g > superset %g",
               ft.mean_r[t * 4 + 3], ft.mean_r[t * 4 + 0]);
     }
+    /* Per-head values, index l*K + k (K = 1): A = {.6875, .5}, B = {.3125, .5}. */
+    for (int t = 0; t < ft.n_steps; t++) {
+        const float *ra = ft.r_heads + (size_t)(t * 4 + 0) * 2, *rb = ft.r_heads + (size_t)(t * 4 + 1) * 2;
+        CHECK(&tc, test_close(ra[0], 0.6875, tol, 1) && test_close(ra[1], 0.5, tol, 1), "A heads %g %g", ra[0], ra[1]);
+        CHECK(&tc, test_close(rb[0], 0.3125, tol, 1) && test_close(rb[1], 0.5, tol, 1), "B heads %g %g", rb[0], rb[1]);
+    }
+    /* Threshold 0.5 (strictly below): B's mean .40625 is a step outlier at every step, its layer-0 head .3125
+     * a head outlier (its layer-1 head sits at .5, not below); A has neither. p5 of {.5, .6875} is
+     * .5 + .05 * .1875 = .509375 (linear interpolation), p50 .59375. */
     FragilitySummary s;
-    fragility_summary(&ft, 1, &s);
-    CHECK(&tc, s.n_outliers == 3 && test_close(s.worst_r, 0.3125, tol, 1), "B outliers %d worst %g", s.n_outliers,
-          s.worst_r);
-    fragility_summary(&ft, 0, &s);
-    CHECK(&tc, s.n_outliers == 0 && test_close(s.mean_r, 0.59375, tol, 1), "A outliers %d mean %g", s.n_outliers,
-          s.mean_r);
+    CHECK(&tc, fragility_summary(&ft, 1, FRAGILITY_OUTLIER, &s, &err) == 0, "%s", err.msg);
+    CHECK(&tc, s.n_steps == 3 && s.step_outliers == 3 && s.head_outliers == 3 && s.steps_any_head == 3 &&
+                  s.n_head_values == 6,
+          "B at .5: steps %d, step outliers %d, head outliers %lld, steps with a head below %d", s.n_steps,
+          s.step_outliers, s.head_outliers, s.steps_any_head);
+    CHECK(&tc, test_close(s.worst_step_r, 0.40625, tol, 1) && test_close(s.worst_head_r, 0.3125, tol, 1) &&
+                  test_close(s.mean_p5, 0.3125 + 0.05 * 0.1875, tol, 1),
+          "B worst step %g, worst head %g, p5 %g", s.worst_step_r, s.worst_head_r, s.mean_p5);
+    CHECK(&tc, fragility_summary(&ft, 0, FRAGILITY_OUTLIER, &s, &err) == 0, "%s", err.msg);
+    CHECK(&tc, s.step_outliers == 0 && s.head_outliers == 0 && s.steps_any_head == 0 &&
+                  test_close(s.mean_r, 0.59375, tol, 1) && test_close(s.mean_p5, 0.509375, tol, 1),
+          "A at .5: step outliers %d, head outliers %lld, mean %g, p5 %g", s.step_outliers, s.head_outliers, s.mean_r,
+          s.mean_p5);
+    /* Threshold 0.6: A's mean .59375 becomes a step outlier and its .5 head a head outlier; the full cache never. */
+    CHECK(&tc, fragility_summary(&ft, 0, 0.6, &s, &err) == 0, "%s", err.msg);
+    CHECK(&tc, s.step_outliers == 3 && s.head_outliers == 3 && s.steps_any_head == 3, "A at .6: %d %lld %d",
+          s.step_outliers, s.head_outliers, s.steps_any_head);
+    CHECK(&tc, fragility_summary(&ft, 2, 0.6, &s, &err) == 0, "%s", err.msg);
+    CHECK(&tc, s.step_outliers == 0 && s.head_outliers == 0 && test_close(s.worst_head_r, 1.0, tol, 1),
+          "full at .6: %d %lld worst %g", s.step_outliers, s.head_outliers, s.worst_head_r);
     /* Bad input: a layer out of order, a head out of range. */
     CHECK(&tc, fragility_add_head(&ft, 1, 0, l1, pos, 5, &err) == -1, "out-of-order layer accepted");
     CHECK(&tc, fragility_add_head(&ft, 0, 7, l1, pos, 5, &err) == -1, "head out of range accepted");
     fragility_free(&ft);
-    CHECK(&tc, fragility_init(&ft, 2, 3, 2, 4, sets, 4, &err) == -1, "H not a multiple of K accepted");
+    CHECK(&tc, fragility_init(&ft, 2, 3, 2, 4, sets, 4, NULL, &err) == -1, "H not a multiple of K accepted");
+
+    /* Value-weighted importance by hand: layer 0 has nu = [1 2 1 0], so abar·nu = [.3125 .25 .1875 0] over a
+     * total of .75, I = [5/12, 1/3, 1/4, 0]: A {0,3} retains 5/12, B {1,2} 7/12, full 1. Layer 1 has a flat nu,
+     * so I = abar = [.25 .25 .25 .25] and A, B retain .5 as under attention importance. */
+    const float nu[2 * 4] = {1, 2, 1, 0, 3, 3, 3, 3};
+    CHECK(&tc, fragility_init(&ft, 2, 2, 1, 4, sets, 4, nu, &err) == 0, "%s", err.msg);
+    CHECK(&tc, fragility_add_head(&ft, 0, 0, l0h0, pos, 5, &err) == 0 && fragility_add_head(&ft, 0, 1, l0h1, pos, 5, &err) == 0 &&
+                  fragility_add_head(&ft, 1, 1, l1, pos, 5, &err) == 0 && fragility_add_head(&ft, 1, 0, l1, pos, 5, &err) == 0,
+          "%s", err.msg);
+    CHECK(&tc, ft.n_steps == 1 && test_close(ft.r_heads[0], 5.0 / 12, tol, 1) && test_close(ft.r_heads[1], 0.5, tol, 1) &&
+                  test_close(ft.r_heads[2], 7.0 / 12, tol, 1) && test_close(ft.r_heads[3], 0.5, tol, 1) &&
+                  test_close(ft.r_heads[4], 1.0, tol, 1) && test_close(ft.r_heads[5], 1.0, tol, 1),
+          "value-weighted heads: A %g %g, B %g %g, full %g %g", ft.r_heads[0], ft.r_heads[1], ft.r_heads[2],
+          ft.r_heads[3], ft.r_heads[4], ft.r_heads[5]);
+    fragility_free(&ft);
+
+    /* Step statistics of {.9 .1 .5 .3 .7}: sorted .1 .3 .5 .7 .9, p5 at rank .2 -> .1 + .2 * .2 = .14, p50 .5,
+     * mean .5, min .1, two values below .5 (strictly). One value: every percentile is it. */
+    FragilityStep st;
+    float scratch[5];
+    fragility_step_stats((const float[]){.9f, .1f, .5f, .3f, .7f}, 5, 0.5, scratch, &st);
+    CHECK(&tc, test_close(st.p5, 0.14, 1e-6, 1) && test_close(st.p50, 0.5, 1e-6, 1) && test_close(st.mean, 0.5, 1e-6, 1) &&
+                  test_close(st.min, 0.1, 1e-6, 1) && st.n_below == 2,
+          "step stats p5 %g p50 %g mean %g min %g below %d", st.p5, st.p50, st.mean, st.min, st.n_below);
+    fragility_step_stats((const float[]){.25f}, 1, 0.5, scratch, &st);
+    CHECK(&tc, st.p5 == 0.25 && st.p50 == 0.25 && st.n_below == 1, "one value: p5 %g p50 %g", st.p5, st.p50);
+    Importance imp;
+    CHECK(&tc, importance_parse("value_weighted", &imp, &err) == 0 && imp == IMPORTANCE_VALUE_WEIGHTED &&
+                  !strcmp(importance_name(imp), "value_weighted"),
+          "importance names");
+    CHECK(&tc, importance_parse("attn", &imp, &err) == -1 && strstr(err.msg, "value_weighted"), "bad importance: %s",
+          err.msg);
     test_numpy_case(&tc);
     return test_finish(&tc);
 }

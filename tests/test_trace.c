@@ -2,12 +2,15 @@
  * with SmolLM2's real tokenizer over shipped LongBench multi_news samples, and the window narrowing of the shared
  * prefill (runs/prepare.c).
  *
- * Checks: one row per sample × step × variant; R_t = 1 for the `full` keep-set at every step; 0 <= R_t <= 1 and
- * min <= mean; a trace killed with SIGKILL and rerun ends with exactly the rows of an uninterrupted one; a rerun
- * has nothing to do; two shards merged give the same rows; the report writes the fragility table and figures; bad trace sections fail with a message
- * naming the key. Then, in-process: a window-1 policy observed through a window-16 prefill selects exactly the
- * keep-set of a window-1 prefill. Runs are forked children (as in test_e2e.c) so the parent stays free of OpenMP
- * threads until the in-process part, which comes last. */
+ * Checks: one row per sample × step × variant in traces and in trace_heads (N*K values each); R_t = 1 for the
+ * `full` keep-set at every step; 0 <= R_t <= 1 and min <= mean; a trace killed with SIGKILL and rerun ends with
+ * exactly the rows (per-head values included) of an uninterrupted one; a rerun has nothing to do; two shards
+ * merged give the same rows; the report writes the fragility table and figures; a value_weighted trace is keyed
+ * apart (setup) and keeps R_t = 1 for `full`; bad trace sections fail with a message naming the key. Then,
+ * in-process: a window-1 policy observed through a window-16 prefill selects exactly the keep-set of a window-1
+ * prefill; and on SmolLM2-135M's real attention, the prefill's projected value norms and R_t(l, k) under both
+ * importance definitions match numpy (tests/reference/gen_value_weighted_cases.py). Runs are forked children
+ * (as in test_e2e.c) so the parent stays free of OpenMP threads until the in-process part, which comes last. */
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -16,7 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+#include <math.h>
+
 #include "../engine/model.h"
+#include "../metrics/fragility.h"
 #include "../runs/commands.h"
 #include "../runs/prepare.h"
 #include "sweep_harness.h"
@@ -33,12 +40,21 @@ static const char *CONFIG =
     " \"policies\": [\"full\", \"snapkv\", \"defensivekv\"], \"aggregations\": [\"mean\", \"max\", \"max+prior\"],\n"
     " \"budgets\": [\"50%\"]}\n";
 
-/* Every trace row as text in a fixed order; R_t printed to 6 decimals (both runs compute identically). */
+/* Every trace row with its per-head values as text in a fixed order; R_t printed to 6 decimals, the per-head
+ * blob in hex (both runs compute identically). */
 static char *dump_rows(const char *db_path) {
     return dump_query(db_path,
-                      "SELECT printf('%s|%s|%s|%s|%s|%d|%d|%.6f|%.6f', s.sample_key, t.policy, t.aggregation, "
-                      "t.params, t.budget, t.window, t.step, t.mean_r, t.min_r) FROM traces t JOIN samples s "
-                      "ON s.id = t.sample_id ORDER BY 1");
+                      "SELECT printf('%s|%s|%s|%s|%s|%d|%d|%.6f|%.6f|%d|%s', s.sample_key, t.policy, t.aggregation, "
+                      "t.params, t.budget, t.window, t.step, t.mean_r, t.min_r, h.n_layers * h.n_kv_heads, hex(h.r)) "
+                      "FROM traces t JOIN samples s ON s.id = t.sample_id JOIN trace_heads h ON h.sample_id = "
+                      "t.sample_id AND h.policy = t.policy AND h.aggregation = t.aggregation AND h.params = t.params "
+                      "AND h.budget = t.budget AND h.step = t.step ORDER BY 1");
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
 }
 
 static void test_trace_runs(TestCounts *tc, const char *config) {
@@ -50,6 +66,9 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
           query_int(a, "SELECT count(*) FROM samples"));
     CHECK(tc, query_int(a, "SELECT count(*) FROM traces") == N_SAMPLES * STEPS * N_VARIANTS, "trace rows %lld",
           query_int(a, "SELECT count(*) FROM traces"));
+    CHECK(tc, query_int(a, "SELECT count(*) FROM trace_heads WHERE n_layers = 2 AND n_kv_heads = 3 AND "
+                           "length(r) = 4 * 2 * 3") == N_SAMPLES * STEPS * N_VARIANTS,
+          "trace_heads rows %lld", query_int(a, "SELECT count(*) FROM trace_heads"));
     CHECK(tc, query_int(a, "SELECT count(DISTINCT step) FROM traces") == STEPS && query_int(a, "SELECT max(step) FROM traces") == STEPS - 1,
           "steps 0..%d", STEPS - 1);
     CHECK(tc, query_int(a, "SELECT count(*) FROM traces WHERE policy = 'full'") == N_SAMPLES * STEPS, "full rows");
@@ -81,7 +100,9 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     long long after_kill = query_int(b, "SELECT count(DISTINCT sample_id) FROM traces");
     CHECK(tc, rc == 128 + SIGKILL, "trace b was not killed (exit %d)", rc);
     CHECK(tc, after_kill >= 1 && after_kill < N_SAMPLES, "killed after %lld samples", after_kill);
-    CHECK(tc, query_int(b, "SELECT count(*) FROM traces") == after_kill * STEPS * N_VARIANTS, "whole samples only");
+    CHECK(tc, query_int(b, "SELECT count(*) FROM traces") == after_kill * STEPS * N_VARIANTS &&
+                  query_int(b, "SELECT count(*) FROM trace_heads") == after_kill * STEPS * N_VARIANTS,
+          "whole samples only");
     rc = run(cmd_trace, "b2", b_args);
     CHECK(tc, rc == 0, "resume exited %d", rc);
     char *rows_b = dump_rows(b);
@@ -113,7 +134,7 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     CHECK(tc, rc == 0, "report exited %d", rc);
     const char *files[] = {"fragility.md", "fragility.csv", "fragility_syn_multi_news_snapkv_50pct_w1_trace.png",
                            "fragility_syn_multi_news_snapkv_50pct_w1_trace.svg",
-                           "fragility_syn_multi_news_defensivekv_50pct_w16_hist.png"};
+                           "fragility_syn_multi_news_defensivekv_50pct_w16_cdf.png"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char p[256];
         struct stat st;
@@ -127,12 +148,41 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     for (int ch; f && (ch = fgetc(f)) != EOF;) lines += ch == '\n';
     if (f) fclose(f);
     CHECK(tc, lines == 1 + N_VARIANTS, "fragility.csv has %d lines", lines);
+    /* A threshold of 1 makes every head of a 50% keep-set an outlier, and no head of the full cache. */
+    char *r1_args[] = {"--db", (char *)b, "--out", path_in("report1"), "--outlier", "1", NULL};
+    CHECK(tc, run(cmd_report, "report1", r1_args) == 0, "report --outlier 1");
+    char *bad_args[] = {"--db", (char *)b, "--out", path_in("report2"), "--outlier", "1.5", NULL};
+    CHECK(tc, run(cmd_report, "report2", bad_args) == 2 && log_contains("report2", "--outlier"), "--outlier 1.5");
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
+/* The same config with value_weighted importance: keyed apart, R_t = 1 for full, values in [0, 1]. */
+static void test_value_weighted_run(TestCounts *tc, const char *config) {
+    KvErr err = {{0}};
+    char *text = kv_read_file(config, NULL, &err), vw_path[256];
+    char *at = text ? strstr(text, "\"steps\": 6}") : NULL;
+    CHECK(tc, at != NULL, "config text");
+    if (!at) {
+        free(text);
+        return;
+    }
+    size_t pre = (size_t)(at - text);
+    char *vw = malloc(strlen(text) + 64);
+    snprintf(vw, strlen(text) + 64, "%.*s\"steps\": 2, \"importance\": \"value_weighted\"}%s", (int)pre, text,
+             at + strlen("\"steps\": 6}"));
+    snprintf(vw_path, sizeof vw_path, "%s/trace_vw.json", dir);
+    write_file(vw_path, vw);
+    free(vw);
+    free(text);
+    const char *db = path_in("vw.db");
+    char *args[] = {vw_path, "--db", (char *)db, "--limit", "1", NULL};
+    CHECK(tc, run(cmd_trace, "vw", args) == 0, "value_weighted trace");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM samples WHERE setup LIKE '%importance=value_weighted%'") == 1,
+          "value_weighted setup");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM traces") == 2 * N_VARIANTS, "value_weighted rows");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM traces WHERE policy = 'full' AND abs(mean_r - 1) < 1e-5 AND "
+                            "abs(min_r - 1) < 1e-5") == 2,
+          "value_weighted R_t = 1 for full");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM traces WHERE min_r < 0 OR mean_r > 1 + 1e-5") == 0, "range");
 }
 
 static void test_bad_input(TestCounts *tc) {
@@ -152,6 +202,10 @@ static void test_bad_input(TestCounts *tc) {
          "\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"]}], \"policies\": [\"snapkv\"], \"budgets\": "
          "[\"50%\"]}",
          "window[1]"},
+        {"{\"trace\": {\"steps\": 4, \"importance\": \"values\"}, \"models\": [{\"path\": \"synthetic:smollm2-135m\"}], "
+         "\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"]}], \"policies\": [\"snapkv\"], \"budgets\": "
+         "[\"50%\"]}",
+         "trace.importance: unknown importance 'values'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[32], *path = path_in("bad.json");
@@ -182,7 +236,7 @@ static void test_window_narrowing(TestCounts *tc) {
         model_free(m);
         return;
     }
-    PrepareEnv env = {m, NULL, be, 0};
+    PrepareEnv env = {m, NULL, be, 0, 0};
     TokenIds ctx = {0};
     for (int i = 0; i < 120; i++) ids_push(&ctx, (i * 7919 + 13) % 5000, &err);
     PolicyConfig w1, w16, full;
@@ -214,6 +268,119 @@ static void test_window_narrowing(TestCounts *tc) {
     model_free(m);
 }
 
+/* Feeds each traced head to both importance definitions. */
+typedef struct {
+    FragilityTrace *ft[2];
+    int failed;
+    KvErr err;
+} BothCtx;
+
+static void on_both(void *user, int seq, int layer, int head, const float *probs, const int *positions, int n_keys) {
+    BothCtx *c = user;
+    (void)seq;
+    for (int i = 0; i < 2; i++)
+        if (!c->failed && fragility_add_head(c->ft[i], layer, head, probs, positions, n_keys, &c->err)) c->failed = 1;
+}
+
+static double *double_array(const cJSON *a, int *n) {
+    *n = cJSON_GetArraySize(a);
+    double *out = calloc((size_t)(*n ? *n : 1), sizeof *out);
+    int i = 0;
+    for (const cJSON *x = a ? a->child : NULL; x; x = x->next) out[i++] = x->valuedouble;
+    return out;
+}
+
+/* SmolLM2-135M's real attention against numpy: the context prefilled with the projected value norms kept
+ * (runs/prepare.c), then the step ids fed one at a time with the trace hook. Tolerances (f32 engine against a
+ * float64 reference on the same dequantised weights, through 30 layers; the measured differences are printed,
+ * about 1e-6 for R_t): ν within 1e-3 of its largest value, R_t within 1e-4 absolute. */
+static void test_smollm2_reference(TestCounts *tc) {
+    const char *gguf = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    FILE *probe = fopen(gguf, "rb");
+    if (!probe) {
+        printf("test_trace: SKIPPING the SmolLM2 reference: %s not found (make model)\n", gguf);
+        return;
+    }
+    fclose(probe);
+    KvErr err = {{0}};
+    char *text = kv_read_file(TEST_DATA("fragility/smollm2_value_weighted.json"), NULL, &err);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(tc, root != NULL, "smollm2_value_weighted.json: %s", err.msg[0] ? err.msg : "does not parse");
+    if (!root) return;
+    Model *m = NULL;
+    Backend *be = NULL;
+    CHECK(tc, model_load(&m, gguf, &err) == 0, "%s", err.msg);
+    if (m) CHECK(tc, backend_open(&be, "cpu", m, &err) == 0, "%s", err.msg);
+    const int N = cJSON_GetObjectItem(root, "n_layers")->valueint, K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint;
+    TokenIds ctx = {0}, steps = {0};
+    for (const cJSON *x = cJSON_GetObjectItem(root, "context_ids")->child; x; x = x->next) ids_push(&ctx, x->valueint, &err);
+    for (const cJSON *x = cJSON_GetObjectItem(root, "step_ids")->child; x; x = x->next) ids_push(&steps, x->valueint, &err);
+    const int L = ctx.n, T = steps.n;
+    int n_nu, n_ra, n_rv;
+    double *nu = double_array(cJSON_GetObjectItem(root, "value_norm"), &n_nu);
+    double *ra = double_array(cJSON_GetObjectItem(root, "r_attention"), &n_ra);
+    double *rv = double_array(cJSON_GetObjectItem(root, "r_value_weighted"), &n_rv);
+    const cJSON *jsets = cJSON_GetObjectItem(root, "sets");
+    const int S = cJSON_GetArraySize(jsets);
+    KeepSet sets[2] = {{0}};
+    for (int s = 0; s < S && s < 2; s++) {
+        const cJSON *js = cJSON_GetArrayItem(jsets, s);
+        int n = 0, i = 0, counts[256];
+        for (const cJSON *x = cJSON_GetObjectItem(js, "counts")->child; x && n < 256; x = x->next) counts[n++] = x->valueint;
+        CHECK(tc, n == N * K && keepset_init(&sets[s], N, K, counts, &err) == 0, "keep-set %d", s);
+        for (const cJSON *x = cJSON_GetObjectItem(js, "positions")->child; x && i < sets[s].total; x = x->next)
+            sets[s].positions[i++] = x->valueint;
+    }
+    Prefill p = {0};
+    FragilityTrace fa = {0}, fv = {0};
+    if (be && S == 2 && n_nu == N * K * L && n_ra == T * S * N * K && n_rv == n_ra) {
+        PrepareEnv env = {m, NULL, be, 0, 1};
+        CHECK(tc, prefill_run(&p, &env, &ctx, NULL, 0, T, &err) == 0, "%s", err.msg);
+        double worst_nu = 0.0, max_nu = 0.0;
+        for (int i = 0; p.value_norm && i < n_nu; i++) {
+            worst_nu = fmax(worst_nu, fabs(p.value_norm[i] - nu[i]));
+            max_nu = fmax(max_nu, fabs(nu[i]));
+        }
+        CHECK(tc, p.value_norm && worst_nu <= 1e-3 * max_nu, "value norms: max diff %.3g (largest %.3g)", worst_nu,
+              max_nu);
+        CHECK(tc, fragility_init(&fa, N, m->cfg.n_heads, K, L, sets, S, NULL, &err) == 0 &&
+                      fragility_init(&fv, N, m->cfg.n_heads, K, L, sets, S, p.value_norm, &err) == 0,
+              "%s", err.msg);
+        BothCtx bc = {{&fa, &fv}, 0, {{0}}};
+        TraceHook hook = {on_both, &bc};
+        for (int t = 0; t < T && p.cache; t++)
+            CHECK(tc, be->forward(be, &p.cache, 1, &steps.ids[t], 1, NULL, NULL, &hook, &err) == 0, "%s", err.msg);
+        CHECK(tc, !bc.failed, "%s", bc.err.msg);
+        CHECK(tc, fa.n_steps == T && fv.n_steps == T, "steps %d %d", fa.n_steps, fv.n_steps);
+        double worst_a = 0.0, worst_v = 0.0, spread = 0.0;
+        for (int i = 0; fa.n_steps == T && fv.n_steps == T && i < n_ra; i++) {
+            worst_a = fmax(worst_a, fabs(fa.r_heads[i] - ra[i]));
+            worst_v = fmax(worst_v, fabs(fv.r_heads[i] - rv[i]));
+            spread = fmax(spread, fabs(ra[i] - rv[i]));
+        }
+        printf("test_trace: SmolLM2 reference: value norms max diff %.2g; R_t max diff %.2g (attention), %.2g "
+               "(value_weighted); the two importances differ by up to %.3f\n", worst_nu, worst_a, worst_v, spread);
+        CHECK(tc, worst_a <= 1e-4 && worst_v <= 1e-4, "R_t max diff %.3g (attention), %.3g (value_weighted)", worst_a,
+              worst_v);
+        CHECK(tc, spread > 0.01, "the importance definitions do not differ on real attention (%.3g)", spread);
+    } else {
+        CHECK(tc, 0, "reference shapes: sets %d, nu %d, R %d/%d", S, n_nu, n_ra, n_rv);
+    }
+    fragility_free(&fa);
+    fragility_free(&fv);
+    prefill_free(&p);
+    for (int s = 0; s < 2; s++) keepset_free(&sets[s]);
+    free(nu);
+    free(ra);
+    free(rv);
+    ids_free(&ctx);
+    ids_free(&steps);
+    if (be) backend_close(be);
+    if (m) model_free(m);
+    cJSON_Delete(root);
+}
+
 int main(void) {
     TestCounts tc = {"test_trace", 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_trace_XXXXXX");
@@ -222,8 +389,10 @@ int main(void) {
     snprintf(config, sizeof config, "%s/trace.json", dir);
     write_file(config, CONFIG);
     test_trace_runs(&tc, config);
+    test_value_weighted_run(&tc, config);
     test_bad_input(&tc);
     test_window_narrowing(&tc);
+    test_smollm2_reference(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (getenv("KVBENCH_KEEP_TMP")) fprintf(stderr, "kept %s\n", dir);

@@ -204,7 +204,9 @@ def tiny_checkpoint(arch, seed):
 
 # ---------------------------------------------------------------- (b) SmolLM2 from its GGUF
 
-def smollm2(path):
+def load_smollm2(path):
+    """The GGUF's tensors dequantised by the gguf package, in Hugging Face names, its config, and its vocabulary
+    (token text -> id). Also used by gen_value_weighted_cases.py."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
     r = GGUFReader(path)
@@ -230,6 +232,11 @@ def smollm2(path):
     cfg = {"num_attention_heads": H, "num_key_value_heads": K, "head_dim": D // H,
            "num_hidden_layers": int(field("llama.block_count")), "rope_theta": float(field("llama.rope.freq_base")),
            "rms_norm_eps": float(field("llama.attention.layer_norm_rms_epsilon"))}
+    return W, cfg, vocab
+
+
+def smollm2(path):
+    W, cfg, vocab = load_smollm2(path)
 
     def encode(tokens):
         """Prompt ids from whole vocabulary entries (GPT-2 byte alphabet: 'Ġ' = space, 'Ċ' = newline) and
