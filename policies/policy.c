@@ -221,3 +221,15 @@ void policy_end(PolicyState *st) {
     free(st->layers);
     free(st);
 }
+
+void policy_clamped_kept(const PolicyState *st, const KeepSet *ks, long long *clamped_kept, long long *kept) {
+    const int K = st->n_kv_heads, P = st->context_len - st->cfg.window;
+    *kept = ks->total;
+    *clamped_kept = st->cfg.aggregation == AGG_MAX_PRIOR && st->layers && st->layers[0].clamped ? 0 : -1;
+    for (int l = 0; l < st->n_layers && *clamped_kept >= 0 && l < ks->n_layers; l++)
+        for (int k = 0; k < K; k++) {
+            const int *pos = ks->positions + ks->offsets[l * K + k];
+            for (int i = 0; i < ks->counts[l * K + k]; i++)
+                if (pos[i] >= 0 && pos[i] < P) *clamped_kept += st->layers[l].clamped[(size_t)k * P + pos[i]];
+        }
+}

@@ -24,6 +24,9 @@ typedef struct {
     int pool_kernel;           /* average-pooling kernel (default 5) */
     int intended_window_bias;  /* opt-in: DefensiveKV's window bias over the window columns themselves instead
                                 * of the reference's last w prefix columns (spec §2.7 Step D, §6.1) */
+    int ties_by_unclamped;     /* opt-in ablation, max+prior only: the entries the prior raised to the head's mean
+                                * are ordered among themselves by their unclamped score instead of by position
+                                * (the reference's tie order; policies/score.c clamp_at_mean) */
 } PolicyConfig;
 
 /* A budget: a keep fraction of the context (0.2 = "20% cache", i.e. compression ratio 0.8, with the
@@ -67,5 +70,9 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err);
  * than the context, or one that keeps no token per head is an error; a budget of 1 keeps everything. */
 int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *err);
 void policy_end(PolicyState *st);
+/* Of the keep-set ks that st selected: *kept entries in all, *clamped_kept of them prefix entries whose
+ * aggregated score the max+prior prior raised to their head's mean (ties there are ordered by position, or by
+ * the unclamped score under ties_by_unclamped). *clamped_kept is -1 for any other aggregation. */
+void policy_clamped_kept(const PolicyState *st, const KeepSet *ks, long long *clamped_kept, long long *kept);
 
 #endif

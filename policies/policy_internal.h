@@ -62,6 +62,7 @@ typedef struct {
     float layer_max;     /* DEFENSIVE: M, the max of c over the layer */
     double window_bias;  /* DEFENSIVE: beta */
     double threshold;    /* DEFENSIVE: mass_threshold - beta */
+    unsigned char *clamped; /* max+prior [K][P]: 1 where the prior raised the prefix score (policy_clamped_kept) */
 } LayerScores;
 
 /* Scores one observed layer (obs->attn, and obs->value_norm when row->needs_value_norm). */

@@ -55,12 +55,31 @@ static void fold_rows(const float *x, int rows, size_t stride, int n, Aggregatio
     }
 }
 
-/* max+prior: no entry scores below its head's mean (the uniform prior of DefensiveKV, §2.7 Step B). */
-static void clamp_at_mean(float *x, int n) {
+/* max+prior: no entry scores below its head's mean (the uniform prior of DefensiveKV, §2.7 Step B); clamped[j]
+ * records which entries it raised. The raised entries tie at the mean, and selection orders ties by position
+ * (allocate.c), as the golden data does. The opt-in ablation ties_by_unclamped orders them by their unclamped
+ * score instead: they get successive floats just below the mean, highest unclamped first. That is exact within
+ * a head (they still rank below every entry the prior did not raise); against other heads' scores it moves
+ * them down by at most n float steps, a relative 1.2e-7·n. */
+static int clamp_at_mean(float *x, int n, int ties_by_unclamped, unsigned char *clamped, KvErr *err) {
     double mean = 0.0;
     for (int j = 0; j < n; j++) mean += x[j];
     float mu = (float)(mean / n);
-    for (int j = 0; j < n; j++) x[j] = x[j] > mu ? x[j] : mu;
+    for (int j = 0; j < n; j++) clamped[j] = x[j] < mu;
+    if (!ties_by_unclamped) {
+        for (int j = 0; j < n; j++) x[j] = clamped[j] ? mu : x[j];
+        return 0;
+    }
+    int *order = kv_malloc(sizeof(int) * (size_t)n, err);
+    if (!order || sort_desc_stable(x, n, order, err)) {
+        free(order);
+        return -1;
+    }
+    float v = mu;
+    for (int t = 0; t < n; t++)
+        if (clamped[order[t]]) x[order[t]] = v = nextafterf(v, -INFINITY);
+    free(order);
+    return 0;
 }
 
 /* Unbiased variance over the w window rows of one head, per prefix key: var[n], mean[n] scratch. */
@@ -85,7 +104,7 @@ static void window_variance(const float *a, int w, size_t stride, int n, double 
  * plus gamma times the unbiased variance when gamma != 0), pooled, then folded over the group. var_sum
  * (optional) receives the sum of the variances over heads and prefix keys (CAKE's V_l). */
 static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, double gamma, float *out,
-                              double *var_sum, KvErr *err) {
+                              double *var_sum, unsigned char *clamped, KvErr *err) {
     const int L = o->L, w = o->w, P = L - w, G = o->H / o->K;
     Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
     float *stat = kv_malloc(sizeof(float) * (size_t)P, err);
@@ -110,14 +129,22 @@ static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, dou
         }
         pool_avg(stat, P, cfg->pool_kernel, pooled + (size_t)h * P);
     }
-    for (int k = 0; k < o->K; k++) {
+    int rc = 0;
+    for (int k = 0; k < o->K && !rc; k++) {
         fold_rows(pooled + (size_t)k * G * P, G, (size_t)P, P, fold, scratch, out + (size_t)k * P);
-        if (cfg->aggregation == AGG_MAX_PRIOR) clamp_at_mean(out + (size_t)k * P, P);
+        if (cfg->aggregation == AGG_MAX_PRIOR)
+            rc = clamp_at_mean(out + (size_t)k * P, P, cfg->ties_by_unclamped, clamped + (size_t)k * P, err);
     }
     free(stat);
     free(pooled);
     free(scratch);
-    return 0;
+    return rc;
+}
+
+/* The record of which entries the prior raised, for max+prior only. */
+static int alloc_clamped(const PolicyConfig *cfg, int K, int P, LayerScores *out, KvErr *err) {
+    if (cfg->aggregation != AGG_MAX_PRIOR) return 0;
+    return (out->clamped = kv_malloc((size_t)K * P, err)) ? 0 : -1;
 }
 
 /* SnapKV score s[K][L]: pooled heads, window padded with the max over the whole layer (§2.2 step 4). */
@@ -125,7 +152,8 @@ static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScor
     const int L = o->L, P = L - o->w, K = o->K;
     float *prefix = kv_malloc(sizeof(float) * (size_t)K * P, err);
     out->score = prefix ? kv_malloc(sizeof(float) * (size_t)K * L, err) : NULL;
-    if (!out->score || score_pooled_heads(o, cfg, 0.0, prefix, NULL, err)) {
+    if (!out->score || alloc_clamped(cfg, K, P, out, err) ||
+        score_pooled_heads(o, cfg, 0.0, prefix, NULL, out->clamped, err)) {
         free(prefix);
         return -1;
     }
@@ -144,7 +172,9 @@ static int score_cake(const PolicyRow *row, const Observation *o, const PolicyCo
                       KvErr *err) {
     const int L = o->L, P = L - o->w;
     out->score = kv_malloc(sizeof(float) * (size_t)o->K * P, err);
-    if (!out->score || score_pooled_heads(o, cfg, row->gamma, out->score, &out->variance_sum, err)) return -1;
+    if (!out->score || alloc_clamped(cfg, o->K, P, out, err) ||
+        score_pooled_heads(o, cfg, row->gamma, out->score, &out->variance_sum, out->clamped, err))
+        return -1;
     /* Per query row in parallel, then summed in row order. */
     double *row_entropy = kv_malloc(sizeof(double) * (size_t)o->H * o->w, err);
     if (!row_entropy) return -1;
@@ -193,8 +223,9 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
     out->n_mass = out->mass_order ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
     float *pooled = out->n_mass ? kv_malloc(sizeof(float) * (size_t)G * w * P, err) : NULL;
     double *acc = pooled ? kv_malloc(sizeof(double) * (size_t)P, err) : NULL;
-    if (!acc) {
+    if (!acc || alloc_clamped(cfg, K, P, out, err)) {
         free(pooled);
+        free(acc);
         return -1;
     }
     Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
@@ -215,7 +246,12 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
         }
         float *delta = out->delta + (size_t)k * P;
         fold_rows(pooled, G * w, (size_t)P, P, fold, acc, delta);
-        if (cfg->aggregation == AGG_MAX_PRIOR) clamp_at_mean(delta, P);
+        if (cfg->aggregation == AGG_MAX_PRIOR &&
+            clamp_at_mean(delta, P, cfg->ties_by_unclamped, out->clamped + (size_t)k * P, err)) {
+            free(pooled);
+            free(acc);
+            return -1;
+        }
         /* Stage-1 input: unpooled mean over the group and window queries. */
         fold_rows(o->attn + (size_t)k * G * w * L, G * w, (size_t)L, P, AGG_MEAN, acc, out->abar + (size_t)k * P);
     }
@@ -292,5 +328,6 @@ void layer_scores_free(LayerScores *ls) {
     free(ls->nu_prefix);
     free(ls->mass_order);
     free(ls->n_mass);
+    free(ls->clamped);
     *ls = (LayerScores){0};
 }

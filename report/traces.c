@@ -76,21 +76,40 @@ static int same_key(sqlite3_stmt *st, char keys[N_KEY][300]) {
     return 1;
 }
 
+/* The share of the keep-sets' entries that the max+prior prior raised to their head's mean (-1: none
+ * recorded, another aggregation). */
+static double clamped_share(sqlite3_stmt *q, char keys[N_KEY][300]) {
+    const int at[] = {Q_MODEL, Q_SETUP, Q_TASK, Q_POLICY, Q_PARAMS, Q_BUDGET, Q_AGG};
+    sqlite3_reset(q);
+    for (int i = 0; i < 7; i++) sqlite3_bind_text(q, i + 1, keys[at[i]], -1, SQLITE_STATIC);
+    double share = -1.0;
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL && sqlite3_column_int64(q, 1) > 0)
+        share = (double)sqlite3_column_int64(q, 0) / (double)sqlite3_column_int64(q, 1);
+    return share;
+}
+
 /* Finishes s and writes it. */
-static void write_row(FILE *md, FILE *csv, char keys[N_KEY][300], int samples, FragilitySummary *s) {
+static void write_row(FILE *md, FILE *csv, sqlite3_stmt *sets, char keys[N_KEY][300], int samples,
+                      FragilitySummary *s) {
     fragility_summary_finish(s);
-    fprintf(md, "| %s | %s | %s | %s | %d | %d | %.4f | %.4f | %.4f | %.4f | %d (%.1f%%) | %lld (%.2f%%) | %d (%.1f%%) |\n",
-            keys[Q_POLICY], keys[Q_AGG], keys[Q_BUDGET], keys[Q_WINDOW], samples, s->n_steps, s->mean_r, s->mean_p5,
+    double tied = clamped_share(sets, keys);
+    char tied_text[32] = "—";
+    if (tied >= 0) snprintf(tied_text, sizeof tied_text, "%.1f%%", 100.0 * tied);
+    fprintf(md, "| %s | %s | %s | %s | %s | %d | %d | %.4f | %.4f | %.4f | %.4f | %d (%.1f%%) | %lld (%.2f%%) | %d "
+                "(%.1f%%) | %s |\n",
+            keys[Q_POLICY], keys[Q_AGG], keys[Q_PARAMS], keys[Q_BUDGET], keys[Q_WINDOW], samples, s->n_steps, s->mean_r, s->mean_p5,
             s->worst_step_r, s->worst_head_r, s->step_outliers, s->n_steps ? 100.0 * s->step_outliers / s->n_steps : 0.0,
             s->head_outliers, s->n_head_values ? 100.0 * (double)s->head_outliers / (double)s->n_head_values : 0.0,
-            s->steps_any_head, s->n_steps ? 100.0 * s->steps_any_head / s->n_steps : 0.0);
+            s->steps_any_head, s->n_steps ? 100.0 * s->steps_any_head / s->n_steps : 0.0, tied_text);
     for (int i = 0; i < N_KEY; i++) {
         report_put_csv(csv, keys[i]);
         fputc(',', csv);
     }
-    fprintf(csv, "%d,%d,%.6f,%.6f,%.6f,%.6f,%g,%d,%lld,%lld,%d\n", samples, s->n_steps, s->mean_r, s->mean_p5,
+    fprintf(csv, "%d,%d,%.6f,%.6f,%.6f,%.6f,%g,%d,%lld,%lld,%d,", samples, s->n_steps, s->mean_r, s->mean_p5,
             s->worst_step_r, s->worst_head_r, s->threshold, s->step_outliers, s->head_outliers, s->n_head_values,
             s->steps_any_head);
+    if (tied >= 0) fprintf(csv, "%.6f", tied);
+    fputc('\n', csv);
 }
 
 int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *log, KvErr *err) {
@@ -99,12 +118,22 @@ int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *
     if (!report_has_traces(db)) return 0;
     char sql[1500];
     snprintf(sql, sizeof sql, HEADS_QUERY, "");
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(db, err);
+    sqlite3_stmt *sets = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "SELECT SUM(t.clamped_kept), SUM(t.kept) FROM trace_sets t JOIN samples s ON s.id = t.sample_id"
+                           " WHERE s.model = ?1 AND s.setup = ?2 AND s.task = ?3 AND t.policy = ?4 AND t.params = ?5"
+                           " AND t.budget = ?6 AND t.aggregation = ?7",
+                           -1, &sets, NULL) != SQLITE_OK) {
+        sqlite3_finalize(st);
+        return db_fail(db, err);
+    }
     FILE *md = report_open_out(out_dir, "fragility.md", md_path, sizeof md_path, err);
     FILE *csv = md ? report_open_out(out_dir, "fragility.csv", csv_path, sizeof csv_path, err) : NULL;
     if (!csv) {
         if (md) fclose(md);
         sqlite3_finalize(st);
+        sqlite3_finalize(sets);
         return -1;
     }
     fprintf(md, "# kvbench fragility report\n\nRetained importance R_t(l, k) of each keep-set along a full-cache "
@@ -112,22 +141,26 @@ int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *
                 "the per-step mean over (layer, kv-head); p5: mean over steps of the 5th percentile over heads; "
                 "worst step: the smallest per-step mean; worst head: the smallest R_t(l, k) of any step. Outliers "
                 "below %.2f: step outliers (the per-step mean), head outliers ((step, layer, kv-head) triples, %% "
-                "of all triples), and steps with any head below it.\n", outlier);
+                "of all triples), and steps with any head below it. Prior-clamped share (max+prior only): the share "
+                "of the keep-set's entries whose aggregated score the prior raised to their head's mean, where they "
+                "tie and are ordered by position (params ties=unclamped: the opt-in ablation ordering them by the "
+                "unclamped score).\n", outlier);
     fputs("model,setup,task,policy,params,budget,window,aggregation,samples,steps,mean_r,mean_p5,worst_step_r,"
-          "worst_head_r,threshold,step_outliers,head_outliers,head_values,steps_any_head\n", csv);
+          "worst_head_r,threshold,step_outliers,head_outliers,head_values,steps_any_head,clamped_share\n", csv);
     float *r = NULL, *scratch = NULL;
     int cap = 0, scap = 0, n = 0, samples = 0, have = 0, rc;
     long long sample = -1;
     FragilitySummary sum;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (!have || !same_key(st, keys)) {
-            if (have) write_row(md, csv, keys, samples, &sum);
+            if (have) write_row(md, csv, sets, keys, samples, &sum);
             char sec[1000];
             snprintf(sec, sizeof sec, "%s — %s — %s", col(st, Q_MODEL), col(st, Q_SETUP), col(st, Q_TASK));
             if (strcmp(sec, section)) {
-                fprintf(md, "\n## %s\n\n| policy | aggregation | budget | window | samples | steps | mean R | p5 | "
-                            "worst step | worst head | step outliers | head outliers | steps with a head below |\n"
-                            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", sec);
+                fprintf(md, "\n## %s\n\n| policy | aggregation | params | budget | window | samples | steps | mean R | "
+                            "p5 | worst step | worst head | step outliers | head outliers | steps with a head below | "
+                            "prior-clamped share of the keep-set |\n"
+                            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", sec);
                 snprintf(section, sizeof section, "%s", sec);
             }
             for (int i = 0; i < N_KEY; i++) snprintf(keys[i], sizeof keys[i], "%s", col(st, i));
@@ -149,8 +182,9 @@ int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *
         fragility_step_stats(r, n, outlier, scratch, &step);
         fragility_summary_add(&sum, &step, n);
     }
-    if (rc == SQLITE_DONE && have) write_row(md, csv, keys, samples, &sum);
+    if (rc == SQLITE_DONE && have) write_row(md, csv, sets, keys, samples, &sum);
     sqlite3_finalize(st);
+    sqlite3_finalize(sets);
     free(r);
     free(scratch);
     if (rc != SQLITE_DONE) {
@@ -194,7 +228,8 @@ static void put_stem_part(char *out, size_t n, const char *s) {
     out[k] = 0;
 }
 
-/* fragility_MODEL_TASK_POLICY_BUDGET_wW[_vw]_KIND: the value-weighted importance gets its own files. */
+/* fragility_MODEL_TASK_POLICY_BUDGET_wW[_vw][_intended][_ties-unclamped]_KIND: the value-weighted importance
+ * and the opt-in policy variants get their own files. */
 static void figure_stem(const TraceFigure *f, const char *kind, char *out, size_t n) {
     const char *parts[] = {f->key[0], f->key[2], f->key[3], f->key[5]};
     snprintf(out, n, "fragility");
@@ -203,7 +238,8 @@ static void figure_stem(const TraceFigure *f, const char *kind, char *out, size_
         put_stem_part(out, n, parts[i]);
     }
     size_t k = strlen(out);
-    snprintf(out + k, n - k, "_w%s%s_%s", f->key[6], strstr(f->key[1], "importance=value_weighted") ? "_vw" : "",
+    snprintf(out + k, n - k, "_w%s%s%s%s_%s", f->key[6], strstr(f->key[1], "importance=value_weighted") ? "_vw" : "",
+             strstr(f->key[4], "intended") ? "_intended" : "", strstr(f->key[4], "ties=unclamped") ? "_ties-unclamped" : "",
              kind);
 }
 

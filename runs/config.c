@@ -331,18 +331,20 @@ static int parse_trace(const Ctx *c, const cJSON *root, int *steps, int *importa
     return rc;
 }
 
-/* One policies[] entry: a name, or {"name", "aggregations", "window", "pool_kernel", "intended_window_bias"}
+/* One policies[] entry: a name, or {"name", "aggregations", "window", "pool_kernel", "intended_window_bias",
+ * "ties_by_unclamped"}
  * (defaults: the top-level keys), expanded over its aggregations, windows (attention-scored policies) and the
  * budgets. Policies with different windows still share one prefill (runs/prepare.c observes the largest window
  * and hands each policy its last rows). */
 static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs,
                         const int *default_windows, int n_windows, int pool_kernel, const cJSON *budgets,
                         RunConfig *cfg, int *cap) {
-    static const char *const keys[] = {"name", "aggregations", "window", "pool_kernel", "intended_window_bias", NULL};
+    static const char *const keys[] = {"name",        "aggregations",         "window", "pool_kernel",
+                                       "intended_window_bias", "ties_by_unclamped", NULL};
     char at[256];
     const char *name;
     const cJSON *aggs = default_aggs;
-    int intended = 0, explicit_aggs = 0, windows[CONFIG_MAX_WINDOWS];
+    int intended = 0, ties_unclamped = 0, explicit_aggs = 0, windows[CONFIG_MAX_WINDOWS];
     memcpy(windows, default_windows, sizeof(int) * (size_t)n_windows);
     if (cJSON_IsString(p)) {
         name = p->valuestring;
@@ -358,7 +360,8 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
         }
         if (parse_windows(c, p, where, windows, &n_windows) ||
             get_int(c, p, where, "pool_kernel", 1, 1 << 10, &pool_kernel) ||
-            get_bool(c, p, where, "intended_window_bias", &intended))
+            get_bool(c, p, where, "intended_window_bias", &intended) ||
+            get_bool(c, p, where, "ties_by_unclamped", &ties_unclamped))
             return -1;
     }
     PolicyConfig probe;
@@ -379,7 +382,10 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
             v.policy.window = window;
             v.policy.pool_kernel = pool_kernel;
             v.policy.intended_window_bias = intended;
-            snprintf(v.params, sizeof v.params, "w=%d,k=%d%s", window, pool_kernel, intended ? ",intended" : "");
+            /* The tie order only matters where the prior clamps: other aggregations keep their plain key. */
+            v.policy.ties_by_unclamped = ties_unclamped && v.policy.aggregation == AGG_MAX_PRIOR;
+            snprintf(v.params, sizeof v.params, "w=%d,k=%d%s%s", window, pool_kernel, intended ? ",intended" : "",
+                     v.policy.ties_by_unclamped ? ",ties=unclamped" : "");
         }
         if (!strcmp(v.policy.name, "full")) {
             v.budget.keep_fraction = 1.0;

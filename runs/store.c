@@ -30,6 +30,7 @@ struct Store {
     "generated_tokens, prefill_ms, select_ms, decode_ms, error"
 #define TRACE_COLUMNS "policy, aggregation, params, budget, window, step, mean_r, min_r"
 #define TRACE_HEAD_COLUMNS "policy, aggregation, params, budget, step, n_layers, n_kv_heads, r"
+#define TRACE_SET_COLUMNS "policy, aggregation, params, budget, kept, clamped_kept"
 
 static const char *SCHEMA =
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;\n"
@@ -65,6 +66,13 @@ static const char *SCHEMA =
     "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
     "  step INTEGER NOT NULL, n_layers INTEGER NOT NULL, n_kv_heads INTEGER NOT NULL, r BLOB NOT NULL,\n"
     "  UNIQUE(sample_id, policy, aggregation, params, budget, step)) STRICT;\n"
+    /* A traced keep-set: its entries, and those the max+prior prior raised to the head mean (ties; NULL: not
+     * max+prior). */
+    "CREATE TABLE trace_sets(\n"
+    "  id INTEGER PRIMARY KEY, sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
+    "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
+    "  kept INTEGER NOT NULL, clamped_kept INTEGER,\n"
+    "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n"
     /* Task averages on the 0-100 scale (failed rows excluded from the mean, counted in n_failed). */
     "CREATE VIEW task_scores AS\n"
     "  SELECT s.model, s.setup, s.suite, s.task, MAX(s.domain) AS domain, r.policy, r.aggregation, r.params,\n"
@@ -374,24 +382,41 @@ static int insert_trace_heads(Store *s, sqlite3_stmt *st, long long sample_id, c
     return rc;
 }
 
+static int insert_trace_set(Store *s, sqlite3_stmt *st, long long sample_id, const StoreTraceSet *t, KvErr *err) {
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, sample_id);
+    bind_text(st, 2, t->key.policy);
+    bind_text(st, 3, t->key.aggregation);
+    bind_text(st, 4, t->key.params);
+    bind_text(st, 5, t->key.budget);
+    sqlite3_bind_int64(st, 6, t->kept);
+    if (t->clamped_kept < 0) sqlite3_bind_null(st, 7);
+    else sqlite3_bind_int64(st, 7, t->clamped_kept);
+    return sqlite3_step(st) == SQLITE_DONE ? 0 : db_fail(s, err, "writing a trace's keep-set");
+}
+
 int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
-                       KvErr *err) {
+                       const StoreTraceSet *sets, int n_sets, KvErr *err) {
     long long sample_id = 0;
-    sqlite3_stmt *st = NULL, *heads = NULL;
+    sqlite3_stmt *st = NULL, *heads = NULL, *kept = NULL;
     if (exec(s, "BEGIN IMMEDIATE", err)) return kv_wrap(err, "sample %s", sample->sample_key);
     int rc = insert_sample(s, run_id, sample, &sample_id, err);
     /* One prepared statement per table for the many rows of a sample (steps × variants). */
     if (!rc && (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO traces(run_id, sample_id, " TRACE_COLUMNS ") "
                                           "VALUES(?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL) != SQLITE_OK ||
                 sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO trace_heads(sample_id, " TRACE_HEAD_COLUMNS ") "
-                                          "VALUES(?,?,?,?,?,?,?,?,?)", -1, &heads, NULL) != SQLITE_OK))
+                                          "VALUES(?,?,?,?,?,?,?,?,?)", -1, &heads, NULL) != SQLITE_OK ||
+                sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO trace_sets(sample_id, " TRACE_SET_COLUMNS ") "
+                                          "VALUES(?,?,?,?,?,?,?)", -1, &kept, NULL) != SQLITE_OK))
         rc = db_fail(s, err, "writing a trace");
     for (int i = 0; i < n_rows && !rc; i++) {
         rc = insert_trace(s, st, run_id, sample_id, &rows[i], err);
         if (!rc && rows[i].r_heads) rc = insert_trace_heads(s, heads, sample_id, &rows[i], err);
     }
+    for (int i = 0; i < n_sets && !rc; i++) rc = insert_trace_set(s, kept, sample_id, &sets[i], err);
     sqlite3_finalize(st);
     sqlite3_finalize(heads);
+    sqlite3_finalize(kept);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -437,6 +462,11 @@ int store_merge(Store *s, const char *src_path, KvErr *err) {
                   "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
                   "          AND m.sample_key = x.sample_key), " TRACE_HEAD_COLUMNS "\n"
                   "  FROM src.trace_heads JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                  "  ON x.sid = sample_id;\n"
+                  "INSERT OR IGNORE INTO main.trace_sets(sample_id, " TRACE_SET_COLUMNS ")\n"
+                  "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                  "          AND m.sample_key = x.sample_key), " TRACE_SET_COLUMNS "\n"
+                  "  FROM src.trace_sets JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
                   "  ON x.sid = sample_id;\n"
                   "COMMIT;",
                   err);

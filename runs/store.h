@@ -87,9 +87,17 @@ typedef struct {
     const float *r_heads;       /* [n_layers][n_kv_heads] or NULL (no trace_heads row) */
 } StoreTrace;
 
-/* Writes a sample and its trace rows in one transaction; rows already present are left as they are. */
+/* One variant's keep-set of a traced sample (table trace_sets): its size, and how many prefix entries of it
+ * the max+prior prior raised to their head's mean (-1, stored NULL, for other aggregations). */
+typedef struct {
+    StoreVariantKey key;
+    long long kept, clamped_kept;
+} StoreTraceSet;
+
+/* Writes a sample, its trace rows and its keep-set rows in one transaction; rows already present are left as
+ * they are. */
 int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
-                       KvErr *err);
+                       const StoreTraceSet *sets, int n_sets, KvErr *err);
 
 /* Copies every run, sample, result and trace of the database at src_path that `s` does not hold yet. */
 int store_merge(Store *s, const char *src_path, KvErr *err);

@@ -357,7 +357,8 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     KvErr serr = {{0}};
     SampleTrace tr = {0};
     StoreTrace *rows = NULL;
-    int n = 0, rc = -1, n_rows = 0, n_failed = 0;
+    StoreTraceSet *sets = NULL;
+    int n = 0, rc = -1, n_rows = 0, n_sets = 0, n_failed = 0;
     const RunVariant **pending = kv_calloc((size_t)cfg->n_variants, sizeof *pending, err);
     if (!pending) return -1;
     for (int v = 0; v < cfg->n_variants; v++)
@@ -369,9 +370,13 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     } else if (trace_failed(&tr, n, &serr, err)) {
         goto done;
     }
-    if (!(rows = kv_calloc((size_t)tr.n_steps * n + 1, sizeof *rows, err))) goto done;
+    if (!(rows = kv_calloc((size_t)tr.n_steps * n + 1, sizeof *rows, err)) ||
+        !(sets = kv_calloc((size_t)n + 1, sizeof *sets, err)))
+        goto done;
     for (int i = 0; i < n; i++) {
         n_failed += tr.failed[i];
+        if (!tr.failed[i] && tr.n_steps > 0)
+            sets[n_sets++] = (StoreTraceSet){sw->keys[pending[i] - cfg->variants], tr.kept[i], tr.clamped_kept[i]};
         for (int t = 0; t < tr.n_steps && !tr.failed[i]; t++)
             rows[n_rows++] = (StoreTrace){sw->keys[pending[i] - cfg->variants],
                                           policy_needs_attention(&pending[i]->policy) ? pending[i]->policy.window : 0,
@@ -381,7 +386,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     }
     char *answers = built ? answers_json(&s) : NULL;
     StoreSample ss = sample_row(sw, it, rd, task, built ? &s : NULL, key, tr.context_tokens, tr.question_tokens, answers);
-    rc = store_write_traces(sw->store, sw->run_id, &ss, rows, n_rows, err);
+    rc = store_write_traces(sw->store, sw->run_id, &ss, rows, n_rows, sets, n_sets, err);
     free(answers);
     if (rc) goto done;
     sw->stats->rows_written += n_rows;
@@ -406,6 +411,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
 done:
     sample_trace_free(&tr);
     free(rows);
+    free(sets);
     free(pending);
     if (built) sample_free(&s);
     return rc;

@@ -57,6 +57,10 @@ static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const Tok
             keepset_free(&sets[n_sets]);
             continue;
         }
+        if (p.slot_of[i] >= 0)
+            policy_clamped_kept(p.slots[p.slot_of[i]].state, &sets[n_sets], &out->clamped_kept[i], &out->kept[i]);
+        else
+            out->kept[i] = sets[n_sets].total, out->clamped_kept[i] = -1;
         set_of[i] = n_sets++;
     }
     if (n_sets == 0) goto done;
@@ -106,7 +110,9 @@ static int trace_init(SampleTrace *out, int n, KvErr *err) {
     memset(out, 0, sizeof *out);
     out->n_variants = n;
     if (!(out->failed = kv_calloc((size_t)(n ? n : 1), sizeof *out->failed, err)) ||
-        !(out->errs = kv_calloc((size_t)(n ? n : 1), sizeof *out->errs, err))) {
+        !(out->errs = kv_calloc((size_t)(n ? n : 1), sizeof *out->errs, err)) ||
+        !(out->kept = kv_calloc((size_t)(n ? n : 1), sizeof *out->kept, err)) ||
+        !(out->clamped_kept = kv_calloc((size_t)(n ? n : 1), sizeof *out->clamped_kept, err))) {
         sample_trace_free(out);
         return -1;
     }
@@ -146,5 +152,7 @@ void sample_trace_free(SampleTrace *t) {
     free(t->mean_r);
     free(t->min_r);
     free(t->r_heads);
+    free(t->kept);
+    free(t->clamped_kept);
     memset(t, 0, sizeof *t);
 }

@@ -20,6 +20,8 @@ typedef struct {
     int *failed;             /* [S] 1 when the variant has no trace; errs[s] says why */
     KvErr *errs;             /* [S] */
     double *mean_r, *min_r;  /* [T][S] per step: mean and minimum of R_t over (layer, kv-head) */
+    long long *kept;         /* [S] entries in the keep-set */
+    long long *clamped_kept; /* [S] of them, prefix entries the max+prior prior raised (-1: another aggregation) */
     int n_pairs;             /* N*K */
     float *r_heads;          /* [T][S][N*K] R_t(l, k), index l*K + k */
     int context_tokens, question_tokens;

@@ -1,6 +1,7 @@
 /* test_policies.c — every policy on tiny contexts worked out by hand, then properties on random
  * observations (kept counts equal the budgets, the window is kept where the spec says so, `full` keeps
- * everything, keep-sets are sorted and unique), the stable top-k against qsort, and bad input.
+ * everything, keep-sets are sorted and unique), the stable top-k against qsort, and bad input; and the order of
+ * the ties the max+prior prior creates (by position; by the unclamped score under the opt-in ablation).
  * The hand cases use L=12, w=2 (prefix P=10) and pooling kernel 1 so that every score is a plain mean or
  * max of the attention rows written below; the expected keep-sets are derived in the comments. */
 #include <stdlib.h>
@@ -527,10 +528,62 @@ static void test_bad_input(TestCounts *tc) {
     CHECK(tc, keepset_full(&full, 1, 2, 0, &err) != 0, "empty context");
 }
 
+/* max+prior ties (policies/score.c clamp_at_mean): one head whose two window rows both hold the prefix scores
+ * s = [.1875 .0078125 .015625 .125 .0234375 .03125 .0625 .0390625 .046875 .0859375] (binary fractions, so the
+ * mean is exactly .0625). The prior raises the six entries below the mean (1 2 4 5 7 8) to .0625, where they tie
+ * with each other and with j6, which sits at the mean already. At f = 0.75 SnapKV keeps 9: the window (10 11,
+ * padded with the max), the three entries above the mean (0 3 9), and four at .0625 — in the reference by
+ * position among all seven tied (1 2 4 5: four prior-clamped entries kept); under the ties_by_unclamped ablation
+ * the raised entries rank just below j6, which comes first, then by their unclamped score (8 7 5: three clamped),
+ * the keep-set of max alone. policy_clamped_kept reports -1 for the other aggregations. */
+static void test_prior_ties(TestCounts *tc) {
+    static const float s[P] = {.1875f, .0078125f, .015625f, .125f, .0234375f, .03125f, .0625f, .0390625f, .046875f,
+                               .0859375f};
+    const int js[P] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    float attn[W * L];
+    set_row(attn, 0, 0, js, s, P);
+    set_row(attn, 0, 1, js, s, P);
+    Observation o = hand_obs(0, 1, 1, 1, attn, NULL);
+    const struct {
+        const char *agg;
+        int ties_by_unclamped;
+        int want[9];
+        long long clamped;
+    } cases[] = {{"max+prior", 0, {0, 1, 2, 3, 4, 5, 9, 10, 11}, 4},
+                 {"max+prior", 1, {0, 3, 5, 6, 7, 8, 9, 10, 11}, 3},
+                 {"max", 0, {0, 3, 5, 6, 7, 8, 9, 10, 11}, -1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        KvErr err = {{0}};
+        PolicyConfig cfg;
+        PolicyState *st = NULL;
+        KeepSet ks = {0};
+        Budget b = {0.75, 0};
+        CHECK(tc, policy_config(&cfg, "snapkv", cases[c].agg, &err) == 0, "%s", err.msg);
+        cfg.window = W;
+        cfg.pool_kernel = 1;
+        cfg.ties_by_unclamped = cases[c].ties_by_unclamped;
+        int rc = policy_begin(&st, &cfg, 1, 1, L, &err);
+        if (!rc) rc = policy_observe(st, &o, &err);
+        if (!rc) rc = policy_select(st, &b, &ks, &err);
+        CHECK(tc, rc == 0, "case %zu: %s", c, err.msg);
+        if (!rc) {
+            CHECK(tc, segment_is(&ks, 0, cases[c].want, 9), "case %zu (%s, ties_by_unclamped %d): keep-set", c,
+                  cases[c].agg, cases[c].ties_by_unclamped);
+            long long clamped, kept;
+            policy_clamped_kept(st, &ks, &clamped, &kept);
+            CHECK(tc, clamped == cases[c].clamped && kept == 9, "case %zu: %lld of %lld kept entries clamped", c,
+                  clamped, kept);
+        }
+        keepset_free(&ks);
+        policy_end(st);
+    }
+}
+
 int main(void) {
     TestCounts tc = {"policies", 0, 0};
     test_streamingllm(&tc);
     test_snapkv(&tc);
+    test_prior_ties(&tc);
     test_pooling(&tc);
     test_adakv_snapkv_cake(&tc);
     test_criticalkv(&tc);

@@ -69,6 +69,7 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     CHECK(tc, query_int(a, "SELECT count(*) FROM trace_heads WHERE n_layers = 2 AND n_kv_heads = 3 AND "
                            "length(r) = 4 * 2 * 3") == N_SAMPLES * STEPS * N_VARIANTS,
           "trace_heads rows %lld", query_int(a, "SELECT count(*) FROM trace_heads"));
+    CHECK(tc, query_int(a, "SELECT count(*) FROM trace_sets") == N_SAMPLES * N_VARIANTS, "trace_sets rows");
     CHECK(tc, query_int(a, "SELECT count(DISTINCT step) FROM traces") == STEPS && query_int(a, "SELECT max(step) FROM traces") == STEPS - 1,
           "steps 0..%d", STEPS - 1);
     CHECK(tc, query_int(a, "SELECT count(*) FROM traces WHERE policy = 'full'") == N_SAMPLES * STEPS, "full rows");
@@ -118,6 +119,8 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     CHECK(tc, run(cmd_merge, "merge", m_args) == 0, "merge");
     char *rows_m = dump_rows(path_in("m.db"));
     CHECK(tc, !strcmp(rows_a, rows_m), "merged shard rows differ from the whole trace");
+    CHECK(tc, query_int(path_in("m.db"), "SELECT count(*) FROM trace_sets") == N_SAMPLES * N_VARIANTS,
+          "merged trace_sets rows");
     CHECK(tc, query_int(path_in("m.db"), "SELECT count(*) FROM traces t JOIN runs r ON r.id = t.run_id WHERE "
                                          "r.shard IS NOT NULL") == N_SAMPLES * STEPS * N_VARIANTS,
           "merged traces keep their runs");
@@ -155,20 +158,24 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     CHECK(tc, run(cmd_report, "report2", bad_args) == 2 && log_contains("report2", "--outlier"), "--outlier 1.5");
 }
 
-/* The same config with value_weighted importance: keyed apart, R_t = 1 for full, values in [0, 1]. */
+/* The same config with value_weighted importance and the opt-in tie-order ablation of snapkv max+prior (two more
+ * variants, one per window): keyed apart, R_t = 1 for full, values in [0, 1], the ablation labelled in params,
+ * and the prior-clamped counts recorded for max+prior keep-sets only. */
 static void test_value_weighted_run(TestCounts *tc, const char *config) {
     KvErr err = {{0}};
     char *text = kv_read_file(config, NULL, &err), vw_path[256];
-    char *at = text ? strstr(text, "\"steps\": 6}") : NULL;
-    CHECK(tc, at != NULL, "config text");
-    if (!at) {
+    const char *steps = "\"steps\": 6}", *policies = "\"defensivekv\"]";
+    char *at = text ? strstr(text, steps) : NULL, *at_p = text ? strstr(text, policies) : NULL;
+    CHECK(tc, at != NULL && at_p != NULL && at < at_p, "config text");
+    if (!at || !at_p || at > at_p) {
         free(text);
         return;
     }
-    size_t pre = (size_t)(at - text);
-    char *vw = malloc(strlen(text) + 64);
-    snprintf(vw, strlen(text) + 64, "%.*s\"steps\": 2, \"importance\": \"value_weighted\"}%s", (int)pre, text,
-             at + strlen("\"steps\": 6}"));
+    size_t n = strlen(text) + 256;
+    char *vw = malloc(n);
+    snprintf(vw, n, "%.*s\"steps\": 2, \"importance\": \"value_weighted\"}%.*s\"defensivekv\", {\"name\": "
+                    "\"snapkv\", \"aggregations\": [\"max+prior\"], \"ties_by_unclamped\": true}]%s",
+             (int)(at - text), text, (int)(at_p - at - strlen(steps)), at + strlen(steps), at_p + strlen(policies));
     snprintf(vw_path, sizeof vw_path, "%s/trace_vw.json", dir);
     write_file(vw_path, vw);
     free(vw);
@@ -178,7 +185,16 @@ static void test_value_weighted_run(TestCounts *tc, const char *config) {
     CHECK(tc, run(cmd_trace, "vw", args) == 0, "value_weighted trace");
     CHECK(tc, query_int(db, "SELECT count(*) FROM samples WHERE setup LIKE '%importance=value_weighted%'") == 1,
           "value_weighted setup");
-    CHECK(tc, query_int(db, "SELECT count(*) FROM traces") == 2 * N_VARIANTS, "value_weighted rows");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM traces") == 2 * (N_VARIANTS + 2), "value_weighted rows %lld",
+          query_int(db, "SELECT count(*) FROM traces"));
+    CHECK(tc, query_int(db, "SELECT count(*) FROM traces WHERE params LIKE '%,ties=unclamped' AND policy = 'snapkv' "
+                            "AND aggregation = 'max+prior'") == 2 * 2,
+          "the tie-order ablation is labelled");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM trace_sets") == N_VARIANTS + 2 &&
+                  query_int(db, "SELECT count(*) FROM trace_sets WHERE clamped_kept IS NOT NULL") == 2 * 2 + 2 &&
+                  query_int(db, "SELECT count(*) FROM trace_sets WHERE clamped_kept IS NOT NULL AND "
+                                "(aggregation != 'max+prior' OR clamped_kept < 0 OR clamped_kept > kept)") == 0,
+          "trace_sets: prior-clamped counts for the max+prior keep-sets only");
     CHECK(tc, query_int(db, "SELECT count(*) FROM traces WHERE policy = 'full' AND abs(mean_r - 1) < 1e-5 AND "
                             "abs(min_r - 1) < 1e-5") == 2,
           "value_weighted R_t = 1 for full");
