@@ -25,6 +25,7 @@
 #include "../engine/model.h"
 #include "../metrics/fragility.h"
 #include "../runs/commands.h"
+#include "../runs/config.h"
 #include "../runs/prepare.h"
 #include "sweep_harness.h"
 #include "test.h"
@@ -397,6 +398,43 @@ static void test_smollm2_reference(TestCounts *tc) {
     cJSON_Delete(root);
 }
 
+/* The shipped fragility configs parse and follow the paper's protocol (issue: w = 1 against w = 32, mean, max
+ * and max+prior, 50%, value-weighted importance, enough steps; the CPU one also at 20%). */
+static void test_shipped_configs(TestCounts *tc) {
+    static const struct {
+        const char *file;
+        int min_steps, want_w1, want_20;
+    } files[] = {{"configs/fragility.json", 256, 1, 0},
+                 {"configs/fragility_tasks.json", 256, 0, 0},
+                 {"configs/fragility_cpu.json", 128, 1, 1}};
+    setenv("MODELS_DIR", "/models", 0);
+    setenv("LONGBENCH_DIR", "/data/longbench", 0);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        RunConfig cfg;
+        KvErr err = {{0}};
+        int rc = config_load(&cfg, files[i].file, &err);
+        CHECK(tc, rc == 0, "%s: %s", files[i].file, err.msg);
+        if (rc) continue;
+        int w1 = 0, w32 = 0, b20 = 0, b50 = 0, aggs = 0, ablation_default = 0;
+        for (int v = 0; v < cfg.n_variants; v++) {
+            const RunVariant *x = &cfg.variants[v];
+            w1 += policy_needs_attention(&x->policy) && x->policy.window == 1;
+            w32 += policy_needs_attention(&x->policy) && x->policy.window == 32;
+            b20 += !strcmp(x->budget_label, "20%");
+            b50 += !strcmp(x->budget_label, "50%");
+            aggs |= 1 << x->policy.aggregation;
+            ablation_default += x->policy.ties_by_unclamped && !strstr(x->params, "ties=unclamped");
+        }
+        CHECK(tc, cfg.trace_steps >= files[i].min_steps && cfg.trace_importance == IMPORTANCE_VALUE_WEIGHTED,
+              "%s: %d steps, importance %d", files[i].file, cfg.trace_steps, cfg.trace_importance);
+        CHECK(tc, w32 > 0 && (w1 > 0) == files[i].want_w1 && b50 > 0 && (b20 > 0) == files[i].want_20,
+              "%s: windows 1/32 %d/%d, budgets 50%%/20%% %d/%d", files[i].file, w1, w32, b50, b20);
+        CHECK(tc, (aggs & (1 << AGG_MEAN)) && (aggs & (1 << AGG_MAX_PRIOR)), "%s: aggregations", files[i].file);
+        CHECK(tc, ablation_default == 0, "%s: an unlabelled tie-order ablation", files[i].file);
+        config_free(&cfg);
+    }
+}
+
 int main(void) {
     TestCounts tc = {"test_trace", 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_trace_XXXXXX");
@@ -406,6 +444,7 @@ int main(void) {
     write_file(config, CONFIG);
     test_trace_runs(&tc, config);
     test_value_weighted_run(&tc, config);
+    test_shipped_configs(&tc);
     test_bad_input(&tc);
     test_window_narrowing(&tc);
     test_smollm2_reference(&tc);
