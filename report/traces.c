@@ -371,7 +371,8 @@ static int series_load(sqlite3 *db, const TraceFigure *f, const char *agg, doubl
     return 0;
 }
 
-/* R_t over the steps: per aggregation a data block "x mean min p5". */
+/* R_t over the steps: per aggregation a data block "x mean min p5"; drawn are the mean, the 5th percentile
+ * (the minimum is often one pathological head, see the table's worst head), and the outlier steps. */
 static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, double outlier) {
     char name[600], dat_path[1200];
     FILE *dat, *gp;
@@ -391,17 +392,17 @@ static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, dou
     fprintf(gp, "set title '%s — %s: retained importance of %s at %s, window %s'\n", f->key[0], f->key[2], f->key[3],
             f->key[5], f->key[6]);
     fprintf(gp, "set xlabel 'decode step (samples one after another, grey lines between them)'\n"
-                "set ylabel 'R_t: mean over heads (solid), minimum over heads (dashed)'\n"
-                "set yrange [0:1.05]\nset grid\nset key outside right top\n"
-                "set label 1 'circles: steps with a head below the threshold; dots: steps whose mean is below it' "
-                "at graph 0.01, graph 0.04 font ',8'\n"
+                "set ylabel 'R_t: mean over heads (solid), 5th percentile over heads (dashed)'\n"
+                "set yrange [-0.12:1.05]\nset autoscale xfix\nset grid\nset key outside right top\n"
+                "set label 1 'ticks below 0, one row per aggregation: steps with a head below the threshold; "
+                "dots: steps whose mean is below it' at screen 0.01, screen 0.02 font ',8'\n"
                 "plot %.2f with lines dt 3 lc rgb 'black' title 'outlier threshold'", outlier);
     for (int a = 0; a < f->n_aggs; a++) {
         fprintf(gp, ", \\\n  '%s' index %d using 1:2 with lines lw 1.5 lc %d title ", dat_path, a, a + 1);
         report_put_quoted(gp, f->aggs[a]);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:3 with lines lw 0.8 dt 2 lc %d notitle", dat_path, a, a + 1);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:($3 < %g ? $3 : 1/0) with points pt 6 ps 0.4 lc %d notitle",
-                dat_path, a, outlier, a + 1);
+        fprintf(gp, ", \\\n  '%s' index %d using 1:4 with lines lw 0.8 dt 2 lc %d notitle", dat_path, a, a + 1);
+        fprintf(gp, ", \\\n  '%s' index %d using 1:($3 < %g ? %g : 1/0) with points pt 5 ps 0.3 lc %d notitle",
+                dat_path, a, outlier, -0.03 - 0.03 * a, a + 1);
         fprintf(gp, ", \\\n  '%s' index %d using 1:($2 < %g ? $2 : 1/0) with points pt 7 ps 0.9 lc %d notitle",
                 dat_path, a, outlier, a + 1);
     }
