@@ -97,8 +97,9 @@ static void write_row(FILE *md, FILE *csv, sqlite3_stmt *sets, char keys[N_KEY][
     if (tied >= 0) snprintf(tied_text, sizeof tied_text, "%.1f%%", 100.0 * tied);
     fprintf(md, "| %s | %s | %s | %s | %s | %d | %d | %.4f | %.4f | %.4f | %.4f | %d (%.1f%%) | %lld (%.2f%%) | %d "
                 "(%.1f%%) | %s |\n",
-            keys[Q_POLICY], keys[Q_AGG], keys[Q_PARAMS], keys[Q_BUDGET], keys[Q_WINDOW], samples, s->n_steps, s->mean_r, s->mean_p5,
-            s->worst_step_r, s->worst_head_r, s->step_outliers, s->n_steps ? 100.0 * s->step_outliers / s->n_steps : 0.0,
+            keys[Q_POLICY], keys[Q_AGG], keys[Q_PARAMS], keys[Q_BUDGET], keys[Q_WINDOW], samples, s->n_steps,
+            s->mean_r, s->mean_p5, s->worst_step_r, s->worst_head_r, s->step_outliers,
+            s->n_steps ? 100.0 * s->step_outliers / s->n_steps : 0.0,
             s->head_outliers, s->n_head_values ? 100.0 * (double)s->head_outliers / (double)s->n_head_values : 0.0,
             s->steps_any_head, s->n_steps ? 100.0 * s->steps_any_head / s->n_steps : 0.0, tied_text);
     for (int i = 0; i < N_KEY; i++) {
@@ -121,7 +122,8 @@ int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *
     sqlite3_stmt *sets = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,
-                           "SELECT SUM(t.clamped_kept), SUM(t.kept) FROM trace_sets t JOIN samples s ON s.id = t.sample_id"
+                           "SELECT SUM(t.clamped_kept), SUM(t.kept) FROM trace_sets t"
+                           " JOIN samples s ON s.id = t.sample_id"
                            " WHERE s.model = ?1 AND s.setup = ?2 AND s.task = ?3 AND t.policy = ?4 AND t.params = ?5"
                            " AND t.budget = ?6 AND t.aggregation = ?7",
                            -1, &sets, NULL) != SQLITE_OK) {
@@ -239,7 +241,8 @@ static void figure_stem(const TraceFigure *f, const char *kind, char *out, size_
     }
     size_t k = strlen(out);
     snprintf(out + k, n - k, "_w%s%s%s%s_%s", f->key[6], strstr(f->key[1], "importance=value_weighted") ? "_vw" : "",
-             strstr(f->key[4], "intended") ? "_intended" : "", strstr(f->key[4], "ties=unclamped") ? "_ties-unclamped" : "",
+             strstr(f->key[4], "intended") ? "_intended" : "",
+             strstr(f->key[4], "ties=unclamped") ? "_ties-unclamped" : "",
              kind);
 }
 
@@ -481,8 +484,8 @@ int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier) {
             rc = -1;
             break;
         }
-        int a = 0;
-        for (; a < figs[i].n_aggs && !rc; a++) rc = series_load(db, &figs[i], figs[i].aggs[a], outlier, &ser[a], c->err);
+        for (int a = 0; a < figs[i].n_aggs && !rc; a++)
+            rc = series_load(db, &figs[i], figs[i].aggs[a], outlier, &ser[a], c->err);
         if (!rc) rc = plot_trace(c, &figs[i], ser, outlier) || plot_cdf(c, &figs[i], ser, outlier) ? -1 : 0;
         for (int k = 0; k < figs[i].n_aggs; k++) series_free(&ser[k]);
         free(ser);

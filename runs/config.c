@@ -339,8 +339,8 @@ static int parse_trace(const Ctx *c, const cJSON *root, int *steps, int *importa
 static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs,
                         const int *default_windows, int n_windows, int pool_kernel, const cJSON *budgets,
                         RunConfig *cfg, int *cap) {
-    static const char *const keys[] = {"name",        "aggregations",         "window", "pool_kernel",
-                                       "intended_window_bias", "ties_by_unclamped", NULL};
+    static const char *const keys[] = {"name",        "aggregations",         "window",
+                                       "pool_kernel", "intended_window_bias", "ties_by_unclamped", NULL};
     char at[256];
     const char *name;
     const cJSON *aggs = default_aggs;
@@ -426,7 +426,8 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
     if (get_string(&c, root, "", "name", 0, &cfg->name) || get_string(&c, root, "", "db", 1, &cfg->db) ||
         get_bool(&c, root, "", "compress_question", &cfg->compress_question) ||
         get_int(&c, root, "", "max_new_tokens", 0, 1 << 20, &cfg->max_new_tokens) ||
-        parse_windows(&c, root, "", windows, &n_windows) || parse_trace(&c, root, &cfg->trace_steps, &cfg->trace_importance) ||
+        parse_windows(&c, root, "", windows, &n_windows) ||
+        parse_trace(&c, root, &cfg->trace_steps, &cfg->trace_importance) ||
         get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel))
         goto done;
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");

@@ -627,9 +627,10 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     for (int d = 0; d < cfg->n_datasets; d++) {
         const RunChat chat = cfg->datasets[d].chat;
         char *setup = sw.setups[d];
+        const char *importance =
+            cfg->trace_importance == IMPORTANCE_VALUE_WEIGHTED ? ",importance=value_weighted" : "";
         int k = opt->trace ? snprintf(setup, sizeof *sw.setups, "trace,cq=%d,steps=%d%s", cfg->compress_question,
-                                      cfg->trace_steps,
-                                      cfg->trace_importance == IMPORTANCE_VALUE_WEIGHTED ? ",importance=value_weighted" : "")
+                                      cfg->trace_steps, importance)
                            : snprintf(setup, sizeof *sw.setups, "cq=%d,max_new=%d", cfg->compress_question,
                                       cfg->max_new_tokens);
         if (chat != RUN_CHAT_SUITE)

@@ -219,7 +219,8 @@ static void test_bad_input(TestCounts *tc) {
          "\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"]}], \"policies\": [\"snapkv\"], \"budgets\": "
          "[\"50%\"]}",
          "window[1]"},
-        {"{\"trace\": {\"steps\": 4, \"importance\": \"values\"}, \"models\": [{\"path\": \"synthetic:smollm2-135m\"}], "
+        {"{\"trace\": {\"steps\": 4, \"importance\": \"values\"}, "
+         "\"models\": [{\"path\": \"synthetic:smollm2-135m\"}], "
          "\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"]}], \"policies\": [\"snapkv\"], \"budgets\": "
          "[\"50%\"]}",
          "trace.importance: unknown importance 'values'"},
@@ -329,10 +330,13 @@ static void test_smollm2_reference(TestCounts *tc) {
     Backend *be = NULL;
     CHECK(tc, model_load(&m, gguf, &err) == 0, "%s", err.msg);
     if (m) CHECK(tc, backend_open(&be, "cpu", m, &err) == 0, "%s", err.msg);
-    const int N = cJSON_GetObjectItem(root, "n_layers")->valueint, K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint;
+    const int N = cJSON_GetObjectItem(root, "n_layers")->valueint;
+    const int K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint;
     TokenIds ctx = {0}, steps = {0};
-    for (const cJSON *x = cJSON_GetObjectItem(root, "context_ids")->child; x; x = x->next) ids_push(&ctx, x->valueint, &err);
-    for (const cJSON *x = cJSON_GetObjectItem(root, "step_ids")->child; x; x = x->next) ids_push(&steps, x->valueint, &err);
+    for (const cJSON *x = cJSON_GetObjectItem(root, "context_ids")->child; x; x = x->next)
+        ids_push(&ctx, x->valueint, &err);
+    for (const cJSON *x = cJSON_GetObjectItem(root, "step_ids")->child; x; x = x->next)
+        ids_push(&steps, x->valueint, &err);
     const int L = ctx.n, T = steps.n;
     int n_nu, n_ra, n_rv;
     double *nu = double_array(cJSON_GetObjectItem(root, "value_norm"), &n_nu);
@@ -344,7 +348,8 @@ static void test_smollm2_reference(TestCounts *tc) {
     for (int s = 0; s < S && s < 2; s++) {
         const cJSON *js = cJSON_GetArrayItem(jsets, s);
         int n = 0, i = 0, counts[256];
-        for (const cJSON *x = cJSON_GetObjectItem(js, "counts")->child; x && n < 256; x = x->next) counts[n++] = x->valueint;
+        for (const cJSON *x = cJSON_GetObjectItem(js, "counts")->child; x && n < 256; x = x->next)
+            counts[n++] = x->valueint;
         CHECK(tc, n == N * K && keepset_init(&sets[s], N, K, counts, &err) == 0, "keep-set %d", s);
         for (const cJSON *x = cJSON_GetObjectItem(js, "positions")->child; x && i < sets[s].total; x = x->next)
             sets[s].positions[i++] = x->valueint;
