@@ -550,7 +550,8 @@ static int check_merge_identity(Store *s, const char *src_path, KvErr *err) {
         return -1;
     if (!where[0] &&
         first_row(s,
-                  "SELECT x.model || ' ' || x.setup || ' ' || x.suite || ':' || x.task, x.data_id, y.data_id FROM "
+                  "SELECT 'model ''' || x.model || ''' setup ' || x.setup || ' task ' || x.suite || ':' || x.task, "
+                  "x.data_id, y.data_id FROM "
                   "(SELECT DISTINCT model, setup, suite, task, data_id FROM main.samples) y JOIN "
                   "(SELECT DISTINCT model, setup, suite, task, data_id FROM src.samples) x ON x.model = y.model AND "
                   "x.setup = y.setup AND x.suite = y.suite AND x.task = y.task AND x.data_id != y.data_id LIMIT 1",
@@ -579,9 +580,8 @@ int store_merge(Store *s, const char *src_path, KvErr *err) {
     if (!rc) {
         /* The identities are compared inside the transaction, so no writer slips rows in between. "WHERE true":
          * an INSERT ... SELECT with an upsert clause needs one (SQLite's parsing ambiguity). */
-        rc = check_merge_identity(s, src_path, err);
-        if (!rc)
-            rc = exec(s,
+        if ((rc = check_merge_identity(s, src_path, err))) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        else if ((rc = exec(s,
                       "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs;\n"
                       "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
                       "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
@@ -604,8 +604,7 @@ int store_merge(Store *s, const char *src_path, KvErr *err) {
                       "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
                       "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
                       "COMMIT;",
-                      err);
-        if (rc) {
+                      err))) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             kv_wrap(err, "merging %s", src_path);
         }

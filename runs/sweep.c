@@ -608,9 +608,10 @@ static int check_model_identity(Sweep *sw, KvErr *err) {
         return -1;
     if (!stored[0]) return 0;
     store_identity_change(stored, sw->model_id, change, sizeof change);
-    return kv_fail(err, "%s: model '%s': %s holds rows of this name made from another model (%s, then from %s; now "
-                        "%s): rows of different inputs are never mixed: give the model another \"name\", or use a new "
-                        "--db", sw->cfg->file, sw->rm->name, sw->opt->db_path, change, stored_path, sw->rm->path);
+    return kv_fail(err, "%s: model '%s': %s holds rows of this name made from another model (they came from %s, "
+                        "the config names %s: %s); rows of different inputs are never mixed: give the model another "
+                        "\"name\", or use a new --db", sw->cfg->file, sw->rm->name, sw->opt->db_path, stored_path,
+                   sw->rm->path, change);
 }
 
 static int sweep_model(Sweep *sw, KvErr *err) {
