@@ -139,10 +139,20 @@ static void id_task(const char *id, const char *fallback, char *out, size_t n) {
     else snprintf(out, n, "%s", fallback);
 }
 
-/* Refuses a task whose rows in the database were made from other data (fail before work). */
+/* Refuses a task whose rows in the database were made from other data, or which an earlier entry of the config
+ * runs from other data under the same setup (their rows would share keys): fail before work. */
 static int check_task_identity(const Sweep *sw, const Plan *p, int d, int k, KvErr *err) {
     const RunDataset *rd = &sw->cfg->datasets[d];
     char stored[256], change[600];
+    for (int e = 0; e < d; e++)
+        for (int j = p->first[e]; j < p->first[e] + sw->cfg->datasets[e].n_tasks; j++)
+            if (!strcmp(sw->setups[e], sw->setups[d]) && !strcmp(p->specs[j], p->specs[k]) &&
+                !strcmp(p->labels[j], p->labels[k]) && strcmp(p->data_ids[j], p->data_ids[k])) {
+                store_identity_change(p->data_ids[j], p->data_ids[k], change, sizeof change);
+                return kv_fail(err, "%s: datasets[%d] and datasets[%d] both run %s from other data (%s): their rows "
+                                    "would share keys; put them in two configs with two databases",
+                               sw->cfg->file, e, d, p->specs[k], change);
+            }
     if (!sw->store) return 0;
     if (store_check_data(sw->store, sw->rm->name, sw->setups[d], rd->suite, p->labels[k], p->data_ids[k], stored,
                          sizeof stored, err))
@@ -387,7 +397,22 @@ static StoreSample sample_row(const Sweep *sw, const Plan *p, const PlanItem *it
 }
 
 /* The database, created (with its directory) for the first sample to be written, and this model's run row. */
-static int begin_run(Sweep *sw, KvErr *err);
+static int begin_run(Sweep *sw, KvErr *err) {
+    char rev[64], host[256] = "unknown", hash[32], shard[32];
+    if (sw->run_id) return 0;
+    if (!sw->store &&
+        (util_make_parent_dirs(sw->opt->db_path, err) || store_open(&sw->store, sw->opt->db_path, 0, err)))
+        return -1;
+    util_git_revision(rev, sizeof rev);
+    gethostname(host, sizeof host - 1);
+    snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
+    snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
+    const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
+    StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sw->model_id, tokenizer,
+                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
+    return store_begin_run(sw->store, &r, &sw->run_id, err);
+}
+
 
 /* Traces one planned sample (kvbench trace, runs/trace.h) and stores its rows; -1 only when the database write
  * failed. A variant without a trace (its keep-set failed) is logged and gets no rows, so a rerun retries it. */
@@ -568,22 +593,6 @@ static int load_model(Sweep *sw, KvErr *err) {
         return kv_fail(err, "%s: model '%s': the tokenizer has %d tokens, the model's vocabulary only %d",
                        sw->cfg->file, rm->name, tokenizer_vocab_size(sw->tok), sw->model->cfg.vocab_size);
     return backend_open(&sw->be, rm->backend, sw->model, err);
-}
-
-static int begin_run(Sweep *sw, KvErr *err) {
-    char rev[64], host[256] = "unknown", hash[32], shard[32];
-    if (sw->run_id) return 0;
-    if (!sw->store &&
-        (util_make_parent_dirs(sw->opt->db_path, err) || store_open(&sw->store, sw->opt->db_path, 0, err)))
-        return -1;
-    util_git_revision(rev, sizeof rev);
-    gethostname(host, sizeof host - 1);
-    snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
-    snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
-    const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
-    StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sw->model_id, tokenizer,
-                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
-    return store_begin_run(sw->store, &r, &sw->run_id, err);
 }
 
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently

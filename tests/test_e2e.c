@@ -237,6 +237,20 @@ static void test_identity(TestCounts *tc) {
                   stat(fresh, &st) != 0,
           "a run that stopped before its first sample left a database");
 
+    /* One config running a task twice from different seeds under one setup: their keys would collide. */
+    char *dup = path_in("dup.json");
+    FILE *f = fopen(dup, "w");
+    fputs("{\"max_new_tokens\": 2, \"models\": [{\"path\": \"synthetic:smollm2-135m:layers=2\", \"name\": \"syn\", "
+          "\"tokenizer\": \"" TOKENIZER "\"}],\n \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_1\"], "
+          "\"n_samples\": 1, \"target_tokens\": 1024},\n  {\"suite\": \"ruler\", \"tasks\": [\"vt\", \"niah_single_1\"], "
+          "\"n_samples\": 1, \"target_tokens\": 1024, \"seed\": 7}], \"policies\": [\"full\"]}\n", f);
+    fclose(f);
+    char *dup_db = path_in("dup.db");
+    char *dd[] = {dup, "--db", dup_db, NULL};
+    CHECK(tc, run(cmd_run, "dup", dd) == 1 && log_contains("dup", "datasets[0] and datasets[1]") &&
+                  log_contains("dup", "seed=42 -> seed=7") && stat(dup_db, &st) != 0,
+          "a task twice from different seeds");
+
     /* Two runs at once on one new database: each counts the rows it added, together exactly the rows stored. */
     char *both = path_in("both.db");
     char *c1[] = {seed42, "--db", both, NULL};
