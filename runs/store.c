@@ -179,8 +179,14 @@ static int check_damage(Store *s, const char *schema, const char *label, KvErr *
         sqlite3_finalize(st);
     }
     if (rc == SQLITE_ROW && !strcmp(result, "ok")) return 0;
-    if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB)
-        return kv_fail(err, "%s: cannot read the database: %s", label, sqlite3_errmsg(s->db));
+    if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB) {
+        char wal[1100];
+        snprintf(wal, sizeof wal, "%s-wal", label);
+        return kv_fail(err, "%s: cannot read the database: %s%s", label, sqlite3_errmsg(s->db),
+                       access(wal, F_OK) ? "" : " (it has a write-ahead log, -wal, from a run writing it or killed: "
+                                                "reading that needs its -shm file or a writable directory; copy the "
+                                                "database with its -wal file to a writable place)");
+    }
     return kv_fail(err, "%s: the database is damaged (quick_check: %s); nothing was done with it: restore it from a "
                         "copy, or use a new --db", label, rc == SQLITE_ROW ? result : sqlite3_errmsg(s->db));
 }
