@@ -6,6 +6,7 @@
  * samples too short for the observation window become failed rows while the run goes on; the report writes
  * its files; bad inputs exit non-zero with a message naming the problem. Each run is a forked child calling
  * the subcommand, so the parent stays free of OpenMP threads and can kill a run at any moment. */
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -213,6 +214,25 @@ static void test_identity(TestCounts *tc) {
           "a refused run wrote rows");
     free(rows_before);
     free(rows_after);
+
+    /* A copy whose results b-tree is damaged (header intact): the run stops at open with one line, writing nothing. */
+    char *damaged = path_in("damaged.db"), cp[512];
+    snprintf(cp, sizeof cp, "cp %s %s", db, damaged);
+    long long root = query_int(db, "SELECT rootpage FROM sqlite_schema WHERE name = 'results'");
+    long long page = query_int(db, "PRAGMA page_size");
+    int fd = system(cp) == 0 ? open(damaged, O_WRONLY) : -1;
+    char junk[64];
+    memset(junk, 0xee, sizeof junk);
+    CHECK(tc, fd >= 0 && root > 1 && pwrite(fd, junk, sizeof junk, (off_t)((root - 1) * page)) == sizeof junk,
+          "corrupting %s", damaged);
+    if (fd >= 0) close(fd);
+    struct stat before, after;
+    stat(damaged, &before);
+    char *ad[] = {seed42, "--db", damaged, NULL};
+    CHECK(tc, run(cmd_run, "damaged", ad) == 1 && log_contains("damaged", "damaged.db: the database is damaged"),
+          "a damaged database was not refused");
+    stat(damaged, &after);
+    CHECK(tc, before.st_size == after.st_size && before.st_mtime == after.st_mtime, "the damaged database was written");
 
     /* The seed-7 rows in a database of their own; merging it with the seed-42 one is refused, nothing copied. */
     char *db7 = path_in("ident7.db");
