@@ -114,7 +114,8 @@ int cmd_report(int argc, char **argv) {
 
 int cmd_merge(int argc, char **argv) {
     if (argc < 2 || argv[0][0] == '-') {
-        fprintf(stderr, "usage: kvbench merge OUT.db IN.db...   (rows already in OUT.db are kept, none duplicated)\n");
+        fprintf(stderr, "usage: kvbench merge OUT.db IN.db...   (rows already in OUT.db are kept, none duplicated; "
+                        "inputs that disagree on identity are refused, all of them before anything is copied)\n");
         return 2;
     }
     Store *out;
@@ -123,11 +124,9 @@ int cmd_merge(int argc, char **argv) {
         fprintf(stderr, "kvbench merge: %s\n", err.msg);
         return 1;
     }
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        if ((rc = store_merge(out, argv[i], &err))) fprintf(stderr, "kvbench merge: %s\n", err.msg);
-        else fprintf(stderr, "kvbench merge: merged %s into %s\n", argv[i], argv[0]);
-    }
+    int rc = store_merge(out, (const char *const *)argv + 1, argc - 1, &err);
+    if (rc) fprintf(stderr, "kvbench merge: %s\n", err.msg);
+    else fprintf(stderr, "kvbench merge: merged %d database%s into %s\n", argc - 1, argc > 2 ? "s" : "", argv[0]);
     store_close(out);
     return rc ? 1 : 0;
 }

@@ -542,34 +542,57 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
 
 /* ---------------------------------------------------------------- merge */
 
-/* One line naming the first disagreement on identity between the attached source and main, or 0. */
+/* The identity groups a merge compares: every (model, model_id) and (model, setup, suite, task, data_id) already
+ * taken, with where it came from (the output, or an input checked before), in temp tables of this connection. */
+static const char *MERGE_GROUPS =
+    "DROP TABLE IF EXISTS temp.merge_models; DROP TABLE IF EXISTS temp.merge_tasks;\n"
+    "CREATE TEMP TABLE merge_models(model TEXT, model_id TEXT, origin TEXT);\n"
+    "CREATE TEMP TABLE merge_tasks(model TEXT, setup TEXT, suite TEXT, task TEXT, data_id TEXT, origin TEXT);\n";
+
+/* Adds the groups of `schema` (main or src) to the temp tables, labelled with `origin`. */
+static int add_groups(Store *s, const char *schema, const char *origin, KvErr *err) {
+    char sql[600];
+    sqlite3_stmt *st;
+    const char *forms[] = {"INSERT INTO temp.merge_models SELECT DISTINCT model, model_id, ?1 FROM %s.samples",
+                           "INSERT INTO temp.merge_tasks SELECT DISTINCT model, setup, suite, task, data_id, ?1 "
+                           "FROM %s.samples"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql, forms[i], schema);
+        if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(s, err, "comparing identities");
+        bind_text(st, 1, origin);
+        if (step_done(s, st, "comparing identities", err)) return -1;
+    }
+    return 0;
+}
+
+/* One line naming the first disagreement on identity between the attached source and the groups taken so far. */
 static int check_merge_identity(Store *s, const char *src_path, KvErr *err) {
-    char a[512], b[512], where[512], change[1100];
-    char *outs[] = {where, a, b};
-    size_t sizes[] = {sizeof where, sizeof a, sizeof b};
+    char a[512], b[512], where[512], origin[1024], change[1100];
+    char *outs[] = {where, a, b, origin};
+    size_t sizes[] = {sizeof where, sizeof a, sizeof b, sizeof origin};
     if (first_row(s,
-                  "SELECT 'model ''' || x.model || '''', x.model_id, y.model_id FROM "
-                  "(SELECT DISTINCT model, model_id FROM main.samples) y JOIN "
-                  "(SELECT DISTINCT model, model_id FROM src.samples) x ON x.model = y.model AND x.model_id != y.model_id "
-                  "LIMIT 1",
-                  NULL, 0, outs, sizes, 3, "comparing identities", err))
+                  "SELECT 'model ''' || x.model || '''', x.model_id, y.model_id, y.origin FROM temp.merge_models y "
+                  "JOIN (SELECT DISTINCT model, model_id FROM src.samples) x ON x.model = y.model AND "
+                  "x.model_id != y.model_id LIMIT 1",
+                  NULL, 0, outs, sizes, 4, "comparing identities", err))
         return -1;
     if (!where[0] &&
         first_row(s,
                   "SELECT 'model ''' || x.model || ''' setup ' || x.setup || ' task ' || x.suite || ':' || x.task, "
-                  "x.data_id, y.data_id FROM "
-                  "(SELECT DISTINCT model, setup, suite, task, data_id FROM main.samples) y JOIN "
+                  "x.data_id, y.data_id, y.origin FROM temp.merge_tasks y JOIN "
                   "(SELECT DISTINCT model, setup, suite, task, data_id FROM src.samples) x ON x.model = y.model AND "
                   "x.setup = y.setup AND x.suite = y.suite AND x.task = y.task AND x.data_id != y.data_id LIMIT 1",
-                  NULL, 0, outs, sizes, 3, "comparing identities", err))
+                  NULL, 0, outs, sizes, 4, "comparing identities", err))
         return -1;
     if (!where[0]) return 0;
     store_identity_change(b, a, change, sizeof change);
     return kv_fail(err, "%s: %s was made from other inputs than in %s (%s): rows of different inputs are not merged "
-                        "(give the model another name, or keep the databases apart)", src_path, where, s->path, change);
+                        "(give the model another name, or keep the databases apart); nothing was merged",
+                   src_path, where, origin, change);
 }
 
-int store_merge(Store *s, const char *src_path, KvErr *err) {
+/* Attaches src_path read-only as "src" and checks it like store_open (damage, schema); detached on failure. */
+static int attach_source(Store *s, const char *src_path, KvErr *err) {
     sqlite3_stmt *st;
     char uri[3200];
     struct stat sb;
@@ -580,41 +603,67 @@ int store_merge(Store *s, const char *src_path, KvErr *err) {
         return db_fail(s, err, "attaching");
     bind_text(st, 1, uri);
     if (step_done(s, st, src_path, err)) return -1;
-    int rc = check_damage(s, "src", src_path, err);
-    if (!rc) rc = check_schema(s, "src", src_path, 0, err);
-    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) {
-        /* The identities are compared inside the transaction, so no writer slips rows in between. "WHERE true":
-         * an INSERT ... SELECT with an upsert clause needs one (SQLite's parsing ambiguity). */
-        if ((rc = check_merge_identity(s, src_path, err))) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-        else if ((rc = exec(s,
-                      "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs;\n"
-                      "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
-                      "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
-                      "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
-                      "INSERT INTO main.results(sample_id, " RESULT_COLUMNS ")\n"
-                      "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                      "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
-                      "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                      "  ON x.sid = sample_id WHERE true\n"
-                      "  ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET\n"
-                      "  keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens,\n"
-                      "  kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, score = excluded.score,\n"
-                      "  generated_tokens = excluded.generated_tokens, prefill_ms = excluded.prefill_ms,\n"
-                      "  select_ms = excluded.select_ms, decode_ms = excluded.decode_ms, error = excluded.error\n"
-                      "  WHERE results.error IS NOT NULL AND excluded.error IS NULL;\n"
-                      "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
-                      "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
-                      "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                      "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
-                      "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                      "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
-                      "COMMIT;",
-                      err))) {
-            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-            kv_wrap(err, "merging %s", src_path);
-        }
+    if (check_damage(s, "src", src_path, err) || check_schema(s, "src", src_path, 0, err)) {
+        sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+        return -1;
     }
-    sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+    return 0;
+}
+
+/* Copies the attached source into main in one transaction, after checking it against main again inside it
+ * (another process may have written main since the first pass). "WHERE true": an INSERT ... SELECT with an
+ * upsert clause needs one (SQLite's parsing ambiguity). */
+static int copy_source(Store *s, const char *src_path, KvErr *err) {
+    if (exec(s, "BEGIN IMMEDIATE", err)) return -1;
+    int rc = exec(s, MERGE_GROUPS, err);
+    if (!rc) rc = add_groups(s, "main", s->path, err);
+    if (!rc) rc = check_merge_identity(s, src_path, err);
+    if (!rc && exec(s,
+                    "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs;\n"
+                    "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
+                    "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+                    "INSERT INTO main.results(sample_id, " RESULT_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                    "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
+                    "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                    "  ON x.sid = sample_id WHERE true\n"
+                    "  ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET\n"
+                    "  keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens,\n"
+                    "  kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, score = excluded.score,\n"
+                    "  generated_tokens = excluded.generated_tokens, prefill_ms = excluded.prefill_ms,\n"
+                    "  select_ms = excluded.select_ms, decode_ms = excluded.decode_ms, error = excluded.error\n"
+                    "  WHERE results.error IS NOT NULL AND excluded.error IS NULL;\n"
+                    "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
+                    "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                    "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
+                    "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                    "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+                    "COMMIT;",
+                    err))
+        rc = kv_wrap(err, "merging %s", src_path);
+    if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err) {
+    /* First pass: every input readable, undamaged, of this schema, and agreeing on identity with the output and
+     * with every input before it; only then anything is copied, so a refused merge leaves the output as it was. */
+    int rc = exec(s, MERGE_GROUPS, err);
+    if (!rc) rc = add_groups(s, "main", s->path, err);
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = attach_source(s, src_paths[i], err))) break;
+        rc = check_merge_identity(s, src_paths[i], err);
+        if (!rc) rc = add_groups(s, "src", src_paths[i], err);
+        sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = attach_source(s, src_paths[i], err))) break;
+        rc = copy_source(s, src_paths[i], err);
+        sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+    }
+    sqlite3_exec(s->db, "DROP TABLE IF EXISTS temp.merge_models; DROP TABLE IF EXISTS temp.merge_tasks;", NULL, NULL,
+                 NULL);
     return rc;
 }

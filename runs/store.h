@@ -110,12 +110,12 @@ typedef struct {
 int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
                        KvErr *err);
 
-/* Copies every run, sample, result and trace of the database at src_path that `s` does not hold yet (a failed
- * row of `s` is replaced by the source's successful one). Refuses, copying nothing, a source whose rows
- * disagree on identity with those of `s`: another model identity under one model name, or another data
- * identity for one (model, setup, suite, task); shards of one configuration never disagree. The source is
- * only read (opened read-only, immutable when it has no write-ahead log) and checked like store_open. */
-int store_merge(Store *s, const char *src_path, KvErr *err);
+/* Copies every run, sample, result and trace of the databases src_paths[n] that `s` does not hold yet (a failed
+ * row of `s` is replaced by a source's successful one). All inputs are checked first — readable, undamaged (as
+ * store_open), of this schema, and agreeing on identity with `s` and with each other: one model identity per
+ * model name, one data identity per (model, setup, suite, task); shards of one configuration always agree — and
+ * if any is refused, nothing is copied. Sources are only read (read-only, immutable without a write-ahead log). */
+int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err);
 
 /* Describes how identity `now` differs from `was` (comma-separated key=value lists): the first pair that
  * differs, "seed=42 -> seed=7", or both whole when they are not such lists. */

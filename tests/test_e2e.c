@@ -234,7 +234,8 @@ static void test_identity(TestCounts *tc) {
     stat(damaged, &after);
     CHECK(tc, before.st_size == after.st_size && before.st_mtime == after.st_mtime, "the damaged database was written");
 
-    /* The seed-7 rows in a database of their own; merging it with the seed-42 one is refused, nothing copied. */
+    /* The seed-7 rows in a database of their own; merging it with the seed-42 one is refused, nothing copied (not
+     * even the seed-42 input, checked first). */
     char *db7 = path_in("ident7.db");
     char *b7[] = {seed7, "--db", db7, NULL};
     CHECK(tc, run(cmd_run, "i7b", b7) == 0, "seed 7 run");
@@ -244,9 +245,7 @@ static void test_identity(TestCounts *tc) {
     CHECK(tc, run(cmd_merge, "imerge", m_args) == 1 && log_contains("imerge", "seed=42 -> seed=7") &&
                   log_contains("imerge", "ident7.db"),
           "merge of different configs not refused");
-    CHECK(tc, query_int(merged, "SELECT count(*) FROM samples") == 2 &&
-                  query_int(merged, "SELECT count(*) FROM samples WHERE data_id LIKE 'seed=7,%'") == 0,
-          "refused merge copied rows");
+    CHECK(tc, query_int(merged, "SELECT count(*) FROM samples") == 0, "a refused merge copied rows");
 
     /* Stopping before the first sample (a LongBench path that does not exist) leaves no database. */
     char *bad_data = small_config("bad_data.json", 42, 2, "/nonexistent/longbench");

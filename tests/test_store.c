@@ -164,6 +164,8 @@ static void test_bad_files(TestCounts *tc) {
     CHECK(tc, strstr(err.msg, "schema version 99") && strstr(err.msg, "v.db"), "message: %s", err.msg);
 }
 
+static int merge1(Store *s, const char *src, KvErr *err) { return store_merge(s, &src, 1, err); }
+
 static void test_merge(TestCounts *tc) {
     char a[128], b[128], out[128];
     Store *s;
@@ -186,9 +188,9 @@ static void test_merge(TestCounts *tc) {
 
     CHECK(tc, store_open(&s, out, 0, &err) == 0, "open out: %s", err.msg);
     if (!s) return;
-    CHECK(tc, store_merge(s, a, &err) == 0, "merge a: %s", err.msg);
-    CHECK(tc, store_merge(s, b, &err) == 0, "merge b: %s", err.msg);
-    CHECK(tc, store_merge(s, b, &err) == 0, "merge b again: %s", err.msg);
+    CHECK(tc, merge1(s, a, &err) == 0, "merge a: %s", err.msg);
+    CHECK(tc, merge1(s, b, &err) == 0, "merge b: %s", err.msg);
+    CHECK(tc, merge1(s, b, &err) == 0, "merge b again: %s", err.msg);
     CHECK(tc, count(s, "SELECT count(*) FROM runs") == 2, "runs %lld", count(s, "SELECT count(*) FROM runs"));
     CHECK(tc, count(s, "SELECT count(*) FROM samples") == 2, "samples");
     CHECK(tc, count(s, "SELECT count(*) FROM results") == 4, "results %lld", count(s, "SELECT count(*) FROM results"));
@@ -197,8 +199,8 @@ static void test_merge(TestCounts *tc) {
           "foreign keys resolve");
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none.db", dir);
-    CHECK(tc, store_merge(s, missing, &err) == -1 && strstr(err.msg, "none.db"), "missing input: %s", err.msg);
-    CHECK(tc, store_merge(s, out, &err) == -1, "merged into itself");
+    CHECK(tc, merge1(s, missing, &err) == -1 && strstr(err.msg, "none.db"), "missing input: %s", err.msg);
+    CHECK(tc, merge1(s, out, &err) == -1, "merged into itself");
 
     /* Another configuration: the same task from another seed (and, apart, another model file under the same
      * name) disagrees on identity and is refused with nothing copied; a failed row is replaced by a success. */
@@ -221,17 +223,34 @@ static void test_merge(TestCounts *tc) {
         store_close(o);
     }
     long long runs_before = count(s, "SELECT count(*) FROM runs");
-    CHECK(tc, store_merge(s, c, &err) == -1 && strstr(err.msg, "seed=42 -> seed=7") && strstr(err.msg, "ruler:vt") &&
+    CHECK(tc, merge1(s, c, &err) == -1 && strstr(err.msg, "seed=42 -> seed=7") && strstr(err.msg, "ruler:vt") &&
                   strstr(err.msg, "seed7.db"),
           "merged another seed: %s", err.msg);
-    CHECK(tc, store_merge(s, d, &err) == -1 && strstr(err.msg, "fp=aa -> fp=bb") && strstr(err.msg, "model 'm'"),
+    CHECK(tc, merge1(s, d, &err) == -1 && strstr(err.msg, "fp=aa -> fp=bb") && strstr(err.msg, "model 'm'"),
           "merged another model: %s", err.msg);
     CHECK(tc, count(s, "SELECT count(*) FROM runs") == runs_before && count(s, "SELECT count(*) FROM samples") == 2,
           "a refused merge copied rows");
+    /* All inputs are checked before anything is copied: a good input before a refused one is not merged either,
+     * and two inputs that disagree with each other (not with the output) are refused. */
+    char fresh[128];
+    snprintf(fresh, sizeof fresh, "%s/fresh.db", dir);
+    store_open(&o, fresh, 0, &err);
+    const char *good_then_bad[] = {a, d}, *disagreeing[] = {a, c};
+    CHECK(tc, o && store_merge(o, good_then_bad, 2, &err) == -1 && strstr(err.msg, "nothing was merged") &&
+                  count(o, "SELECT count(*) FROM samples") == 0,
+          "a refused merge copied the inputs before it: %s", err.msg);
+    CHECK(tc, o && store_merge(o, disagreeing, 2, &err) == -1 && strstr(err.msg, "seed=42 -> seed=7") &&
+                  strstr(err.msg, "shard0.db") && count(o, "SELECT count(*) FROM samples") == 0,
+          "inputs disagreeing with each other: %s", err.msg);
+    const char *shards[] = {a, b};
+    CHECK(tc, o && store_merge(o, shards, 2, &err) == 0 && count(o, "SELECT count(*) FROM results") == 4,
+          "shards: %s", err.msg);
+    store_close(o);
+
     /* The merged database's vt:0 snapkv 20% is a success (1.0) and stays; make it a failure to see it replaced. */
     sqlite3_exec(store_handle(s), "UPDATE results SET error = 'transient', score = NULL WHERE budget = '20%' AND "
                                   "sample_id = (SELECT id FROM samples WHERE sample_key = 'ruler:vt:0')", NULL, NULL, NULL);
-    CHECK(tc, store_merge(s, e, &err) == 0, "merge of a retried run: %s", err.msg);
+    CHECK(tc, merge1(s, e, &err) == 0, "merge of a retried run: %s", err.msg);
     CHECK(tc, count(s, "SELECT count(*) FROM results r JOIN samples m ON m.id = r.sample_id WHERE m.sample_key = "
                        "'ruler:vt:0' AND r.error IS NULL") == 2 &&
                   test_close(real(s, "SELECT score FROM results WHERE budget = '20%' AND sample_id = (SELECT id FROM "
@@ -373,7 +392,7 @@ static void test_damage(TestCounts *tc) {
     snprintf(out, sizeof out, "%s/from_damaged.db", dir);
     CHECK(tc, store_open(&s, out, 0, &err) == 0, "open out: %s", err.msg);
     if (!s) return;
-    CHECK(tc, store_merge(s, path, &err) == -1 && strstr(err.msg, "damaged"), "merged a damaged db: %s", err.msg);
+    CHECK(tc, merge1(s, path, &err) == -1 && strstr(err.msg, "damaged"), "merged a damaged db: %s", err.msg);
     CHECK(tc, count(s, "SELECT count(*) FROM runs") == 0, "rows merged from a damaged db");
     store_close(s);
 }
