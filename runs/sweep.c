@@ -13,8 +13,8 @@
  * sample in flight. A row is only ever resumed under the identity that made it: the model's (weights and
  * tokenizer, util_model_identity) and each task's data (dataset_identity); a database holding rows of the same
  * model name or task made from other inputs is refused before any work, naming the change (configs/README.md
- * "Resume"). The database file is created only when the first sample is about to be written, so a run that
- * stops before that leaves none behind. */
+ * "Resume"). The database file is created only when the first sample is about to be written (or at the end of
+ * a run with nothing to do), so a run that stops before its first sample leaves none behind. */
 #include "sweep.h"
 
 #include <cjson/cJSON.h>
@@ -735,6 +735,9 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         sw.rm = &cfg->models[i];
         rc = sweep_model(&sw, err);
     }
+    /* A run that had nothing to do still leaves the database it was asked for (a shard with no samples merges). */
+    if (!rc && !sw.store)
+        rc = util_make_parent_dirs(opt->db_path, err) || store_open(&sw.store, opt->db_path, 0, err) ? -1 : 0;
     store_close(sw.store);
     free(sw.setups);
     free(sw.keys);

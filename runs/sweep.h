@@ -38,7 +38,8 @@ int sweep_parse_shard(const char *text, int *index, int *count, KvErr *err);
 /* Returns 0 when every planned sample was processed (failed samples included: stats->rows_failed counts them),
  * -1 on a fatal error (the database cannot be written, a model cannot be loaded, the database holds rows of
  * this model name or task made from other inputs); rows written before it stay. A database that does not exist
- * yet is created only for the first sample written. stats may be NULL. */
+ * yet is created for the first sample written, or at the end of a run that had nothing to do; a run that fails
+ * before its first sample leaves none. stats may be NULL. */
 int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err);
 
 #endif

@@ -256,6 +256,17 @@ static void test_identity(TestCounts *tc) {
                   stat(fresh, &st) != 0,
           "a run that stopped before its first sample left a database");
 
+    /* A shard with no samples finishes with nothing to do and still leaves its (empty) database, which merges. */
+    char *empty = path_in("empty_shard.db");
+    char *es[] = {seed42, "--db", empty, "--shard", "999/1000", NULL};
+    CHECK(tc, run(cmd_run, "empty_shard", es) == 0 && log_contains("empty_shard", "nothing to do") &&
+                  query_int(empty, "SELECT count(*) FROM samples") == 0,
+          "an empty shard left no database");
+    char *me[] = {path_in("with_empty.db"), db, empty, NULL};
+    CHECK(tc, run(cmd_merge, "merge_empty", me) == 0 && query_int(path_in("with_empty.db"), "SELECT count(*) FROM "
+                                                                   "results") == 4,
+          "merge with an empty shard");
+
     /* One config running a task twice from different seeds under one setup: their keys would collide. */
     char *dup = path_in("dup.json");
     FILE *f = fopen(dup, "w");
