@@ -85,6 +85,8 @@ int dataset_sample_id(const Dataset *ds, int index, char *out, size_t size, KvEr
     return 0;
 }
 
+void dataset_identity(const Dataset *ds, char *out, size_t size) { ds->ops->identity(ds->state, out, size); }
+
 int dataset_skipped(const Dataset *ds) { return ds->ops->skipped(ds->state); }
 
 void dataset_close(Dataset *ds) {

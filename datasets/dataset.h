@@ -82,6 +82,12 @@ int dataset_get(Dataset *ds, int index, Sample *out, KvErr *err);
 /* The id that sample `index` has (Sample.id), without building it: planners and shards key on ids, and a RULER /
  * NIAH sample costs token counting to build. */
 int dataset_sample_id(const Dataset *ds, int index, char *out, size_t size, KvErr *err);
+/* What decides a sample's text besides its id (which already names the task, the file line / generated row /
+ * grid cell, and the runner appends the target length): fingerprints of the data file and the assets read,
+ * and the generator's seed, as comma-separated key=value pairs, e.g. "seed=42,assets=1f..,qa=substitute".
+ * Two datasets of one task with equal identities give equal samples for equal ids (with the same token
+ * counter); subset options (fraction, first_n and their seed) only choose ids, so they are not part of it. */
+void dataset_identity(const Dataset *ds, char *out, size_t size);
 /* Lines skipped as malformed (skip_bad_lines). */
 int dataset_skipped(const Dataset *ds);
 void dataset_close(Dataset *ds);

@@ -19,6 +19,8 @@ typedef struct {
     int (*get)(void *state, int index, Sample *out, KvErr *err);
     /* Sample.id of sample index without building the sample (index already range-checked). */
     void (*sample_id)(const void *state, int index, char *out, size_t size);
+    /* dataset_identity: what else decides a sample's text (data files, generator parameters) */
+    void (*identity)(const void *state, char *out, size_t size);
     int (*skipped)(const void *state);
     void (*close)(void *state);
     int (*task_known)(const char *task);
@@ -52,6 +54,16 @@ void ds_strv_free(char **v, int n);
 char *ds_fill(const char *tmpl, int n, const char *const *names, const char *const *values, KvErr *err);
 /* Whether s[0..n) is valid UTF-8; on failure *bad receives the offset of the first bad byte. */
 int ds_utf8_valid(const char *s, size_t n, size_t *bad);
+
+/* ---- identity ---- */
+#define DS_HASH_INIT 1469598103934665603ULL
+/* FNV-1a 64 of n bytes continued from h (start with DS_HASH_INIT): fingerprints of data files and assets
+ * (dataset_identity), not a defence against tampering. */
+uint64_t ds_hash(uint64_t h, const void *p, size_t n);
+/* The same over a string and its terminating NUL, so consecutive strings cannot run into each other. */
+uint64_t ds_hash_str(uint64_t h, const char *s);
+/* Continues *h over the bytes of assets_dir/rel. */
+int ds_hash_asset(uint64_t *h, const char *assets_dir, const char *rel, KvErr *err);
 
 /* ---- assets and JSON ---- */
 /* opt->assets_dir, else $KVBENCH_ASSETS, else "datasets/assets" (the runner works from the project root). */

@@ -73,6 +73,25 @@ char *ds_strndup(const char *s, size_t n, KvErr *err) {
     return d;
 }
 
+uint64_t ds_hash(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+uint64_t ds_hash_str(uint64_t h, const char *s) { return ds_hash(h, s, strlen(s) + 1); }
+
+int ds_hash_asset(uint64_t *h, const char *assets_dir, const char *rel, KvErr *err) {
+    char path[4096];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", assets_dir, rel);
+    char *text = kv_read_file(path, &len, err);
+    if (!text) return -1;
+    *h = ds_hash(ds_hash_str(*h, rel), text, len);
+    free(text);
+    return 0;
+}
+
 char *ds_strdup(const char *s, KvErr *err) { return ds_strndup(s, strlen(s), err); }
 
 int ds_strv_dup(char ***out, const char *const *v, int n, KvErr *err) {

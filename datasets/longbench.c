@@ -61,6 +61,7 @@ typedef struct {
     int n_records, skipped;
     int *rows; /* records[rows[i]] is sample i */
     int n_rows;
+    uint64_t file_hash, prompt_hash; /* the task file's bytes; the prompt halves and max new tokens */
 } LbState;
 
 static const LbTask *lb_find(const char *task) {
@@ -366,6 +367,10 @@ static int lb_open(void **state, const char *task, const DatasetOptions *opt, Kv
                (text = read_task_file(opt->data_path, task, &len, where, sizeof where, err)) &&
                load_records(st, text, len, where, err) == 0 &&
                ds_subset_rows(st->n_records, opt, &st->rows, &st->n_rows, err) == 0) {
+        /* The bytes, not the path: the same file in a directory or inside data.zip is the same data. */
+        st->file_hash = ds_hash(DS_HASH_INIT, text, len);
+        st->prompt_hash = ds_hash(ds_hash_str(ds_hash_str(DS_HASH_INIT, st->context_prompt), st->question_prompt),
+                                  &st->max_new_tokens, sizeof st->max_new_tokens);
         free(text);
         *state = st;
         return 0;
@@ -411,6 +416,12 @@ static void lb_sample_id(const void *state, int index, char *out, size_t size) {
     snprintf(out, size, "longbench:%s:%d", st->task->name, st->records[st->rows[index]].row);
 }
 
+static void lb_identity(const void *state, char *out, size_t size) {
+    const LbState *st = state;
+    snprintf(out, size, "file=%016llx,prompt=%016llx", (unsigned long long)st->file_hash,
+             (unsigned long long)st->prompt_hash);
+}
+
 static void lb_print_list(FILE *f) {
     KvErr err;
     cJSON *maxlen = ds_load_json(ds_assets_dir(NULL), "longbench/dataset2maxlen.json", &err);
@@ -426,5 +437,5 @@ static void lb_print_list(FILE *f) {
     cJSON_Delete(maxlen);
 }
 
-const SuiteOps LONGBENCH_SUITE = {"longbench", lb_open, lb_count, lb_get, lb_sample_id, lb_skipped, lb_close,
-                                  lb_task_known, lb_print_list};
+const SuiteOps LONGBENCH_SUITE = {"longbench", lb_open, lb_count, lb_get, lb_sample_id, lb_identity, lb_skipped,
+                                  lb_close, lb_task_known, lb_print_list};

@@ -35,6 +35,7 @@ typedef struct {
     int n_depths, n_lengths;
     int *rows, n_rows;
     int needle_tokens;
+    uint64_t essays_hash; /* the essays once, in the order they are read */
     int size_hint;
     char *scratch;
 } NiahState;
@@ -92,6 +93,7 @@ static int load_haystack(NiahState *st, const char *assets, int min_words, KvErr
     ds_strv_free(names, n);
     char *essays = sb_finish(&one, err);
     if (!essays) return -1;
+    st->essays_hash = ds_hash_str(DS_HASH_INIT, essays);
     int words_once = 0;
     dataset_count_words(NULL, essays, &words_once, NULL);
     if (words_once == 0) {
@@ -189,6 +191,10 @@ static void niah_sample_id(const void *state, int index, char *out, size_t size)
     snprintf(out, size, "niah:needle:L%d:d%g", st->lengths[cell / st->n_depths], st->depths[cell % st->n_depths]);
 }
 
+static void niah_identity(const void *state, char *out, size_t size) {
+    snprintf(out, size, "haystack=%016llx", (unsigned long long)((const NiahState *)state)->essays_hash);
+}
+
 static int niah_count(const void *state) { return ((const NiahState *)state)->n_rows; }
 static int niah_skipped(const void *state) { (void)state; return 0; }
 
@@ -237,5 +243,5 @@ static void niah_print_list(FILE *f) {
             "needle", MAX_NEW_TOKENS);
 }
 
-const SuiteOps NIAH_SUITE = {"niah", niah_open, niah_count, niah_get, niah_sample_id, niah_skipped, niah_close,
-                             niah_task_known, niah_print_list};
+const SuiteOps NIAH_SUITE = {"niah", niah_open, niah_count, niah_get, niah_sample_id, niah_identity, niah_skipped,
+                             niah_close, niah_task_known, niah_print_list};

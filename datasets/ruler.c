@@ -94,6 +94,8 @@ typedef struct {
     struct QaData *qa;       /* qa_1 / qa_2 from data_path; NULL runs the substitute */
     int size_hint, icl_hint; /* the previous sample's sizes: the next search starts there */
     const char *task_label;  /* task name in samples ("qa_1_substitute" when the substitute runs) */
+    uint64_t assets_hash;    /* the asset files this task reads */
+    uint64_t qa_hash;        /* the QA source file's bytes (0: the substitute) */
     const char *note;
 } RulerState;
 
@@ -1034,6 +1036,7 @@ static int qa_open(RulerState *st, KvErr *err) {
     size_t len;
     char *text = kv_read_file(path, &len, err);
     if (!text) return -1;
+    st->qa_hash = ds_hash(DS_HASH_INIT, text, len);
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!j) return kv_fail(err, "%s: not valid JSON", path);
@@ -1160,6 +1163,22 @@ static void ruler_close(void *state) {
     free(st);
 }
 
+static const char *const WORD_LISTS[] = {"ruler/wonderwords_v2.2.0/adjectivelist.txt",
+                                         "ruler/wonderwords_v2.2.0/nounlist.txt",
+                                         "ruler/wonderwords_v2.2.0/verblist.txt"};
+
+/* st->assets_hash over the asset files the task reads (part of dataset_identity). */
+static int hash_assets(RulerState *st, const char *assets, int needs_essay, int needs_words, KvErr *err) {
+    uint64_t h = DS_HASH_INIT;
+    if (ds_hash_asset(&h, assets, "ruler/ruler_task_templates.json", err) ||
+        (needs_essay && ds_hash_asset(&h, assets, "ruler/PaulGrahamEssays.json", err)))
+        return -1;
+    for (int i = 0; i < 3 && needs_words; i++)
+        if (ds_hash_asset(&h, assets, WORD_LISTS[i], err)) return -1;
+    st->assets_hash = h;
+    return 0;
+}
+
 static int ruler_open(void **state, const char *task, const DatasetOptions *opt, KvErr *err) {
     RulerState *st = kv_calloc(1, sizeof *st, err);
     if (!st) return -1;
@@ -1174,11 +1193,11 @@ static int ruler_open(void **state, const char *task, const DatasetOptions *opt,
     int n = opt->n_samples > 0 ? opt->n_samples : DEFAULT_SAMPLES;
     if (!opt->count_tokens) {
         kv_fail(err, "RULER needs a token counter to fit the target length");
-    } else if (load_templates(st, assets, err) == 0 &&
+    } else if (hash_assets(st, assets, needs_essay, needs_words, err) == 0 && load_templates(st, assets, err) == 0 &&
                (!needs_essay || load_essay(st, assets, err) == 0) &&
-               (!needs_words || (load_word_list(&st->adjectives, assets, "ruler/wonderwords_v2.2.0/adjectivelist.txt", err) == 0 &&
-                                 load_word_list(&st->nouns, assets, "ruler/wonderwords_v2.2.0/nounlist.txt", err) == 0 &&
-                                 load_word_list(&st->verbs, assets, "ruler/wonderwords_v2.2.0/verblist.txt", err) == 0)) &&
+               (!needs_words || (load_word_list(&st->adjectives, assets, WORD_LISTS[0], err) == 0 &&
+                                 load_word_list(&st->nouns, assets, WORD_LISTS[1], err) == 0 &&
+                                 load_word_list(&st->verbs, assets, WORD_LISTS[2], err) == 0)) &&
                (t->family != FAM_CWE || build_cwe_vocab(st, err) == 0) && (t->family != FAM_QA || qa_open(st, err) == 0)) {
         st->budget = st->target - st->tokens_to_generate;
         if (t->family == FAM_QA && !st->qa) {
@@ -1203,6 +1222,15 @@ static void ruler_sample_id(const void *state, int index, char *out, size_t size
     snprintf(out, size, "ruler:%s:%d", st->task_label, st->rows[index]);
 }
 
+/* The seed drives the generator; the target length is in the runner's key; n_samples does not change row r. */
+static void ruler_identity(const void *state, char *out, size_t size) {
+    const RulerState *st = state;
+    char qa[32] = "substitute";
+    if (st->qa) snprintf(qa, sizeof qa, "%016llx", (unsigned long long)st->qa_hash);
+    snprintf(out, size, "seed=%llu,assets=%016llx,qa=%s", st->opt.seed, (unsigned long long)st->assets_hash,
+             st->task->family == FAM_QA ? qa : "none");
+}
+
 static int ruler_count(const void *state) { return ((const RulerState *)state)->n_rows; }
 static int ruler_skipped(const void *state) { (void)state; return 0; }
 
@@ -1219,5 +1247,5 @@ static void ruler_print_list(FILE *f) {
     }
 }
 
-const SuiteOps RULER_SUITE = {"ruler", ruler_open, ruler_count, ruler_get, ruler_sample_id, ruler_skipped, ruler_close,
-                              ruler_task_known, ruler_print_list};
+const SuiteOps RULER_SUITE = {"ruler", ruler_open, ruler_count, ruler_get, ruler_sample_id, ruler_identity, ruler_skipped,
+                              ruler_close, ruler_task_known, ruler_print_list};

@@ -14,6 +14,9 @@
 
 #define DEFAULT_DB "results/kvbench.db"
 #define DEFAULT_REPORT_DIR "results/report"
+/* The exit status of a run that finished but stored failed rows (1: it stopped, 2: bad command line), so that
+ * scripts and Slurm notice (README "Exit status"). */
+#define EXIT_ROWS_FAILED 3
 
 /* Reads the value of option argv[*i] into *out; 0 ok, -1 when it is missing (message printed). */
 static int option_value(const char *cmd, int argc, char **argv, int *i, const char **out) {
@@ -78,8 +81,11 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     if (rc) fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
     fprintf(stderr, "kvbench %s: %d of %d samples done (%d failed), %ld rows written to %s in %.1f s\n", cmd,
             st.samples_done, st.samples_planned, st.samples_failed, st.rows_written, opt.db_path, st.wall_ms / 1000);
+    if (!rc && st.rows_failed)
+        fprintf(stderr, "kvbench %s: %ld rows failed (their errors are in the log and the database; a rerun retries "
+                        "them): exit status %d\n", cmd, st.rows_failed, EXIT_ROWS_FAILED);
     config_free(&cfg);
-    return rc ? 1 : 0;
+    return rc ? 1 : st.rows_failed ? EXIT_ROWS_FAILED : 0;
 }
 
 int cmd_run(int argc, char **argv) { return cmd_sweep("run", 0, argc, argv); }
@@ -117,7 +123,8 @@ int cmd_report(int argc, char **argv) {
 
 int cmd_merge(int argc, char **argv) {
     if (argc < 2 || argv[0][0] == '-') {
-        fprintf(stderr, "usage: kvbench merge OUT.db IN.db...   (rows already in OUT.db are kept, none duplicated)\n");
+        fprintf(stderr, "usage: kvbench merge OUT.db IN.db...   (rows already in OUT.db are kept, none duplicated; "
+                        "inputs that disagree on identity are refused, all of them before anything is copied)\n");
         return 2;
     }
     Store *out;
@@ -126,11 +133,9 @@ int cmd_merge(int argc, char **argv) {
         fprintf(stderr, "kvbench merge: %s\n", err.msg);
         return 1;
     }
-    int rc = 0;
-    for (int i = 1; i < argc && !rc; i++) {
-        if ((rc = store_merge(out, argv[i], &err))) fprintf(stderr, "kvbench merge: %s\n", err.msg);
-        else fprintf(stderr, "kvbench merge: merged %s into %s\n", argv[i], argv[0]);
-    }
+    int rc = store_merge(out, (const char *const *)argv + 1, argc - 1, &err);
+    if (rc) fprintf(stderr, "kvbench merge: %s\n", err.msg);
+    else fprintf(stderr, "kvbench merge: merged %d database%s into %s\n", argc - 1, argc > 2 ? "s" : "", argv[0]);
     store_close(out);
     return rc ? 1 : 0;
 }

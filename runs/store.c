@@ -1,30 +1,36 @@
 /* store.c — the SQLite results database: schema, one transaction per sample (results or traces), resume
- * lookups, merge.
+ * lookups and identity checks, merge.
  *
  * Durability comes from SQLite, not from us: WAL journal, synchronous=NORMAL (a committed sample survives a
  * killed process; a power cut may lose the last few), BEGIN IMMEDIATE so concurrent shard processes on one
  * file queue instead of failing, busy_timeout for the wait. Tables are STRICT, so a wrong type is an error
- * at insert time rather than a surprise in the report. */
+ * at insert time rather than a surprise in the report. Damage is looked for when a database is opened
+ * (PRAGMA quick_check: every page and index entry well-formed, without the slower cross-checks of
+ * integrity_check), so rows are never appended to a broken file. */
 #include "store.h"
 
 #include <stdint.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 struct Store {
     sqlite3 *db;
     char path[1024];
+    int last_written;  /* rows the last write added or replaced */
 };
 
 /* The columns each table is written with (also what a merge copies), in one place. */
 #define RUN_COLUMNS                                                                                             \
-    "uuid, config_name, config, config_hash, git_rev, model_name, model_path, model_sha256, tokenizer, backend, " \
+    "uuid, config_name, config, config_hash, git_rev, model_name, model_path, model_id, tokenizer, backend, " \
     "host, shard, started, finished"
 #define SAMPLE_COLUMNS                                                                                          \
     "model, setup, sample_key, suite, task, domain, metric, idx, depth_percent, target_tokens, context_tokens, " \
-    "question_tokens, answers, note"
+    "question_tokens, answers, note, model_id, data_id"
 #define RESULT_COLUMNS                                                                                          \
     "policy, aggregation, params, budget, keep_fraction, budget_tokens, kept_tokens, prediction, score, "       \
     "generated_tokens, prefill_ms, select_ms, decode_ms, error"
@@ -38,14 +44,17 @@ static const char *SCHEMA =
     "CREATE TABLE runs(\n"
     "  id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE,\n"
     "  config_name TEXT NOT NULL, config TEXT NOT NULL, config_hash TEXT NOT NULL, git_rev TEXT NOT NULL,\n"
-    "  model_name TEXT NOT NULL, model_path TEXT NOT NULL, model_sha256 TEXT NOT NULL, tokenizer TEXT NOT NULL,\n"
+    "  model_name TEXT NOT NULL, model_path TEXT NOT NULL, model_id TEXT NOT NULL, tokenizer TEXT NOT NULL,\n"
     "  backend TEXT NOT NULL, host TEXT NOT NULL, shard TEXT, started TEXT NOT NULL, finished TEXT) STRICT;\n"
     "CREATE TABLE samples(\n"
     "  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),\n"
     "  model TEXT NOT NULL, setup TEXT NOT NULL, sample_key TEXT NOT NULL,\n"
     "  suite TEXT NOT NULL, task TEXT NOT NULL, domain TEXT, metric TEXT, idx INTEGER NOT NULL,\n"
     "  depth_percent REAL, target_tokens INTEGER, context_tokens INTEGER, question_tokens INTEGER,\n"
-    "  answers TEXT, note TEXT, UNIQUE(model, setup, sample_key)) STRICT;\n"
+    "  answers TEXT, note TEXT, model_id TEXT NOT NULL, data_id TEXT NOT NULL,\n"
+    "  UNIQUE(model, setup, sample_key)) STRICT;\n"
+    /* The data identity check looks samples up by task. */
+    "CREATE INDEX samples_task ON samples(model, setup, suite, task);\n"
     "CREATE TABLE results(\n"
     "  id INTEGER PRIMARY KEY, sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
     "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
@@ -123,10 +132,13 @@ static int check_schema(Store *s, const char *schema, const char *label, int may
         snprintf(sql, sizeof sql, "INSERT INTO meta VALUES('schema_version', '%d'), ('created_by', 'kvbench');",
                  STORE_SCHEMA_VERSION);
         if (exec(s, "BEGIN IMMEDIATE", err)) return -1;
-        if (exec(s, SCHEMA, err) || exec(s, sql, err) || exec(s, "COMMIT", err)) {
+        /* Two runs starting on one new file: the second finds the schema once it holds the write lock. */
+        if (query_text(s, "SELECT count(*) FROM main.sqlite_schema", count, sizeof count, err) ||
+            (!strcmp(count, "0") && (exec(s, SCHEMA, err) || exec(s, sql, err))) || exec(s, "COMMIT", err)) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return kv_wrap(err, "creating the schema");
         }
+        if (strcmp(count, "0")) return check_schema(s, schema, label, 0, err);
         return 0;
     }
     snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.sqlite_schema WHERE name = 'meta'", schema);
@@ -140,13 +152,80 @@ static int check_schema(Store *s, const char *schema, const char *label, int may
     return 0;
 }
 
+/* A file: URI for path with `query` ("mode=ro", "immutable=1"): bytes outside [A-Za-z0-9/._~-] percent-encoded,
+ * so '?', '#' and '%' in a file name stay part of it, and leading slashes collapsed so "//x" is no authority. */
+static int file_uri(const char *path, const char *query, char *out, size_t n, KvErr *err) {
+    static const char HEX[] = "0123456789ABCDEF";
+    const char *name = path;
+    size_t k = (size_t)snprintf(out, n, "file:");
+    while (path[0] == '/' && path[1] == '/') path++;
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (k + 4 >= n) return kv_fail(err, "%s: path too long", name);
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("/._~-", *p))
+            out[k++] = (char)*p;
+        else {
+            out[k++] = '%';
+            out[k++] = HEX[*p >> 4];
+            out[k++] = HEX[*p & 15];
+        }
+    }
+    if (snprintf(out + k, n - k, "?%s", query) >= (int)(n - k)) return kv_fail(err, "%s: path too long", name);
+    return 0;
+}
+
+/* The URI a database is read through without writing anything: immutable (no locks, no -shm, no -wal: what a
+ * read-only directory or medium needs) when it has no write-ahead log; a log means a writer is at work or was
+ * killed, whose committed rows are in the log only, so it is read as a live database (mode=ro). */
+static int read_only_uri(const char *path, char *out, size_t n, KvErr *err) {
+    char wal[1100];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    return file_uri(path, access(wal, F_OK) == 0 ? "mode=ro" : "immutable=1", out, n, err);
+}
+
+/* PRAGMA quick_check of `schema`: one line naming the damage, before anything reads or writes rows. A file
+ * that cannot be read at all (no permission, a log it cannot share) is said so, not called damaged. */
+static int check_damage(Store *s, const char *schema, const char *label, KvErr *err) {
+    char sql[64], result[512] = "";
+    sqlite3_stmt *st;
+    snprintf(sql, sizeof sql, "PRAGMA %s.quick_check(1)", schema);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+            snprintf(result, sizeof result, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    if (rc == SQLITE_ROW && !strcmp(result, "ok")) return 0;
+    if (rc != SQLITE_ROW && (rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB) {
+        char wal[1100];
+        snprintf(wal, sizeof wal, "%s-wal", label);
+        return kv_fail(err, "%s: cannot read the database: %s%s", label, sqlite3_errmsg(s->db),
+                       access(wal, F_OK) ? "" : " (it has a write-ahead log, -wal, from a run writing it or killed: "
+                                                "reading that needs its -shm file or a writable directory; copy the "
+                                                "database with its -wal file to a writable place)");
+    }
+    return kv_fail(err, "%s: the database is damaged (quick_check: %s); nothing was done with it: restore it from a "
+                        "copy, or use a new --db", label, rc == SQLITE_ROW ? result : sqlite3_errmsg(s->db));
+}
+
 int store_open(Store **out, const char *path, int readonly, KvErr *err) {
     *out = NULL;
     Store *s = kv_calloc(1, sizeof *s, err);
     if (!s) return -1;
     snprintf(s->path, sizeof s->path, "%s", path);
+    char uri[3200];
+    struct stat st;
+    if (readonly && stat(path, &st)) {
+        kv_fail(err, "%s: cannot open database: %s", path, strerror(errno));
+        free(s);
+        return -1;
+    }
+    if (readonly ? read_only_uri(path, uri, sizeof uri, err) : file_uri(path, "mode=rwc", uri, sizeof uri, err)) {
+        free(s);
+        return -1;
+    }
     int flags = (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_URI;
-    if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
+    if (sqlite3_open_v2(uri, &s->db, flags, NULL) != SQLITE_OK) {
         kv_fail(err, "%s: cannot open database: %s", path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
         store_close(s);
         return -1;
@@ -158,7 +237,7 @@ int store_open(Store **out, const char *path, int readonly, KvErr *err) {
         store_close(s);
         return -1;
     }
-    if (exec(s, "PRAGMA foreign_keys = ON", err) ||
+    if (check_damage(s, "main", path, err) || exec(s, "PRAGMA foreign_keys = ON", err) ||
         (!readonly && (exec(s, "PRAGMA journal_mode = WAL", err) || exec(s, "PRAGMA synchronous = NORMAL", err))) ||
         check_schema(s, "main", path, !readonly, err)) {
         store_close(s);
@@ -219,7 +298,7 @@ int store_begin_run(Store *s, const StoreRun *r, long long *run_id, KvErr *err) 
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "recording the run");
     const char *values[] = {uuid,           r->config_name, r->config_text, r->config_hash, r->git_rev,
-                            r->model_name,  r->model_path,  r->model_sha256, r->tokenizer,  r->backend,
+                            r->model_name,  r->model_path,  r->model_id, r->tokenizer,  r->backend,
                             r->host,        r->shard};
     for (int i = 0; i < 12; i++) bind_text(st, i + 1, values[i]);
     if (step_done(s, st, "recording the run", err)) return -1;
@@ -238,15 +317,17 @@ int store_end_run(Store *s, long long run_id, KvErr *err) {
 
 /* ---------------------------------------------------------------- samples and results */
 
-/* done[i] = 1 where the sample has a row of `table` (results or traces) for keys[i]. */
+/* done[i] = 1 where the sample has a row of `table` (results or traces) for keys[i]; failed results (with an
+ * error) do not count, so a resume retries them. */
 static int has_rows(Store *s, const char *table, const char *model, const char *setup, const char *sample_key,
                     const StoreVariantKey *keys, int n_keys, unsigned char *done, KvErr *err) {
     sqlite3_stmt *st;
-    char sql[300];
+    char sql[320];
     memset(done, 0, (size_t)n_keys);
     snprintf(sql, sizeof sql,
              "SELECT DISTINCT r.policy, r.aggregation, r.params, r.budget FROM %s r JOIN samples m "
-             "ON m.id = r.sample_id WHERE m.model = ? AND m.setup = ? AND m.sample_key = ?", table);
+             "ON m.id = r.sample_id WHERE m.model = ? AND m.setup = ? AND m.sample_key = ?%s", table,
+             strcmp(table, "results") ? "" : " AND r.error IS NULL");
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(s, err, "looking up finished rows");
     bind_text(st, 1, model);
     bind_text(st, 2, setup);
@@ -274,10 +355,76 @@ int store_traced(Store *s, const char *model, const char *setup, const char *sam
     return has_rows(s, "traces", model, setup, sample_key, keys, n_keys, done, err);
 }
 
+/* Runs `sql` with text parameters binds[n] and copies the columns of its first row into outs[i] (sizes[i]
+ * bytes each; "" when there is no row). */
+static int first_row(Store *s, const char *sql, const char *const *binds, int n, char **outs, const size_t *sizes,
+                     int n_outs, const char *what, KvErr *err) {
+    sqlite3_stmt *st;
+    for (int i = 0; i < n_outs; i++) outs[i][0] = 0;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(s, err, what);
+    for (int i = 0; i < n; i++) bind_text(st, i + 1, binds[i]);
+    int rc = sqlite3_step(st);
+    for (int i = 0; rc == SQLITE_ROW && i < n_outs; i++)
+        snprintf(outs[i], sizes[i], "%s", sqlite3_column_text(st, i) ? (const char *)sqlite3_column_text(st, i) : "");
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_fail(s, err, what);
+}
+
+int store_check_model(Store *s, const char *model, const char *model_id, char *stored, size_t stored_size,
+                      char *stored_path, size_t path_size, KvErr *err) {
+    const char *binds[] = {model, model_id};
+    char *outs[] = {stored, stored_path};
+    size_t sizes[] = {stored_size, path_size};
+    return first_row(s,
+                     "SELECT m.model_id, coalesce((SELECT r.model_path FROM runs r WHERE r.model_name = m.model AND "
+                     "r.model_id = m.model_id ORDER BY r.id DESC LIMIT 1), '?') FROM samples m "
+                     "WHERE m.model = ?1 AND m.model_id != ?2 LIMIT 1",
+                     binds, 2, outs, sizes, 2, "checking the model's identity", err);
+}
+
+int store_check_data(Store *s, const char *model, const char *setup, const char *suite, const char *task,
+                     const char *data_id, char *stored, size_t stored_size, KvErr *err) {
+    const char *binds[] = {model, setup, suite, task, data_id};
+    return first_row(s,
+                     "SELECT data_id FROM samples WHERE model = ? AND setup = ? AND suite = ? AND task = ? "
+                     "AND data_id != ? LIMIT 1",
+                     binds, 5, &stored, &stored_size, 1, "checking the data's identity", err);
+}
+
+void store_identity_change(const char *was, const char *now, char *out, size_t size) {
+    /* Both lists pair by pair; the first pair that differs names the change. */
+    for (const char *a = was, *b = now; *a || *b;) {
+        size_t la = strcspn(a, ","), lb = strcspn(b, ",");
+        if (la != lb || strncmp(a, b, la)) {
+            if (memchr(a, '=', la) && memchr(b, '=', lb))
+                snprintf(out, size, "%.*s -> %.*s", (int)la, a, (int)lb, b);
+            else
+                snprintf(out, size, "%s -> %s", was[0] ? was : "(none)", now[0] ? now : "(none)");
+            return;
+        }
+        a += la + (a[la] == ',');
+        b += lb + (b[lb] == ',');
+    }
+    snprintf(out, size, "(no change)");
+}
+
+/* The samples row, inserted, or (while the sample has no successful row) replaced by this attempt's description;
+ * *sample_id receives its id. Refuses a sample the database holds under another model or data identity (a
+ * concurrent run of another configuration, which the runner's checks at planning time cannot see coming). */
 static int insert_sample(Store *s, long long run_id, const StoreSample *m, long long *sample_id, KvErr *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO samples(run_id, " SAMPLE_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    const char *model_id = m->model_id ? m->model_id : "", *data_id = m->data_id ? m->data_id : "";
+    if (sqlite3_prepare_v2(s->db, "INSERT INTO samples(run_id, " SAMPLE_COLUMNS ") "
+                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                                  "ON CONFLICT(model, setup, sample_key) DO UPDATE SET run_id = excluded.run_id, "
+                                  "suite = excluded.suite, task = excluded.task, domain = excluded.domain, "
+                                  "metric = excluded.metric, idx = excluded.idx, depth_percent = excluded.depth_percent, "
+                                  "target_tokens = excluded.target_tokens, context_tokens = excluded.context_tokens, "
+                                  "question_tokens = excluded.question_tokens, answers = excluded.answers, "
+                                  "note = excluded.note "
+                                  "WHERE samples.model_id = excluded.model_id AND samples.data_id = excluded.data_id "
+                                  "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.sample_id = samples.id AND "
+                                  "r.error IS NULL) AND NOT EXISTS (SELECT 1 FROM traces t WHERE t.sample_id = samples.id)",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a sample");
     sqlite3_bind_int64(st, 1, run_id);
@@ -291,21 +438,42 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
     sqlite3_bind_int(st, 13, m->question_tokens);
     bind_text(st, 14, m->answers_json);
     bind_text(st, 15, m->note);
+    bind_text(st, 16, model_id);
+    bind_text(st, 17, data_id);
     if (step_done(s, st, "writing a sample", err)) return -1;
-    if (sqlite3_prepare_v2(s->db, "SELECT id FROM samples WHERE model = ? AND setup = ? AND sample_key = ?", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(s->db, "SELECT id, model_id, data_id FROM samples WHERE model = ? AND setup = ? AND "
+                                  "sample_key = ?", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a sample");
     for (int i = 0; i < 3; i++) bind_text(st, i + 1, text[i]);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *sample_id = sqlite3_column_int64(st, 0);
+    int rc = sqlite3_step(st), same = 0;
+    char change[600] = "";
+    if (rc == SQLITE_ROW) {
+        *sample_id = sqlite3_column_int64(st, 0);
+        const char *was_model = (const char *)sqlite3_column_text(st, 1);
+        const char *was_data = (const char *)sqlite3_column_text(st, 2);
+        same = !strcmp(was_model, model_id) && !strcmp(was_data, data_id);
+        if (!same && strcmp(was_model, model_id)) store_identity_change(was_model, model_id, change, sizeof change);
+        else if (!same) store_identity_change(was_data, data_id, change, sizeof change);
+    }
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : db_fail(s, err, "writing a sample");
+    if (rc != SQLITE_ROW) return db_fail(s, err, "writing a sample");
+    if (!same)
+        return kv_fail(err, "%s: the database holds this sample from other inputs (%s; another run writing into it?)",
+                       s->path, change);
+    return 0;
 }
 
+/* One result row: inserted, or replacing a failed row of its key; a successful row stays as it is. */
 static int insert_result(Store *s, long long sample_id, const StoreResult *r, KvErr *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO results(sample_id, " RESULT_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    if (sqlite3_prepare_v2(s->db, "INSERT INTO results(sample_id, " RESULT_COLUMNS ") "
+                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                                  "ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET "
+                                  "keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens, "
+                                  "kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, "
+                                  "score = excluded.score, generated_tokens = excluded.generated_tokens, "
+                                  "prefill_ms = excluded.prefill_ms, select_ms = excluded.select_ms, "
+                                  "decode_ms = excluded.decode_ms, error = excluded.error WHERE results.error IS NOT NULL",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a result");
     sqlite3_bind_int64(st, 1, sample_id);
@@ -330,16 +498,23 @@ static int insert_result(Store *s, long long sample_id, const StoreResult *r, Kv
 int store_write_sample(Store *s, long long run_id, const StoreSample *sample, const StoreResult *results,
                        int n_results, KvErr *err) {
     long long sample_id = 0;
+    int written = 0;
     if (exec(s, "BEGIN IMMEDIATE", err)) return kv_wrap(err, "sample %s", sample->sample_key);
     int rc = insert_sample(s, run_id, sample, &sample_id, err);
-    for (int i = 0; i < n_results && !rc; i++) rc = insert_result(s, sample_id, &results[i], err);
+    for (int i = 0; i < n_results && !rc; i++) {
+        rc = insert_result(s, sample_id, &results[i], err);
+        written += sqlite3_changes(s->db);
+    }
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return kv_wrap(err, "sample %s not saved", sample->sample_key);
     }
+    s->last_written = written;
     return 0;
 }
+
+int store_last_written(const Store *s) { return s->last_written; }
 
 static int insert_trace(Store *s, sqlite3_stmt *st, long long run_id, long long sample_id, const StoreTrace *t,
                         KvErr *err) {
@@ -399,6 +574,7 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
                        const StoreTraceSet *sets, int n_sets, KvErr *err) {
     long long sample_id = 0;
     sqlite3_stmt *st = NULL, *heads = NULL, *kept = NULL;
+    int written = 0;
     if (exec(s, "BEGIN IMMEDIATE", err)) return kv_wrap(err, "sample %s", sample->sample_key);
     int rc = insert_sample(s, run_id, sample, &sample_id, err);
     /* One prepared statement per table for the many rows of a sample (steps × variants). */
@@ -411,6 +587,7 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
         rc = db_fail(s, err, "writing a trace");
     for (int i = 0; i < n_rows && !rc; i++) {
         rc = insert_trace(s, st, run_id, sample_id, &rows[i], err);
+        written += sqlite3_changes(s->db);
         if (!rc && rows[i].r_heads) rc = insert_trace_heads(s, heads, sample_id, &rows[i], err);
     }
     for (int i = 0; i < n_sets && !rc; i++) rc = insert_trace_set(s, kept, sample_id, &sets[i], err);
@@ -422,59 +599,144 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return kv_wrap(err, "sample %s not saved", sample->sample_key);
     }
+    s->last_written = written;
     return 0;
 }
 
 /* ---------------------------------------------------------------- merge */
 
-int store_merge(Store *s, const char *src_path, KvErr *err) {
+/* The identity groups a merge compares: every (model, model_id) and (model, setup, suite, task, data_id) already
+ * taken, with where it came from (the output, or an input checked before), in temp tables of this connection. */
+static const char *MERGE_GROUPS =
+    "DROP TABLE IF EXISTS temp.merge_models; DROP TABLE IF EXISTS temp.merge_tasks;\n"
+    "CREATE TEMP TABLE merge_models(model TEXT, model_id TEXT, origin TEXT);\n"
+    "CREATE TEMP TABLE merge_tasks(model TEXT, setup TEXT, suite TEXT, task TEXT, data_id TEXT, origin TEXT);\n";
+
+/* Adds the groups of `schema` (main or src) to the temp tables, labelled with `origin`. */
+static int add_groups(Store *s, const char *schema, const char *origin, KvErr *err) {
+    char sql[600];
     sqlite3_stmt *st;
-    char uri[1200];
+    const char *forms[] = {"INSERT INTO temp.merge_models SELECT DISTINCT model, model_id, ?1 FROM %s.samples",
+                           "INSERT INTO temp.merge_tasks SELECT DISTINCT model, setup, suite, task, data_id, ?1 "
+                           "FROM %s.samples"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql, forms[i], schema);
+        if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return db_fail(s, err, "comparing identities");
+        bind_text(st, 1, origin);
+        if (step_done(s, st, "comparing identities", err)) return -1;
+    }
+    return 0;
+}
+
+/* One line naming the first disagreement on identity between the attached source and the groups taken so far. */
+static int check_merge_identity(Store *s, const char *src_path, KvErr *err) {
+    char a[512], b[512], where[512], origin[1024], change[1100];
+    char *outs[] = {where, a, b, origin};
+    size_t sizes[] = {sizeof where, sizeof a, sizeof b, sizeof origin};
+    if (first_row(s,
+                  "SELECT 'model ''' || x.model || '''', x.model_id, y.model_id, y.origin FROM temp.merge_models y "
+                  "JOIN (SELECT DISTINCT model, model_id FROM src.samples) x ON x.model = y.model AND "
+                  "x.model_id != y.model_id LIMIT 1",
+                  NULL, 0, outs, sizes, 4, "comparing identities", err))
+        return -1;
+    if (!where[0] &&
+        first_row(s,
+                  "SELECT 'model ''' || x.model || ''' setup ' || x.setup || ' task ' || x.suite || ':' || x.task, "
+                  "x.data_id, y.data_id, y.origin FROM temp.merge_tasks y JOIN "
+                  "(SELECT DISTINCT model, setup, suite, task, data_id FROM src.samples) x ON x.model = y.model AND "
+                  "x.setup = y.setup AND x.suite = y.suite AND x.task = y.task AND x.data_id != y.data_id LIMIT 1",
+                  NULL, 0, outs, sizes, 4, "comparing identities", err))
+        return -1;
+    if (!where[0]) return 0;
+    store_identity_change(b, a, change, sizeof change);
+    return kv_fail(err, "%s: %s was made from other inputs than in %s (%s): rows of different inputs are not merged "
+                        "(give the model another name, or keep the databases apart); nothing was merged",
+                   src_path, where, origin, change);
+}
+
+/* Attaches src_path read-only as "src" and checks it like store_open (damage, schema); detached on failure. */
+static int attach_source(Store *s, const char *src_path, KvErr *err) {
+    sqlite3_stmt *st;
+    char uri[3200];
+    struct stat sb;
     if (!strcmp(src_path, s->path)) return kv_fail(err, "%s: cannot merge a database into itself", src_path);
-    FILE *f = fopen(src_path, "rb");
-    if (!f) return kv_fail(err, "%s: cannot open database: no such file or not readable", src_path);
-    fclose(f);
-    snprintf(uri, sizeof uri, "file:%s?mode=ro", src_path);
+    if (stat(src_path, &sb)) return kv_fail(err, "%s: cannot open database: %s", src_path, strerror(errno));
+    if (read_only_uri(src_path, uri, sizeof uri, err)) return -1;
     if (sqlite3_prepare_v2(s->db, "ATTACH DATABASE ? AS src", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "attaching");
     bind_text(st, 1, uri);
     if (step_done(s, st, src_path, err)) return -1;
-    int rc = check_schema(s, "src", src_path, 0, err);
-    if (!rc) rc = exec(s, "BEGIN IMMEDIATE", err);
-    if (!rc) {
-        rc = exec(s,
-                  "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs;\n"
-                  "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
-                  "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
-                  "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
-                  "INSERT OR IGNORE INTO main.results(sample_id, " RESULT_COLUMNS ")\n"
-                  "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                  "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
-                  "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                  "  ON x.sid = sample_id;\n"
-                  "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
-                  "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
-                  "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                  "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
-                  "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                  "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
-                  "INSERT OR IGNORE INTO main.trace_heads(sample_id, " TRACE_HEAD_COLUMNS ")\n"
-                  "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                  "          AND m.sample_key = x.sample_key), " TRACE_HEAD_COLUMNS "\n"
-                  "  FROM src.trace_heads JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                  "  ON x.sid = sample_id;\n"
-                  "INSERT OR IGNORE INTO main.trace_sets(sample_id, " TRACE_SET_COLUMNS ")\n"
-                  "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                  "          AND m.sample_key = x.sample_key), " TRACE_SET_COLUMNS "\n"
-                  "  FROM src.trace_sets JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                  "  ON x.sid = sample_id;\n"
-                  "COMMIT;",
-                  err);
-        if (rc) {
-            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-            kv_wrap(err, "merging %s", src_path);
-        }
+    if (check_damage(s, "src", src_path, err) || check_schema(s, "src", src_path, 0, err)) {
+        sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+        return -1;
     }
-    sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+    return 0;
+}
+
+/* Copies the attached source into main in one transaction, after checking it against main again inside it
+ * (another process may have written main since the first pass). "WHERE true": an INSERT ... SELECT with an
+ * upsert clause needs one (SQLite's parsing ambiguity). */
+static int copy_source(Store *s, const char *src_path, KvErr *err) {
+    if (exec(s, "BEGIN IMMEDIATE", err)) return -1;
+    int rc = exec(s, MERGE_GROUPS, err);
+    if (!rc) rc = add_groups(s, "main", s->path, err);
+    if (!rc) rc = check_merge_identity(s, src_path, err);
+    if (!rc && exec(s,
+                    "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs;\n"
+                    "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
+                    "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+                    "INSERT INTO main.results(sample_id, " RESULT_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                    "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
+                    "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                    "  ON x.sid = sample_id WHERE true\n"
+                    "  ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET\n"
+                    "  keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens,\n"
+                    "  kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, score = excluded.score,\n"
+                    "  generated_tokens = excluded.generated_tokens, prefill_ms = excluded.prefill_ms,\n"
+                    "  select_ms = excluded.select_ms, decode_ms = excluded.decode_ms, error = excluded.error\n"
+                    "  WHERE results.error IS NOT NULL AND excluded.error IS NULL;\n"
+                    "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
+                    "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                    "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
+                    "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                    "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+                    "INSERT OR IGNORE INTO main.trace_heads(sample_id, " TRACE_HEAD_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                    "          AND m.sample_key = x.sample_key), " TRACE_HEAD_COLUMNS "\n"
+                    "  FROM src.trace_heads JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                    "  ON x.sid = sample_id;\n"
+                    "INSERT OR IGNORE INTO main.trace_sets(sample_id, " TRACE_SET_COLUMNS ")\n"
+                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+                    "          AND m.sample_key = x.sample_key), " TRACE_SET_COLUMNS "\n"
+                    "  FROM src.trace_sets JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+                    "  ON x.sid = sample_id;\n"
+                    "COMMIT;",
+                    err))
+        rc = kv_wrap(err, "merging %s", src_path);
+    if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err) {
+    /* First pass: every input readable, undamaged, of this schema, and agreeing on identity with the output and
+     * with every input before it; only then anything is copied, so a refused merge leaves the output as it was. */
+    int rc = exec(s, MERGE_GROUPS, err);
+    if (!rc) rc = add_groups(s, "main", s->path, err);
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = attach_source(s, src_paths[i], err))) break;
+        rc = check_merge_identity(s, src_paths[i], err);
+        if (!rc) rc = add_groups(s, "src", src_paths[i], err);
+        sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = attach_source(s, src_paths[i], err))) break;
+        rc = copy_source(s, src_paths[i], err);
+        sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
+    }
+    sqlite3_exec(s->db, "DROP TABLE IF EXISTS temp.merge_models; DROP TABLE IF EXISTS temp.merge_tasks;", NULL, NULL,
+                 NULL);
     return rc;
 }

@@ -4,8 +4,13 @@
  * One transaction per sample (store_write_sample), WAL journal, so a run killed at any moment — kill -9
  * included — leaves only whole samples behind and resumes by skipping them (store_finished). A sample is
  * identified across runs and machines by (model, setup, sample key), a result by its sample and
- * (policy, aggregation, params, budget); shard databases merge on those keys. The schema is in store.c and
- * documented in configs/README.md; a database of another schema_version is refused. */
+ * (policy, aggregation, params, budget); shard databases merge on those keys. What made a sample besides its
+ * key is its identity: the model's (model_id: weights and tokenizer) and its data's (data_id: data file,
+ * assets, generator seed). A database holds one identity per model name and one data identity per (model,
+ * setup, suite, task): the runner refuses to add rows of another (store_check_model, store_check_data), and
+ * so do store_write_sample and store_merge. Failed rows (with an error) do not count as finished and are
+ * replaced by the next attempt. The database is checked (PRAGMA quick_check) when opened. The schema is in
+ * store.c and documented in configs/README.md; a database of another schema_version is refused. */
 #ifndef KVBENCH_RUNS_STORE_H
 #define KVBENCH_RUNS_STORE_H
 
@@ -13,11 +18,13 @@
 
 #include "../engine/err.h"
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef struct Store Store;
 
-/* Opens (creating the file and schema if needed) or, with readonly, opens an existing database. */
+/* Opens (creating the file and schema if needed) or, with readonly, opens an existing database without writing
+ * to it or its directory (no -wal / -shm files are created: a database on a read-only medium can be read). Either
+ * way a damaged database (PRAGMA quick_check) is refused before anything is done with it. */
 int store_open(Store **out, const char *path, int readonly, KvErr *err);
 void store_close(Store *s);
 /* The connection, for the report's queries. */
@@ -27,7 +34,7 @@ const char *store_path(const Store *s);
 typedef struct {
     const char *config_name, *config_text, *config_hash;
     const char *git_rev;
-    const char *model_name, *model_path, *model_sha256, *tokenizer, *backend;
+    const char *model_name, *model_path, *model_id, *tokenizer, *backend;  /* model_id: util_model_identity */
     const char *host;
     const char *shard;        /* "i/N" or NULL */
 } StoreRun;
@@ -40,7 +47,15 @@ typedef struct {
     const char *policy, *aggregation, *params, *budget;
 } StoreVariantKey;
 
-/* done[i] = 1 where (model, setup, sample_key, keys[i]) already has a row. */
+/* The identity the database holds for model name `model` where it differs from model_id: *stored gets it and
+ * *stored_path the path of the run that made it; both "" when the database has no rows of another identity. */
+int store_check_model(Store *s, const char *model, const char *model_id, char *stored, size_t stored_size,
+                      char *stored_path, size_t path_size, KvErr *err);
+/* The data identity the database holds for (model, setup, suite, task) where it differs from data_id ("" if none). */
+int store_check_data(Store *s, const char *model, const char *setup, const char *suite, const char *task,
+                     const char *data_id, char *stored, size_t stored_size, KvErr *err);
+
+/* done[i] = 1 where (model, setup, sample_key, keys[i]) already has a row without an error. */
 int store_finished(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
                    int n_keys, unsigned char *done, KvErr *err);
 
@@ -53,6 +68,8 @@ typedef struct {
     int context_tokens, question_tokens;
     const char *answers_json;   /* JSON array of the reference answers */
     const char *note;           /* may be NULL */
+    const char *model_id;       /* the model's identity (util_model_identity); NULL = "" */
+    const char *data_id;        /* the task's data identity (dataset_identity); NULL = "" */
 } StoreSample;
 
 typedef struct {
@@ -67,10 +84,15 @@ typedef struct {
     const char *error;          /* NULL unless the variant failed */
 } StoreResult;
 
-/* Writes a sample and its results in one transaction; rows already present are left as they are.
- * On failure (disk full, read-only file) nothing of this sample is written. */
+/* Writes a sample and its results in one transaction; rows already present are left as they are, except failed
+ * rows (error set), which a new attempt replaces. While a sample has no successful row its description (token
+ * counts, answers, note) is the latest attempt's. Fails, writing nothing, when the database holds the sample
+ * under another model or data identity, or cannot be written (disk full, read-only file). */
 int store_write_sample(Store *s, long long run_id, const StoreSample *sample, const StoreResult *results,
                        int n_results, KvErr *err);
+/* Rows the last successful store_write_sample / store_write_traces added or replaced (rows another run had
+ * already written are not counted). */
+int store_last_written(const Store *s);
 
 /* done[i] = 1 where (model, setup, sample_key, keys[i]) already has trace rows. */
 int store_traced(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
@@ -99,7 +121,15 @@ typedef struct {
 int store_write_traces(Store *s, long long run_id, const StoreSample *sample, const StoreTrace *rows, int n_rows,
                        const StoreTraceSet *sets, int n_sets, KvErr *err);
 
-/* Copies every run, sample, result and trace of the database at src_path that `s` does not hold yet. */
-int store_merge(Store *s, const char *src_path, KvErr *err);
+/* Copies every run, sample, result and trace of the databases src_paths[n] that `s` does not hold yet (a failed
+ * row of `s` is replaced by a source's successful one). All inputs are checked first — readable, undamaged (as
+ * store_open), of this schema, and agreeing on identity with `s` and with each other: one model identity per
+ * model name, one data identity per (model, setup, suite, task); shards of one configuration always agree — and
+ * if any is refused, nothing is copied. Sources are only read (read-only, immutable without a write-ahead log). */
+int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err);
+
+/* Describes how identity `now` differs from `was` (comma-separated key=value lists): the first pair that
+ * differs, "seed=42 -> seed=7", or both whole when they are not such lists. */
+void store_identity_change(const char *was, const char *now, char *out, size_t size);
 
 #endif

@@ -8,8 +8,13 @@
  * step. The `full` variant decodes on the prefill cache itself (allocated with room for the question and
  * answer), so it costs no copy.
  *
- * Resume: the plan is built from the database (rows already there are skipped), and a sample's rows are
- * written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the sample in flight. */
+ * Resume: the plan is built from the database (rows already there are skipped, failed rows are retried), and a
+ * sample's rows are written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the
+ * sample in flight. A row is only ever resumed under the identity that made it: the model's (weights and
+ * tokenizer, util_model_identity) and each task's data (dataset_identity); a database holding rows of the same
+ * model name or task made from other inputs is refused before any work, naming the change (configs/README.md
+ * "Resume"). The database file is created only when the first sample is about to be written (or at the end of
+ * a run with nothing to do), so a run that stops before its first sample leaves none behind. */
 #include "sweep.h"
 
 #include <cjson/cJSON.h>
@@ -40,8 +45,9 @@ typedef struct {
     Tokenizer *tok;        /* the model's, or own_tok */
     Tokenizer *own_tok;    /* loaded from the config's "tokenizer" */
     Backend *be;
-    Store *store;
+    Store *store;          /* NULL until the database exists (it is created for the first sample written) */
     long long run_id;
+    char model_id[256];    /* util_model_identity of the current model */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
     StoreVariantKey *keys; /* [n_variants] */
@@ -57,6 +63,8 @@ typedef struct {
 typedef struct {
     Dataset **open;         /* [sum of tasks] */
     char (*specs)[256];     /* [sum of tasks] "suite:task", alive as long as the datasets (which may borrow it) */
+    char (*labels)[128];    /* [sum of tasks] the task as samples name it (RULER: "qa_1_substitute" without data) */
+    char (*data_ids)[256];  /* [sum of tasks] dataset_identity */
     int *first;             /* [n_datasets] index of a dataset's first task in open */
     PlanItem *items;
     int n_items;
@@ -100,6 +108,8 @@ static void plan_free(Plan *p, const RunConfig *cfg) {
     for (int i = 0; i < p->n_items; i++) free(p->items[i].pending);
     free(p->open);
     free(p->specs);
+    free(p->labels);
+    free(p->data_ids);
     free(p->first);
     free(p->items);
     memset(p, 0, sizeof *p);
@@ -122,7 +132,40 @@ static int plan_add(Plan *p, int *cap, int d, int t, int index, const unsigned c
     return 0;
 }
 
-/* Opens every task and lists the samples of this shard (and --limit) that still miss a row. */
+/* The task field of a sample id "suite:task:rest" into out (fallback when the id has no such field). */
+static void id_task(const char *id, const char *fallback, char *out, size_t n) {
+    const char *a = strchr(id, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+    if (b) snprintf(out, n, "%.*s", (int)(b - a - 1), a + 1);
+    else snprintf(out, n, "%s", fallback);
+}
+
+/* Refuses a task whose rows in the database were made from other data, or which an earlier entry of the config
+ * runs from other data under the same setup (their rows would share keys): fail before work. */
+static int check_task_identity(const Sweep *sw, const Plan *p, int d, int k, KvErr *err) {
+    const RunDataset *rd = &sw->cfg->datasets[d];
+    char stored[256], change[600];
+    for (int e = 0; e < d; e++)
+        for (int j = p->first[e]; j < p->first[e] + sw->cfg->datasets[e].n_tasks; j++)
+            if (!strcmp(sw->setups[e], sw->setups[d]) && !strcmp(p->specs[j], p->specs[k]) &&
+                !strcmp(p->labels[j], p->labels[k]) && strcmp(p->data_ids[j], p->data_ids[k])) {
+                store_identity_change(p->data_ids[j], p->data_ids[k], change, sizeof change);
+                return kv_fail(err, "%s: datasets[%d] and datasets[%d] both run %s from other data (%s): their rows "
+                                    "would share keys; put them in two configs with two databases",
+                               sw->cfg->file, e, d, p->specs[k], change);
+            }
+    if (!sw->store) return 0;
+    if (store_check_data(sw->store, sw->rm->name, sw->setups[d], rd->suite, p->labels[k], p->data_ids[k], stored,
+                         sizeof stored, err))
+        return -1;
+    if (!stored[0]) return 0;
+    store_identity_change(stored, p->data_ids[k], change, sizeof change);
+    return kv_fail(err, "%s: datasets[%d] %s: %s holds rows of this task for model '%s' made from other data (%s); "
+                        "rows of different inputs are never mixed: use a new --db, or the settings that made them",
+                   sw->cfg->file, d, p->specs[k], sw->opt->db_path, sw->rm->name, change);
+}
+
+/* Opens every task and lists the samples of this shard (and --limit) that still miss a row (or have a failed
+ * one). */
 static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     int total = 0, cap = 0, nv = cfg->n_variants;
@@ -131,8 +174,10 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
     unsigned char *done = kv_malloc((size_t)nv, err);
     p->open = kv_calloc((size_t)total, sizeof *p->open, err);
     p->specs = kv_calloc((size_t)total, sizeof *p->specs, err);
+    p->labels = kv_calloc((size_t)total, sizeof *p->labels, err);
+    p->data_ids = kv_calloc((size_t)total, sizeof *p->data_ids, err);
     p->first = kv_calloc((size_t)cfg->n_datasets, sizeof *p->first, err);
-    if (!done || !p->open || !p->specs || !p->first) goto fail;
+    if (!done || !p->open || !p->specs || !p->labels || !p->data_ids || !p->first) goto fail;
     for (int d = 0, k = 0; d < cfg->n_datasets; d++) {
         const RunDataset *rd = &cfg->datasets[d];
         p->first[d] = k;
@@ -147,6 +192,11 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                 goto fail;
             }
             int n = dataset_count(p->open[k]);
+            char first_id[512] = "";
+            if (n > 0 && dataset_sample_id(p->open[k], 0, first_id, sizeof first_id, err)) goto fail;
+            id_task(first_id, rd->tasks[t], p->labels[k], sizeof p->labels[k]);
+            dataset_identity(p->open[k], p->data_ids[k], sizeof p->data_ids[k]);
+            if (check_task_identity(sw, p, d, k, err)) goto fail;
             if (sw->opt->limit && sw->opt->limit < n) n = sw->opt->limit;
             for (int i = 0; i < n; i++) {
                 char id[512];
@@ -158,8 +208,9 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                 if (sw->opt->shard_count > 1 &&
                     util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
                     continue;
-                if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->setups[d], key,
-                                                                     sw->keys, nv, done, err))
+                if (!sw->store) memset(done, 0, (size_t)nv);
+                else if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->setups[d], key,
+                                                                          sw->keys, nv, done, err))
                     goto fail;
                 int missing = 0;
                 for (int v = 0; v < nv; v++) {
@@ -336,14 +387,32 @@ static int item_sample(Plan *p, const PlanItem *it, const RunDataset *rd, const 
 }
 
 /* The samples row of an item (s NULL when the dataset could not build it). */
-static StoreSample sample_row(const Sweep *sw, const PlanItem *it, const RunDataset *rd, const char *task,
+static StoreSample sample_row(const Sweep *sw, const Plan *p, const PlanItem *it, const RunDataset *rd,
                               const Sample *s, const char *key, int n_ctx, int n_q, const char *answers) {
-    StoreSample ss = {sw->rm->name, sw->setups[it->dataset], key, s ? s->suite : rd->suite, s ? s->task : task,
-                      s ? s->domain : NULL, s ? s->metric : NULL, it->index, s ? s->depth_percent : -1,
-                      s ? s->target_tokens : rd->target_tokens, n_ctx, n_q, answers ? answers : "[]",
-                      s ? s->note : NULL};
+    StoreSample ss = {sw->rm->name, sw->setups[it->dataset], key, s ? s->suite : rd->suite,
+                      s ? s->task : p->labels[it->task], s ? s->domain : NULL, s ? s->metric : NULL, it->index,
+                      s ? s->depth_percent : -1, s ? s->target_tokens : rd->target_tokens, n_ctx, n_q,
+                      answers ? answers : "[]", s ? s->note : NULL, sw->model_id, p->data_ids[it->task]};
     return ss;
 }
+
+/* The database, created (with its directory) for the first sample to be written, and this model's run row. */
+static int begin_run(Sweep *sw, KvErr *err) {
+    char rev[64], host[256] = "unknown", hash[32], shard[32];
+    if (sw->run_id) return 0;
+    if (!sw->store &&
+        (util_make_parent_dirs(sw->opt->db_path, err) || store_open(&sw->store, sw->opt->db_path, 0, err)))
+        return -1;
+    util_git_revision(rev, sizeof rev);
+    gethostname(host, sizeof host - 1);
+    snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
+    snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
+    const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
+    StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sw->model_id, tokenizer,
+                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
+    return store_begin_run(sw->store, &r, &sw->run_id, err);
+}
+
 
 /* Traces one planned sample (kvbench trace, runs/trace.h) and stores its rows; -1 only when the database write
  * failed. A variant without a trace (its keep-set failed) is logged and gets no rows, so a rerun retries it. */
@@ -385,11 +454,13 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
                                           tr.r_heads + ((size_t)t * n + i) * tr.n_pairs};
     }
     char *answers = built ? answers_json(&s) : NULL;
-    StoreSample ss = sample_row(sw, it, rd, task, built ? &s : NULL, key, tr.context_tokens, tr.question_tokens, answers);
-    rc = store_write_traces(sw->store, sw->run_id, &ss, rows, n_rows, sets, n_sets, err);
+    StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, tr.context_tokens, tr.question_tokens, answers);
+    rc = begin_run(sw, err);
+    if (!rc) rc = store_write_traces(sw->store, sw->run_id, &ss, rows, n_rows, sets, n_sets, err);
     free(answers);
     if (rc) goto done;
-    sw->stats->rows_written += n_rows;
+    sw->stats->rows_written += store_last_written(sw->store);
+    sw->stats->rows_failed += n_failed;
     sw->stats->samples_done++;
     sw->stats->samples_failed += n_failed == n;
     sw->stats->prefill_tokens += tr.context_tokens;
@@ -461,10 +532,11 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         n_failed += r->failed;
     }
     char *answers = built ? answers_json(&s) : NULL;
-    StoreSample ss = sample_row(sw, it, rd, task, built ? &s : NULL, key, n_ctx, n_q, answers);
-    if (store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
+    StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, n_ctx, n_q, answers);
+    if (begin_run(sw, err) || store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
     else {
-        sw->stats->rows_written += n;
+        sw->stats->rows_written += store_last_written(sw->store);
+        sw->stats->rows_failed += n_failed;
         sw->stats->samples_done++;
         if (n_failed == n) sw->stats->samples_failed++;
         sw->stats->prefill_ms += prefill_ms;
@@ -532,19 +604,6 @@ static int load_model(Sweep *sw, KvErr *err) {
     return backend_open(&sw->be, rm->backend, sw->model, err);
 }
 
-static int begin_run(Sweep *sw, KvErr *err) {
-    char sha[80], rev[64], host[256] = "unknown", hash[32], shard[32];
-    if (util_model_sha256(sw->rm->path, sha, sizeof sha, err)) return -1;
-    util_git_revision(rev, sizeof rev);
-    gethostname(host, sizeof host - 1);
-    snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
-    snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
-    const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
-    StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sha, tokenizer,
-                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
-    return store_begin_run(sw->store, &r, &sw->run_id, err);
-}
-
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
  * stay plain while its rows claim chat=1. */
 static int check_chat(const Sweep *sw, KvErr *err) {
@@ -555,9 +614,29 @@ static int check_chat(const Sweep *sw, KvErr *err) {
     return 0;
 }
 
+/* The model's identity, and a refusal when the database holds rows of this model name made from another model
+ * (checked before the model is loaded). */
+static int check_model_identity(Sweep *sw, KvErr *err) {
+    char stored[256], stored_path[1024], change[600];
+    if (util_model_identity(sw->rm->path, sw->rm->tokenizer, sw->model_id, sizeof sw->model_id, err))
+        return kv_wrap(err, "%s: model '%s'", sw->cfg->file, sw->rm->name);
+    if (!sw->store) return 0;
+    if (store_check_model(sw->store, sw->rm->name, sw->model_id, stored, sizeof stored, stored_path,
+                          sizeof stored_path, err))
+        return -1;
+    if (!stored[0]) return 0;
+    store_identity_change(stored, sw->model_id, change, sizeof change);
+    return kv_fail(err, "%s: model '%s': %s holds rows of this name made from another model (they came from %s, "
+                        "the config names %s: %s); rows of different inputs are never mixed: give the model another "
+                        "\"name\", or use a new --db", sw->cfg->file, sw->rm->name, sw->opt->db_path, stored_path,
+                   sw->rm->path, change);
+}
+
 static int sweep_model(Sweep *sw, KvErr *err) {
     Plan plan = {0};
-    int rc = load_model(sw, err);
+    sw->run_id = 0;
+    int rc = check_model_identity(sw, err);
+    if (!rc) rc = load_model(sw, err);
     if (!rc) rc = check_chat(sw, err);
     if (!rc) rc = plan_build(sw, &plan, err);
     if (!rc) {
@@ -567,7 +646,6 @@ static int sweep_model(Sweep *sw, KvErr *err) {
         fprintf(sw->opt->log, "%s: %d samples to run (%d rows); %s\n", sw->rm->name, plan.n_items, variants,
                 plan.n_items ? "starting" : "nothing to do");
     }
-    if (!rc && plan.n_items) rc = begin_run(sw, err);
     if (!rc && plan.n_items) {
         sw->stats->samples_planned += plan.n_items;
         for (int i = 0; i < plan.n_items && !rc; i++) {
@@ -575,7 +653,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
             progress(sw);
         }
         if (sw->opt->progress_line) fputc('\n', sw->opt->log);
-        if (!rc) rc = store_end_run(sw->store, sw->run_id, err);
+        if (!rc && sw->run_id) rc = store_end_run(sw->store, sw->run_id, err);
     }
     plan_free(&plan, sw->cfg);
     backend_close(sw->be);
@@ -604,6 +682,27 @@ static int check_inputs(const RunConfig *cfg, KvErr *err) {
     return 0;
 }
 
+/* The database can be created where it is asked for: the nearest existing ancestor of its path is a writable
+ * directory (checked now; the file and its directories are only made for the first sample written). */
+static int check_db_path(const char *path, KvErr *err) {
+    char dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", path);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else if (slash == dir) dir[1] = 0;
+        else *slash = 0;
+        if (!stat(dir, &st)) break;
+        if (!strcmp(dir, ".") || !strcmp(dir, "/")) break;
+    }
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return kv_fail(err, "%s: cannot create the database: %s is not a directory", path, dir);
+    if (access(dir, W_OK))
+        return kv_fail(err, "%s: cannot create the database: %s: %s", path, dir, strerror(errno));
+    return 0;
+}
+
 int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err) {
     SweepStats local = {0};
     Sweep sw = {0};
@@ -614,7 +713,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     sw.started_ms = util_now_ms();
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
-    if (check_inputs(cfg, err) || util_make_parent_dirs(opt->db_path, err)) return -1;
+    if (check_inputs(cfg, err)) return -1;
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
         free(sw.setups);
@@ -641,11 +740,16 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         sw.keys[v] = (StoreVariantKey){x->policy.name, aggregation_name(x->policy.aggregation), x->params,
                                        x->budget_label};
     }
-    int rc = store_open(&sw.store, opt->db_path, 0, err);
+    /* An existing database is opened (and checked) now; a new one is created for the first sample written. */
+    struct stat st;
+    int rc = stat(opt->db_path, &st) ? check_db_path(opt->db_path, err) : store_open(&sw.store, opt->db_path, 0, err);
     for (int i = 0; i < cfg->n_models && !rc; i++) {
         sw.rm = &cfg->models[i];
         rc = sweep_model(&sw, err);
     }
+    /* A run that had nothing to do still leaves the database it was asked for (a shard with no samples merges). */
+    if (!rc && !sw.store)
+        rc = util_make_parent_dirs(opt->db_path, err) || store_open(&sw.store, opt->db_path, 0, err) ? -1 : 0;
     store_close(sw.store);
     free(sw.setups);
     free(sw.keys);

@@ -23,8 +23,11 @@ typedef struct {
 } SweepOptions;
 
 typedef struct {
-    int samples_planned, samples_done, samples_failed;
-    long rows_written;
+    int samples_planned, samples_done;
+    int samples_failed;   /* samples every pending variant of which failed */
+    long rows_written;    /* rows this run added to the database or replaced there (a failed row retried): rows
+                           * another run wrote first are not counted */
+    long rows_failed;     /* variants that failed in this run (stored with their error; traces: not traced) */
     long prefill_tokens, decode_tokens;
     double prefill_ms, decode_ms, wall_ms;
 } SweepStats;
@@ -32,8 +35,11 @@ typedef struct {
 /* Parses "i/N" with 0 <= i < N. */
 int sweep_parse_shard(const char *text, int *index, int *count, KvErr *err);
 
-/* Returns 0 when every planned sample was processed (failed samples included), -1 on a fatal error (the
- * database cannot be written, a model cannot be loaded); rows written before it stay. stats may be NULL. */
+/* Returns 0 when every planned sample was processed (failed samples included: stats->rows_failed counts them),
+ * -1 on a fatal error (the database cannot be written, a model cannot be loaded, the database holds rows of
+ * this model name or task made from other inputs); rows written before it stay. A database that does not exist
+ * yet is created for the first sample written, or at the end of a run that had nothing to do; a run that fails
+ * before its first sample leaves none. stats may be NULL. */
 int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err);
 
 #endif

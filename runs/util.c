@@ -1,8 +1,11 @@
 /* util.c — directories, hashes, the build revision and a clock for the runner and the report. */
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,6 +43,12 @@ unsigned long long util_hash64(const char *text) {
     return h;
 }
 
+unsigned long long util_hash64_bytes(unsigned long long h, const void *bytes, size_t n) {
+    const unsigned char *p = bytes;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
 /* Single-quotes a path for /bin/sh. */
 static int shell_quote(const char *s, char *out, size_t n) {
     size_t k = 0;
@@ -58,27 +67,104 @@ static int shell_quote(const char *s, char *out, size_t n) {
     return 0;
 }
 
-int util_model_sha256(const char *path, char *out, size_t out_size, KvErr *err) {
+#define FP_HEAD (16u << 20)
+#define FP_BLOCK (64u << 10)
+#define FP_BLOCKS 256
+
+/* Continues *h over a file's name, size, head and sampled blocks (util_model_identity); *bytes += its size. */
+static int fingerprint_file(const char *path, const char *name, unsigned long long *h, unsigned long long *bytes,
+                            KvErr *err) {
     struct stat st;
-    char quoted[2 * PATH_MAX], cmd[4 * PATH_MAX], line[256];
-    if (!strncmp(path, "synthetic:", 10)) {
-        snprintf(out, out_size, "synthetic");
-        return 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || fstat(fd, &st)) {
+        if (fd >= 0) close(fd);
+        return kv_fail(err, "%s: %s", path, strerror(errno));
     }
-    if (stat(path, &st)) return kv_fail(err, "%s: %s", path, strerror(errno));
-    if (shell_quote(path, quoted, sizeof quoted)) return kv_fail(err, "%s: path too long", path);
-    if (S_ISDIR(st.st_mode))
-        snprintf(cmd, sizeof cmd, "cd %s && sha256sum config.json *.safetensors | sha256sum", quoted);
-    else
-        snprintf(cmd, sizeof cmd, "sha256sum %s", quoted);
-    FILE *p = popen(cmd, "r");
-    if (!p) return kv_fail(err, "%s: cannot run sha256sum: %s", path, strerror(errno));
-    int got = fgets(line, sizeof line, p) != NULL;
-    int status = pclose(p);
-    if (!got || status != 0 || strlen(line) < 64)
-        return kv_fail(err, "%s: sha256sum failed (is coreutils installed and the file readable?)", path);
-    snprintf(out, out_size, "%.64s", line);
+    unsigned char *buf = kv_malloc(FP_BLOCK, err);
+    if (!buf) {
+        close(fd);
+        return -1;
+    }
+    unsigned long long size = (unsigned long long)st.st_size;
+    *h = util_hash64_bytes(util_hash64_bytes(*h, name, strlen(name) + 1), &size, sizeof size);
+    *bytes += size;
+    /* Offsets to read, in order: the whole file when small, else the head, then blocks spread over the rest. */
+    int whole = size <= 2ull * FP_HEAD, rc = 0;
+    unsigned long long head = whole ? size : FP_HEAD;
+    for (unsigned long long off = 0; off < head && !rc; off += FP_BLOCK) {
+        size_t n = (size_t)(head - off < FP_BLOCK ? head - off : FP_BLOCK);
+        if (pread(fd, buf, n, (off_t)off) != (ssize_t)n) rc = kv_fail(err, "%s: read failed: %s", path, strerror(errno));
+        else *h = util_hash64_bytes(*h, buf, n);
+    }
+    for (int i = 0; i < FP_BLOCKS && !whole && !rc; i++) {
+        unsigned long long off = FP_HEAD + (size - FP_HEAD - FP_BLOCK) * (unsigned long long)i / (FP_BLOCKS - 1);
+        if (pread(fd, buf, FP_BLOCK, (off_t)off) != (ssize_t)FP_BLOCK)
+            rc = kv_fail(err, "%s: read failed: %s", path, strerror(errno));
+        else *h = util_hash64_bytes(*h, buf, FP_BLOCK);
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int weight_or_tokenizer_file(const char *name) {
+    static const char *const SUFFIXES[] = {".json", ".safetensors", ".model", ".txt", ".tiktoken"};
+    size_t n = strlen(name);
+    if (name[0] == '.') return 0;
+    for (size_t i = 0; i < sizeof SUFFIXES / sizeof *SUFFIXES; i++) {
+        size_t k = strlen(SUFFIXES[i]);
+        if (n > k && !strcmp(name + n - k, SUFFIXES[i])) return 1;
+    }
     return 0;
+}
+
+/* A file, or a directory's weight and tokenizer files in name order. */
+static int fingerprint_path(const char *path, unsigned long long *h, unsigned long long *bytes, KvErr *err) {
+    struct stat st;
+    if (stat(path, &st)) return kv_fail(err, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return fingerprint_file(path, "", h, bytes, err);
+    DIR *dir = opendir(path);
+    if (!dir) return kv_fail(err, "%s: %s", path, strerror(errno));
+    char **names = NULL;
+    int n = 0, cap = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) && !rc) {
+        if (!weight_or_tokenizer_file(e->d_name)) continue;
+        if (n == cap) {
+            char **grown = realloc(names, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *grown);
+            if (!grown) rc = kv_fail(err, "out of memory listing %s", path);
+            else names = grown;
+        }
+        if (!rc && !(names[n++] = strdup(e->d_name))) rc = kv_fail(err, "out of memory listing %s", path);
+    }
+    closedir(dir);
+    if (!rc) qsort(names, (size_t)n, sizeof *names, cmp_names);
+    for (int i = 0; i < n && !rc; i++) {
+        char file[PATH_MAX];
+        snprintf(file, sizeof file, "%s/%s", path, names[i]);
+        if (!stat(file, &st) && S_ISREG(st.st_mode)) rc = fingerprint_file(file, names[i], h, bytes, err);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+int util_model_identity(const char *path, const char *tokenizer, char *out, size_t out_size, KvErr *err) {
+    unsigned long long h = util_hash64(""), bytes = 0, th = util_hash64(""), tbytes = 0;
+    int k;
+    if (!strncmp(path, "synthetic:", 10)) {
+        k = snprintf(out, out_size, "synthetic=%s", path + 10);
+    } else {
+        if (fingerprint_path(path, &h, &bytes, err)) return -1;
+        k = snprintf(out, out_size, "fp=%016llx,bytes=%llu", h, bytes);
+    }
+    if (tokenizer) {
+        if (fingerprint_path(tokenizer, &th, &tbytes, err)) return -1;
+        k += snprintf(out + k, out_size > (size_t)k ? out_size - (size_t)k : 0, ",tokenizer=%016llx", th);
+    }
+    return (size_t)k < out_size ? 0 : kv_fail(err, "%s: model identity too long", path);
 }
 
 void util_git_revision(char *out, size_t out_size) {

@@ -14,11 +14,18 @@ int util_make_parent_dirs(const char *file, KvErr *err);
 
 /* FNV-1a 64-bit hash of a string (config hashes, shard assignment: the same on every machine). */
 unsigned long long util_hash64(const char *text);
+/* The same hash over n bytes, continued from h (start with util_hash64("")). */
+unsigned long long util_hash64_bytes(unsigned long long h, const void *bytes, size_t n);
 
-/* SHA-256 of a model as lowercase hex: a file's own digest; for a directory (Hugging Face checkpoint) the
- * digest of the `sha256sum` listing of its config.json and *.safetensors files; "synthetic" for a synthetic
- * spec. Runs coreutils' sha256sum, which is much faster on multi-GB files than plain C. */
-int util_model_sha256(const char *path, char *out, size_t out_size, KvErr *err);
+/* The identity of a model (and of its separate tokenizer file, if given): what changes when the weights or the
+ * tokenizer change, computed without reading the whole of a 65 GB checkpoint. A file (GGUF, tokenizer) or each
+ * *.json, *.safetensors, *.model, *.txt, *.tiktoken file of a directory (Hugging Face checkpoint) contributes its
+ * name, size, first 16 MiB (GGUF metadata and tensor table, tokenizer, safetensors header) and 256 blocks of 64
+ * KiB spread evenly over the rest (FNV-1a 64); a file of at most 32 MiB is read whole. So another quantisation,
+ * architecture, tokenizer, config or retrained weights give another identity; an edit confined to a few bytes
+ * between the sampled blocks does not (give such a model another name). Format: "fp=HEX,bytes=N" plus
+ * ",tokenizer=HEX"; "synthetic=SPEC" for a synthetic model. */
+int util_model_identity(const char *path, const char *tokenizer, char *out, size_t out_size, KvErr *err);
 
 /* The git revision kvbench was built from (KVBENCH_GIT_REV at compile time), else that of the checkout the
  * executable sits in, else "unknown". */

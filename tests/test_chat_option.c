@@ -271,7 +271,7 @@ static void test_runs(TestCounts *tc) {
                   log_contains("nochat", "nochat.json: datasets[0].chat_template: model 'tiny-llama-hf' has no chat "
                                          "template"),
           "model without a chat template");
-    CHECK(tc, query_int(path_in("nochat.db"), "SELECT count(*) FROM samples") == 0, "nochat wrote samples");
+    CHECK(tc, access(path_in("nochat.db"), F_OK) != 0, "nochat, stopped before its first sample, left a database");
 
     /* A bad value stops `kvbench run` with the file and the key. */
     char *bad[] = {write_config(files[4], "bad.json", "", ", \"chat_template\": \"yes\""), "--db", path_in("bad.db"),

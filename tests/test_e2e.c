@@ -6,6 +6,8 @@
  * samples too short for the observation window become failed rows while the run goes on; the report writes
  * its files; bad inputs exit non-zero with a message naming the problem. Each run is a forked child calling
  * the subcommand, so the parent stays free of OpenMP threads and can kill a run at any moment. */
+#include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -43,12 +45,30 @@ static char *dump_rows(const char *db_path) {
                       "r.kept_tokens FROM results r JOIN samples s ON s.id = r.sample_id ORDER BY 1");
 }
 
+/* The "N rows written" of a run's summary line (-1 when absent). */
+static long long logged_rows(const char *log_name) {
+    char path[128], line[1024];
+    long long rows = -1;
+    snprintf(path, sizeof path, "%s/%s.log", dir, log_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, " rows written to ");
+        if (!p) continue;
+        while (p > line && p[-1] >= '0' && p[-1] <= '9') p--;
+        rows = atoll(p);
+    }
+    if (f) fclose(f);
+    return rows;
+}
+
 static void test_runs(TestCounts *tc, const char *config) {
     /* Shards 0/2 and 1/2 in two processes, merged: together one uninterrupted run of every sample. */
     char *s0[] = {(char *)config, "--db", path_in("s0.db"), "--shard", "0/2", NULL};
     char *s1[] = {(char *)config, "--db", path_in("s1.db"), "--shard", "1/2", NULL};
     int rc0 = run(cmd_run, "s0", s0), rc1 = run(cmd_run, "s1", s1);
-    CHECK(tc, rc0 == 0 && rc1 == 0, "shard runs exited %d, %d", rc0, rc1);
+    /* Exit status 3: the runs finished, with failed rows (trec, below). */
+    CHECK(tc, rc0 == 3 && rc1 == 3 && log_contains("s0", "rows failed") && log_contains("s0", "exit status 3"),
+          "shard runs exited %d, %d", rc0, rc1);
     long long n0 = query_int(path_in("s0.db"), "SELECT count(*) FROM samples");
     long long n1 = query_int(path_in("s1.db"), "SELECT count(*) FROM samples");
     CHECK(tc, n0 + n1 == N_SAMPLES && n0 > 0 && n1 > 0, "shards hold %lld + %lld samples", n0, n1);
@@ -60,9 +80,13 @@ static void test_runs(TestCounts *tc, const char *config) {
     CHECK(tc, query_int(m, "SELECT count(*) FROM results") == N_SAMPLES * N_VARIANTS, "results %lld",
           query_int(m, "SELECT count(*) FROM results"));
     CHECK(tc, query_int(m, "SELECT count(DISTINCT task) FROM samples") == N_TASKS, "tasks");
-    CHECK(tc, query_int(m, "SELECT count(*) FROM runs WHERE finished IS NOT NULL AND model_sha256 = 'synthetic' "
-                           "AND shard IN ('0/2', '1/2')") == 2,
+    CHECK(tc, query_int(m, "SELECT count(*) FROM runs WHERE finished IS NOT NULL AND model_id LIKE "
+                           "'synthetic=smollm2-135m:layers=2,tokenizer=%' AND shard IN ('0/2', '1/2')") == 2,
           "run rows");
+    CHECK(tc, query_int(m, "SELECT count(DISTINCT model_id) FROM samples") == 1 &&
+                  query_int(m, "SELECT count(*) FROM samples WHERE data_id = '' OR model_id = ''") == 0 &&
+                  query_int(m, "SELECT count(*) FROM samples WHERE suite = 'ruler' AND data_id NOT LIKE 'seed=42,%'") == 0,
+          "sample identities");
     /* trec fixtures are shorter than the 48-token window: the attention policies fail there (6 variants of 3
      * samples) while full and streamingllm run, and so does the rest of the sweep. */
     CHECK(tc, query_int(m, "SELECT count(*) FROM results r JOIN samples s ON s.id = r.sample_id WHERE s.task = 'trec' "
@@ -97,21 +121,38 @@ static void test_runs(TestCounts *tc, const char *config) {
     CHECK(tc, after_kill >= 2 && after_kill < N_SAMPLES, "killed after %lld samples", after_kill);
     CHECK(tc, query_int(b, "SELECT count(*) FROM results") == after_kill * N_VARIANTS, "whole samples only");
     rc = run(cmd_run, "b2", b_args);
-    CHECK(tc, rc == 0, "resume exited %d", rc);
+    CHECK(tc, rc == 3, "resume exited %d", rc);
     CHECK(tc, log_contains("b2", "samples to run"), "resume log");
     char *rows_b = dump_rows(b);
     CHECK(tc, !strcmp(rows_m, rows_b), "resumed rows differ from the uninterrupted run");
     CHECK(tc, query_int(b, "SELECT count(*) FROM runs") == 2, "two run rows");
-    /* A third run has nothing to do. */
+    /* A third run retries only the failed rows (the 3 trec samples' 6 attention variants, failing again: a
+     * replaced failed row counts as written), duplicating nothing. */
     rc = run(cmd_run, "b3", b_args);
-    CHECK(tc, rc == 0 && log_contains("b3", "nothing to do"), "rerun of a finished sweep");
+    CHECK(tc, rc == 3 && log_contains("b3", "3 samples to run (18 rows)") && log_contains("b3", "18 rows written"),
+          "rerun of a finished sweep with failed rows (exit %d)", rc);
     CHECK(tc, query_int(b, "SELECT count(*) FROM results") == N_SAMPLES * N_VARIANTS, "no duplicates");
+    CHECK(tc, query_int(b, "SELECT count(*) FROM results WHERE error IS NOT NULL") == 18, "failed rows");
+
+    /* A transient failure is retried: a successful row turned into a failed one is run again and comes back
+     * with the prediction the uninterrupted run made. */
+    sqlite3 *db;
+    sqlite3_open(b, &db);
+    sqlite3_exec(db, "UPDATE results SET error = 'transient: out of memory', prediction = NULL, score = NULL WHERE "
+                     "policy = 'snapkv' AND budget = '20%' AND sample_id = (SELECT id FROM samples WHERE task = "
+                     "'niah_single_1' ORDER BY sample_key LIMIT 1)", NULL, NULL, NULL);
+    sqlite3_close(db);
+    rc = run(cmd_run, "b4", b_args);
+    char *rows_b4 = dump_rows(b);
+    CHECK(tc, rc == 3 && log_contains("b4", "4 samples to run (19 rows)") && !strcmp(rows_m, rows_b4),
+          "transient failure retried (exit %d)", rc);
+    free(rows_b4);
     free(rows_b);
     free(rows_m);
 
     /* --limit 1: one sample per task. */
     char *l_args[] = {(char *)config, "--db", path_in("l.db"), "--limit", "1", NULL};
-    CHECK(tc, run(cmd_run, "limit", l_args) == 0, "limit run");
+    CHECK(tc, run(cmd_run, "limit", l_args) == 3, "limit run");
     CHECK(tc, query_int(path_in("l.db"), "SELECT count(*) FROM samples") == N_TASKS, "--limit 1");
 
     /* The report from the resumed database. */
@@ -127,6 +168,167 @@ static void test_runs(TestCounts *tc, const char *config) {
         snprintf(p, sizeof p, "%s/report/%s", dir, files[i]);
         CHECK(tc, stat(p, &st) == 0 && st.st_size > 0, "%s missing or empty", files[i]);
     }
+}
+
+/* A small config: RULER niah_single_1 from `seed` on a synthetic model of `layers` layers named "syn". */
+static char *small_config(const char *name, int seed, int layers, const char *longbench_path) {
+    char *path = path_in(name);
+    FILE *f = fopen(path, "w");
+    fprintf(f,
+            "{\"name\": \"small\", \"max_new_tokens\": 2,\n"
+            " \"models\": [{\"path\": \"synthetic:smollm2-135m:layers=%d\", \"name\": \"syn\", \"tokenizer\": \"" TOKENIZER
+            "\"}],\n"
+            " \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_1\"], \"target_tokens\": 1024, "
+            "\"n_samples\": 2, \"seed\": %d}%s%s%s],\n"
+            " \"policies\": [\"full\", \"snapkv\"], \"budgets\": [\"20%%\"]}\n",
+            layers, seed, longbench_path ? ", {\"suite\": \"longbench\", \"tasks\": [\"trec\"], \"data_path\": \"" : "",
+            longbench_path ? longbench_path : "", longbench_path ? "\"}" : "");
+    fclose(f);
+    return path;
+}
+
+/* Resume and merge never mix rows of different inputs: a changed RULER seed or a model of the same name from
+ * another path is refused with one line naming the change, and so is a merge of two such databases. A run that
+ * stops before its first sample leaves no database. Two runs at once on one database count only their own rows. */
+static void test_identity(TestCounts *tc) {
+    char seed42[128], seed7[128], layers3[128];
+    snprintf(seed42, sizeof seed42, "%s", small_config("seed42.json", 42, 2, NULL));
+    snprintf(seed7, sizeof seed7, "%s", small_config("seed7.json", 7, 2, NULL));
+    snprintf(layers3, sizeof layers3, "%s", small_config("layers3.json", 42, 3, NULL));
+    char *db = path_in("ident.db");
+    char *a42[] = {seed42, "--db", db, NULL};
+    CHECK(tc, run(cmd_run, "i42", a42) == 0, "seed 42 run");
+    char *rows_before = dump_rows(db);
+
+    char *a7[] = {seed7, "--db", db, NULL};
+    CHECK(tc, run(cmd_run, "i7", a7) == 1 && log_contains("i7", "seed=42 -> seed=7") &&
+                  log_contains("i7", "ruler:niah_single_1") && log_contains("i7", "new --db"),
+          "seed change not refused");
+    char *a3[] = {layers3, "--db", db, NULL};
+    CHECK(tc, run(cmd_run, "il3", a3) == 1 &&
+                  log_contains("il3", "synthetic=smollm2-135m:layers=2 -> synthetic=smollm2-135m:layers=3") &&
+                  log_contains("il3", "model 'syn'"),
+          "model change not refused");
+    char *rows_after = dump_rows(db);
+    CHECK(tc, !strcmp(rows_before, rows_after) && query_int(db, "SELECT count(*) FROM runs") == 1,
+          "a refused run wrote rows");
+    free(rows_before);
+    free(rows_after);
+
+    /* A copy whose results b-tree is damaged (header intact): the run stops at open with one line, writing nothing. */
+    char *damaged = path_in("damaged.db"), cp[512];
+    snprintf(cp, sizeof cp, "cp %s %s", db, damaged);
+    long long root = query_int(db, "SELECT rootpage FROM sqlite_schema WHERE name = 'results'");
+    long long page = query_int(db, "PRAGMA page_size");
+    int fd = system(cp) == 0 ? open(damaged, O_WRONLY) : -1;
+    char junk[64];
+    memset(junk, 0xee, sizeof junk);
+    CHECK(tc, fd >= 0 && root > 1 && pwrite(fd, junk, sizeof junk, (off_t)((root - 1) * page)) == sizeof junk,
+          "corrupting %s", damaged);
+    if (fd >= 0) close(fd);
+    struct stat before, after;
+    stat(damaged, &before);
+    char *ad[] = {seed42, "--db", damaged, NULL};
+    CHECK(tc, run(cmd_run, "damaged", ad) == 1 && log_contains("damaged", "damaged.db: the database is damaged"),
+          "a damaged database was not refused");
+    stat(damaged, &after);
+    CHECK(tc, before.st_size == after.st_size && before.st_mtime == after.st_mtime, "the damaged database was written");
+
+    /* The seed-7 rows in a database of their own; merging it with the seed-42 one is refused, nothing copied (not
+     * even the seed-42 input, checked first). */
+    char *db7 = path_in("ident7.db");
+    char *b7[] = {seed7, "--db", db7, NULL};
+    CHECK(tc, run(cmd_run, "i7b", b7) == 0, "seed 7 run");
+    CHECK(tc, query_int(db7, "SELECT count(*) FROM samples WHERE data_id LIKE 'seed=7,%'") == 2, "seed 7 identity");
+    char *merged = path_in("ident_m.db");
+    char *m_args[] = {merged, db, db7, NULL};
+    CHECK(tc, run(cmd_merge, "imerge", m_args) == 1 && log_contains("imerge", "seed=42 -> seed=7") &&
+                  log_contains("imerge", "ident7.db"),
+          "merge of different configs not refused");
+    CHECK(tc, query_int(merged, "SELECT count(*) FROM samples") == 0, "a refused merge copied rows");
+
+    /* Stopping before the first sample (a LongBench path that does not exist) leaves no database. */
+    char *bad_data = small_config("bad_data.json", 42, 2, "/nonexistent/longbench");
+    char *fresh = path_in("never.db");
+    char *bd[] = {bad_data, "--db", fresh, NULL};
+    struct stat st;
+    CHECK(tc, run(cmd_run, "bad_data", bd) == 1 && log_contains("bad_data", "/nonexistent/longbench") &&
+                  stat(fresh, &st) != 0,
+          "a run that stopped before its first sample left a database");
+
+    /* A shard with no samples finishes with nothing to do and still leaves its (empty) database, which merges. */
+    char *empty = path_in("empty_shard.db");
+    char *es[] = {seed42, "--db", empty, "--shard", "999/1000", NULL};
+    CHECK(tc, run(cmd_run, "empty_shard", es) == 0 && log_contains("empty_shard", "nothing to do") &&
+                  query_int(empty, "SELECT count(*) FROM samples") == 0,
+          "an empty shard left no database");
+    char *me[] = {path_in("with_empty.db"), db, empty, NULL};
+    CHECK(tc, run(cmd_merge, "merge_empty", me) == 0 && query_int(path_in("with_empty.db"), "SELECT count(*) FROM "
+                                                                   "results") == 4,
+          "merge with an empty shard");
+
+    /* One config running a task twice from different seeds under one setup: their keys would collide. */
+    char *dup = path_in("dup.json");
+    FILE *f = fopen(dup, "w");
+    fputs("{\"max_new_tokens\": 2, \"models\": [{\"path\": \"synthetic:smollm2-135m:layers=2\", \"name\": \"syn\", "
+          "\"tokenizer\": \"" TOKENIZER "\"}],\n \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_1\"], "
+          "\"n_samples\": 1, \"target_tokens\": 1024},\n  {\"suite\": \"ruler\", \"tasks\": [\"vt\", \"niah_single_1\"], "
+          "\"n_samples\": 1, \"target_tokens\": 1024, \"seed\": 7}], \"policies\": [\"full\"]}\n", f);
+    fclose(f);
+    char *dup_db = path_in("dup.db");
+    char *dd[] = {dup, "--db", dup_db, NULL};
+    CHECK(tc, run(cmd_run, "dup", dd) == 1 && log_contains("dup", "datasets[0] and datasets[1]") &&
+                  log_contains("dup", "seed=42 -> seed=7") && stat(dup_db, &st) != 0,
+          "a task twice from different seeds");
+
+    /* Two runs at once on one new database: each counts the rows it added, together exactly the rows stored. */
+    char *both = path_in("both.db");
+    char *c1[] = {seed42, "--db", both, NULL};
+    pid_t p1 = start(cmd_run, "both1", c1), p2 = start(cmd_run, "both2", c1);
+    int r1 = finish(p1), r2 = finish(p2);
+    long long w1 = logged_rows("both1"), w2 = logged_rows("both2");
+    long long stored = query_int(both, "SELECT count(*) FROM results");
+    CHECK(tc, r1 == 0 && r2 == 0 && stored == 4 && w1 + w2 == stored, "concurrent runs: exit %d %d, %lld + %lld rows "
+          "written, %lld stored", r1, r2, w1, w2, stored);
+}
+
+/* `kvbench report` of a database in a directory the process cannot write to (as `nobody` when the tests run as
+ * root, since root ignores permissions): it reads, writes nothing next to the database, and succeeds. */
+static void test_read_only_report(TestCounts *tc, const char *source_db) {
+    char ro[128], db[160], out[128], cmd[1024];
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    snprintf(db, sizeof db, "%s/results.db", ro);
+    snprintf(out, sizeof out, "%s/ro_report", dir);
+    mkdir(ro, 0755);
+    mkdir(out, 0777);
+    chmod(out, 0777);
+    snprintf(cmd, sizeof cmd, "cp %s %s && chmod 0444 %s && chmod 0555 %s && chmod 0755 %s", source_db, db, db, ro, dir);
+    CHECK(tc, system(cmd) == 0, "%s", cmd);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char log[160];
+        snprintf(log, sizeof log, "%s/ro_report.out", out);
+        if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(99);
+        if (geteuid() == 0) {
+            struct passwd *nobody = getpwnam("nobody");
+            if (!nobody || setgid(nobody->pw_gid) || setuid(nobody->pw_uid)) _exit(90);
+        }
+        if (access(ro, W_OK) == 0) _exit(91);
+        char *args[] = {"--db", db, "--out", out, NULL};
+        int rc = cmd_report(4, args);
+        fflush(NULL);
+        _exit(rc);
+    }
+    int rc = finish(pid);
+    char wal[180], shm[180], md[160];
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    snprintf(shm, sizeof shm, "%s-shm", db);
+    snprintf(md, sizeof md, "%s/report.md", out);
+    struct stat st;
+    CHECK(tc, rc == 0 && stat(md, &st) == 0 && st.st_size > 0, "report in a read-only directory exited %d", rc);
+    CHECK(tc, access(wal, F_OK) != 0 && access(shm, F_OK) != 0, "the report left -wal / -shm");
+    chmod(ro, 0755);
 }
 
 static void test_bad_input(TestCounts *tc, const char *config) {
@@ -174,6 +376,8 @@ int main(void) {
     fputs(CONFIG, f);
     fclose(f);
     test_runs(&tc, config);
+    test_identity(&tc);
+    test_read_only_report(&tc, path_in("b.db"));
     test_bad_input(&tc, config);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

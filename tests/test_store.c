@@ -1,8 +1,15 @@
 /* test_store.c — the results database: schema and version check, one transaction per sample, resume lookups,
  * the task/domain views (hand-computed averages), merge of shard databases, and clean failures on a full
- * disk (simulated with max_page_count), a read-only connection, a path that cannot be created, a foreign file. */
+ * disk (simulated with max_page_count), a read-only connection, a path that cannot be created, a foreign file.
+ * Identity: failed rows are retried and replaced, rows written are counted, samples of another model or data
+ * identity are refused (write and merge); a damaged b-tree is refused at open with nothing written; a
+ * read-only open writes nothing (no -wal / -shm) and works in a directory the process cannot write to. */
+#include <fcntl.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../runs/store.h"
@@ -14,7 +21,7 @@ static const StoreRun RUN = {"t", "{}", "abc", "rev", "m", "models/m.gguf", "00"
 
 static StoreSample sample(const char *key, const char *task, const char *domain) {
     StoreSample m = {"m", "cq=0", key, "ruler", task, domain, "string_match_all", 0, -1, 4096, 3000, 40,
-                     "[\"a\"]", NULL};
+                     "[\"a\"]", NULL, "fp=aa", "seed=42,assets=01"};
     return m;
 }
 
@@ -79,7 +86,8 @@ static void test_write_and_views(TestCounts *tc) {
     StoreVariantKey keys[] = {r1[0].key, r1[2].key, {"snapkv", "max", "w=32,k=5", "20%"}};
     unsigned char done[3];
     CHECK(tc, store_finished(s, "m", "cq=0", "ruler:vt:0", keys, 3, done, &err) == 0, "finished: %s", err.msg);
-    CHECK(tc, done[0] == 1 && done[1] == 1 && done[2] == 0, "done flags %d %d %d", done[0], done[1], done[2]);
+    /* keys[1] has only a failed row: not finished, so a resume retries it. */
+    CHECK(tc, done[0] == 1 && done[1] == 0 && done[2] == 0, "done flags %d %d %d", done[0], done[1], done[2]);
     CHECK(tc, store_finished(s, "m", "cq=1", "ruler:vt:0", keys, 3, done, &err) == 0 && !done[0] && !done[1],
           "another setup is not finished");
 
@@ -156,6 +164,8 @@ static void test_bad_files(TestCounts *tc) {
     CHECK(tc, strstr(err.msg, "schema version 99") && strstr(err.msg, "v.db"), "message: %s", err.msg);
 }
 
+static int merge1(Store *s, const char *src, KvErr *err) { return store_merge(s, &src, 1, err); }
+
 static void test_merge(TestCounts *tc) {
     char a[128], b[128], out[128];
     Store *s;
@@ -178,9 +188,9 @@ static void test_merge(TestCounts *tc) {
 
     CHECK(tc, store_open(&s, out, 0, &err) == 0, "open out: %s", err.msg);
     if (!s) return;
-    CHECK(tc, store_merge(s, a, &err) == 0, "merge a: %s", err.msg);
-    CHECK(tc, store_merge(s, b, &err) == 0, "merge b: %s", err.msg);
-    CHECK(tc, store_merge(s, b, &err) == 0, "merge b again: %s", err.msg);
+    CHECK(tc, merge1(s, a, &err) == 0, "merge a: %s", err.msg);
+    CHECK(tc, merge1(s, b, &err) == 0, "merge b: %s", err.msg);
+    CHECK(tc, merge1(s, b, &err) == 0, "merge b again: %s", err.msg);
     CHECK(tc, count(s, "SELECT count(*) FROM runs") == 2, "runs %lld", count(s, "SELECT count(*) FROM runs"));
     CHECK(tc, count(s, "SELECT count(*) FROM samples") == 2, "samples");
     CHECK(tc, count(s, "SELECT count(*) FROM results") == 4, "results %lld", count(s, "SELECT count(*) FROM results"));
@@ -189,9 +199,259 @@ static void test_merge(TestCounts *tc) {
           "foreign keys resolve");
     char missing[128];
     snprintf(missing, sizeof missing, "%s/none.db", dir);
-    CHECK(tc, store_merge(s, missing, &err) == -1 && strstr(err.msg, "none.db"), "missing input: %s", err.msg);
-    CHECK(tc, store_merge(s, out, &err) == -1, "merged into itself");
+    CHECK(tc, merge1(s, missing, &err) == -1 && strstr(err.msg, "none.db"), "missing input: %s", err.msg);
+    CHECK(tc, merge1(s, out, &err) == -1, "merged into itself");
+
+    /* Another configuration: the same task from another seed (and, apart, another model file under the same
+     * name) disagrees on identity and is refused with nothing copied; a failed row is replaced by a success. */
+    char c[128], d[128], e[128];
+    snprintf(c, sizeof c, "%s/seed7.db", dir);
+    snprintf(d, sizeof d, "%s/othermodel.db", dir);
+    snprintf(e, sizeof e, "%s/retried.db", dir);
+    Store *o;
+    StoreSample m3 = sample("ruler:vt:5", "vt", "t"), m4 = sample("ruler:cwe:0", "cwe", "t");
+    m3.data_id = "seed=7,assets=01";
+    m4.model_id = "fp=bb";
+    StoreResult fixed[] = {result("snapkv", "20%", 0.75, NULL), result("snapkv", "40%", 0.0, NULL)};
+    const char *paths[] = {c, d, e};
+    const StoreSample *samples[] = {&m3, &m4, &m1};
+    StoreResult *rows[] = {r, r, fixed};
+    for (int i = 0; i < 3; i++) {
+        store_open(&o, paths[i], 0, &err);
+        store_begin_run(o, &RUN, &run, &err);
+        store_write_sample(o, run, samples[i], rows[i], 2, &err);
+        store_close(o);
+    }
+    long long runs_before = count(s, "SELECT count(*) FROM runs");
+    CHECK(tc, merge1(s, c, &err) == -1 && strstr(err.msg, "seed=42 -> seed=7") && strstr(err.msg, "ruler:vt") &&
+                  strstr(err.msg, "seed7.db"),
+          "merged another seed: %s", err.msg);
+    CHECK(tc, merge1(s, d, &err) == -1 && strstr(err.msg, "fp=aa -> fp=bb") && strstr(err.msg, "model 'm'"),
+          "merged another model: %s", err.msg);
+    CHECK(tc, count(s, "SELECT count(*) FROM runs") == runs_before && count(s, "SELECT count(*) FROM samples") == 2,
+          "a refused merge copied rows");
+    /* All inputs are checked before anything is copied: a good input before a refused one is not merged either,
+     * and two inputs that disagree with each other (not with the output) are refused. */
+    char fresh[128];
+    snprintf(fresh, sizeof fresh, "%s/fresh.db", dir);
+    store_open(&o, fresh, 0, &err);
+    const char *good_then_bad[] = {a, d}, *disagreeing[] = {a, c};
+    CHECK(tc, o && store_merge(o, good_then_bad, 2, &err) == -1 && strstr(err.msg, "nothing was merged") &&
+                  count(o, "SELECT count(*) FROM samples") == 0,
+          "a refused merge copied the inputs before it: %s", err.msg);
+    CHECK(tc, o && store_merge(o, disagreeing, 2, &err) == -1 && strstr(err.msg, "seed=42 -> seed=7") &&
+                  strstr(err.msg, "shard0.db") && count(o, "SELECT count(*) FROM samples") == 0,
+          "inputs disagreeing with each other: %s", err.msg);
+    const char *shards[] = {a, b};
+    CHECK(tc, o && store_merge(o, shards, 2, &err) == 0 && count(o, "SELECT count(*) FROM results") == 4,
+          "shards: %s", err.msg);
+    store_close(o);
+
+    /* The merged database's vt:0 snapkv 20% is a success (1.0) and stays; make it a failure to see it replaced. */
+    sqlite3_exec(store_handle(s), "UPDATE results SET error = 'transient', score = NULL WHERE budget = '20%' AND "
+                                  "sample_id = (SELECT id FROM samples WHERE sample_key = 'ruler:vt:0')", NULL, NULL, NULL);
+    CHECK(tc, merge1(s, e, &err) == 0, "merge of a retried run: %s", err.msg);
+    CHECK(tc, count(s, "SELECT count(*) FROM results r JOIN samples m ON m.id = r.sample_id WHERE m.sample_key = "
+                       "'ruler:vt:0' AND r.error IS NULL") == 2 &&
+                  test_close(real(s, "SELECT score FROM results WHERE budget = '20%' AND sample_id = (SELECT id FROM "
+                                     "samples WHERE sample_key = 'ruler:vt:0')"), 0.75, 0, 0) &&
+                  test_close(real(s, "SELECT score FROM results WHERE budget = '40%' AND sample_id = (SELECT id FROM "
+                                     "samples WHERE sample_key = 'ruler:vt:0')"), 0.5, 0, 0),
+          "failed row replaced, successful kept");
     store_close(s);
+}
+
+/* Failed rows are retried and replaced; store_last_written counts only rows this write added or replaced. */
+static void test_retry_and_count(TestCounts *tc) {
+    char path[128];
+    Store *s;
+    KvErr err = {{0}};
+    long long run;
+    snprintf(path, sizeof path, "%s/retry.db", dir);
+    CHECK(tc, store_open(&s, path, 0, &err) == 0 && store_begin_run(s, &RUN, &run, &err) == 0, "open: %s", err.msg);
+    if (!s) return;
+    StoreSample m = sample("ruler:vt:0", "vt", "t");
+    StoreResult first[] = {result("snapkv", "20%", 1.0, NULL), result("snapkv", "40%", 0, "out of memory")};
+    CHECK(tc, store_write_sample(s, run, &m, first, 2, &err) == 0 && store_last_written(s) == 2, "first write %d: %s",
+          store_last_written(s), err.msg);
+    /* Another run of the same rows (a concurrent run that planned them too): nothing new, nothing counted. */
+    StoreResult again[] = {result("snapkv", "20%", 0.0, NULL)};
+    CHECK(tc, store_write_sample(s, run, &m, again, 1, &err) == 0 && store_last_written(s) == 0, "rewrite counted %d",
+          store_last_written(s));
+    CHECK(tc, count(s, "SELECT score = 1.0 FROM results WHERE budget = '20%'") == 1, "a successful row was replaced");
+    /* The retry of the failed row replaces it: one row, now with a score and no error. */
+    StoreResult retry[] = {result("snapkv", "40%", 0.5, NULL)};
+    m.context_tokens = 2999;
+    CHECK(tc, store_write_sample(s, run, &m, retry, 1, &err) == 0 && store_last_written(s) == 1, "retry counted %d",
+          store_last_written(s));
+    CHECK(tc, count(s, "SELECT count(*) FROM results") == 2, "results after the retry");
+    CHECK(tc, count(s, "SELECT count(*) FROM results WHERE budget = '40%' AND error IS NULL AND score = 0.5") == 1,
+          "the failed row was not replaced");
+    /* The sample had a successful row already, so its description stays the first attempt's. */
+    CHECK(tc, count(s, "SELECT context_tokens FROM samples") == 3000, "sample description");
+    /* A failure never replaces a success. */
+    StoreResult worse[] = {result("snapkv", "40%", 0, "transient")};
+    CHECK(tc, store_write_sample(s, run, &m, worse, 1, &err) == 0 && store_last_written(s) == 0, "failure counted");
+    CHECK(tc, count(s, "SELECT count(*) FROM results WHERE error IS NOT NULL") == 0, "a success was replaced");
+    store_close(s);
+}
+
+static void test_identity(TestCounts *tc) {
+    char path[128], stored[256], stored_path[256], change[256];
+    Store *s;
+    KvErr err = {{0}};
+    long long run;
+    snprintf(path, sizeof path, "%s/identity.db", dir);
+    CHECK(tc, store_open(&s, path, 0, &err) == 0 && store_begin_run(s, &RUN, &run, &err) == 0, "open: %s", err.msg);
+    if (!s) return;
+    StoreSample m = sample("ruler:vt:0", "vt", "t");
+    StoreResult r[] = {result("snapkv", "20%", 1.0, NULL)};
+    CHECK(tc, store_write_sample(s, run, &m, r, 1, &err) == 0, "write: %s", err.msg);
+
+    CHECK(tc, store_check_model(s, "m", "fp=aa", stored, sizeof stored, stored_path, sizeof stored_path, &err) == 0 &&
+                  !stored[0],
+          "same model flagged: %s", stored);
+    CHECK(tc, store_check_model(s, "m", "fp=bb", stored, sizeof stored, stored_path, sizeof stored_path, &err) == 0 &&
+                  !strcmp(stored, "fp=aa") && !strcmp(stored_path, "?"),
+          "other model: '%s' '%s'", stored, stored_path);
+    CHECK(tc, store_check_model(s, "other", "fp=bb", stored, sizeof stored, stored_path, sizeof stored_path, &err) == 0 &&
+                  !stored[0],
+          "another model name is free");
+    CHECK(tc, store_check_data(s, "m", "cq=0", "ruler", "vt", "seed=42,assets=01", stored, sizeof stored, &err) == 0 &&
+                  !stored[0],
+          "same data flagged");
+    CHECK(tc, store_check_data(s, "m", "cq=0", "ruler", "vt", "seed=7,assets=01", stored, sizeof stored, &err) == 0 &&
+                  !strcmp(stored, "seed=42,assets=01"),
+          "other data: '%s'", stored);
+    CHECK(tc, store_check_data(s, "m", "cq=0", "ruler", "cwe", "seed=7,assets=01", stored, sizeof stored, &err) == 0 &&
+                  !stored[0],
+          "another task is free");
+
+    /* A write under another identity is refused whole, naming the change. */
+    StoreSample other = m;
+    other.data_id = "seed=7,assets=01";
+    StoreResult r2[] = {result("snapkv", "40%", 1.0, NULL)};
+    CHECK(tc, store_write_sample(s, run, &other, r2, 1, &err) == -1 && strstr(err.msg, "seed=42 -> seed=7") &&
+                  strstr(err.msg, "ruler:vt:0"),
+          "other data written: %s", err.msg);
+    other = m;
+    other.model_id = "fp=bb";
+    CHECK(tc, store_write_sample(s, run, &other, r2, 1, &err) == -1 && strstr(err.msg, "fp=aa -> fp=bb"),
+          "other model written: %s", err.msg);
+    CHECK(tc, count(s, "SELECT count(*) FROM results") == 1, "rows after refused writes");
+
+    store_identity_change("seed=42,assets=01,qa=none", "seed=42,assets=02,qa=none", change, sizeof change);
+    CHECK(tc, !strcmp(change, "assets=01 -> assets=02"), "change: %s", change);
+    store_identity_change("synthetic:a", "fp=1,bytes=2", change, sizeof change);
+    CHECK(tc, !strcmp(change, "synthetic:a -> fp=1,bytes=2"), "change: %s", change);
+    store_identity_change("seed=1", "seed=1,qa=x", change, sizeof change);
+    CHECK(tc, !strcmp(change, "(none) -> qa=x") || strstr(change, "qa=x"), "change: %s", change);
+    store_close(s);
+}
+
+/* A database whose b-tree is damaged (header intact) is refused at open, writable or not, and not touched. */
+static void test_damage(TestCounts *tc) {
+    char path[128];
+    Store *s;
+    KvErr err = {{0}};
+    long long run;
+    snprintf(path, sizeof path, "%s/damaged.db", dir);
+    CHECK(tc, store_open(&s, path, 0, &err) == 0 && store_begin_run(s, &RUN, &run, &err) == 0, "open: %s", err.msg);
+    if (!s) return;
+    for (int i = 0; i < 40; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "ruler:vt:%d", i);
+        StoreSample m = sample(key, "vt", "t");
+        StoreResult r[] = {result("snapkv", "20%", 1.0, NULL), result("snapkv", "40%", 0.5, NULL)};
+        store_write_sample(s, run, &m, r, 2, &err);
+    }
+    long long root = count(s, "SELECT rootpage FROM sqlite_schema WHERE name = 'results'");
+    long long page = count(s, "PRAGMA page_size");
+    store_close(s); /* checkpoints the log into the file */
+    /* Overwrite the results table's root page (not page 1, whose header stays intact) with a bad page type. */
+    int fd = open(path, O_WRONLY);
+    unsigned char junk[64];
+    memset(junk, 0xee, sizeof junk);
+    CHECK(tc, fd >= 0 && root > 1 && pwrite(fd, junk, sizeof junk, (off_t)((root - 1) * page)) == sizeof junk,
+          "corrupting page %lld", root);
+    if (fd >= 0) close(fd);
+    struct stat before, after;
+    stat(path, &before);
+    CHECK(tc, store_open(&s, path, 0, &err) == -1 && !s && strstr(err.msg, "damaged") && strstr(err.msg, "damaged.db"),
+          "damaged db opened for writing: %s", err.msg);
+    CHECK(tc, store_open(&s, path, 1, &err) == -1 && strstr(err.msg, "damaged"), "damaged db opened read-only: %s",
+          err.msg);
+    stat(path, &after);
+    CHECK(tc, before.st_size == after.st_size && before.st_mtime == after.st_mtime, "the damaged file was written");
+    char wal[160];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    CHECK(tc, access(wal, F_OK) != 0, "a write-ahead log was left");
+
+    /* Merging it is refused too, before anything is copied. */
+    char out[128];
+    snprintf(out, sizeof out, "%s/from_damaged.db", dir);
+    CHECK(tc, store_open(&s, out, 0, &err) == 0, "open out: %s", err.msg);
+    if (!s) return;
+    CHECK(tc, merge1(s, path, &err) == -1 && strstr(err.msg, "damaged"), "merged a damaged db: %s", err.msg);
+    CHECK(tc, count(s, "SELECT count(*) FROM runs") == 0, "rows merged from a damaged db");
+    store_close(s);
+}
+
+/* Read-only opens write nothing: no -wal / -shm next to the file, and they work where the process cannot write
+ * (a 0555 directory, entered as `nobody` when the test runs as root, since root ignores permissions). */
+static void test_read_only(TestCounts *tc) {
+    char ro_dir[128], path[160], wal[170], shm[170];
+    Store *s;
+    KvErr err = {{0}};
+    long long run;
+    snprintf(ro_dir, sizeof ro_dir, "%s/ro", dir);
+    mkdir(ro_dir, 0755);
+    snprintf(path, sizeof path, "%s/results.db", ro_dir);
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    CHECK(tc, store_open(&s, path, 0, &err) == 0 && store_begin_run(s, &RUN, &run, &err) == 0, "open: %s", err.msg);
+    if (!s) return;
+    StoreSample m = sample("ruler:vt:0", "vt", "t");
+    StoreResult r[] = {result("snapkv", "20%", 1.0, NULL)};
+    store_write_sample(s, run, &m, r, 1, &err);
+    store_close(s);
+    CHECK(tc, access(wal, F_OK) != 0 && access(shm, F_OK) != 0, "a closed database left -wal / -shm");
+
+    CHECK(tc, store_open(&s, path, 1, &err) == 0, "open ro: %s", err.msg);
+    if (s) {
+        CHECK(tc, count(s, "SELECT count(*) FROM results") == 1, "rows read");
+        CHECK(tc, access(wal, F_OK) != 0 && access(shm, F_OK) != 0, "a read-only open created -wal / -shm");
+        store_close(s);
+    }
+    CHECK(tc, access(wal, F_OK) != 0 && access(shm, F_OK) != 0, "a read-only close left -wal / -shm");
+
+    /* The directory and file made read-only; a child that cannot write there reads the database. */
+    chmod(dir, 0755);
+    chmod(path, 0444);
+    chmod(ro_dir, 0555);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (geteuid() == 0) {
+            struct passwd *nobody = getpwnam("nobody");
+            if (!nobody || setgid(nobody->pw_gid) || setuid(nobody->pw_uid)) _exit(90);
+        }
+        if (access(ro_dir, W_OK) == 0) _exit(91); /* not a read-only place after all */
+        Store *c;
+        KvErr e = {{0}};
+        if (store_open(&c, path, 1, &e)) {
+            fprintf(stderr, "read-only open: %s\n", e.msg);
+            _exit(92);
+        }
+        long long n = count(c, "SELECT count(*) FROM results");
+        store_close(c);
+        _exit(n == 1 ? 0 : 93);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(tc, WIFEXITED(status) && WEXITSTATUS(status) == 0, "read-only directory: child exit %d",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    chmod(ro_dir, 0755);
 }
 
 int main(void) {
@@ -204,6 +464,10 @@ int main(void) {
     test_write_and_views(&tc);
     test_bad_files(&tc);
     test_merge(&tc);
+    test_retry_and_count(&tc);
+    test_identity(&tc);
+    test_damage(&tc);
+    test_read_only(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
