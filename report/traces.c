@@ -262,8 +262,9 @@ static int plot_histogram(FigureCtx *c, sqlite3 *db, const TraceFigure *f) {
             return -1;
         }
         while (sqlite3_step(st) == SQLITE_ROW) {
-            int bin = (int)(sqlite3_column_double(st, 0) * HIST_BINS);
-            share[a * HIST_BINS + (bin < 0 ? 0 : bin >= HIST_BINS ? HIST_BINS - 1 : bin)] += 1;
+            /* clamped before the conversion: a stored value outside [0, 1] (or NaN) must not overflow an int */
+            double x = sqlite3_column_double(st, 0) * HIST_BINS;
+            share[a * HIST_BINS + (!(x > 0) ? 0 : x >= HIST_BINS - 1 ? HIST_BINS - 1 : (int)x)] += 1;
             n++;
         }
         sqlite3_finalize(st);
