@@ -322,7 +322,9 @@ static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *
             if (!strcmp(s->shard_names[i], f->valuestring)) st = s->shards[i];
     }
     const StTensor *t = st_find(st, w->hf_name);
-    if (!t) return kv_fail(err, "%s: missing tensor '%s'", st_path(st), w->hf_name);
+    if (!t)
+        return kv_fail(err, "%s: missing tensor '%s'%s", st_path(st), w->hf_name,
+                       s->weight_map ? " (model.safetensors.index.json places it in this shard)" : "");
     if (t->ggml_type < 0)
         return kv_fail(err, "%s: tensor '%s' has dtype %s (kvbench loads F32, F16, BF16)", st_path(st), t->name,
                        t->dtype);
