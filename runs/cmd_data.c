@@ -118,7 +118,7 @@ int cmd_data(int argc, char **argv) {
         } else {
             long long n = 0, most = strcmp(a, "--seed") ? 1 << 30 : LLONG_MAX;
             NumCheck r = num_parse_integer(v, 0, most, &n);
-            if (r == NUM_OUT_OF_RANGE) {
+            if (r == NUM_OUT_OF_RANGE && v[0] != '-') {
                 fprintf(stderr, "kvbench data: %s '%s' is out of range [0, %lld]\n", a, v, most);
                 return 2;
             }

@@ -59,6 +59,30 @@ static void test_commands(TestCounts *tc) {
     }
 }
 
+/* Integers on the command line past what they may be: exit 2, "out of range" (strtol's saturation and a narrowing
+ * to int used to pass them on or call them "not an integer"). */
+static void test_command_numbers(TestCounts *tc) {
+    char *gen[] = {"--model", "m", "--prompt", "p", "--max-new", "99999999999999999999"};
+    CHECK(tc, test_run_command(cmd_generate, 6, gen, out, errs, sizeof out) == 2 &&
+                  strstr(errs, "--max-new is out of range [1, 1000000]"), "generate --max-new: %s", errs);
+    char *run[] = {"tests/data/no-such-config.json", "--limit", "4294967297"};
+    CHECK(tc, test_run_command(cmd_run, 3, run, out, errs, sizeof out) == 2 &&
+                  strstr(errs, "--limit '4294967297': out of range [1, 100000000]"), "run --limit: %s", errs);
+    char *sel[] = {"--model", "m", "--file", "f", "--policy", "snapkv", "--budget", "20%", "--window", "1e3"};
+    CHECK(tc, test_run_command(cmd_select, 10, sel, out, errs, sizeof out) == 2 &&
+                  strstr(errs, "--window '1e3': expected a whole number"), "select --window 1e3: %s", errs);
+    sel[9] = "2147483648";
+    CHECK(tc, test_run_command(cmd_select, 10, sel, out, errs, sizeof out) == 2 &&
+                  strstr(errs, "--window '2147483648': out of range [1, 1048576]"), "select --window: %s", errs);
+    sel[7] = "99999999999tok";
+    sel[9] = "8";
+    CHECK(tc, test_run_command(cmd_select, 10, sel, out, errs, sizeof out) == 2 && strstr(errs, "out of range"),
+          "select --budget 99999999999tok: %s", errs);
+    char *slurm[] = {"tests/data/no-such-config.json", "--shards", "18446744073709551617"};
+    CHECK(tc, test_run_command(cmd_slurm, 3, slurm, out, errs, sizeof out) == 2 &&
+                  strstr(errs, "--shards: '18446744073709551617' is out of range [1, 100000]"), "slurm: %s", errs);
+}
+
 static void replay(TestCounts *tc, const char *target, int others_refused) {
     char dir[256], path[600];
     snprintf(dir, sizeof dir, "tests/data/fuzz/%s", target);
@@ -92,6 +116,7 @@ int main(void) {
     TestCounts tc = {"test_model_input", 0, 0};
     CHECK(&tc, fuzz_make_dir() == 0, "cannot make a copy of %s", FUZZ_FIXTURE);
     test_commands(&tc);
+    test_command_numbers(&tc);
     replay(&tc, "index", 1);
     replay(&tc, "tokenizer_config", 0);
     replay(&tc, "config_json", 0);
