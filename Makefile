@@ -102,7 +102,7 @@ sanitize:
 check:
 	$(MAKE) test
 	$(MAKE) sanitize
-	@bash tests/check_binary.sh
+	+@bash tests/check_binary.sh
 
 # libFuzzer (clang) on the inputs of tests/fuzz/fuzz_inputs.h, each for FUZZ_SECONDS, seeded from tests/data/fuzz/
 # (the fixtures' own files and the nasty cases test_model_input replays); new inputs go to build-fuzz/corpus/,

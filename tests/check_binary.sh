@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 fail() { echo "check_binary: $*" >&2; exit 1; }
 [ -x kvbench ] || fail "./kvbench is missing after make check"
 if grep -q __asan_init kvbench; then fail "./kvbench is a sanitizer build (it has ASan symbols)"; fi
-make -q kvbench || fail "a plain make would rebuild ./kvbench after make check"
-if make -n sanitize 2>/dev/null | grep -Eq -- '-o kvbench( |$)'; then fail "make sanitize would link ./kvbench"; fi
+make --no-print-directory -q kvbench || fail "a plain make would rebuild ./kvbench after make check"
+if make --no-print-directory -n sanitize 2>/dev/null | grep -Eq -- '-o kvbench( |$)'; then fail "make sanitize would link ./kvbench"; fi
 exit 0
