@@ -129,7 +129,7 @@ static int get_number(const Ctx *c, const cJSON *obj, const char *where, const c
                          : v->valuedouble >= lo && v->valuedouble <= hi ? NUM_OK : NUM_OUT_OF_RANGE;
     if (r == NUM_NOT_INTEGER) return bad(c, at, "expected an integer");
     if (r == NUM_OUT_OF_RANGE) {
-        snprintf(msg, sizeof msg, "%g is out of range [%g, %g]", v->valuedouble, lo, hi);
+        snprintf(msg, sizeof msg, "%g is out of range [%.16g, %.16g]", v->valuedouble, lo, hi);
         return bad(c, at, msg);
     }
     *out = v->valuedouble;
