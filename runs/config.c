@@ -251,10 +251,11 @@ static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDat
         i = 0;
         for (const cJSON *t = lengths->child; t; t = t->next, i++) {
             snprintf(at, sizeof at, "%s.lengths[%d]", where, i);
-            if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > (1 << 24) ||
-                t->valuedouble != (double)(int)t->valuedouble)
-                return bad(c, at, "expected a context length in tokens (a positive integer)");
-            d->lengths[i] = (int)t->valuedouble;
+            long long n = 0;
+            NumCheck r = cJSON_IsNumber(t) ? num_integer(t->valuedouble, 1, 1 << 24, &n) : NUM_NOT_INTEGER;
+            if (r == NUM_OUT_OF_RANGE) return bad(c, at, "context length out of range [1, 16777216] tokens");
+            if (r) return bad(c, at, "expected a context length in tokens (a positive integer)");
+            d->lengths[i] = (int)n;
         }
     }
     return 0;

@@ -157,6 +157,10 @@ static void test_out_of_range(TestCounts *tc) {
     snprintf(text, sizeof text, "%s%s}], \"budgets\": [0.2], \"policies\": [{\"name\": \"snapkv\", \"window\": 1e20}]}",
              "{\"models\": [{\"path\": \"m.gguf\"}], ", ds);
     expect_error(tc, text, "policies[0].window", "out of range");
+    snprintf(text, sizeof text,
+             "%s\"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [500, 1e30]}], "
+             "\"budgets\": [0.2]}", head);
+    expect_error(tc, text, "datasets[0].lengths[1]", "context length out of range [1, 16777216]");
 }
 
 /* The shipped configs parse, with the variables they use pointing somewhere. */

@@ -48,7 +48,8 @@ static void test_commands(TestCounts *tc) {
               errs);
         snprintf(cfg_text, sizeof cfg_text,
                  "{\"db\": \"%s\", \"max_new_tokens\": 2, \"models\": [{\"path\": \"%s\", \"name\": \"bad\"}],\n"
-                 " \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [200], \"depths\": [50]}],\n"
+                 " \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [200],\n"
+                 "   \"depths\": [50]}],\n"
                  " \"policies\": [\"full\"], \"budgets\": [\"100%%\"]}\n", db, fuzz_dir);
         FILE *f = fopen(config, "w");
         if (f) fputs(cfg_text, f), fclose(f);
