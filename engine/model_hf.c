@@ -3,6 +3,7 @@
  * generation_config.json. Tensors may be f32, f16 or bf16 and are converted to f32 into the arena; Hugging Face
  * checkpoints are already in rotate-half order, so nothing is permuted. Spec: models.md §2. */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "gguf.h"
 #include "model_internal.h"
+#include "num.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -43,13 +45,23 @@ static int read_json(HfDir *h, const char *name, int required, cJSON **out, KvEr
 /* ---------------------------------------------------------------------------------------------------------
  * config.json */
 
+/* A JSON number as an int; `what` names it in messages ("key 'hidden_size'"). */
+static int json_int(const cJSON *v, const char *path, const char *what, int *out, KvErr *err) {
+    long long i = 0;
+    NumCheck r = cJSON_IsNumber(v) ? num_integer(v->valuedouble, INT_MIN, INT_MAX, &i) : NUM_NOT_INTEGER;
+    if (r == NUM_OUT_OF_RANGE)
+        return kv_fail(err, "%s: %s = %g is out of range (at most %d)", path, what, v->valuedouble, INT_MAX);
+    if (r) return kv_fail(err, "%s: %s is not an integer", path, what);
+    *out = (int)i;
+    return 0;
+}
+
 static int get_int(const cJSON *o, const char *path, const char *key, int required, int *out, KvErr *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return required ? kv_fail(err, "%s: missing key '%s'", path, key) : 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
-        return kv_fail(err, "%s: key '%s' is not an integer", path, key);
-    *out = (int)v->valuedouble;
-    return 0;
+    char what[160];
+    snprintf(what, sizeof what, "key '%s'", key);
+    return json_int(v, path, what, out, err);
 }
 
 static int get_float(const cJSON *o, const char *path, const char *key, int required, float *out, KvErr *err) {
@@ -70,17 +82,18 @@ static int get_bool(const cJSON *o, const char *path, const char *key, int *out,
 
 /* eos_token_id as an int or a list of ints; returns 1 when the key was there. */
 static int add_eos_ids(ModelConfig *c, const cJSON *o, const char *path, KvErr *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "eos_token_id"), *e;
+    int id;
     if (!v || cJSON_IsNull(v)) return 0;
     if (cJSON_IsNumber(v)) {
-        model_add_eos(c, (int)v->valuedouble);
+        if (json_int(v, path, "eos_token_id", &id, err)) return -1;
+        model_add_eos(c, id);
         return 1;
     }
-    const cJSON *e;
     if (!cJSON_IsArray(v)) return kv_fail(err, "%s: eos_token_id is neither an integer nor a list", path);
     cJSON_ArrayForEach(e, v) {
-        if (!cJSON_IsNumber(e)) return kv_fail(err, "%s: eos_token_id list holds a non-integer", path);
-        model_add_eos(c, (int)e->valuedouble);
+        if (json_int(e, path, "an eos_token_id list entry", &id, err)) return -1;
+        model_add_eos(c, id);
     }
     return 1;
 }
@@ -282,6 +295,7 @@ static int shards_open(HfDir *h, Shards *s, KvErr *err) {
     cJSON_Delete(index);
     dir_file(h, "model.safetensors.index.json");
     if (!cJSON_IsObject(s->weight_map)) return kv_fail(err, "%s: missing key 'weight_map'", h->path);
+    if (!s->weight_map->child) return kv_fail(err, "%s: weight_map names no tensor", h->path);
     const cJSON *e;
     cJSON_ArrayForEach(e, s->weight_map) {
         if (!cJSON_IsString(e)) return kv_fail(err, "%s: weight_map entry '%s' is not a file name", h->path, e->string);
@@ -299,6 +313,7 @@ static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *
     HfDir *h = ((HfSource *)source)->h;
     const Shards *s = ((HfSource *)source)->shards;
     (void)index;
+    /* shards_open opened every shard the index names (each a string), and at least one */
     const SafeTensors *st = s->shards[0];
     if (s->weight_map) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(s->weight_map, w->hf_name);
@@ -307,7 +322,9 @@ static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *
             if (!strcmp(s->shard_names[i], f->valuestring)) st = s->shards[i];
     }
     const StTensor *t = st_find(st, w->hf_name);
-    if (!t) return kv_fail(err, "%s: missing tensor '%s'", st_path(st), w->hf_name);
+    if (!t)
+        return kv_fail(err, "%s: missing tensor '%s'%s", st_path(st), w->hf_name,
+                       s->weight_map ? " (model.safetensors.index.json places it in this shard)" : "");
     if (t->ggml_type < 0)
         return kv_fail(err, "%s: tensor '%s' has dtype %s (kvbench loads F32, F16, BF16)", st_path(st), t->name,
                        t->dtype);

@@ -38,7 +38,9 @@ typedef struct {
     float *dst;
 } TensorCopy;
 
-/* How a source converts the weight w (the index-th of model_weight_refs) into w->dst. */
+/* How a source converts the weight w (the index-th of model_weight_refs): finds its tensor, checks it against w's
+ * shape and type and describes the copy. Planning runs before the arena exists (w->dst is NULL); model_fill_weights
+ * sets c->dst afterwards. */
 typedef int (*PlanTensor)(void *source, const WeightRef *w, int index, TensorCopy *c, KvErr *err);
 
 /* What a load does with the weights: into the arena, nothing (model_load_config), or each to a visitor. */
@@ -48,8 +50,8 @@ typedef struct {
     void *user;
 } WeightFill;
 
-/* Checks that a copy's type can be dequantised (by converting its first row), naming `source` and the tensor
- * on failure. After this, model_copy_all cannot fail. */
+/* Checks that a copy's type can be dequantised (by converting its first row into a buffer of its own), naming
+ * `source` and the tensor on failure. After this, model_copy_all cannot fail. */
 int model_copy_check(const TensorCopy *c, const char *source, const char *tensor, KvErr *err);
 
 /* Converts every tensor to f32 in one parallel region (rows split across threads, no barrier per tensor). */
@@ -63,8 +65,10 @@ int model_check_config(const ModelConfig *cfg, const char *source, KvErr *err);
  * m->layers into it. */
 int model_alloc(Model *m, int weights, KvErr *err);
 
-/* After a source has read m->cfg: allocates the arena and converts the weights as fill says, planning each
- * one with plan(source, ...). With FILL_VISIT the weights go one at a time through a scratch buffer. */
+/* After a source has read m->cfg: plans every weight with plan(source, ...) (so a missing tensor or a shape
+ * that disagrees with the config is refused, in every mode, before anything is allocated), then allocates the
+ * arena and converts the weights as fill says. With FILL_VISIT the weights go one at a time through a scratch
+ * buffer. */
 int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *source, KvErr *err);
 
 /* Elements start..start+n-1 of synthetic tensor `tensor` (model_synthetic.c). */

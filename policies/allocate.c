@@ -224,11 +224,12 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
         switch (row->allocation) {
         case ALLOC_UNIFORM:
             for (int k = 0; !rc && k < K; k++) {
-                const float *s = ls->score + (size_t)k * L;
+                const float *s = work;
                 if (row->scoring == SCORE_SINKS) {
-                    /* StreamingLLM: 0 on [n_sink, n_sink + L - n), 1 elsewhere. */
+                    /* StreamingLLM (no scores: ls->score is NULL): 0 on [n_sink, n_sink + L - n), 1 elsewhere. */
                     for (int j = 0; j < L; j++) work[j] = j >= row->n_sink && j < row->n_sink + L - n ? 0.0f : 1.0f;
-                    s = work;
+                } else {
+                    s = ls->score + (size_t)k * L;
                 }
                 rc = mark_top(s, L, n, idx, lk + (size_t)k * L, err);
             }

@@ -5,13 +5,13 @@
 #include "policy.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "policy_internal.h"
+#include "../engine/num.h"
 
 /* name, press, scoring, allocation, default aggregation, value norm, n_sink, alpha, epsilon,
  * first-stage ratio, tau1, tau2, gamma, mass threshold */
@@ -97,15 +97,17 @@ int budget_parse(const char *text, Budget *out, KvErr *err) {
     *out = (Budget){0};
     if (!text || !*text) return kv_fail(err, "empty budget (expected e.g. 0.2, 20%% or 512tok)");
     char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || errno)
+    double v = strtod(text, &end);  /* an overflow (ERANGE, +-HUGE_VAL) is refused by the range checks below */
+    if (end == text)
         return kv_fail(err, "budget '%s': not a number (expected e.g. 0.2, 20%% or 512tok)", text);
     while (isspace((unsigned char)*end)) end++;
     if (!strcmp(end, "tok") || !strcmp(end, "tokens") || !strcmp(end, "token")) {
-        if (v != (int)v || v < 1 || v > 1e9)
-            return kv_fail(err, "budget '%s': a token budget must be a whole number of at least 1", text);
-        out->tokens = (int)v;
+        long long tokens = 0;
+        NumCheck r = num_integer(v, 1, 1e9, &tokens);
+        if (r == NUM_OUT_OF_RANGE)
+            return kv_fail(err, "budget '%s': a token budget of %g is out of range [1, 1e9]", text, v);
+        if (r) return kv_fail(err, "budget '%s': a token budget must be a whole number of at least 1", text);
+        out->tokens = (int)tokens;
         return 0;
     }
     if (!strcmp(end, "%")) v /= 100.0;

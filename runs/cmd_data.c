@@ -3,12 +3,13 @@
  * the token count of each part. Without one, lengths that must be fitted (RULER, NIAH, --target-tokens on
  * LongBench) are counted in whitespace words, and the output says so.
  * Usage errors exit 2, failures 1, each with one line on stderr. */
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../datasets/dataset.h"
+#include "../engine/num.h"
 #include "../engine/tokenizer.h"
 #include "commands.h"
 
@@ -29,14 +30,6 @@ static int count_with_tokenizer(void *user, const char *text, int *n_tokens, KvE
     *n_tokens = ids.n;
     ids_free(&ids);
     return 0;
-}
-
-/* Parses a whole non-negative number; -1 if it is not one. */
-static long long parse_count(const char *s) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    return errno || end == s || *end || v < 0 ? -1 : v;
 }
 
 static void print_block(const char *title, const char *text) {
@@ -123,8 +116,13 @@ int cmd_data(int argc, char **argv) {
                 return 2;
             }
         } else {
-            long long n = parse_count(v);
-            if (n < 0 || (n > 1 << 30 && strcmp(a, "--seed") != 0)) {
+            long long n = 0, most = strcmp(a, "--seed") ? 1 << 30 : LLONG_MAX;
+            NumCheck r = num_parse_integer(v, 0, most, &n);
+            if (r == NUM_OUT_OF_RANGE && v[0] != '-') {
+                fprintf(stderr, "kvbench data: %s '%s' is out of range [0, %lld]\n", a, v, most);
+                return 2;
+            }
+            if (r) {
                 fprintf(stderr, "kvbench data: %s wants a non-negative whole number, not '%s'\n", a, v);
                 return 2;
             }

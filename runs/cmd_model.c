@@ -10,6 +10,7 @@
 #include "../engine/chat.h"
 #include "../engine/generate.h"
 #include "../engine/model.h"
+#include "../engine/num.h"
 #include "../engine/tokenizer.h"
 #include "commands.h"
 
@@ -145,10 +146,11 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "usage: kvbench generate --model M --prompt T [--chat] [--max-new N] [--backend cpu|cuda]\n");
         return 2;
     }
-    char *end;
-    long max_new = strtol(max_text, &end, 10);
-    if (*end || end == max_text || max_new < 1 || max_new > 1000000) {
-        fprintf(stderr, "kvbench generate: --max-new must be a positive integer (got '%s')\n", max_text);
+    long long max_new = 0;
+    NumCheck r = num_parse_integer(max_text, 1, 1000000, &max_new);
+    if (r) {
+        fprintf(stderr, "kvbench generate: --max-new %s (got '%s')\n",
+                r == NUM_OUT_OF_RANGE ? "is out of range [1, 1000000]" : "must be a positive integer", max_text);
         return 2;
     }
     KvErr err = {{0}};
@@ -164,7 +166,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (m->cfg.max_context > 0 && ids.n + max_new > m->cfg.max_context) {
-        kv_fail(&err, "%d prompt tokens + %ld new exceed the model's context of %d", ids.n, max_new, m->cfg.max_context);
+        kv_fail(&err, "%d prompt tokens + %lld new exceed the model's context of %d", ids.n, max_new, m->cfg.max_context);
         goto done;
     }
     if (backend_open(&be, backend, m, &err) || be->cache_new(be, &cache, ids.n + (int)max_new, &err)) goto done;

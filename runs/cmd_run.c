@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../engine/num.h"
 #include "../report/report.h"
 #include "commands.h"
 #include "config.h"
@@ -55,10 +56,11 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     SweepOptions opt = {0};
     KvErr err = {{0}};
     if (limit) {
-        char *end;
-        long n = strtol(limit, &end, 10);
-        if (*end || n < 1 || n > 100000000) {
-            fprintf(stderr, "kvbench %s: --limit '%s': expected a positive integer\n", cmd, limit);
+        long long n = 0;
+        NumCheck r = num_parse_integer(limit, 1, 100000000, &n);
+        if (r) {
+            fprintf(stderr, "kvbench %s: --limit '%s': %s\n", cmd, limit,
+                    r == NUM_OUT_OF_RANGE ? "out of range [1, 100000000]" : "expected a positive integer");
             return 2;
         }
         opt.limit = (int)n;

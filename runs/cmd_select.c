@@ -10,6 +10,7 @@
 
 #include "../engine/backend.h"
 #include "../engine/model.h"
+#include "../engine/num.h"
 #include "../engine/observation.h"
 #include "../engine/tokenizer.h"
 #include "../policies/policy.h"
@@ -158,10 +159,12 @@ int cmd_select(int argc, char **argv) {
         return 2;
     }
     if (window) {
-        char *end;
-        long w = strtol(window, &end, 10);
-        if (*end || end == window || w < 1 || w > 1 << 20) {
-            fprintf(stderr, "kvbench select: --window '%s': expected a whole number of tokens, at least 1\n", window);
+        long long w = 0;
+        NumCheck r = num_parse_integer(window, 1, 1 << 20, &w);
+        if (r) {
+            fprintf(stderr, "kvbench select: --window '%s': %s\n", window,
+                    r == NUM_OUT_OF_RANGE ? "out of range [1, 1048576]"
+                                          : "expected a whole number of tokens, at least 1");
             return 2;
         }
         cfg.window = (int)w;

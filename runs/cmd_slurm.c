@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../engine/err.h"
+#include "../engine/num.h"
 #include "commands.h"
 
 typedef struct {
@@ -36,11 +37,10 @@ static void slurm_usage(FILE *f) {
 }
 
 static int parse_positive(const char *flag, const char *text, int *out, KvErr *err) {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end || v <= 0 || v > 100000)
-        return kv_fail(err, "%s: expected a positive integer, got '%s'", flag, text);
+    long long v = 0;
+    NumCheck r = num_parse_integer(text, 1, 100000, &v);
+    if (r == NUM_OUT_OF_RANGE) return kv_fail(err, "%s: '%s' is out of range [1, 100000]", flag, text);
+    if (r) return kv_fail(err, "%s: expected a positive integer, got '%s'", flag, text);
     *out = (int)v;
     return 0;
 }

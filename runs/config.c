@@ -12,6 +12,7 @@
 
 #include "../datasets/dataset.h"
 #include "../metrics/fragility.h"
+#include "../engine/num.h"
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -124,9 +125,12 @@ static int get_number(const Ctx *c, const cJSON *obj, const char *where, const c
     path_join(at, sizeof at, where, key);
     if (!v) return 0;
     if (!cJSON_IsNumber(v)) return bad(c, at, integer ? "expected an integer" : "expected a number");
-    if (integer && v->valuedouble != (double)(long long)v->valuedouble) return bad(c, at, "expected an integer");
-    if (v->valuedouble < lo || v->valuedouble > hi) {
-        snprintf(msg, sizeof msg, "%g is out of range [%g, %g]", v->valuedouble, lo, hi);
+    long long whole;
+    NumCheck r = integer ? num_integer(v->valuedouble, lo, hi, &whole)
+                         : v->valuedouble >= lo && v->valuedouble <= hi ? NUM_OK : NUM_OUT_OF_RANGE;
+    if (r == NUM_NOT_INTEGER) return bad(c, at, "expected an integer");
+    if (r == NUM_OUT_OF_RANGE) {
+        snprintf(msg, sizeof msg, "%g is out of range [%.16g, %.16g]", v->valuedouble, lo, hi);
         return bad(c, at, msg);
     }
     *out = v->valuedouble;
@@ -248,10 +252,11 @@ static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDat
         i = 0;
         for (const cJSON *t = lengths->child; t; t = t->next, i++) {
             snprintf(at, sizeof at, "%s.lengths[%d]", where, i);
-            if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > (1 << 24) ||
-                t->valuedouble != (double)(int)t->valuedouble)
-                return bad(c, at, "expected a context length in tokens (a positive integer)");
-            d->lengths[i] = (int)t->valuedouble;
+            long long n = 0;
+            NumCheck r = cJSON_IsNumber(t) ? num_integer(t->valuedouble, 1, 1 << 24, &n) : NUM_NOT_INTEGER;
+            if (r == NUM_OUT_OF_RANGE) return bad(c, at, "context length out of range [1, 16777216] tokens");
+            if (r) return bad(c, at, "expected a context length in tokens (a positive integer)");
+            d->lengths[i] = (int)n;
         }
     }
     return 0;
@@ -304,10 +309,15 @@ static int parse_windows(const Ctx *c, const cJSON *obj, const char *where, int 
     for (const cJSON *x = w->child; x; x = x->next, i++) {
         char item[300];
         snprintf(item, sizeof item, "%s[%d]", at, i);
-        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int)x->valuedouble || x->valuedouble < 1 ||
-            x->valuedouble > (1 << 20))
-            return bad(c, item, "expected an integer in [1, 1048576]");
-        windows[i] = (int)x->valuedouble;
+        long long v = 0;
+        NumCheck r = cJSON_IsNumber(x) ? num_integer(x->valuedouble, 1, 1 << 20, &v) : NUM_NOT_INTEGER;
+        if (r == NUM_OUT_OF_RANGE) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%g is out of range [1, 1048576]", x->valuedouble);
+            return bad(c, item, msg);
+        }
+        if (r) return bad(c, item, "expected an integer in [1, 1048576]");
+        windows[i] = (int)v;
     }
     *n_windows = i;
     return 0;

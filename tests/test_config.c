@@ -131,6 +131,38 @@ static void test_errors(TestCounts *tc) {
     CHECK(tc, strstr(err.msg, "no_such_config.json") != NULL, "missing file message: %s", err.msg);
 }
 
+/* Numbers past what their integer can hold are refused as out of range, before any conversion (converting them
+ * is undefined behaviour: clang's -fsanitize=float-cast-overflow in `make sanitize` traps it). */
+static void test_out_of_range(TestCounts *tc) {
+    const char *head = "{\"models\": [{\"path\": \"m.gguf\"}], \"policies\": [\"snapkv\"], ";
+    const char *ds = "\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"]";
+    static const struct { const char *dataset_extra, *top, *where, *want; } cases[] = {
+        {"", "\"budgets\": [0.2], \"window\": 7e77", "window", "7e+77 is out of range [1, 1048576]"},
+        {"", "\"budgets\": [0.2], \"window\": [7e77]", "window[0]", "7e+77 is out of range [1, 1048576]"},
+        {"", "\"budgets\": [0.2], \"window\": [4, -1e300]", "window[1]", "out of range"},
+        {"", "\"budgets\": [0.2], \"window\": [1.5]", "window[0]", "expected an integer"},
+        {"", "\"budgets\": [0.2], \"window\": 2.5", "window", "expected an integer"},
+        {", \"seed\": 1e30", "\"budgets\": [0.2]", "datasets[0].seed", "1e+30 is out of range"},
+        {", \"seed\": 1e999", "\"budgets\": [0.2]", "datasets[0].seed", "inf is out of range"},
+        {", \"n_samples\": 4294967296", "\"budgets\": [0.2]", "datasets[0].n_samples", "out of range"},
+        {"", "\"budgets\": [0.2], \"max_new_tokens\": 1e300", "max_new_tokens", "out of range"},
+        {"", "\"budgets\": [\"99999999999tok\"]", "budgets[0]", "out of range"},
+        {"", "\"budgets\": [\"1e999tok\"]", "budgets[0]", "out of range"},
+    };
+    char text[1024];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(text, sizeof text, "%s%s%s}], %s}", head, ds, cases[i].dataset_extra, cases[i].top);
+        expect_error(tc, text, cases[i].where, cases[i].want);
+    }
+    snprintf(text, sizeof text, "%s%s}], \"budgets\": [0.2], \"policies\": [{\"name\": \"snapkv\", \"window\": 1e20}]}",
+             "{\"models\": [{\"path\": \"m.gguf\"}], ", ds);
+    expect_error(tc, text, "policies[0].window", "out of range");
+    snprintf(text, sizeof text,
+             "%s\"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [500, 1e30]}], "
+             "\"budgets\": [0.2]}", head);
+    expect_error(tc, text, "datasets[0].lengths[1]", "context length out of range [1, 16777216]");
+}
+
 /* The shipped configs parse, with the variables they use pointing somewhere. */
 static void test_shipped(TestCounts *tc) {
     static const char *files[] = {"configs/cpu_demo.json", "configs/paper_longbench_20.json",
@@ -155,6 +187,7 @@ int main(void) {
     TestCounts tc = {"test_config", 0, 0};
     test_good(&tc);
     test_errors(&tc);
+    test_out_of_range(&tc);
     test_shipped(&tc);
     return test_finish(&tc);
 }

@@ -45,6 +45,8 @@ static void check_cli(TestCounts *tc) {
         {2, 2, {"show", "ruler:vt"}, "needs --index"},
         {4, 2, {"show", "ruler:vt", "--index", "x1"}, "non-negative whole number, not 'x1'"},
         {4, 2, {"show", "ruler:vt", "--index", "-3"}, "not '-3'"},
+        {4, 2, {"show", "ruler:vt", "--index", "99999999999999999999"}, "out of range [0, 1073741824]"},
+        {6, 2, {"show", "ruler:vt", "--index", "0", "--samples", "4294967296"}, "'4294967296' is out of range"},
         {5, 2, {"show", "ruler:vt", "--index", "0", "--bogus"}, "unknown option '--bogus'"},
         {5, 2, {"show", "ruler:vt", "--index", "0", "--data"}, "a value is missing after '--data'"},
         {6, 2, {"show", "ruler:vt", "--index", "0", "--fraction", "1.5"}, "in [0, 1], not '1.5'"},

@@ -546,6 +546,134 @@ static void test_bad_hf(TestCounts *tc, const TmpDir *t) {
     tmp_clear(t);
 }
 
+/* An index that names no shard, or no shard for a tensor, or a shard without the tensor, and config numbers past an
+ * int: each refused with one line, by the full load and by the configuration-only load `kvbench info` uses. */
+static void expect_both_fail(TestCounts *tc, const char *dir, const char *file, const char *needle) {
+    expect_load_fails(tc, dir, file, needle);
+    Model *m = NULL;
+    KvErr err = {{0}};
+    int rc = model_load_config(&m, dir, &err);
+    CHECK(tc, rc == -1 && !m && strstr(err.msg, file) && strstr(err.msg, needle) && !strchr(err.msg, '\n'),
+          "config-only load of %s: '%s' should name %s and say '%s'", dir, err.msg, file, needle);
+    model_free(m);
+}
+
+static void test_bad_hf_index(TestCounts *tc, const TmpDir *t) {
+    const char *llama = "tests/data/hf_fixtures/llama";
+    char p[256];
+    copy_fixture(t, "tests/data/hf_fixtures/llama/config.json", "config.json", NULL, NULL);
+    for (int i = 1; i <= 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-0000%d-of-00002.safetensors", i);
+        snprintf(p, sizeof p, "%s/%s", llama, name);
+        copy_fixture(t, p, name, NULL, NULL);
+    }
+    tmp_path(t, "model.safetensors.index.json", p, sizeof p);
+    static const struct { const char *index, *needle, *file; } cases[] = {
+        {"{\"weight_map\":{}}", "weight_map names no tensor", NULL},
+        {"{\"metadata\":{},\"weight_map\":[]}", "missing key 'weight_map'", NULL},
+        {"{\"weight_map\":{\"model.norm.weight\":7}}", "weight_map entry 'model.norm.weight' is not a file name", NULL},
+        {"{\"weight_map\":{\"model.norm.weight\":\"model-00001-of-00002.safetensors\"}}",
+         "no shard holds tensor 'model.embed_tokens.weight'", NULL},
+        {"{\"weight_map\":{\"model.embed_tokens.weight\":\"model-00002-of-00002.safetensors\"}}",
+         "missing tensor 'model.embed_tokens.weight' (model.safetensors.index.json places it in this shard)",
+         "model-00002-of-00002.safetensors"},
+        {"{\"weight_map\":{\"x\":\"../config.json\"}}", "is not a plain file name", NULL},
+        {"{\"weight_map\":{\"x\":\"config.json\"}}", "header length", "config.json"},
+        {"[]", "not a valid JSON object", NULL},
+        {"{\"weight_map\":{\"x\":\"model-00001-of", "not a valid JSON object", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_bytes(p, cases[i].index, strlen(cases[i].index));
+        expect_both_fail(tc, t->dir, cases[i].file ? cases[i].file : "model.safetensors.index.json", cases[i].needle);
+    }
+    /* config.json numbers past an int: out of range, not "not an integer" (and no undefined conversion) */
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", llama);
+    copy_fixture(t, p, "model.safetensors.index.json", NULL, NULL);
+    static const struct { const char *from, *to, *needle; } nums[] = {
+        {"\"hidden_size\": 64", "\"hidden_size\": 1099511627776", "key 'hidden_size' = 1.09951e+12 is out of range"},
+        {"\"hidden_size\": 64", "\"hidden_size\": -1e300", "key 'hidden_size' = -1e+300 is out of range"},
+        {"\"hidden_size\": 64", "\"hidden_size\": 64.5", "key 'hidden_size' is not an integer"},
+        {"\"vocab_size\": 80", "\"vocab_size\": 1e999", "key 'vocab_size' = inf is out of range"},
+        {"\"eos_token_id\": 2", "\"eos_token_id\": 1e20", "eos_token_id = 1e+20 is out of range"},
+        {"\"eos_token_id\": 2", "\"eos_token_id\": [2, -3e10]", "an eos_token_id list entry = -3e+10 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        KvErr err;
+        char *text = kv_read_file("tests/data/hf_fixtures/llama/config.json", NULL, &err);
+        int present = text && strstr(text, nums[i].from);
+        free(text);
+        CHECK(tc, present, "fixture config.json has no '%s'", nums[i].from);
+        copy_fixture(t, "tests/data/hf_fixtures/llama/config.json", "config.json", nums[i].from, nums[i].to);
+        expect_both_fail(tc, t->dir, "config.json", nums[i].needle);
+    }
+    tmp_clear(t);
+}
+
+/* A GGUF of a few hundred bytes whose metadata claims a model of terabytes: refused for its tensor shapes before
+ * any arena is allocated (were the arena reserved first, the user would read "out of memory" instead). */
+typedef struct {
+    unsigned char buf[1024];
+    size_t n;
+} GgufBytes;
+
+static void gb_put(GgufBytes *b, const void *p, size_t n) {
+    if (b->n + n <= sizeof b->buf) memcpy(b->buf + b->n, p, n);
+    b->n += n;
+}
+static void gb_u32(GgufBytes *b, uint32_t v) { gb_put(b, &v, 4); }
+static void gb_u64(GgufBytes *b, uint64_t v) { gb_put(b, &v, 8); }
+static void gb_str(GgufBytes *b, const char *s) {
+    gb_u64(b, strlen(s));
+    gb_put(b, s, strlen(s));
+}
+static void gb_kv_u32(GgufBytes *b, const char *key, uint32_t v) {
+    gb_str(b, key);
+    gb_u32(b, 4 /* GGUF_TYPE_UINT32 */);
+    gb_u32(b, v);
+}
+
+static void test_gguf_claims_huge_model(TestCounts *tc, const TmpDir *t) {
+    GgufBytes b = {.n = 0};
+    gb_put(&b, "GGUF", 4);
+    gb_u32(&b, 3);
+    gb_u64(&b, 1);  /* tensors */
+    gb_u64(&b, 9);  /* metadata */
+    gb_str(&b, "general.architecture");
+    gb_u32(&b, 8 /* GGUF_TYPE_STRING */);
+    gb_str(&b, "llama");
+    gb_kv_u32(&b, "llama.block_count", 1024);
+    gb_kv_u32(&b, "llama.embedding_length", 65536);
+    gb_kv_u32(&b, "llama.feed_forward_length", 262144);
+    gb_kv_u32(&b, "llama.attention.head_count", 64);
+    gb_kv_u32(&b, "llama.context_length", 4096);
+    gb_kv_u32(&b, "llama.vocab_size", 1u << 24);
+    gb_kv_u32(&b, "llama.attention.head_count_kv", 64);
+    gb_str(&b, "llama.attention.layer_norm_rms_epsilon");
+    gb_u32(&b, 6 /* GGUF_TYPE_FLOAT32 */);
+    float eps = 1e-5f;
+    gb_put(&b, &eps, 4);
+    gb_str(&b, "token_embd.weight");
+    gb_u32(&b, 2);
+    gb_u64(&b, 4);
+    gb_u64(&b, 4);
+    gb_u32(&b, 0 /* f32 */);
+    gb_u64(&b, 0);
+    while (b.n % 32) gb_put(&b, "", 1);
+    float data[16] = {0};
+    gb_put(&b, data, sizeof data);
+    CHECK(tc, b.n <= sizeof b.buf, "GgufBytes too small for %zu bytes", b.n);
+    char p[256];
+    tmp_path(t, "huge.gguf", p, sizeof p);
+    write_bytes(p, b.buf, b.n);
+    expect_load_fails(tc, p, "huge.gguf", "'token_embd.weight' has shape [4, 4], expected [65536, 16777216]");
+    Model *m = NULL;
+    KvErr err = {{0}};
+    CHECK(tc, model_load_config(&m, p, &err) == -1 && strstr(err.msg, "has shape [4, 4]"), "config-only: %s", err.msg);
+    model_free(m);
+    tmp_clear(t);
+}
+
 static void test_bad_gguf_model(TestCounts *tc, const TmpDir *t, const cJSON *exp) {
     KvErr err;
     size_t size;
@@ -623,6 +751,8 @@ int main(void) {
     if (mkdtemp(t.dir)) {
         test_bad_safetensors(&tc, &t);
         test_bad_hf(&tc, &t);
+        test_bad_hf_index(&tc, &t);
+        test_gguf_claims_huge_model(&tc, &t);
         if (gexp) test_bad_gguf_model(&tc, &t, gexp);
         tmp_clear(&t);
         rmdir(t.dir);

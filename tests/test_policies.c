@@ -478,6 +478,14 @@ static void test_bad_input(TestCounts *tc) {
     static const char *const bad[] = {"", "abc", "0", "-0.2", "1.5", "150%", "12.5tok", "0tok", "0.2x", "nan"};
     for (int i = 0; i < 10; i++)
         CHECK(tc, budget_parse(bad[i], &b, &err) != 0 && strlen(err.msg) > 0, "budget '%s' accepted", bad[i]);
+    /* token counts past an int are out of range, said so before any conversion (undefined behaviour) */
+    static const char *const huge[] = {"99999999999tok", "1e999tok", "-1e30 tokens", "inftok"};
+    for (int i = 0; i < 4; i++)
+        CHECK(tc, budget_parse(huge[i], &b, &err) != 0 && strstr(err.msg, "out of range") && strstr(err.msg, huge[i]),
+              "budget '%s': %s", huge[i], err.msg);
+    CHECK(tc, budget_parse("nantok", &b, &err) != 0 && strstr(err.msg, "whole number"), "nantok: %s", err.msg);
+    CHECK(tc, budget_parse("1e-400", &b, &err) != 0 && strstr(err.msg, "(0, 1]"), "underflow: %s", err.msg);
+    CHECK(tc, budget_parse("1e9tok", &b, &err) == 0 && b.tokens == 1000000000, "1e9tok");
     CHECK(tc, budget_parse("20%", &b, &err) == 0 && b.keep_fraction == 0.2 && b.tokens == 0, "20%%");
     CHECK(tc, budget_parse("512 tokens", &b, &err) == 0 && b.tokens == 512, "512 tokens");
     CHECK(tc, budget_parse("1", &b, &err) == 0 && b.keep_fraction == 1.0, "1");
