@@ -402,16 +402,17 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
 /* ---------------------------------------------------------------- the database */
 
 static void check_db(Check *c, const RunConfig *cfg) {
-    if (!cfg->db || is_tainted(c, "db")) return;
+    const char *db = c->opt->db ? c->opt->db : cfg->db, *key = c->opt->db ? "--db" : "db";
+    if (!db || (!c->opt->db && is_tainted(c, "db"))) return;
     struct stat st;
-    if (!stat(cfg->db, &st)) {
-        if (!S_ISREG(st.st_mode) || access(cfg->db, R_OK | W_OK))
-            report(c, "problem", "%s: db: %s is not a readable and writable file", c->file, cfg->db);
+    if (!stat(db, &st)) {
+        if (!S_ISREG(st.st_mode) || access(db, R_OK | W_OK))
+            report(c, "problem", "%s: %s: %s is not a readable and writable file", c->file, key, db);
         return;
     }
     /* the nearest existing directory above it must let the run create the rest */
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", cfg->db);
+    snprintf(dir, sizeof dir, "%s", db);
     for (;;) {
         char *slash = strrchr(dir, '/');
         if (!slash) {
@@ -426,7 +427,7 @@ static void check_db(Check *c, const RunConfig *cfg) {
         if (!stat(dir, &st)) break;
     }
     if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK))
-        report(c, "problem", "%s: db: cannot create %s (%s is not a writable directory)", c->file, cfg->db, dir);
+        report(c, "problem", "%s: %s: cannot create %s (%s is not a writable directory)", c->file, key, db, dir);
 }
 
 /* ---------------------------------------------------------------- the estimate's report */

@@ -19,6 +19,8 @@ typedef struct {
     FILE *out;          /* one line per problem and warning ("problem: ...", "warning: ..."), and the rest */
     int list_ok;        /* also a line per input found good */
     int estimate;       /* also the modelled GPU estimate per model (counts every LongBench sample's length) */
+    const char *db;     /* the database the run will use (--db), checked instead of the config's "db"; NULL: the
+                           config's */
 } DataCheckOptions;
 
 typedef struct {

@@ -115,6 +115,13 @@ static void check_broken(TestCounts *tc) {
     CHECK(tc, rc == 1 && count(err, "problem: ") == 2 && strstr(err, "2 problems in") && strstr(err, "nothing was run") &&
                   stat(db, &st) != 0,
           "run stops first: exit %d, db %s\n%s", rc, stat(db, &st) ? "absent" : "created", err);
+    /* --db is the database checked, not the config's */
+    char bad_db[160];
+    snprintf(bad_db, sizeof bad_db, "%s/good.json/y.db", dir);
+    char *db_argv[] = {path, "--db", bad_db};
+    rc = test_run_command(cmd_run, 3, db_argv, out, err, sizeof out);
+    CHECK(tc, rc == 1 && count(err, "problem: ") == 3 && strstr(err, "--db: cannot create ") && !strstr(err, "run.db"),
+          "--db checked: exit %d\n%s", rc, err);
     char *trace_argv[] = {path};
     rc = test_run_command(cmd_trace, 1, trace_argv, out, err, sizeof out);
     CHECK(tc, rc == 1 && strstr(err, "nothing was run") && stat(db, &st) != 0, "trace stops first: %d %s", rc, err);
