@@ -106,7 +106,7 @@ static int check(int argc, char **argv) {
         fprintf(stderr, "kvbench data: check needs CONFIG.json\n%s", USAGE);
         return 2;
     }
-    DataCheckOptions opt = {stdout, !quiet, !quiet, NULL};
+    DataCheckOptions opt = {stdout, !quiet, !quiet, NULL, 0};
     DataCheckResult res;
     datacheck_config(config, &opt, &res);
     printf("%s: %d problem%s, %d warning%s\n", config, res.problems, res.problems == 1 ? "" : "s", res.warnings,

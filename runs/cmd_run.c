@@ -66,7 +66,7 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         return 2;
     }
     /* Every input checked, every problem listed, before any model loads or any database is created. */
-    DataCheckOptions check = {stderr, 0, 0, db};
+    DataCheckOptions check = {stderr, 0, 0, db, trace};
     DataCheckResult found;
     datacheck_config(config_path, &check, &found);
     if (found.problems) {

@@ -499,6 +499,9 @@ void datacheck_config(const char *config_path, const DataCheckOptions *opt, Data
     memset(res, 0, sizeof *res);
     RunConfig cfg;
     if (load_config(&c, &cfg)) return;
+    if (opt->trace && cfg.trace_steps < 1)
+        report(&c, "problem", "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})",
+               config_path);
     ModelEstimate *models = calloc((size_t)cfg.n_models, sizeof *models);
     Model **loaded = calloc((size_t)cfg.n_models, sizeof *loaded);
     if (!models || !loaded) {

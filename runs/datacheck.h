@@ -21,6 +21,7 @@ typedef struct {
     int estimate;       /* also the modelled GPU estimate per model (counts every LongBench sample's length) */
     const char *db;     /* the database the run will use (--db), checked instead of the config's "db"; NULL: the
                            config's */
+    int trace;          /* for `kvbench trace`: the config needs its "trace" section */
 } DataCheckOptions;
 
 typedef struct {
