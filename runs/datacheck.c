@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -178,7 +179,6 @@ static void check_hf_index(Check *c, int i, const char *dir) {
 static Model *check_model(Check *c, const RunConfig *cfg, int i) {
     const RunModel *rm = &cfg->models[i];
     char where[64];
-    snprintf(where, sizeof where, "models[%d].path", i);
     if (strcmp(rm->backend, "cpu") && !strstr(backend_available(), rm->backend))
         report(c, "problem", "%s: models[%d].backend: '%s' is not in this build (available: %s)", c->file, i,
                rm->backend, backend_available());
@@ -193,17 +193,18 @@ static Model *check_model(Check *c, const RunConfig *cfg, int i) {
     tokenizer_free(own);
     snprintf(where, sizeof where, "models[%d].path", i);
     if (is_tainted(c, where)) return NULL;
-    struct stat st;
+    struct stat st = {0};
     Model *m = NULL;
-    if (strncmp(rm->path, "synthetic:", 10) && stat(rm->path, &st)) {
-        report(c, "problem", "%s: %s: %s: no such file or directory %s", c->file, where, rm->path, WHERE_DATA);
+    int synthetic = !strncmp(rm->path, "synthetic:", 10);
+    if (!synthetic && stat(rm->path, &st)) {
+        report(c, "problem", "%s: %s: %s: %s %s", c->file, where, rm->path, strerror(errno), WHERE_DATA);
         return NULL;
     }
     if (model_load_config(&m, rm->path, &err)) {
         report(c, "problem", "%s: %s: %s", c->file, where, err.msg);
         return NULL;
     }
-    if (S_ISDIR(st.st_mode) && strncmp(rm->path, "synthetic:", 10)) check_hf_index(c, i, rm->path);
+    if (!synthetic && S_ISDIR(st.st_mode)) check_hf_index(c, i, rm->path);
     if (!m->tokenizer && !rm->tokenizer)
         report(c, "problem", "%s: models[%d]: '%s' has no tokenizer (a synthetic model needs \"tokenizer\": PATH)",
                c->file, i, rm->name);
@@ -368,20 +369,21 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
         if (!path_unknown || !strcmp(s.task, rd->tasks[t])) report(c, "ok", "datasets[%d] %s: %d samples", d, spec, n);
         if (c->opt->estimate) {
             SampleLength *len = calloc((size_t)n, sizeof *len);
-            int max_new = s.max_new_tokens;
-            for (int i = 0; len && i < n; i++) {
+            int max_new = s.max_new_tokens, filled = 0;
+            /* LongBench: every sample's words; the needle: every cell's target (the grid's lengths); RULER: its
+             * one target, less the room RULER leaves for the answer */
+            for (int i = 0; len && i < n; i++, filled++) {
                 Sample x;
-                if (is_longbench) { /* lengths in words: the texts are at hand */
-                    if (i > 0 && dataset_get(ds, i, &x, &err)) break;
-                    const Sample *y = i > 0 ? &x : &s;
-                    len[i] = (SampleLength){words(y->context), words(y->question), 0, max_new};
-                    if (i > 0) sample_free(&x);
-                } else { /* RULER, NIAH: the target; NIAH's grid lengths differ per sample */
-                    int target = rd->target_tokens > 0 ? rd->target_tokens : 4096;
-                    if (!strcmp(rd->suite, "niah") && rd->n_lengths > 0)
-                        target = rd->lengths[(long)i * rd->n_lengths / n];
-                    len[i] = (SampleLength){0, 0, target, max_new};
+                int ruler = !strcmp(rd->suite, "ruler");
+                if (ruler) {
+                    len[i] = (SampleLength){0, 0, (rd->target_tokens > 0 ? rd->target_tokens : 4096) - max_new, max_new};
+                    continue;
                 }
+                if (i > 0 && dataset_get(ds, i, &x, &err)) break;
+                const Sample *y = i > 0 ? &x : &s;
+                len[i] = is_longbench ? (SampleLength){words(y->context), words(y->question), 0, max_new}
+                                      : (SampleLength){0, 0, y->target_tokens, max_new};
+                if (i > 0) sample_free(&x);
             }
             for (int m = 0; len && m < cfg->n_models; m++) {
                 if (!models[m].have_cfg) continue;
@@ -390,7 +392,7 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
                 if (is_longbench && models[m].tok && !count_tokens(models[m].tok, s.context, &a) &&
                     !count_tokens(models[m].tok, s.question, &b) && words(s.context) + words(s.question) > 0)
                     ratio = (double)(a + b) / (words(s.context) + words(s.question));
-                estimate_task(&models[m], cfg, len, n, ratio);
+                estimate_task(&models[m], cfg, len, filled, ratio);
             }
             free(len);
         }

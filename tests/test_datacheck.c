@@ -88,7 +88,7 @@ static void check_broken(TestCounts *tc) {
     CHECK(tc, rc == 1 && strstr(out, ": 6 problems, 0 warnings\n") && count(out, "problem: ") == 6,
           "six problems, all listed: exit %d\n%s", rc, out);
     const char *says[] = {
-        "models[0].path: " /* dir */, "no-such-model.gguf: no such file or directory",
+        "models[0].path: " /* dir */, "no-such-model.gguf: No such file or directory",
         "models[1].path: environment variable KVB_TEST_UNSET is not set (used in \"${KVB_TEST_UNSET}/Llama\")",
         "datasets[0].tasks[1]: longbench:lcc: tests/data/longbench/data.zip: no member 'data/lcc.jsonl'",
         "datasets[1].tasks[0]: longbench:hotpotqa: ", "hotpotqa.jsonl",
