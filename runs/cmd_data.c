@@ -1,7 +1,8 @@
 /* cmd_data.c — `kvbench data`: list the benchmark tasks, or show one sample exactly as the runner will feed it
  * (context text, question text, answer prefix, answers, generation settings) and, given a model or tokenizer,
  * the token count of each part. Without one, lengths that must be fitted (RULER, NIAH, --target-tokens on
- * LongBench) are counted in whitespace words, and the output says so.
+ * LongBench) are counted in whitespace words, and the output says so. `data check CONFIG.json` runs
+ * runs/datacheck.c on a config (every input, every problem; exit 1 if any).
  * Usage errors exit 2, failures 1, each with one line on stderr. */
 #include <errno.h>
 #include <stdio.h>

@@ -7,18 +7,20 @@
  *   P  = matrix parameters of the layers, N·(D·H·d + 2·D·K·d + H·d·D + 3·D·F); P_out = V·D (the LM head)
  *   kv = bytes of K and V per token of one sequence = 2·N·K·d·2 (bf16)
  *   prefill  FLOPs = 2·P·L + 2·N·H·d·L² (causal attention: QKᵀ and PV over half the L² pairs) + 2·P_out
- *   feed     FLOPs = 2·(P + P_out)·q·B,                       bytes = W
+ *   feed     FLOPs = 2·(P + P_out)·q·B,                       bytes = W + Σ_v kv·k_v·L
  *   decode   FLOPs = 2·(P + P_out)·B per step,                 bytes = W + Σ_v kv·(k_v·L + q + G/2) per step
- *   time     = FLOPs / (peak · e_flops)  or  bytes / (bandwidth · e_bw), the larger, summed over G steps
- *   memory   = W + kv·(L + q + G) (full cache) + Σ_v kv·(k_v·L + q + G) (compressed caches, all live at once)
+ *   time     = FLOPs / (peak · e_flops)  or  bytes / (bandwidth · e_bw), the larger (prefill, feed, and each of
+ *              the G decode steps)
+ *   memory   = W + kv·L (the prefill's cache; + kv·(q + G) when the full cache decodes on it)
+ *              + Σ_{v compressed} kv·(k_v·L + q + G) (all live at once)
  *              + activations of one chunk of min(L, 4096) rows: rows·(12·D + 4·(H + 2K)·d + 10·F) bytes
  *              + the observation window's probabilities w·L·H·4 bytes + 768 MiB (cuBLAS, context: the backend's
  *              own margin)
  *
- * with W = 2·(P + P_out·(tied ? 1 : 2)) bytes of bf16 weights (embedding and LM head), L context tokens, q question tokens,
- * G = the sample's max new tokens (an upper bound: answers that stop early decode less), B variants, k_v the
- * kept fraction of variant v. Policy scoring and keep-set selection are left out (small next to the forward
- * passes at these shapes). Shape legend as in engine/model.h. */
+ * with W = 2·(P + P_out·(tied ? 1 : 2)) bytes of bf16 weights (embedding and LM head), L context tokens, q
+ * question tokens, G = the sample's max new tokens (an upper bound: answers that stop early decode less), B variants, k_v the
+ * kept fraction of variant v (1 for the full cache). Efficiencies are assumptions, not measurements. Policy
+ * scoring and keep-set selection on the host are left out. Shape legend as in engine/model.h. */
 #ifndef KVBENCH_RUNS_ESTIMATE_H
 #define KVBENCH_RUNS_ESTIMATE_H
 
