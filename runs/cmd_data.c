@@ -1,7 +1,8 @@
 /* cmd_data.c — `kvbench data`: list the benchmark tasks, or show one sample exactly as the runner will feed it
  * (context text, question text, answer prefix, answers, generation settings) and, given a model or tokenizer,
  * the token count of each part. Without one, lengths that must be fitted (RULER, NIAH, --target-tokens on
- * LongBench) are counted in whitespace words, and the output says so.
+ * LongBench) are counted in whitespace words, and the output says so. `data check CONFIG.json` runs
+ * runs/datacheck.c on a config (every input, every problem; exit 1 if any).
  * Usage errors exit 2, failures 1, each with one line on stderr. */
 #include <limits.h>
 #include <stdio.h>
@@ -12,11 +13,15 @@
 #include "../engine/num.h"
 #include "../engine/tokenizer.h"
 #include "commands.h"
+#include "datacheck.h"
 
 #define USAGE                                                                                                   \
     "usage: kvbench data list\n"                                                                                \
     "       kvbench data show SUITE:TASK --index I [--data PATH] [--model M] [--target-tokens N]\n"             \
     "                         [--seed S] [--fraction F] [--first N] [--samples N] [--skip-bad-lines]\n"         \
+    "       kvbench data check CONFIG.json [--quiet]\n"                                                         \
+    "  check         every data path, task file, model and variable of a config, all problems listed (exit 1\n" \
+    "                if any), and the modelled H200 time and memory; --quiet: problems and warnings only\n"     \
     "  --data PATH   LongBench: a directory of TASK.jsonl or data.zip; RULER qa_1/qa_2: SQuAD / HotpotQA file\n" \
     "  --model M     a .gguf, a Hugging Face directory or a tokenizer.json: count tokens with its tokenizer\n"
 
@@ -77,11 +82,38 @@ static int show(const char *spec, int index, const DatasetOptions *opt, const ch
     return rc;
 }
 
+/* `data check CONFIG.json [--quiet]`: exit 0 when the run may start, 1 on any problem. */
+static int check(int argc, char **argv) {
+    const char *config = NULL;
+    int quiet = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--quiet")) {
+            quiet = 1;
+        } else if (argv[i][0] == '-' || config) {
+            fprintf(stderr, "kvbench data: check: unexpected argument '%s'\n%s", argv[i], USAGE);
+            return 2;
+        } else {
+            config = argv[i];
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "kvbench data: check needs CONFIG.json\n%s", USAGE);
+        return 2;
+    }
+    DataCheckOptions opt = {stdout, !quiet, !quiet, NULL, 0};
+    DataCheckResult res;
+    datacheck_config(config, &opt, &res);
+    printf("%s: %d problem%s, %d warning%s\n", config, res.problems, res.problems == 1 ? "" : "s", res.warnings,
+           res.warnings == 1 ? "" : "s");
+    return res.problems ? 1 : 0;
+}
+
 int cmd_data(int argc, char **argv) {
     if (argc == 1 && !strcmp(argv[0], "list")) {
         dataset_print_list(stdout);
         return 0;
     }
+    if (argc >= 1 && !strcmp(argv[0], "check")) return check(argc - 1, argv + 1);
     if (argc < 2 || strcmp(argv[0], "show") != 0) {
         fputs(USAGE, stderr);
         return 2;

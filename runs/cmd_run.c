@@ -1,6 +1,6 @@
 /* cmd_run.c — `kvbench run`, `kvbench report`, `kvbench merge`, and the command line `kvbench trace` shares
  * with run (cmd_sweep): argument parsing only; the work is in sweep.c (runner), store.c (database) and report/
- * (tables and figures). */
+ * (tables and figures); datacheck.c checks every input first. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 #include "../report/report.h"
 #include "commands.h"
 #include "config.h"
+#include "datacheck.h"
 #include "store.h"
 #include "sweep.h"
 
@@ -68,6 +69,15 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     if (shard && sweep_parse_shard(shard, &opt.shard_index, &opt.shard_count, &err)) {
         fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 2;
+    }
+    /* Every input checked, every problem listed, before any model loads or any database is created. */
+    DataCheckOptions check = {stderr, 0, 0, db, trace};
+    DataCheckResult found;
+    datacheck_config(config_path, &check, &found);
+    if (found.problems) {
+        fprintf(stderr, "kvbench %s: %d problem%s in %s's inputs; nothing was run\n", cmd, found.problems,
+                found.problems == 1 ? "" : "s", config_path);
+        return 1;
     }
     RunConfig cfg;
     if (config_load(&cfg, config_path, &err)) {

@@ -1,0 +1,227 @@
+/* test_datacheck.c — `kvbench data check` and the check `kvbench run` does first (runs/datacheck.c), and the
+ * modelled GPU estimate (runs/estimate.c) against a hand-derived case.
+ *
+ * Configs are written into a temporary directory: a good one (0 problems; RULER qa_1 without SQuAD is a warning,
+ * the labelled substitute), and broken ones whose problems must all be listed at once — a zip without the task's
+ * member, an unset variable, a wrong model path, a missing task file, a missing RULER qa file, an unwritable
+ * database, a Hugging Face directory whose index names no shard or a missing shard, unparsable JSON — each
+ * ending in exit 1, and `kvbench run` stopping before it creates its database. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../runs/commands.h"
+#include "../runs/datacheck.h"
+#include "../runs/estimate.h"
+#include "test.h"
+
+#define SMOLLM "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static char dir[64];
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+static int copy_file(const char *from, const char *to) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    return system(cmd);
+}
+
+/* Writes CONFIG to dir/name and runs `kvbench data check` on it; out gets stdout + stderr. */
+static int data_check(const char *name, const char *config, char *out, size_t size) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    write_file(path, config);
+    char *argv[] = {"check", path};
+    return test_run_command(cmd_data, 2, argv, out, NULL, size);
+}
+
+static int count(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what)) n++;
+    return n;
+}
+
+static void check_good(TestCounts *tc) {
+    static char out[1 << 16], cfg[4096];
+    setenv("KVB_TEST_LONGBENCH", "tests/data/longbench", 1);
+    snprintf(cfg, sizeof cfg,
+             "{\"db\": \"%s/good.db\", \"models\": [{\"path\": \"" SMOLLM "\"}],"
+             " \"datasets\": [{\"suite\": \"longbench\", \"data_path\": \"${KVB_TEST_LONGBENCH}/data.zip\", \"tasks\": [\"trec\"]},"
+             "  {\"suite\": \"longbench\", \"data_path\": \"${KVB_TEST_LONGBENCH}\", \"tasks\": [\"multi_news\"], \"first_n\": 3},"
+             "  {\"suite\": \"ruler\", \"n_samples\": 2, \"tasks\": [\"vt\", \"qa_1\"]},"
+             "  {\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [1000], \"depths\": [0, 50]}],"
+             " \"policies\": [\"full\", \"snapkv\"], \"budgets\": [\"20%%\"]}",
+             dir);
+    int rc = data_check("good.json", cfg, out, sizeof out);
+    CHECK(tc, rc == 0 && strstr(out, "0 problems, 1 warning\n"), "good config: exit %d\n%s", rc, out);
+    CHECK(tc, strstr(out, "ok: datasets[0] longbench:trec: ") && strstr(out, "ok: datasets[1] longbench:multi_news: 3 samples") &&
+                  strstr(out, "ok: datasets[2] ruler:vt: 2 samples") && strstr(out, "ok: datasets[3] niah:needle: 2 samples") &&
+                  strstr(out, "ok: models[0] SmolLM2-135M-Instruct.Q4_1.gguf: 30 layers"),
+          "every input listed as found: %s", out);
+    CHECK(tc, strstr(out, "warning: ") && strstr(out, "ruler:qa_1 runs as the labelled substitute 'qa_1_substitute'"),
+          "qa_1 without SQuAD: %s", out);
+    CHECK(tc, strstr(out, "estimate SmolLM2-135M-Instruct.Q4_1.gguf: none (backend cpu"), "no GPU estimate for a cpu model: %s",
+          out);
+}
+
+static void check_broken(TestCounts *tc) {
+    static char out[1 << 16], cfg[4096];
+    unsetenv("KVB_TEST_UNSET");
+    snprintf(cfg, sizeof cfg,
+             "{\"db\": \"%s/good.json/x.db\","
+             " \"models\": [{\"path\": \"%s/no-such-model.gguf\"}, {\"path\": \"${KVB_TEST_UNSET}/Llama\", \"name\": \"b\"}],"
+             " \"datasets\": [{\"suite\": \"longbench\", \"data_path\": \"tests/data/longbench/data.zip\", \"tasks\": [\"trec\", \"lcc\"]},"
+             "  {\"suite\": \"longbench\", \"data_path\": \"tests/data/longbench\", \"tasks\": [\"hotpotqa\"]},"
+             "  {\"suite\": \"ruler\", \"data_path\": \"%s/no-squad\", \"tasks\": [\"qa_1\"]}],"
+             " \"policies\": [\"full\"]}",
+             dir, dir, dir);
+    int rc = data_check("broken.json", cfg, out, sizeof out);
+    CHECK(tc, rc == 1 && strstr(out, ": 6 problems, 0 warnings\n") && count(out, "problem: ") == 6,
+          "six problems, all listed: exit %d\n%s", rc, out);
+    const char *says[] = {
+        "models[0].path: " /* dir */, "no-such-model.gguf: No such file or directory",
+        "models[1].path: environment variable KVB_TEST_UNSET is not set (used in \"${KVB_TEST_UNSET}/Llama\")",
+        "datasets[0].tasks[1]: longbench:lcc: tests/data/longbench/data.zip: no member 'data/lcc.jsonl'",
+        "datasets[1].tasks[0]: longbench:hotpotqa: ", "hotpotqa.jsonl",
+        "datasets[2].tasks[0]: ruler:qa_1: ", "no-squad",
+        "db: cannot create ", "good.json/x.db (", "good.json is not a writable directory)",
+    };
+    for (size_t i = 0; i < sizeof says / sizeof *says; i++) CHECK(tc, strstr(out, says[i]), "says '%s': %s", says[i], out);
+    CHECK(tc, !strstr(out, "datasets[0].tasks[0]:"), "the member that is there is no problem: %s", out);
+
+    /* kvbench run stops on the same check, before a database exists */
+    char db[128], path[128];
+    snprintf(db, sizeof db, "%s/run.db", dir);
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    snprintf(cfg, sizeof cfg,
+             "{\"db\": \"%s\", \"models\": [{\"path\": \"" SMOLLM "\"}],"
+             " \"datasets\": [{\"suite\": \"longbench\", \"data_path\": \"tests/data/longbench/data.zip\", \"tasks\": [\"lcc\", \"qmsum\"]}],"
+             " \"policies\": [\"full\"]}",
+             db);
+    write_file(path, cfg);
+    char *argv[] = {path};
+    static char err[1 << 14];
+    rc = test_run_command(cmd_run, 1, argv, out, err, sizeof out);
+    struct stat st;
+    CHECK(tc, rc == 1 && count(err, "problem: ") == 2 && strstr(err, "2 problems in") && strstr(err, "nothing was run") &&
+                  stat(db, &st) != 0,
+          "run stops first: exit %d, db %s\n%s", rc, stat(db, &st) ? "absent" : "created", err);
+    /* --db is the database checked, not the config's */
+    char bad_db[160];
+    snprintf(bad_db, sizeof bad_db, "%s/good.json/y.db", dir);
+    char *db_argv[] = {path, "--db", bad_db};
+    rc = test_run_command(cmd_run, 3, db_argv, out, err, sizeof out);
+    CHECK(tc, rc == 1 && count(err, "problem: ") == 3 && strstr(err, "--db: cannot create ") && !strstr(err, "run.db"),
+          "--db checked: exit %d\n%s", rc, err);
+    char *trace_argv[] = {path};
+    rc = test_run_command(cmd_trace, 1, trace_argv, out, err, sizeof out);
+    CHECK(tc, rc == 1 && strstr(err, "nothing was run") && stat(db, &st) != 0, "trace stops first: %d %s", rc, err);
+}
+
+static void check_hf_dirs(TestCounts *tc) {
+    static char out[1 << 16], cfg[4096];
+    const char *files[] = {"config.json", "tokenizer.json", "tokenizer_config.json"};
+    const char *names[] = {"empty_map", "missing_shard"};
+    const char *index[] = {"{\"weight_map\": {}}",
+                           "{\"weight_map\": {\"model.embed_tokens.weight\": \"model-00001-of-00009.safetensors\"}}"};
+    for (int k = 0; k < 2; k++) {
+        char sub[256], from[256], to[320];
+        snprintf(sub, sizeof sub, "%s/%s", dir, names[k]);
+        mkdir(sub, 0755);
+        for (int f = 0; f < 3; f++) {
+            snprintf(from, sizeof from, "tests/data/hf_fixtures/llama/%s", files[f]);
+            snprintf(to, sizeof to, "%s/%s", sub, files[f]);
+            CHECK(tc, copy_file(from, to) == 0, "copy %s", from);
+        }
+        snprintf(to, sizeof to, "%s/model.safetensors.index.json", sub);
+        write_file(to, index[k]);
+    }
+    snprintf(cfg, sizeof cfg,
+             "{\"models\": [{\"path\": \"%s/empty_map\"}, {\"path\": \"%s/missing_shard\"}],"
+             " \"datasets\": [{\"suite\": \"ruler\", \"n_samples\": 1, \"tasks\": [\"vt\"]}], \"policies\": [\"full\"]}",
+             dir, dir);
+    int rc = data_check("hf.json", cfg, out, sizeof out);
+    CHECK(tc, rc == 1 && count(out, "problem: ") == 2 && strstr(out, "empty_map/model.safetensors.index.json: weight_map names no tensor") &&
+                  strstr(out, "shard 'model-00001-of-00009.safetensors' is missing"),
+          "HF directories: exit %d\n%s", rc, out);
+    rc = data_check("bad.json", "{\"models\": [\n  {\"path\": ]}", out, sizeof out);
+    CHECK(tc, rc == 1 && count(out, "problem: ") == 1 && strstr(out, "line 2: not valid JSON"), "bad JSON: %s", out);
+    char *none[] = {"check"};
+    CHECK(tc, test_run_command(cmd_data, 1, none, out, NULL, sizeof out) == 2 && strstr(out, "check needs CONFIG.json"),
+          "usage: %s", out);
+}
+
+/* The shipped configs that need no external data pass; the paper ones fail only on their variables / CUDA. */
+static void check_shipped(TestCounts *tc) {
+    static char out[1 << 16];
+    char *argv[] = {"check", "configs/cpu_study.json"};
+    int rc = test_run_command(cmd_data, 2, argv, out, NULL, sizeof out);
+    CHECK(tc, rc == 0 && strstr(out, "0 problems, 2 warnings") && strstr(out, "qa_2_substitute"),
+          "cpu_study: exit %d\n%s", rc, out);
+    unsetenv("MODELS_DIR");
+    unsetenv("LONGBENCH_DIR");
+    char *fig[] = {"check", "configs/figure2.json"};
+    rc = test_run_command(cmd_data, 2, fig, out, NULL, sizeof out);
+    CHECK(tc, rc == 1 && strstr(out, "environment variable MODELS_DIR is not set") &&
+                  strstr(out, "estimate Llama-3.1-8B-Instruct: ") && strstr(out, "estimate Qwen2.5-32B-Instruct: ") &&
+                  strstr(out, "published averages"),
+          "figure2 without its variables still estimates: %s", out);
+}
+
+/* estimate.h's formulas on a tiny shape, every number derived by hand:
+ *   N=2 D=4 H=2 K=1 d=2 F=8 V=10 untied: P = 2·(4·2·2 + 2·4·1·2 + 2·2·4 + 3·4·8) = 288, P_out = 40,
+ *   W = 2·(288 + 2·40) = 736 bytes, kv = 2·2·1·2·2 = 16 bytes per token.
+ *   Device: 1000 FLOP/s at 0.5, 100 B/s at 0.5. Sample L=10, q=2, G=4, keep {1, 0.5}, window 0:
+ *   prefill: 2·288·10 + 2·2·2·2·10² + 2·40 = 7440 FLOPs → 14.88 s (> 736 B / 50 = 14.72 s)
+ *   feed: 2·328·2·2 = 2624 FLOPs → 5.248 s; 736 + 16·15 = 976 B → 19.52 s
+ *   decode: 2·328·2 = 1312 FLOPs → 2.624 s; 736 + 16·(15 + 2·(2 + 2)) = 1104 B → 22.08 s, × 4 steps = 88.32 s
+ *   memory: 736 + 16·16 + 16·(5 + 2 + 4) + 10·(48 + 32 + 80) + 768 MiB = 805,309,136 bytes
+ *   max context on 1e9 bytes: (1e9 − 736 − 768 MiB − 4096·160) / (16·1.5) = 8,084,897.33 */
+static void check_estimate(TestCounts *tc) {
+    ModelConfig m = {.n_layers = 2, .d_model = 4, .n_heads = 2, .n_kv_heads = 1, .head_dim = 2, .d_ff = 8,
+                     .vocab_size = 10};
+    DeviceModel dev = {"test", 1000, 100, 1e9, 0.5, 0.5};
+    Estimate e = {0};
+    const double keep[] = {1.0, 0.5};
+    estimate_add(&e, &m, &dev, 10, 2, 4, keep, 2, 0);
+    CHECK(tc, fabs(estimate_weight_bytes(&m) - 736) < 1e-9 && fabs(estimate_kv_bytes_per_token(&m) - 16) < 1e-9,
+          "W %g kv %g", estimate_weight_bytes(&m), estimate_kv_bytes_per_token(&m));
+    CHECK(tc, fabs(e.prefill_s - 14.88) < 1e-9 && fabs(e.feed_s - 19.52) < 1e-9 && fabs(e.decode_s - 88.32) < 1e-9,
+          "times %.6f %.6f %.6f", e.prefill_s, e.feed_s, e.decode_s);
+    CHECK(tc, fabs(e.peak_bytes - 805309136.0) < 1e-3 && e.samples == 1 && e.longest_context == 10,
+          "peak %.1f", e.peak_bytes);
+    CHECK(tc, fabs(estimate_max_context(&m, &dev, keep, 2, 0) - 8084897.333333) < 1e-3, "max context %.6f",
+          estimate_max_context(&m, &dev, keep, 2, 0));
+    /* window probabilities: 4·w·L·H bytes on top */
+    Estimate w = {0};
+    estimate_add(&w, &m, &dev, 10, 2, 4, keep, 2, 3);
+    CHECK(tc, fabs(w.peak_bytes - e.peak_bytes - 4.0 * 3 * 10 * 2) < 1e-3, "window adds %.1f",
+          w.peak_bytes - e.peak_bytes);
+}
+
+int main(void) {
+    TestCounts tc = {"test_datacheck", 0, 0};
+    snprintf(dir, sizeof dir, "/tmp/kvbench_datacheck_XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    check_estimate(&tc);
+    check_good(&tc);
+    check_broken(&tc);
+    check_hf_dirs(&tc);
+    check_shipped(&tc);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return test_finish(&tc);
+}
