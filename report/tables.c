@@ -52,25 +52,31 @@ typedef struct {
     TRow rows[MAX_ROWS];
 } Table;
 
+/* The non-ASCII characters the report writes, in LaTeX (pdflatex without extra packages). */
+static const struct {
+    const char *utf8, *tex;
+} TEX_CHARS[] = {{"†", "$^\\dagger$"}, {"×", "$\\times$"}, {"−", "$-$"}, {"Δ", "$\\Delta$"}, {"—", "---"},
+                 {"–", "--"}};
+
 static void put_text(FILE *f, Format fmt, const char *s) {
     for (; *s; s++) {
-        if (fmt == FMT_TEX && strchr("_%&#$", *s)) fputc('\\', f);
-        if (fmt == FMT_TEX && !strncmp(s, "†", strlen("†"))) {
-            fputs("$^\\dagger$", f);
-            s += strlen("†") - 1;
+        if (fmt == FMT_MD) {
+            if (*s == '|') fputc('\\', f);
+            fputc(*s, f);
             continue;
         }
-        if (fmt == FMT_TEX && !strncmp(s, "×", strlen("×"))) {
-            fputs("$\\times$", f);
-            s += strlen("×") - 1;
+        size_t i, n = sizeof TEX_CHARS / sizeof TEX_CHARS[0];
+        for (i = 0; i < n && strncmp(s, TEX_CHARS[i].utf8, strlen(TEX_CHARS[i].utf8)); i++) {}
+        if (i < n) {
+            fputs(TEX_CHARS[i].tex, f);
+            s += strlen(TEX_CHARS[i].utf8) - 1;
             continue;
         }
-        if (fmt == FMT_TEX && !strncmp(s, "−", strlen("−"))) {
-            fputs("$-$", f);
-            s += strlen("−") - 1;
+        if (strchr("_%&#$", *s)) fputc('\\', f);
+        else if (*s == '~' || *s == '^' || *s == '\\') {
+            fprintf(f, "\\text%s{}", *s == '~' ? "asciitilde" : *s == '^' ? "asciicircum" : "backslash");
             continue;
         }
-        if (fmt == FMT_MD && *s == '|') fputc('\\', f);
         fputc(*s, f);
     }
 }
