@@ -51,6 +51,10 @@ static int run_gnuplot(const char *gnuplot, const char *dir, const char *arg) {
 void report_put_quoted(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
+        if (*s == '\n') {
+            fputs("\\n", f);
+            continue;
+        }
         if (*s == '"' || *s == '\\') fputc('\\', f);
         fputc(*s, f);
     }
@@ -203,10 +207,11 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     }
     const char *dagger = report_has_substitute(s, -1) ? " († includes a substituted task)" : "";
     if (ratio)
-        fprintf(gp, "set title '%s — %s: score as %% of the full cache against the KV budget (95%% paired bootstrap "
-                    "intervals)%s'\nset ylabel 'average score / full-cache average (%%)'\n", s->model, s->suite, dagger);
+        fprintf(gp, "set title \"%s — %s: score as %% of the full cache against the KV budget\\n(95%% paired "
+                    "bootstrap intervals)%s\"\nset ylabel 'average score / full-cache average (%%)'\n", s->model,
+                s->suite, dagger);
     else
-        fprintf(gp, "set title '%s — %s: average score against the KV budget (95%% bootstrap intervals)%s'\n"
+        fprintf(gp, "set title \"%s — %s: average score against the KV budget\\n(95%% bootstrap intervals)%s\"\n"
                     "set ylabel 'average score'\n", s->model, s->suite, dagger);
     fprintf(gp, "set xlabel 'KV cache budget (%% of the context)'\nset grid\nset key outside right top\n"
                 "set xrange [%g:%g]\nset yrange [0:*]\nset xtics (", lo - pad, hi + pad);
@@ -276,9 +281,11 @@ static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_gr
         report_put_fill(gp, series[j].aggregation);
         fputs(" title ", gp);
         report_put_quoted(gp, series[j].label);
-        fprintf(gp, ", \\\n  '' index %d using 1:2:3:4 with yerrorbars lc rgb 'black' pt 0 ps 0 lw 1 notitle"
+        /* the interval as a black line on a white halo, visible on any bar colour */
+        fprintf(gp, ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'white' lw 3.5 notitle"
+                    ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'black' lw 1.2 notitle"
                     ", \\\n  '' index %d using 1:($2 == 0 ? 0 : NaN) with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle",
-                j, j, colour);
+                j, j, j, colour);
     }
     fputs(", \\\n  NaN with points pt 2 ps 1.5 lw 2 lc rgb 'black' title '× = score 0'\n", gp);
     return report_figure_close(c, name, dat, gp);
@@ -304,7 +311,7 @@ static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
     snprintf(name, sizeof name, "%s_tasks_%s", s->stem, s->budgets[b].label);
     for (char *p = name; *p; p++)
         if (*p == '%') *p = 'p';
-    snprintf(title, sizeof title, "%s — %s: task scores at budget %s (95%% bootstrap intervals%s)", s->model, s->suite,
+    snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals%s)", s->model, s->suite,
              s->budgets[b].label, report_has_substitute(s, -1) ? "; † substituted task" : "");
     return plot_bars(c, name, title, nt, groups, series, n);
 }
@@ -327,21 +334,28 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     /* the average of cell (m, b) is cells[m * B + b].domain[D]: index by budget through a per-series array */
     StatsInterval *vals = kv_malloc((size_t)n * s->n_budgets * sizeof *vals, c->err);
     if (!vals) return -1;
+    /* the budgets where one of them ran */
+    int used[256], n_used = 0;
+    for (int b = 0; b < s->n_budgets && n_used < 256; b++) {
+        int ran = 0;
+        for (int m = 0; m < s->n_methods; m++)
+            for (int j = 0; j < n; j++) ran |= series[j].label == s->methods[m].label && report_cell(s, m, b)->ran;
+        if (ran) groups[n_used] = s->budgets[b].label, used[n_used++] = b;
+    }
     for (int j = 0, m = 0; m < s->n_methods; m++) {
-        if (j < n && series[j].label != s->methods[m].label) continue;
-        for (int b = 0; b < s->n_budgets; b++) {
-            const ReportCell *x = report_cell(s, m, b);
-            vals[(size_t)j * s->n_budgets + b] = x->ran ? x->domain[s->n_domains] : (StatsInterval){0, 0, NAN, NAN, NAN};
+        if (j >= n || series[j].label != s->methods[m].label) continue;
+        for (int u = 0; u < n_used; u++) {
+            const ReportCell *x = report_cell(s, m, used[u]);
+            vals[(size_t)j * s->n_budgets + u] = x->ran ? x->domain[s->n_domains] : (StatsInterval){0, 0, NAN, NAN, NAN};
         }
         series[j].values = vals + (size_t)j * s->n_budgets;
         series[j].stride = 1;
         j++;
     }
-    for (int b = 0; b < s->n_budgets && b < 256; b++) groups[b] = s->budgets[b].label;
     snprintf(name, sizeof name, "%s_aggregation", s->stem);
-    snprintf(title, sizeof title, "%s — %s: aggregation ablation, average score per budget (95%% bootstrap "
+    snprintf(title, sizeof title, "%s — %s: aggregation ablation, average score per budget\n(95%% bootstrap "
              "intervals; colour = policy, fill = aggregation)", s->model, s->suite);
-    int rc = plot_bars(c, name, title, s->n_budgets < 256 ? s->n_budgets : 256, groups, series, n);
+    int rc = plot_bars(c, name, title, n_used, groups, series, n);
     free(vals);
     return rc;
 }

@@ -389,7 +389,7 @@ static void test_report(TestCounts *tc) {
                   strstr(budget, "dt 1 pt 7 title \"defensivekv (mean)\""), "dash/point per aggregation");
     CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics (\"20%%\" 20.0000"),
           "budget axis spans the budgets run");
-    CHECK(tc, tasks && strstr(tasks, "($2 == 0 ? 0 : NaN)") && strstr(tasks, "yerrorbars"), "zero marks, error bars");
+    CHECK(tc, tasks && strstr(tasks, "($2 == 0 ? 0 : NaN)") && strstr(tasks, "with vectors nohead"), "zero marks, error bars");
     CHECK(tc, budget && !strstr(budget, dir), "scripts name files relative to their folder");
     free(budget);
     free(tasks);
