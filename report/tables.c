@@ -107,9 +107,11 @@ static TRow *table_row(Table *t, const char *label, int reference) {
 
 static TCell cell_of(const StatsInterval *ci) { return (TCell){ci->value, ci->lo, ci->hi, ci->n, 0}; }
 
+/* A value to 2 decimals; in LaTeX a minus sign, not a hyphen. */
 static void put_number(FILE *f, Format fmt, double v, const char *unit) {
     if (isnan(v)) fputs(fmt == FMT_TEX ? "--" : "–", f);
-    else fprintf(f, "%.2f%s", v, fmt == FMT_TEX && !strcmp(unit, "%") ? "\\%" : unit);
+    else if (fmt == FMT_TEX) fprintf(f, "%s%.2f%s", v < 0 && v <= -0.005 ? "$-$" : "", fabs(v), !strcmp(unit, "%") ? "\\%" : unit);
+    else fprintf(f, "%.2f%s", v, unit);
 }
 
 /* The best (largest) value of column i among the non-reference rows; NaN when fewer than two have one. */
@@ -234,7 +236,12 @@ static void emit_tex(FILE *f, const Table *t) {
         for (int i = 0; i < t->n_cols; i++) {
             const TCell *c = &row->cells[i];
             fputs(" & ", f);
-            if (!isnan(c->lo)) fprintf(f, "{\\scriptsize[%.2f, %.2f]}", c->lo, c->hi);
+            if (isnan(c->lo)) continue;
+            fputs("{\\scriptsize[", f);
+            put_number(f, FMT_TEX, c->lo, "");
+            fputs(", ", f);
+            put_number(f, FMT_TEX, c->hi, "");
+            fputs("]}", f);
         }
         fputs(" \\\\\n", f);
     }
@@ -307,7 +314,7 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
     if (!t) return;
     const char *avg = report_has_substitute(s, -1) ? "avg†" : "avg";
     for (int b = 0; b < s->n_budgets; b++) {
-        table_col(t, avg, s->budgets[b].label, 0);
+        table_col(t, avg, s->budgets[b].label, s->n_samples);
         table_col(t, "change %", s->budgets[b].label, 0);
         table_col(t, "Δ best baseline", s->budgets[b].label, 0);
     }

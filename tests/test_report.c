@@ -353,7 +353,7 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, tex && !strstr(tex, "resizebox") && strstr(tex, "\\label{tab:m-longbench:summary}") &&
                   strstr(tex, "\\label{tab:m-longbench:tasks:20-}") && strstr(tex, "\\textbf{70.00}") &&
                   strstr(tex, "\\multicolumn{3}{c}{20\\%} & \\multicolumn{3}{c}{40\\%}") &&
-                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "-25.00$^{*}$") &&
+                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "$-$25.00$^{*}$") &&
                   strstr(tex, "qa\\_1\\_substitute$^\\dagger$"),
           "tex layout");
     free(tex);
