@@ -213,8 +213,19 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     else
         fprintf(gp, "set title \"%s — %s: average score against the KV budget\\n(95%% bootstrap intervals)%s\"\n"
                     "set ylabel 'average score'\n", s->model, s->suite, dagger);
+    /* the y axis up to the highest interval bound (gnuplot's autoscale leaves error bars out) */
+    double ymax = ratio ? 100 : s->full.domain[s->n_domains].value;
+    for (int m = 0; m < s->n_methods; m++)
+        for (int b = 0; b < s->n_budgets; b++) {
+            const ReportCell *x = report_cell(s, m, b);
+            if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
+            const StatsInterval *ci = ratio ? &x->ratio : &x->domain[s->n_domains];
+            if (!isnan(ci->hi)) ymax = isnan(ymax) ? ci->hi : fmax(ymax, ci->hi);
+            if (!isnan(ci->value)) ymax = isnan(ymax) ? ci->value : fmax(ymax, ci->value);
+        }
     fprintf(gp, "set xlabel 'KV cache budget (%% of the context)'\nset grid\nset key outside right top\n"
-                "set xrange [%g:%g]\nset yrange [0:*]\nset xtics (", lo - pad, hi + pad);
+                "set xrange [%g:%g]\nset yrange [0:%g]\nset xtics (", lo - pad, hi + pad,
+            isnan(ymax) || ymax <= 0 ? 100 : ceil(ymax * 1.05));
     int first = 1;
     for (int b = 0; b < s->n_budgets; b++)
         if (s->budgets[b].keep_fraction > 0) {
@@ -230,9 +241,12 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     else fputs("NaN notitle", gp);
     for (int m = 0; m < s->n_methods; m++) {
         const ReportMethod *x = &s->methods[m];
-        fprintf(gp, ", \\\n  '%s' index %d using 1:2:3:4 with yerrorlines lw 2 ps 1.2 lc rgb '%s' dt %d pt %d title ",
-                dat_path, m, report_policy_colour(x->policy), report_agg_dash(x->aggregation),
-                report_agg_point(x->aggregation));
+        const char *colour = report_policy_colour(x->policy);
+        /* thin interval lines under the method's line */
+        fprintf(gp, ", \\\n  '%s' index %d using 1:3:(0):($4 - $3) with vectors nohead lw 1 lc rgb '%s' notitle",
+                dat_path, m, colour);
+        fprintf(gp, ", \\\n  '' index %d using 1:2 with linespoints lw 2 ps 1.2 lc rgb '%s' dt %d pt %d title ", m,
+                colour, report_agg_dash(x->aggregation), report_agg_point(x->aggregation));
         report_put_quoted(gp, x->label);
     }
     fputc('\n', gp);

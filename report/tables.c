@@ -114,17 +114,19 @@ static void put_number(FILE *f, Format fmt, double v, const char *unit) {
     else fprintf(f, "%.2f%s", v, unit);
 }
 
-/* The best (largest) value of column i among the non-reference rows; NaN when fewer than two have one. */
+/* The best (largest) value of column i among the non-reference rows, to print in bold; NaN when fewer than two
+ * have a value or all of them tie (nothing to single out). */
 static double column_best(const Table *t, int i) {
-    double best = NAN;
+    double best = NAN, worst = NAN;
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
         double v = t->rows[r].cells[i].v;
         if (t->rows[r].reference || isnan(v)) continue;
         n++;
         if (isnan(best) || v > best) best = v;
+        if (isnan(worst) || v < worst) worst = v;
     }
-    return n >= 2 ? best : NAN;
+    return n >= 2 && best > worst ? best : NAN;
 }
 
 static void put_label(FILE *f, const char *label) {
