@@ -22,14 +22,17 @@ static char *dup_or_empty(const unsigned char *s, KvErr *err) {
     return d;
 }
 
-/* Grows *list (of elem bytes each) by one zeroed element; returns its index, -1 on allocation failure. */
-static int grow(void *list, int *n, size_t elem, KvErr *err) {
-    void **p = list;
-    char *grown = realloc(*p, (size_t)(*n + 1) * elem);
-    if (!grown) return kv_fail(err, "out of memory");
+/* Grows an array of *n elements of elem bytes by one zeroed element: returns the new array (the element is at
+ * index *n - 1 after the call) or NULL on allocation failure, the old array then unchanged. */
+static void *grow(void *base, int *n, size_t elem, KvErr *err) {
+    char *grown = realloc(base, (size_t)(*n + 1) * elem);
+    if (!grown) {
+        kv_fail(err, "out of memory");
+        return NULL;
+    }
     memset(grown + (size_t)*n * elem, 0, elem);
-    *p = grown;
-    return (*n)++;
+    (*n)++;
+    return grown;
 }
 
 static int find_name(char **list, int n, const char *name) {
@@ -42,8 +45,11 @@ static int find_name(char **list, int n, const char *name) {
 static int intern(char ***list, int *n, const char *name, KvErr *err) {
     int i = find_name(*list, *n, name);
     if (i >= 0) return i;
-    if ((i = grow(list, n, sizeof **list, err)) < 0) return -1;
-    return ((*list)[i] = dup_or_empty((const unsigned char *)name, err)) ? i : -1;
+    char **grown = grow(*list, n, sizeof *grown, err);
+    if (!grown) return -1;
+    *list = grown;
+    i = *n - 1;
+    return (grown[i] = dup_or_empty((const unsigned char *)name, err)) ? i : -1;
 }
 
 int report_is_proposed(const char *policy) {
@@ -85,8 +91,10 @@ static int section_index(ReportData *d, sqlite3_stmt *st, KvErr *err) {
             !strcmp(s->suite, col(st, C_SUITE)))
             return i;
     }
-    int i = grow(&d->sections, &d->n_sections, sizeof *d->sections, err);
-    if (i < 0) return -1;
+    ReportSection *grown = grow(d->sections, &d->n_sections, sizeof *grown, err);
+    if (!grown) return -1;
+    d->sections = grown;
+    int i = d->n_sections - 1;
     ReportSection *s = &d->sections[i];
     if (!(s->model = dup_or_empty(sqlite3_column_text(st, C_MODEL), err)) ||
         !(s->setup = dup_or_empty(sqlite3_column_text(st, C_SETUP), err)) ||
@@ -149,7 +157,10 @@ static int collect_axes(ReportSection *s, sqlite3_stmt *st, KvErr *err) {
     if (!strcmp(col(st, C_POLICY), "full")) return 0;
     int m = find_method(s, st);
     if (m < 0) {
-        if ((m = grow(&s->methods, &s->n_methods, sizeof *s->methods, err)) < 0) return -1;
+        ReportMethod *grown = grow(s->methods, &s->n_methods, sizeof *grown, err);
+        if (!grown) return -1;
+        s->methods = grown;
+        m = s->n_methods - 1;
         ReportMethod *x = &s->methods[m];
         x->first_row = sqlite3_column_int64(st, C_ROW);
         if (!(x->policy = dup_or_empty(sqlite3_column_text(st, C_POLICY), err)) ||
@@ -160,8 +171,10 @@ static int collect_axes(ReportSection *s, sqlite3_stmt *st, KvErr *err) {
         s->methods[m].first_row = sqlite3_column_int64(st, C_ROW);
     }
     if (find_budget(s, col(st, C_BUDGET)) < 0) {
-        int b = grow(&s->budgets, &s->n_budgets, sizeof *s->budgets, err);
-        if (b < 0) return -1;
+        ReportBudget *grown = grow(s->budgets, &s->n_budgets, sizeof *grown, err);
+        if (!grown) return -1;
+        s->budgets = grown;
+        int b = s->n_budgets - 1;
         s->budgets[b].keep_fraction = sqlite3_column_double(st, C_KEEP);
         if (!(s->budgets[b].label = dup_or_empty(sqlite3_column_text(st, C_BUDGET), err))) return -1;
     }
@@ -234,8 +247,10 @@ static int add_failure(ReportSection *s, int m, int b, const char *error, KvErr 
             return 0;
         }
     }
-    int i = grow(&s->failures, &s->n_failures, sizeof *s->failures, err);
-    if (i < 0) return -1;
+    ReportFailure *grown = grow(s->failures, &s->n_failures, sizeof *grown, err);
+    if (!grown) return -1;
+    s->failures = grown;
+    int i = s->n_failures - 1;
     s->failures[i] = (ReportFailure){m, b, dup_or_empty((const unsigned char *)error, err), 1};
     return s->failures[i].error ? 0 : -1;
 }
