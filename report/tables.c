@@ -168,7 +168,7 @@ static void emit_md(FILE *f, const Table *t) {
             if (bold) fputs("**", f);
             put_number(f, FMT_MD, c->v, t->unit);
             if (bold) fputs("**", f);
-            if (c->sig) fputc('*', f);
+            if (c->sig) fputs("\\*", f); /* escaped: a bare * after bold reads as emphasis */
             if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", c->lo, c->hi);
             if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, " (n=%d)", c->n);
         }

@@ -278,11 +278,11 @@ static void check_md(TestCounts *tc, const char *md) {
     /* summary, budgets side by side: avg [interval], change with its sign (a method below the full cache is
      * negative, one above positive), Δ best baseline (snapkv is the only baseline) */
     CHECK(tc, strstr(md, "| Method | 20%: avg | 20%: change % | 20%: Δ best baseline | 40%: avg |") != NULL, "columns");
-    CHECK(tc, strstr(md, "| snapkv | 45.00 [45.00, 45.00] | -25.00* [-25.00, -25.00] | – | 55.00 [55.00, 55.00] | "
-                         "-8.33* [-8.33, -8.33] | – |") != NULL, "snapkv summary row");
-    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67*** [16.67, 16.67] | "
-                         "**25.00*** [25.00, 25.00] | – |") != NULL, "defensivekv summary row: bold, positive, *");
-    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [0.00, 0.00] | 15.00* [15.00, 15.00] |"),
+    CHECK(tc, strstr(md, "| snapkv | 45.00 [45.00, 45.00] | -25.00\\* [-25.00, -25.00] | – | 55.00 [55.00, 55.00] | "
+                         "-8.33\\* [-8.33, -8.33] | – |") != NULL, "snapkv summary row");
+    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67**\\* [16.67, 16.67] | "
+                         "**25.00**\\* [25.00, 25.00] | – |") != NULL, "defensivekv summary row: bold, positive, *");
+    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [0.00, 0.00] | 15.00\\* [15.00, 15.00] |"),
           "a zero change is not marked");
     /* task table with n, intervals */
     CHECK(tc, strstr(md, "| n | 2 | 2 | 2 | 6 |") != NULL, "n row");
@@ -531,6 +531,23 @@ static void test_cli(TestCounts *tc) {
     CHECK(tc, rc == 0 && file_size(beside, "report.md") > 0, "report CONFIG.json: rc %d: %s", rc, out);
     char *both[] = {"kvbench", "report", cfg, "--db", db, NULL};
     CHECK(tc, test_run_command(run_cli, 5, both, out, NULL, sizeof out) == 2, "config and --db");
+
+    /* no config, no --db, no results/kvbench.db: the only database in results/ (the demo's), or a clear error */
+    char cwd[512], cmd[600];
+    if (!getcwd(cwd, sizeof cwd) || chdir(dir)) return;
+    char *bare[] = {"kvbench", "report", NULL};
+    CHECK(tc, test_run_command(run_cli, 2, bare, out, NULL, sizeof out) == 1 && strstr(out, "no database"),
+          "no database: %s", out);
+    snprintf(cmd, sizeof cmd, "mkdir -p results && cp r.db results/cpu_demo.db");
+    CHECK(tc, system(cmd) == 0, "copy");
+    CHECK(tc, test_run_command(run_cli, 2, bare, out, NULL, sizeof out) == 0 &&
+                  strstr(out, "results/cpu_demo.db -> results/cpu_demo_report/") &&
+                  file_size("results/cpu_demo_report", "report.md") > 0,
+          "the demo's database by default: %s", out);
+    CHECK(tc, system("cp r.db results/other.db") == 0, "copy");
+    CHECK(tc, test_run_command(run_cli, 2, bare, out, NULL, sizeof out) == 1 && strstr(out, "2 databases"),
+          "two databases: %s", out);
+    if (chdir(cwd)) fprintf(stderr, "cannot return to %s\n", cwd);
 }
 
 int main(void) {
