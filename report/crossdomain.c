@@ -22,8 +22,15 @@ static void domain_of(const ReportSection *s, int t, char *out, size_t n) {
     else snprintf(out, n, "%s: %s", s->suite, s->domains[s->task_domain[t]]);
 }
 
-static int same_model(const ReportSection *a, const ReportSection *b) {
-    return !strcmp(a->model, b->model) && !strcmp(a->setup, b->setup);
+/* The sections one model's cross-domain figure covers, from its first section on: every suite of the model once,
+ * in the first setup it appears with (datasets may differ in setup, e.g. the needle in the chat template; a
+ * suite run again under another setup is not counted twice). */
+static int covers(const ReportData *d, int first, int i) {
+    const ReportSection *s = &d->sections[i];
+    if (strcmp(s->model, d->sections[first].model)) return 0;
+    for (int j = first; j < i; j++)
+        if (!strcmp(d->sections[j].model, s->model) && !strcmp(d->sections[j].suite, s->suite)) return 0;
+    return 1;
 }
 
 static int find_string(char list[][160], int n, const char *name) {
@@ -46,12 +53,17 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
     memset(x, 0, sizeof *x);
     const ReportSection *s0 = &d->sections[first_section];
     x->model = s0->model;
-    x->setup = s0->setup;
+    for (int i = first_section; i < d->n_sections; i++) {
+        if (!covers(d, first_section, i)) continue;
+        size_t k = strlen(x->setup);
+        snprintf(x->setup + k, sizeof x->setup - k, "%s%s: %s", k ? "; " : "", d->sections[i].suite,
+                 d->sections[i].setup);
+    }
     /* the budget nearest 20% over the model's sections */
     double best = INFINITY;
     for (int i = first_section; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
-        if (!same_model(s, s0) || !report_has_scores(s, &s->full)) continue;
+        if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
         for (int b = 0; b < s->n_budgets; b++) {
             double k = s->budgets[b].keep_fraction;
             if (k > 0 && (fabs(k - 0.2) < best - 1e-12)) {
@@ -64,7 +76,7 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
     /* the axes: domains and methods (by policy, aggregation, params) */
     int cap = 0;
     for (int i = first_section; i < d->n_sections; i++)
-        if (same_model(&d->sections[i], s0)) cap += d->sections[i].n_tasks + d->sections[i].n_methods;
+        if (covers(d, first_section, i)) cap += d->sections[i].n_tasks + d->sections[i].n_methods;
     x->domains = kv_calloc((size_t)cap + 1, sizeof *x->domains, err);
     x->domain_substitute = kv_calloc((size_t)cap + 1, sizeof *x->domain_substitute, err);
     x->methods = kv_calloc((size_t)cap + 1, sizeof *x->methods, err);
@@ -72,7 +84,7 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
     char name[160];
     for (int i = first_section; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
-        if (!same_model(s, s0) || !report_has_scores(s, &s->full)) continue;
+        if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
         for (int t = 0; t < s->n_tasks; t++) {
             domain_of(s, t, name, sizeof name);
             int k = find_string(x->domains, x->n_domains, name);
@@ -101,7 +113,7 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
     }
     for (int i = first_section; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
-        if (!same_model(s, s0) || !report_has_scores(s, &s->full)) continue;
+        if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
         int b;
         for (b = 0; b < s->n_budgets && strcmp(s->budgets[b].label, x->budget); b++) {}
         for (int m = 0; b < s->n_budgets && m < s->n_methods; m++) {
@@ -135,10 +147,9 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
     return 0;
 }
 
-/* Whether section i is the first of its model (and setup). */
 int report_first_of_model(const ReportData *d, int i) {
     for (int j = 0; j < i; j++)
-        if (same_model(&d->sections[j], &d->sections[i])) return 0;
+        if (!strcmp(d->sections[j].model, d->sections[i].model)) return 0;
     return 1;
 }
 
@@ -148,7 +159,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     int any = 0;
     for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k]);
     if (!any) return 0;
-    snprintf(stem, sizeof stem, "%s_%s", x->model, x->setup);
+    snprintf(stem, sizeof stem, "%s", x->model);
     for (char *p = stem; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
               *p == '.'))

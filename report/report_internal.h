@@ -135,7 +135,8 @@ void report_put_value(FILE *f, double v);
 /* The cross-domain change of one model at the budget nearest 20% (crossdomain.c, where the domain grouping is
  * stated): per method, the change against the full cache in each domain and their unweighted mean. */
 typedef struct {
-    const char *model, *setup;
+    const char *model;
+    char setup[600];          /* the suites covered and their setups: "ruler: cq=0; niah: cq=0,chat=1" */
     char budget[64];          /* "" when the model has no fractional budget with a full cache */
     char (*domains)[160];     /* [D] */
     int *domain_substitute;   /* [D] the domain includes a substituted task */
@@ -150,7 +151,8 @@ typedef struct {
     "LongBench's six task families as LongBench assigns its datasets (single-doc QA, multi-doc QA, "             \
     "summarization, few-shot, synthetic, code), plus one domain \"synthetic retrieval (RULER, needle)\" holding " \
     "every RULER and needle task; our grouping, not the paper's (its 7 domains / 18 datasets are not published)"
-/* Whether section i is the first of its (model, setup); report_crossdomain then covers all of them. */
+/* Whether section i is the first of its model; report_crossdomain then covers the model's suites, each in the
+ * first setup it appears with. */
 int report_first_of_model(const ReportData *d, int i);
 int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err);
 void report_crossdomain_free(CrossDomain *x);

@@ -508,13 +508,14 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
                  "%s: relative change vs the full cache at %s per domain and its unweighted mean over the %d "
                  "domains; change = 100 × (domain avg / full-cache domain avg − 1), domain avg = mean of its task "
                  "averages. Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains);
-        snprintf(t->label, sizeof t->label, "tab:%s:%s:crossdomain:%s", x.model, x.setup, x.budget);
+        snprintf(t->label, sizeof t->label, "tab:%s:crossdomain:%s", x.model, x.budget);
         for (int m = 0; m < x.n_methods; m++) {
             TRow *r = table_row(t, x.methods[m].label, 0);
             for (int k = 0; r && k < x.n_domains; k++) r->cells[k].v = x.change[(size_t)m * x.n_domains + k];
             if (r) r->cells[x.n_domains].v = x.mean[m];
         }
-        if (fmt == FMT_MD) fprintf(f, "\n## %s (%s) — cross-domain change at %s\n", x.model, x.setup, x.budget);
+        if (fmt == FMT_MD) fprintf(f, "\n## %s — cross-domain change at %s\n\nSuites and setups: %s.\n", x.model,
+                                   x.budget, x.setup);
         emit(f, fmt, t);
         free(t);
         report_crossdomain_free(&x);

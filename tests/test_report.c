@@ -403,19 +403,19 @@ static void test_report(TestCounts *tc) {
     /* Figure 2 style: snapkv at 20%: single-doc 100 × (40/60 − 1) = −33.33, multi-doc 55/60 → −8.33, synthetic
      * retrieval (niah_single_1, qa_1_substitute, needle): (33.33 + 0 + 83.33) / (41.67 + 50 + 100) → −39.13;
      * mean −26.93 */
-    dat = read_in(out, "m_cq_0_fig2_crossdomain_20p.dat");
+    dat = read_in(out, "m_fig2_crossdomain_20p.dat");
     CHECK(tc, dat && strstr(dat, "# snapkv\n0 -26.9324\n") && strstr(dat, "0 -33.3333\n") &&
                   strstr(dat, "0 -8.3333\n") && strstr(dat, "0 -39.1304\n"), "figure 2 values");
     free(dat);
 
     const char *files[] = {"report.tex", "m_longbench_budget.dat", "m_longbench_budget.svg",
                            "m_longbench_tasks_20p.svg", "m_longbench_aggregation.svg", "m_niah_needle_20p.svg",
-                           "m_niah_needle_20p.dat", "m_cq_0_fig2_crossdomain_20p.svg"};
+                           "m_niah_needle_20p.dat", "m_fig2_crossdomain_20p.svg"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         CHECK(tc, file_size(out, files[i]) > 0, "%s missing or empty", files[i]);
     const char *pngs[] = {"m_longbench_budget.png", "m_longbench_fig4_ratio.png", "m_longbench_tasks_20p.png",
                           "m_longbench_tasks_40p.png", "m_longbench_aggregation.png", "m_niah_needle_20p.png",
-                          "m_cq_0_fig2_crossdomain_20p.png", "m_ruler_tasks_40p.png"};
+                          "m_fig2_crossdomain_20p.png", "m_ruler_tasks_40p.png"};
     for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++)
         CHECK(tc, is_png(out, pngs[i]) && file_size(out, pngs[i]) > 2000, "%s is not a rendered PNG", pngs[i]);
     /* the needle panel writes the score in each cell */
