@@ -295,11 +295,10 @@ static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_gr
         report_put_fill(gp, series[j].aggregation);
         fputs(" title ", gp);
         report_put_quoted(gp, series[j].label);
-        /* the interval as a black line on a white halo, visible on any bar colour */
-        fprintf(gp, ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'white' lw 3.5 notitle"
-                    ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'black' lw 1.2 notitle"
+        /* the interval as a thin black line (inside a black bar only its part above the bar shows) */
+        fprintf(gp, ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'black' lw 1 notitle"
                     ", \\\n  '' index %d using 1:($2 == 0 ? 0 : NaN) with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle",
-                j, j, j, colour);
+                j, j, colour);
     }
     fputs(", \\\n  NaN with points pt 2 ps 1.5 lw 2 lc rgb 'black' title '× = score 0'\n", gp);
     return report_figure_close(c, name, dat, gp);

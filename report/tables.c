@@ -409,35 +409,61 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
 }
 
 /* The ablation: rows = policy (and params), columns = aggregation per budget, each the overall average. */
+/* Whether method m's policy (with its params) ran with another aggregation too: a row of the ablation. */
+static int in_ablation(const ReportSection *s, int m) {
+    for (int o = 0; o < s->n_methods; o++)
+        if (!strcmp(s->methods[o].policy, s->methods[m].policy) && !strcmp(s->methods[o].params, s->methods[m].params) &&
+            strcmp(s->methods[o].aggregation, s->methods[m].aggregation))
+            return 1;
+    return 0;
+}
+
+static int agg_rank(const char *a) {
+    return !strcmp(a, "mean") ? 0 : !strcmp(a, "max") ? 1 : !strcmp(a, "max+prior") ? 2 : 3;
+}
+
+/* The ablation: rows = policy (and params), columns = aggregation (mean, max, max+prior, others) per budget where
+ * an ablation row ran with several, each the overall average with its interval. */
 static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
     const char *aggs[16];
-    int n_aggs = 0, any = 0;
+    int n_aggs = 0;
     for (int m = 0; m < s->n_methods; m++) {
+        if (!in_ablation(s, m)) continue;
         int k;
-        for (int o = 0; o < s->n_methods; o++)
-            any |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
-                   !strcmp(s->methods[o].params, s->methods[m].params) &&
-                   strcmp(s->methods[o].aggregation, s->methods[m].aggregation);
         for (k = 0; k < n_aggs && strcmp(aggs[k], s->methods[m].aggregation); k++) {}
         if (k == n_aggs && n_aggs < 16) aggs[n_aggs++] = s->methods[m].aggregation;
     }
-    if (!any) return;
+    if (!n_aggs) return;
+    for (int i = 1; i < n_aggs; i++) /* canonical order */
+        for (int j = i; j > 0 && agg_rank(aggs[j - 1]) > agg_rank(aggs[j]); j--) {
+            const char *x = aggs[j];
+            aggs[j] = aggs[j - 1];
+            aggs[j - 1] = x;
+        }
+    int budgets[256], n_budgets = 0;
+    for (int b = 0; b < s->n_budgets && n_budgets < 256; b++) {
+        /* where some policy ran with two aggregations or more */
+        int compared = 0;
+        for (int m = 0; m < s->n_methods && !compared; m++)
+            for (int o = m + 1; o < s->n_methods && !compared; o++)
+                compared = !strcmp(s->methods[o].policy, s->methods[m].policy) &&
+                           !strcmp(s->methods[o].params, s->methods[m].params) && report_cell(s, m, b)->ran &&
+                           report_cell(s, o, b)->ran;
+        if (compared) budgets[n_budgets++] = b;
+    }
+    if (!n_budgets) return;
     Table *t = table_new("");
     if (!t) return;
-    for (int b = 0; b < s->n_budgets; b++)
-        for (int k = 0; k < n_aggs; k++) table_col(t, aggs[k], s->budgets[b].label, 0);
+    for (int i = 0; i < n_budgets; i++)
+        for (int k = 0; k < n_aggs; k++) table_col(t, aggs[k], s->budgets[budgets[i]].label, 0);
     snprintf(t->caption, sizeof t->caption, "%s, %s: aggregation ablation, average score%s per aggregation and "
              "budget with 95%% bootstrap intervals", s->model, s->suite, report_has_substitute(s, -1) ? "†" : "");
     set_labels(t, s, "ablation", NULL);
     for (int m = 0; m < s->n_methods; m++) {
-        int first = 1, aggs_here = 0;
+        int first = 1;
         for (int o = 0; o < m; o++)
             first &= strcmp(s->methods[o].policy, s->methods[m].policy) || strcmp(s->methods[o].params, s->methods[m].params);
-        for (int o = 0; o < s->n_methods; o++)
-            aggs_here |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
-                         !strcmp(s->methods[o].params, s->methods[m].params) &&
-                         strcmp(s->methods[o].aggregation, s->methods[m].aggregation);
-        if (!first || !aggs_here) continue;
+        if (!first || !in_ablation(s, m)) continue;
         char label[200];
         int several = 0;
         for (int o = 0; o < s->n_methods; o++)
@@ -451,8 +477,9 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
                 continue;
             int k;
             for (k = 0; k < n_aggs && strcmp(aggs[k], s->methods[o].aggregation); k++) {}
-            for (int b = 0; k < n_aggs && b < s->n_budgets; b++)
-                if (report_cell(s, o, b)->ran) r->cells[b * n_aggs + k] = cell_of(&report_cell(s, o, b)->domain[s->n_domains]);
+            for (int i = 0; k < n_aggs && i < n_budgets; i++)
+                if (report_cell(s, o, budgets[i])->ran)
+                    r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains]);
         }
     }
     emit(f, fmt, t);
