@@ -101,50 +101,61 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
             if (k == x->n_methods) x->methods[x->n_methods++] = s->methods[m];
         }
     }
+    /* the covered sections' samples side by side: task t of the model is group t, in domain task_domain[t] */
+    int n_samples = 0, n_tasks = 0;
+    for (int i = first_section; i < d->n_sections; i++)
+        if (covers(d, first_section, i) && report_has_scores(&d->sections[i], &d->sections[i].full))
+            n_samples += d->sections[i].n_samples, n_tasks += d->sections[i].n_tasks;
     size_t MD = (size_t)x->n_methods * x->n_domains;
-    double *sum_m = kv_calloc(MD + 1, sizeof *sum_m, err), *sum_f = kv_calloc(MD + 1, sizeof *sum_f, err);
-    int *cnt = kv_calloc(MD + 1, sizeof *cnt, err);
+    double *xs = kv_malloc(((size_t)n_samples + 1) * sizeof *xs, err), *ys = kv_malloc(((size_t)n_samples + 1) * sizeof *ys, err);
+    int *group = kv_malloc(((size_t)n_samples + 1) * sizeof *group, err);
+    int *task_domain = kv_malloc(((size_t)n_tasks + 1) * sizeof *task_domain, err);
+    int *one_domain = kv_malloc(((size_t)n_tasks + 1) * sizeof *one_domain, err);
     x->change = kv_malloc((MD + 1) * sizeof *x->change, err);
     x->mean = kv_malloc(((size_t)x->n_methods + 1) * sizeof *x->mean, err);
     x->n_used = kv_calloc((size_t)x->n_methods + 1, sizeof *x->n_used, err);
-    if (!sum_m || !sum_f || !cnt || !x->change || !x->mean || !x->n_used) {
-        free(sum_m), free(sum_f), free(cnt);
-        return -1;
-    }
-    for (int i = first_section; i < d->n_sections; i++) {
-        const ReportSection *s = &d->sections[i];
-        if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
-        int b;
-        for (b = 0; b < s->n_budgets && strcmp(s->budgets[b].label, x->budget); b++) {}
-        for (int m = 0; b < s->n_budgets && m < s->n_methods; m++) {
-            int k;
-            for (k = 0; k < x->n_methods; k++)
-                if (!strcmp(x->methods[k].label, s->methods[m].label) &&
-                    !strcmp(x->methods[k].policy, s->methods[m].policy) &&
+    int rc = -1;
+    if (!xs || !ys || !group || !task_domain || !one_domain || !x->change || !x->mean || !x->n_used) goto done;
+    for (int k = 0; k < x->n_methods; k++) {
+        int at = 0, t0 = 0;
+        for (int i = first_section; i < d->n_sections; i++) {
+            const ReportSection *s = &d->sections[i];
+            if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
+            int b, m;
+            for (b = 0; b < s->n_budgets && strcmp(s->budgets[b].label, x->budget); b++) {}
+            for (m = 0; m < s->n_methods; m++)
+                if (!strcmp(x->methods[k].policy, s->methods[m].policy) &&
                     !strcmp(x->methods[k].aggregation, s->methods[m].aggregation) &&
                     !strcmp(x->methods[k].params, s->methods[m].params))
                     break;
-            const ReportCell *c = report_cell(s, m, b);
-            for (int t = 0; k < x->n_methods && c->ran && t < s->n_tasks; t++) {
-                double v = c->task[t].value, f = s->full.task[t].value;
-                if (isnan(v) || isnan(f)) continue;
-                domain_of(s, t, name, sizeof name);
-                size_t at = (size_t)k * x->n_domains + find_string(x->domains, x->n_domains, name);
-                sum_m[at] += v, sum_f[at] += f, cnt[at]++;
+            const ReportCell *c = b < s->n_budgets && m < s->n_methods ? report_cell(s, m, b) : NULL;
+            for (int j = 0; j < s->n_samples; j++, at++) {
+                xs[at] = c && c->ran ? c->x[j] : NAN;
+                ys[at] = s->full.x[j];
+                group[at] = t0 + s->sample_task[j];
             }
+            for (int t = 0; t < s->n_tasks; t++) {
+                domain_of(s, t, name, sizeof name);
+                task_domain[t0 + t] = find_string(x->domains, x->n_domains, name);
+            }
+            t0 += s->n_tasks;
         }
-    }
-    for (int k = 0; k < x->n_methods; k++) {
-        double total = 0;
+        if (stats_bootstrap_domains(STATS_DOMAIN_CHANGE, xs, ys, group, n_samples, n_tasks, task_domain,
+                                    x->n_domains, STATS_RESAMPLES, STATS_SEED, &x->mean[k], err))
+            goto done;
         for (int j = 0; j < x->n_domains; j++) {
-            size_t at = (size_t)k * x->n_domains + j;
-            x->change[at] = cnt[at] && sum_f[at] > 0 ? 100.0 * (sum_m[at] / sum_f[at] - 1.0) : NAN;
-            if (!isnan(x->change[at])) total += x->change[at], x->n_used[k]++;
+            for (int t = 0; t < n_tasks; t++) one_domain[t] = task_domain[t] == j ? 0 : -1;
+            StatsInterval *ci = &x->change[(size_t)k * x->n_domains + j];
+            if (stats_bootstrap_domains(STATS_DOMAIN_CHANGE, xs, ys, group, n_samples, n_tasks, one_domain, 1,
+                                        STATS_RESAMPLES, STATS_SEED, ci, err))
+                goto done;
+            x->n_used[k] += !isnan(ci->value);
         }
-        x->mean[k] = x->n_used[k] ? total / x->n_used[k] : NAN;
     }
-    free(sum_m), free(sum_f), free(cnt);
-    return 0;
+    rc = 0;
+done:
+    free(xs), free(ys), free(group), free(task_domain), free(one_domain);
+    return rc;
 }
 
 int report_first_of_model(const ReportData *d, int i) {
@@ -157,7 +168,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     char name[300], dat_path[1200], stem[200];
     FILE *dat, *gp;
     int any = 0;
-    for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k]);
+    for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k].value);
     if (!any) return 0;
     snprintf(stem, sizeof stem, "%s", x->model);
     for (char *p = stem; *p; p++)
@@ -169,17 +180,21 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         if (*p == '%') *p = 'p';
     if (report_figure_open_sized(c, name, 1000, 180 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
         return -1;
-    /* blocks 0..M-1: "row mean" per method; block M: "row change" per (method, domain) */
-    fputs("# blocks 0..M-1: row mean_change_pct (one per method); block M: row per-domain change_pct\n", dat);
+    /* blocks 0..M-1: "row mean lo hi" per method; block M: "row change" per (method, domain) */
+    fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method); block M: row "
+          "per-domain change_pct\n", dat);
     double lo = 0, hi = 0;
     for (int k = 0; k < x->n_methods; k++) {
         fprintf(dat, "# %s\n%d", x->methods[k].label, k);
-        report_put_value(dat, x->mean[k]);
+        report_put_value(dat, x->mean[k].value);
+        report_put_value(dat, x->mean[k].lo);
+        report_put_value(dat, x->mean[k].hi);
         fputs("\n\n\n", dat);
+        if (!isnan(x->mean[k].lo)) lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
     }
     for (int k = 0; k < x->n_methods; k++)
         for (int j = 0; j < x->n_domains; j++) {
-            double v = x->change[(size_t)k * x->n_domains + j];
+            double v = x->change[(size_t)k * x->n_domains + j].value;
             if (isnan(v)) continue;
             fprintf(dat, "%d", k);
             report_put_value(dat, v);
@@ -189,8 +204,8 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     fputs("\n\n", dat);
     int sub = 0;
     for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
-    fprintf(gp, "set title \"%s: relative change vs the full cache at %s, mean over %d domains (bars) and per domain "
-                "(dots)\\nDomains: LongBench's task families + one synthetic-retrieval domain (RULER, needle)%s\\n"
+    fprintf(gp, "set title \"%s: relative change vs the full cache at %s, mean over %d domains (bars, 95%% paired "
+                "bootstrap intervals) and per domain (dots)\\nDomains: LongBench's task families + one synthetic-retrieval domain (RULER, needle)%s\\n"
                 "our grouping, not the paper's 7-domain definition\"\n", x->model, x->budget, x->n_domains,
             sub ? "; includes a substituted task" : "");
     double pad = (hi - lo) * 0.08 + 1;
@@ -209,6 +224,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
                 dat_path, k, report_policy_colour(m->policy));
         report_put_fill(gp, m->aggregation);
         fputs(" notitle", gp);
+        fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", k);
         fprintf(gp, ", \\\n  '' index %d using ($2 > 0 ? $2 : 0):1:(sprintf('%%+.1f', $2)) with labels left offset char 0.6,0 font ',9' "
                     "notitle", k);
         fprintf(gp, ", \\\n  '' index %d using ($2 == 0 ? 0 : NaN):1 with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle", k,

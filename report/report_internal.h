@@ -143,8 +143,9 @@ typedef struct {
     int n_domains;
     ReportMethod *methods;    /* [M] copies of the sections' methods (strings borrowed) */
     int n_methods;
-    double *change;           /* [M][D] 100 × (avg / avg(full) − 1); NaN where the domain has no score */
-    double *mean;             /* [M] mean over the domains with a value */
+    StatsInterval *change;    /* [M][D] 100 × (avg / avg(full) − 1) over the samples both scored, with its
+                               * paired interval; value NaN where the domain has no score */
+    StatsInterval *mean;      /* [M] the unweighted mean over the domains with a value (STATS_DOMAIN_CHANGE) */
     int *n_used;              /* [M] those domains */
 } CrossDomain;
 #define REPORT_CROSSDOMAIN_GROUPING                                                                              \

@@ -31,68 +31,104 @@ int stats_excludes(const StatsInterval *ci, double v) {
     return !isnan(ci->lo) && !isnan(ci->hi) && (ci->lo > v || ci->hi < v);
 }
 
-/* The statistic from per-group sums of the members drawn (or all members): mean over groups of group means. */
-static double combine(StatsKind kind, double mean_x, double mean_y) {
-    switch (kind) {
-    case STATS_DIFF: return mean_x - mean_y;
-    case STATS_RATIO: return mean_y != 0 ? 100.0 * mean_x / mean_y : NAN;
-    default: return mean_x;
+typedef struct {
+    StatsKind kind;
+    int n_groups, n_domains;
+    const int *offset;        /* [G + 1]: members of group g at offset[g] .. offset[g + 1] */
+    const int *group_domain;  /* [G] for STATS_DOMAIN_CHANGE */
+    double *dx, *dy;          /* [D] scratch */
+    int *dn;                  /* [D] scratch */
+} Combine;
+
+/* The statistic from the group means gx[g], gy[g] of the groups that have members. */
+static double combine(const Combine *c, const double *gx, const double *gy) {
+    if (c->kind == STATS_DOMAIN_CHANGE) {
+        for (int k = 0; k < c->n_domains; k++) c->dx[k] = c->dy[k] = 0, c->dn[k] = 0;
+        for (int g = 0; g < c->n_groups; g++) {
+            int k = c->group_domain[g];
+            if (c->offset[g + 1] == c->offset[g] || k < 0 || k >= c->n_domains) continue;
+            c->dx[k] += gx[g], c->dy[k] += gy[g], c->dn[k]++;
+        }
+        double sum = 0;
+        int n = 0;
+        for (int k = 0; k < c->n_domains; k++) {
+            if (!c->dn[k]) continue;
+            if (c->dy[k] == 0) return NAN;
+            sum += 100.0 * (c->dx[k] / c->dy[k] - 1.0);
+            n++;
+        }
+        return n ? sum / n : NAN;
+    }
+    double sx = 0, sy = 0;
+    int n = 0;
+    for (int g = 0; g < c->n_groups; g++) {
+        if (c->offset[g + 1] == c->offset[g]) continue;
+        sx += gx[g], sy += gy[g], n++;
+    }
+    double mx = sx / n, my = sy / n;
+    switch (c->kind) {
+    case STATS_DIFF: return mx - my;
+    case STATS_RATIO: return my != 0 ? 100.0 * mx / my : NAN;
+    default: return mx;
     }
 }
 
-int stats_bootstrap(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
-                    int resamples, uint64_t seed, StatsInterval *out, KvErr *err) {
+int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                            const int *group_domain, int n_domains, int resamples, uint64_t seed,
+                            StatsInterval *out, KvErr *err) {
     int paired = kind != STATS_MEAN;
     *out = (StatsInterval){0, 0, NAN, NAN, NAN};
-    /* members of each group, in index order: offset[g] .. offset[g + 1] in member[] */
-    int *offset = kv_calloc((size_t)n_groups + 1, sizeof *offset, err);
+    int G = n_groups, D = n_domains > 0 ? n_domains : 0;
+    int *offset = kv_calloc((size_t)G + 2, sizeof *offset, err);
+    int *fill = kv_calloc((size_t)G + 1, sizeof *fill, err);
     int *member = kv_malloc(((size_t)n + 1) * sizeof *member, err);
     double *stat = kv_malloc(((size_t)resamples + 1) * sizeof *stat, err);
-    if (!offset || !member || !stat) goto fail;
+    double *gx = kv_malloc(((size_t)G + 1) * sizeof *gx, err), *gy = kv_malloc(((size_t)G + 1) * sizeof *gy, err);
+    double *dx = kv_malloc(((size_t)D + 1) * sizeof *dx, err), *dy = kv_malloc(((size_t)D + 1) * sizeof *dy, err);
+    int *dn = kv_malloc(((size_t)D + 1) * sizeof *dn, err);
+    int rc = -1;
+    if (!offset || !fill || !member || !stat || !gx || !gy || !dx || !dy || !dn) goto done;
+    rc = 0;
+    /* members of each group, in index order */
+#define VALID(i) (group[i] >= 0 && group[i] < G && !isnan(x[i]) && !(paired && isnan(y[i])))
     for (int i = 0; i < n; i++)
-        if (group[i] >= 0 && group[i] < n_groups && !isnan(x[i]) && !(paired && isnan(y[i]))) offset[group[i] + 1]++;
-    for (int g = 0; g < n_groups; g++) offset[g + 1] += offset[g];
-    int *fill = kv_calloc((size_t)n_groups + 1, sizeof *fill, err);
-    if (!fill) goto fail;
+        if (VALID(i)) offset[group[i] + 1]++;
+    for (int g = 0; g < G; g++) offset[g + 1] += offset[g];
     for (int i = 0; i < n; i++)
-        if (group[i] >= 0 && group[i] < n_groups && !isnan(x[i]) && !(paired && isnan(y[i])))
-            member[offset[group[i]] + fill[group[i]]++] = i;
-    free(fill);
-    out->n = offset[n_groups];
+        if (VALID(i)) member[offset[group[i]] + fill[group[i]]++] = i;
+#undef VALID
+    out->n = offset[G];
+    for (int g = 0; g < G; g++) out->n_groups += offset[g + 1] > offset[g];
     if (out->n == 0) goto done;
+    Combine c = {kind, G, D, offset, group_domain, dx, dy, dn};
 
-    double sx = 0, sy = 0;
-    for (int g = 0; g < n_groups; g++) {
+    for (int g = 0; g < G; g++) {
         int ng = offset[g + 1] - offset[g];
-        if (!ng) continue;
-        double gx = 0, gy = 0;
+        double sx = 0, sy = 0;
         for (int k = offset[g]; k < offset[g + 1]; k++) {
-            gx += x[member[k]];
-            if (paired) gy += y[member[k]];
+            sx += x[member[k]];
+            if (paired) sy += y[member[k]];
         }
-        sx += gx / ng;
-        sy += gy / ng;
-        out->n_groups++;
+        gx[g] = ng ? sx / ng : 0;
+        gy[g] = ng ? sy / ng : 0;
     }
-    out->value = combine(kind, sx / out->n_groups, sy / out->n_groups);
+    out->value = combine(&c, gx, gy);
 
     uint64_t state = seed;
     int any_nan = 0;
     for (int r = 0; r < resamples; r++) {
-        sx = sy = 0;
-        for (int g = 0; g < n_groups; g++) {
+        for (int g = 0; g < G; g++) {
             int ng = offset[g + 1] - offset[g];
-            if (!ng) continue;
-            double gx = 0, gy = 0;
+            double sx = 0, sy = 0;
             for (int k = 0; k < ng; k++) {
                 int j = member[offset[g] + (int)(stats_splitmix64(&state) % (uint64_t)ng)];
-                gx += x[j];
-                if (paired) gy += y[j];
+                sx += x[j];
+                if (paired) sy += y[j];
             }
-            sx += gx / ng;
-            sy += gy / ng;
+            gx[g] = ng ? sx / ng : 0;
+            gy[g] = ng ? sy / ng : 0;
         }
-        stat[r] = combine(kind, sx / out->n_groups, sy / out->n_groups);
+        stat[r] = combine(&c, gx, gy);
         any_nan |= isnan(stat[r]);
     }
     if (!any_nan) {
@@ -102,12 +138,18 @@ int stats_bootstrap(StatsKind kind, const double *x, const double *y, const int 
     }
 done:
     free(offset);
+    free(fill);
     free(member);
     free(stat);
-    return 0;
-fail:
-    free(offset);
-    free(member);
-    free(stat);
-    return -1;
+    free(gx);
+    free(gy);
+    free(dx);
+    free(dy);
+    free(dn);
+    return rc;
+}
+
+int stats_bootstrap(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                    int resamples, uint64_t seed, StatsInterval *out, KvErr *err) {
+    return stats_bootstrap_domains(kind, x, y, group, n, n_groups, NULL, 0, resamples, seed, out, err);
 }

@@ -30,6 +30,9 @@ typedef enum {
     STATS_MEAN,  /* mean(x) */
     STATS_DIFF,  /* mean(x) - mean(y), paired */
     STATS_RATIO, /* 100 * mean(x) / mean(y), paired (NaN where mean(y) is 0) */
+    STATS_DOMAIN_CHANGE, /* paired, groups in domains: the unweighted mean over domains of
+                          * 100 * (mean(x) / mean(y) - 1), each mean over the domain's groups (stats_bootstrap_domains);
+                          * NaN where a domain's mean(y) is 0 */
 } StatsKind;
 
 typedef struct {
@@ -43,6 +46,12 @@ typedef struct {
  * negative to leave the value out. resamples >= 1. Fails only on allocation. */
 int stats_bootstrap(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
                     int resamples, uint64_t seed, StatsInterval *out, KvErr *err);
+
+/* The same with the groups in domains: group_domain[g] in [0, n_domains) (negative: group left out), for
+ * STATS_DOMAIN_CHANGE (the cross-domain change); the draws are the same as stats_bootstrap's. */
+int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                            const int *group_domain, int n_domains, int resamples, uint64_t seed,
+                            StatsInterval *out, KvErr *err);
 
 /* Whether the interval excludes v (0 for a difference, 100 for a ratio): a difference the data support. */
 int stats_excludes(const StatsInterval *ci, double v);

@@ -533,13 +533,20 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
         table_col(t, "mean over domains", NULL, 0);
         snprintf(t->caption, sizeof t->caption,
                  "%s: relative change vs the full cache at %s per domain and its unweighted mean over the %d "
-                 "domains; change = 100 × (domain avg / full-cache domain avg − 1), domain avg = mean of its task "
-                 "averages. Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains);
+                 "domains, with 95%% paired bootstrap intervals (* excludes 0); change = 100 × (domain avg / "
+                 "full-cache domain avg − 1), domain avg = mean of its task averages over the samples both scored. "
+                 "Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains);
         snprintf(t->label, sizeof t->label, "tab:%s:crossdomain:%s", x.model, x.budget);
         for (int m = 0; m < x.n_methods; m++) {
             TRow *r = table_row(t, x.methods[m].label, 0);
-            for (int k = 0; r && k < x.n_domains; k++) r->cells[k].v = x.change[(size_t)m * x.n_domains + k];
-            if (r) r->cells[x.n_domains].v = x.mean[m];
+            for (int k = 0; r && k < x.n_domains; k++) {
+                r->cells[k] = cell_of(&x.change[(size_t)m * x.n_domains + k]);
+                r->cells[k].sig = stats_excludes(&x.change[(size_t)m * x.n_domains + k], 0);
+            }
+            if (r) {
+                r->cells[x.n_domains] = cell_of(&x.mean[m]);
+                r->cells[x.n_domains].sig = stats_excludes(&x.mean[m], 0);
+            }
         }
         if (fmt == FMT_MD) fprintf(f, "\n## %s — cross-domain change at %s\n\nSuites and setups: %s.\n", x.model,
                                    x.budget, x.setup);

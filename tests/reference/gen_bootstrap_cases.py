@@ -27,6 +27,18 @@ def splitmix64(state):
     return state, z ^ (z >> 31)
 
 
+def domain_change(gx, gy, doms):
+    """Unweighted mean over domains of 100 * (mean of its groups' x means / mean of their y means - 1)."""
+    changes = []
+    for d in sorted(set(k for k in doms if k >= 0)):
+        xs = [v for v, k in zip(gx, doms) if k == d]
+        ys = [v for v, k in zip(gy, doms) if k == d]
+        if np.mean(ys) == 0:
+            return math.nan
+        changes.append(100.0 * (np.mean(xs) / np.mean(ys) - 1.0))
+    return float(np.mean(changes))
+
+
 def combine(kind, mx, my):
     if kind == "diff":
         return mx - my
@@ -35,17 +47,21 @@ def combine(kind, mx, my):
     return mx
 
 
-def bootstrap(kind, x, y, group, n_groups, resamples, seed):
+def bootstrap(kind, x, y, group, n_groups, resamples, seed, group_domain=None):
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y if y is not None else [0.0] * len(x), dtype=np.float64)
     paired = kind != "mean"
     valid = [i for i in range(len(x)) if 0 <= group[i] < n_groups and not math.isnan(x[i])
              and not (paired and math.isnan(y[i]))]
     members = [np.array([i for i in valid if group[i] == g], dtype=np.int64) for g in range(n_groups)]
+    doms = [group_domain[g] for g in range(n_groups) if len(members[g])] if group_domain else None
     members = [m for m in members if len(m)]
     if not members:
-        return {"n": 0, "n_groups": 0, "value": None, "lo": None, "hi": None}
-    value = combine(kind, np.mean([x[m].mean() for m in members]), np.mean([y[m].mean() for m in members]))
+        return {"n": 0, "groups_used": 0, "value": None, "lo": None, "hi": None}
+    def stat(gx, gy):
+        return domain_change(gx, gy, doms) if kind == "domain_change" else combine(kind, np.mean(gx), np.mean(gy))
+
+    value = stat([x[m].mean() for m in members], [y[m].mean() for m in members])
     state, stats = seed, np.empty(resamples)
     for r in range(resamples):
         gx, gy = [], []
@@ -56,9 +72,9 @@ def bootstrap(kind, x, y, group, n_groups, resamples, seed):
                 draws.append(m[out % len(m)])
             gx.append(x[draws].mean())
             gy.append(y[draws].mean())
-        stats[r] = combine(kind, np.mean(gx), np.mean(gy))
+        stats[r] = stat(gx, gy)
     lo, hi = np.percentile(stats, [2.5, 97.5], method="linear")
-    return {"n": len(valid), "n_groups": len(members), "value": float(value),
+    return {"n": len(valid), "groups_used": len(members), "value": float(value),
             "lo": None if math.isnan(lo) else float(lo), "hi": None if math.isnan(hi) else float(hi)}
 
 
@@ -66,12 +82,12 @@ def main():
     rng = np.random.default_rng(13)
     cases = []
 
-    def add(name, kind, x, y, group, n_groups, resamples=2000, seed=SEED):
-        exp = bootstrap(kind, x, y, group, n_groups, resamples, seed)
+    def add(name, kind, x, y, group, n_groups, resamples=2000, seed=SEED, group_domain=None):
+        exp = bootstrap(kind, x, y, group, n_groups, resamples, seed, group_domain)
         enc = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v
         cases.append({"name": name, "kind": kind, "x": [enc(v) for v in x],
                       "y": None if y is None else [enc(v) for v in y], "group": group, "n_groups": n_groups,
-                      "resamples": resamples, "seed": str(seed), **exp})
+                      "resamples": resamples, "seed": str(seed), "group_domain": group_domain, **exp})
 
     add("one task, continuous", "mean", [float(v) for v in np.round(rng.uniform(0, 100, 12), 3)], None, [0] * 12, 1)
     binary = [float(v) for v in 100.0 * (rng.uniform(size=40) < 0.6)]
@@ -86,6 +102,11 @@ def main():
     add("paired ratio", "ratio", b, a, [i % 3 for i in range(24)], 3)
     add("1000 resamples, other seed", "mean", binary[:15], None, [0] * 15, 1, 1000, 12345)
     add("nothing valid", "mean", [math.nan, math.nan], None, [0, 0], 1)
+    # cross-domain change: 5 tasks in 3 domains (task 4 in none), paired, a missing pair
+    fx = [float(v) for v in np.round(rng.uniform(10, 90, 30), 2)]
+    mx = [float(v) for v in np.round(np.array(fx) * rng.uniform(0.5, 1.2, 30), 2)]
+    mx[7] = math.nan
+    add("cross-domain change", "domain_change", mx, fx, [i % 5 for i in range(30)], 5, group_domain=[0, 0, 1, 2, -1])
 
     state, outs = 0, []
     for _ in range(3):
