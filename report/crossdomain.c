@@ -178,7 +178,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", stem, x->budget);
     for (char *p = name; *p; p++)
         if (*p == '%') *p = 'p';
-    if (report_figure_open_sized(c, name, 1000, 180 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
+    if (report_figure_open_sized(c, name, 1000, 200 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
         return -1;
     /* blocks 0..M-1: "row mean lo hi" per method; block M: "row change" per (method, domain) */
     fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method); block M: row "
@@ -204,8 +204,8 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     fputs("\n\n", dat);
     int sub = 0;
     for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
-    fprintf(gp, "set title \"%s: relative change vs the full cache at %s, mean over %d domains (bars, 95%% paired "
-                "bootstrap intervals) and per domain (dots)\\nDomains: LongBench's task families + one synthetic-retrieval domain (RULER, needle)%s\\n"
+    fprintf(gp, "set title \"%s: relative change vs the full cache at %s, mean over %d domains\\n(bars with 95%% "
+                "paired bootstrap intervals) and per domain (dots)\\nDomains: LongBench's task families + one synthetic-retrieval domain (RULER, needle)%s\\n"
                 "our grouping, not the paper's 7-domain definition\"\n", x->model, x->budget, x->n_domains,
             sub ? "; includes a substituted task" : "");
     double pad = (hi - lo) * 0.08 + 1;
@@ -225,7 +225,8 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         report_put_fill(gp, m->aggregation);
         fputs(" notitle", gp);
         fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", k);
-        fprintf(gp, ", \\\n  '' index %d using ($2 > 0 ? $2 : 0):1:(sprintf('%%+.1f', $2)) with labels left offset char 0.6,0 font ',9' "
+        fprintf(gp, ", \\\n  '' index %d using (($4 == $4 ? $4 : $2) > 0 ? ($4 == $4 ? $4 : $2) : 0):1:(sprintf('%%+.1f', $2)) with labels left "
+                    "offset char 0.6,0 font ',9' "
                     "notitle", k);
         fprintf(gp, ", \\\n  '' index %d using ($2 == 0 ? 0 : NaN):1 with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle", k,
                 report_policy_colour(m->policy));
