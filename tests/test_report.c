@@ -502,6 +502,40 @@ static void test_all_failed(TestCounts *tc) {
     free(md);
 }
 
+/* The cross-domain change of a model whose suites ran under different setups (the needle in the chat template):
+ * one figure and table per model, each suite counted once (in the first setup it ran with). */
+static void test_crossdomain_setups(TestCounts *tc) {
+    char db[128], out[128];
+    KvErr err = {{0}};
+    Store *s;
+    long long run;
+    snprintf(db, sizeof db, "%s/setups.db", dir);
+    snprintf(out, sizeof out, "%s/out_setups", dir);
+    open_db(db, &s, &run);
+    /* ruler (setup A): full 100, snapkv 50; needle (setup B): full 100, snapkv 100; ruler again under setup C
+     * (full 100, snapkv 0) must not count */
+    const char *setups[] = {"A", "B", "C"}, *suites[] = {"ruler", "niah", "ruler"};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 2; i++) {
+            char key[64];
+            snprintf(key, sizeof key, "%s:%d", suites[k], i);
+            StoreSample m = {"m", setups[k], key, suites[k], k == 1 ? "needle" : "vt", k == 1 ? "needle" : "tracing",
+                             "x", i, -1, 100, 100, 10, "[]", NULL};
+            StoreResult r[] = {row("full", "mean", "full", 1, 1.0),
+                               row("snapkv", "mean", "20%", 0.2, k == 0 ? 0.5 : k == 1 ? 1.0 : 0.0)};
+            write_sample(s, run, &m, r, 2);
+        }
+    store_close(s);
+    ReportOptions opt = {db, out, NULL, NULL};
+    CHECK(tc, report_write(&opt, &err) == 0, "setups: %s", err.msg);
+    char *md = read_in(out, "report.md");
+    /* one domain (synthetic retrieval) from ruler A (-50) and the needle B (0): (50 + 100) / (100 + 100) -> -25 */
+    CHECK(tc, md && strstr(md, "## m — cross-domain change at 20%\n\nSuites and setups: ruler: A; niah: B.") &&
+                  strstr(md, "| snapkv | -25.00%"), "cross-domain over setups");
+    free(md);
+    CHECK(tc, file_size(out, "m_fig2_crossdomain_20p.png") > 2000, "one figure 2 per model");
+}
+
 static void test_errors(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -583,6 +617,7 @@ int main(void) {
     test_stats_reference(&tc);
     test_report(&tc);
     test_all_failed(&tc);
+    test_crossdomain_setups(&tc);
     test_errors(&tc);
     test_cli(&tc);
     char cmd[128];
