@@ -1,11 +1,15 @@
 /* figures.c — gnuplot figures of a report: for each figure a data file (.dat) and a script (.gp) that renders
- * it as PNG and SVG, then gnuplot is run on the script. The scripts stay next to the images so a figure can be
- * restyled by editing and re-running one file.
+ * it as PNG and SVG, then gnuplot is run on the script in the output folder. The scripts name their files
+ * relative to that folder and stay next to the images, so a figure can be restyled by editing and re-running
+ * `gnuplot NAME.gp` there.
  *
- * Figures per section: average score against budget (one line per method, the full cache dashed), per-task
- * bars per budget, needle heatmaps (context length × depth, the colours of PyramidKV's visualize.py) per method
- * and budget, and aggregation-ablation bars where a policy ran with several aggregations; the fragility figures
- * of traces.c go through the same plumbing. */
+ * Every method keeps one look in every figure: its colour from the policy name (report_policy_colour), its dash
+ * type, point type and bar pattern from the aggregation. Figures per section: the average score against the
+ * budget and the score as % of the full cache against the budget (the paper's Figure 4), both with 95% error
+ * bars; per-task bars per budget with error bars (a score of exactly 0 marked ×); needle heatmaps as one panel
+ * of small multiples per budget, the score written in each cell; aggregation-ablation bars where a policy ran
+ * with several aggregations. Per model: the cross-domain change at the budget nearest 20% (the paper's Figure 2
+ * style, crossdomain.c). The fragility figures of traces.c go through the same plumbing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -19,10 +23,19 @@
 
 extern char **environ;
 
-/* Runs `gnuplot args...` and waits; returns its exit status, or 127 when it could not be started. */
-static int run_gnuplot(const char *gnuplot, const char *arg) {
+/* Runs `gnuplot [-e "cd 'DIR'"] ARG` and waits; returns its exit status, or 127 when it could not be started. */
+static int run_gnuplot(const char *gnuplot, const char *dir, const char *arg) {
     pid_t pid;
-    char *argv[] = {(char *)gnuplot, (char *)arg, NULL};
+    char cd[1400];
+    /* a single quote inside a gnuplot single-quoted string is written twice */
+    size_t k = (size_t)snprintf(cd, sizeof cd, "cd '");
+    for (const char *p = dir ? dir : ""; *p && k < sizeof cd - 4; p++) {
+        if (*p == '\'') cd[k++] = '\'';
+        cd[k++] = *p;
+    }
+    snprintf(cd + k, sizeof cd - k, "'");
+    char *with_dir[] = {(char *)gnuplot, "-e", cd, (char *)arg, NULL}, *plain[] = {(char *)gnuplot, (char *)arg, NULL};
+    char **argv = dir ? with_dir : plain;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -38,48 +51,64 @@ static int run_gnuplot(const char *gnuplot, const char *arg) {
 void report_put_quoted(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
+        if (*s == '\n') {
+            fputs("\\n", f);
+            continue;
+        }
         if (*s == '"' || *s == '\\') fputc('\\', f);
         fputc(*s, f);
     }
     fputc('"', f);
 }
 
-static void put_value(FILE *f, double v) {
+void report_put_value(FILE *f, double v) {
     if (isnan(v)) fputs(" NaN", f);
     else fprintf(f, " %.4f", v);
 }
 
 /* Opens DIR/NAME.dat and DIR/NAME.gp; the script starts with the PNG terminal. */
-int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n) {
-    char gp_path[1200];
-    snprintf(dat_path, n, "%s/%s.dat", c->dir, name);
+int report_figure_open_sized(FigureCtx *c, const char *name, int width, int height, FILE **dat, FILE **gp,
+                             char *dat_path, size_t n) {
+    char gp_path[1200], full_dat[1200];
+    snprintf(dat_path, n, "%s.dat", name);
+    snprintf(full_dat, sizeof full_dat, "%s/%s.dat", c->dir, name);
     snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, name);
-    *dat = fopen(dat_path, "w");
+    *dat = fopen(full_dat, "w");
     *gp = *dat ? fopen(gp_path, "w") : NULL;
     if (!*gp) {
         if (*dat) fclose(*dat);
-        return kv_fail(c->err, "%s: cannot write", *dat ? gp_path : dat_path);
+        return kv_fail(c->err, "%s: cannot write", *dat ? gp_path : full_dat);
     }
-    fprintf(*gp, "# %s.gp — rendered by kvbench report; run `gnuplot %s.gp` in %s to redo it\n", name, name, c->dir);
-    fprintf(*gp, "set terminal pngcairo size 1000,620 noenhanced font 'sans,10'\nset output '%s/%s.png'\n", c->dir,
+    fprintf(*gp, "# %s.gp — written by kvbench report; `gnuplot %s.gp` in this folder redraws %s.png and .svg\n",
+            name, name, name);
+    fprintf(*gp, "set terminal pngcairo size %d,%d noenhanced font 'sans,10'\nset output '%s.png'\n", width, height,
             name);
+    c->width = width;
+    c->height = height;
+    c->own_svg = 0;
     return 0;
+}
+
+int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n) {
+    return report_figure_open_sized(c, name, 1000, 620, dat, gp, dat_path, n);
 }
 
 /* Finishes the script (the same plot again as SVG), closes both files and renders. */
 int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp) {
     char gp_path[1200];
-    fprintf(gp, "set terminal svg size 1000,620 noenhanced font 'sans,10'\nset output '%s/%s.svg'\nreplot\n", c->dir,
-            name);
+    if (!c->own_svg)
+        fprintf(gp, "set terminal svg size %d,%d noenhanced font 'sans,10'\nset output '%s.svg'\nreplot\n", c->width,
+                c->height, name);
     int bad = ferror(dat) | ferror(gp);
     bad |= fclose(dat) | fclose(gp);
     snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, name);
     if (bad) return kv_fail(c->err, "%s: write failed (disk full?)", gp_path);
-    if (c->have_gnuplot < 0) c->have_gnuplot = run_gnuplot(c->gnuplot, "--version") == 0;
+    if (c->have_gnuplot < 0) c->have_gnuplot = run_gnuplot(c->gnuplot, NULL, "--version") == 0;
     if (!c->have_gnuplot) return 0;
-    if (run_gnuplot(c->gnuplot, gp_path)) {
+    snprintf(gp_path, sizeof gp_path, "%s.gp", name);
+    if (run_gnuplot(c->gnuplot, c->dir, gp_path)) {
         c->n_failed++;
-        if (c->log) fprintf(c->log, "gnuplot failed on %s\n", gp_path);
+        if (c->log) fprintf(c->log, "gnuplot failed on %s/%s\n", c->dir, gp_path);
         return 0;
     }
     c->n_rendered++;
@@ -87,244 +116,414 @@ int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- the look of a method */
+
+static const struct {
+    const char *policy, *colour;
+} POLICY_COLOURS[] = {
+    {"full", "#000000"},         {"streamingllm", "#7f7f7f"},      {"snapkv", "#1f77b4"},
+    {"pyramidkv", "#17becf"},    {"adakv", "#2ca02c"},             {"cake", "#bcbd22"},
+    {"criticalkv", "#ff7f0e"},   {"defensivekv", "#d62728"},       {"layer-defensivekv", "#9467bd"},
+    {"duoattention", "#8c564b"}, {"duo_attention", "#8c564b"},
+};
+/* Names outside the table: a colour picked by a hash of the name, so it is the same in every figure. */
+static const char *OTHER_COLOURS[] = {"#e377c2", "#006d5b", "#b8860b", "#4b0082", "#a0522d", "#2f4f4f"};
+
+const char *report_policy_colour(const char *policy) {
+    for (size_t i = 0; i < sizeof POLICY_COLOURS / sizeof POLICY_COLOURS[0]; i++)
+        if (!strcmp(policy, POLICY_COLOURS[i].policy)) return POLICY_COLOURS[i].colour;
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (const char *p = policy; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    return OTHER_COLOURS[h % (sizeof OTHER_COLOURS / sizeof OTHER_COLOURS[0])];
+}
+
+/* Aggregations: mean (and policies that do not aggregate) solid / circle / filled bar; max dashed / square /
+ * hatched; max+prior dash-dot / triangle / cross-hatched; anything else dotted / diamond / another pattern. */
+static int agg_index(const char *aggregation) {
+    if (!strcmp(aggregation, "max")) return 1;
+    if (!strcmp(aggregation, "max+prior")) return 2;
+    if (!strcmp(aggregation, "mean") || !strcmp(aggregation, "none") || !*aggregation) return 0;
+    return 3;
+}
+int report_agg_dash(const char *aggregation) { return (int[]){1, 2, 4, 3}[agg_index(aggregation)]; }
+int report_agg_point(const char *aggregation) { return (int[]){7, 5, 9, 13}[agg_index(aggregation)]; }
+int report_agg_pattern(const char *aggregation) { return (int[]){-1, 4, 5, 6}[agg_index(aggregation)]; }
+
+void report_put_fill(FILE *gp, const char *aggregation) {
+    int p = report_agg_pattern(aggregation);
+    if (p < 0) fputs("fs solid 0.85 border lc rgb 'black'", gp);
+    else fprintf(gp, "fs pattern %d border", p);
+}
+
+void report_put_tic(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if (*s == '%') fputc('%', f); /* tic labels are format strings */
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void put_ci(FILE *f, const StatsInterval *ci) {
+    report_put_value(f, ci->value);
+    report_put_value(f, ci->lo);
+    report_put_value(f, ci->hi);
+}
+
 /* ---------------------------------------------------------------- the figures */
 
-static int plot_budget_curve(FigureCtx *c, const ReportSection *s) {
+/* Lines against the budget, one per method, with 95% error bars: the average score (ratio = 0) or the score as
+ * a percentage of the full cache (ratio = 1, the paper's Figure 4). */
+static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     char name[300], dat_path[1200];
     FILE *dat, *gp;
-    int n_frac = 0;
-    for (int b = 0; b < s->n_budgets; b++) n_frac += s->budgets[b].keep_fraction > 0;
-    if (n_frac == 0 || s->n_methods == 0) return 0;
-    snprintf(name, sizeof name, "%s_budget", s->stem);
+    double lo = INFINITY, hi = -INFINITY;
+    for (int b = 0; b < s->n_budgets; b++)
+        if (s->budgets[b].keep_fraction > 0) {
+            lo = fmin(lo, 100 * s->budgets[b].keep_fraction);
+            hi = fmax(hi, 100 * s->budgets[b].keep_fraction);
+        }
+    int any = 0;
+    for (int i = 0; i < s->n_methods * s->n_budgets; i++) any |= report_has_scores(s, &s->cells[i]);
+    if (isinf(lo) || !any || (ratio && !report_has_scores(s, &s->full))) return 0;
+    double span = hi > lo ? hi - lo : 20, pad = span * 0.08;
+    snprintf(name, sizeof name, "%s_%s", s->stem, ratio ? "fig4_ratio" : "budget");
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
-    fputs("budget_percent", dat);
+    fputs("# one block per method: budget_percent value lo hi (95% bootstrap interval)\n", dat);
     for (int m = 0; m < s->n_methods; m++) {
-        fputc(' ', dat);
-        report_put_quoted(dat, s->methods[m].label);
+        fprintf(dat, "# %s\n", s->methods[m].label);
+        /* a small sideways offset per method keeps overlapping error bars apart */
+        double dx = span * 0.006 * (m - (s->n_methods - 1) / 2.0);
+        for (int b = 0; b < s->n_budgets; b++) {
+            const ReportCell *x = report_cell(s, m, b);
+            if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
+            fprintf(dat, "%.4f", 100.0 * s->budgets[b].keep_fraction + dx);
+            if (!ratio) put_ci(dat, &x->domain[s->n_domains]);
+            else put_ci(dat, &x->ratio);
+            fputc('\n', dat);
+        }
+        fputs("\n\n", dat);
     }
-    fputc('\n', dat);
-    for (int b = 0; b < s->n_budgets; b++) {
-        if (s->budgets[b].keep_fraction <= 0) continue;
-        fprintf(dat, "%.4f", 100.0 * s->budgets[b].keep_fraction);
-        for (int m = 0; m < s->n_methods; m++) put_value(dat, report_mean(s, report_cell(s, m, b), -1));
-        fputc('\n', dat);
+    const char *dagger = report_has_substitute(s, -1) ? " († includes a substituted task)" : "";
+    if (ratio)
+        fprintf(gp, "set title \"%s — %s: score as %% of the full cache against the KV budget\\n(95%% paired "
+                    "bootstrap intervals)%s\"\nset ylabel 'average score / full-cache average (%%)'\n", s->model,
+                s->suite, dagger);
+    else
+        fprintf(gp, "set title \"%s — %s: average score against the KV budget\\n(95%% bootstrap intervals)%s\"\n"
+                    "set ylabel 'average score'\n", s->model, s->suite, dagger);
+    /* the y axis up to the highest interval bound (gnuplot's autoscale leaves error bars out) */
+    double ymax = ratio ? 100 : s->full.domain[s->n_domains].value;
+    for (int m = 0; m < s->n_methods; m++)
+        for (int b = 0; b < s->n_budgets; b++) {
+            const ReportCell *x = report_cell(s, m, b);
+            if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
+            const StatsInterval *ci = ratio ? &x->ratio : &x->domain[s->n_domains];
+            if (!isnan(ci->hi)) ymax = isnan(ymax) ? ci->hi : fmax(ymax, ci->hi);
+            if (!isnan(ci->value)) ymax = isnan(ymax) ? ci->value : fmax(ymax, ci->value);
+        }
+    fprintf(gp, "set xlabel 'KV cache budget (%% of the context)'\nset grid\nset key outside right top\n"
+                "set xrange [%g:%g]\nset yrange [0:%g]\nset xtics (", lo - pad, hi + pad,
+            isnan(ymax) || ymax <= 0 ? 100 : ceil(ymax * 1.05));
+    int first = 1;
+    for (int b = 0; b < s->n_budgets; b++)
+        if (s->budgets[b].keep_fraction > 0) {
+            fputs(first ? "" : ", ", gp);
+            report_put_tic(gp, s->budgets[b].label);
+            fprintf(gp, " %.4f", 100 * s->budgets[b].keep_fraction);
+            first = 0;
+        }
+    fputs(")\nplot ", gp);
+    double full = s->full.domain[s->n_domains].value;
+    if (ratio) fputs("100 with lines dt 2 lw 2 lc rgb 'black' title 'full cache (100%)'", gp);
+    else if (!isnan(full)) fprintf(gp, "%.4f with lines dt 2 lw 2 lc rgb 'black' title 'full cache'", full);
+    else fputs("NaN notitle", gp);
+    for (int m = 0; m < s->n_methods; m++) {
+        const ReportMethod *x = &s->methods[m];
+        const char *colour = report_policy_colour(x->policy);
+        /* thin interval lines under the method's line */
+        fprintf(gp, ", \\\n  '%s' index %d using 1:3:(0):($4 - $3) with vectors nohead lw 1 lc rgb '%s' notitle",
+                dat_path, m, colour);
+        fprintf(gp, ", \\\n  '' index %d using 1:2 with linespoints lw 2 ps 1.2 lc rgb '%s' dt %d pt %d title ", m,
+                colour, report_agg_dash(x->aggregation), report_agg_point(x->aggregation));
+        report_put_quoted(gp, x->label);
     }
-    double full = report_mean(s, s->full, -1);
-    fprintf(gp, "set title '%s — %s: average score against KV budget'\n", s->model, s->suite);
-    fputs("set xlabel 'KV cache budget (% of the context)'\nset ylabel 'average score'\nset grid\n"
-          "set key outside right top\nset yrange [0:100]\nset xrange [0:100]\n", gp);
-    fprintf(gp, "plot for [i=2:%d] '%s' using 1:i with linespoints lw 2 pt 7 title columnheader(i)", s->n_methods + 1,
-            dat_path);
-    if (!isnan(full)) fprintf(gp, ", %.4f with lines dt 2 lw 2 lc rgb 'black' title 'full cache'", full);
     fputc('\n', gp);
     return report_figure_close(c, name, dat, gp);
 }
 
-static int has_values(const ReportSection *s, const double *task_scores) {
-    return !isnan(report_mean(s, task_scores, -1));
+typedef struct {
+    const char *label, *policy, *aggregation;
+    const StatsInterval *values; /* one per group, `stride` apart */
+    size_t stride;
+} BarSeries;
+
+/* Clustered bars with 95% error bars: one cluster per group, one bar per series in the series' colour and
+ * pattern; a value of exactly 0 gets a × so it does not read as missing. */
+static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_groups, char *const *groups,
+                     const BarSeries *series, int n_series) {
+    char dat_path[1200];
+    FILE *dat, *gp;
+    int width = 1000 + (n_groups * n_series > 60 ? 8 * (n_groups * n_series - 60) : 0);
+    if (report_figure_open_sized(c, name, width > 2400 ? 2400 : width, 620, &dat, &gp, dat_path, sizeof dat_path))
+        return -1;
+    double w = 0.8 / n_series;
+    fputs("# one block per series: x value lo hi (95% bootstrap interval)\n", dat);
+    for (int j = 0; j < n_series; j++) {
+        fprintf(dat, "# %s\n", series[j].label);
+        for (int g = 0; g < n_groups; g++) {
+            fprintf(dat, "%.4f", g + (j - (n_series - 1) / 2.0) * w);
+            put_ci(dat, &series[j].values[(size_t)g * series[j].stride]);
+            fputc('\n', dat);
+        }
+        fputs("\n\n", dat);
+    }
+    fputs("set title ", gp);
+    report_put_quoted(gp, title);
+    fprintf(gp, "\nset ylabel 'score'\nset yrange [0:*]\nset offsets 0, 0, graph 0.06, 0\nset xrange [-0.6:%d.6]\nset grid y\nset key outside right top\n"
+                "set boxwidth %.4f absolute\nset xtics rotate by -35 scale 0 (", n_groups - 1, w * 0.95);
+    for (int g = 0; g < n_groups; g++) {
+        fputs(g ? ", " : "", gp);
+        report_put_tic(gp, groups[g]);
+        fprintf(gp, " %d", g);
+    }
+    fputs(")\nplot ", gp);
+    for (int j = 0; j < n_series; j++) {
+        const char *colour = report_policy_colour(series[j].policy);
+        fprintf(gp, "%s'%s' index %d using 1:2 with boxes lc rgb '%s' ", j ? ", \\\n  " : "", dat_path, j, colour);
+        report_put_fill(gp, series[j].aggregation);
+        fputs(" title ", gp);
+        report_put_quoted(gp, series[j].label);
+        /* the interval as a thin black line (inside a black bar only its part above the bar shows) */
+        fprintf(gp, ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'black' lw 1 notitle"
+                    ", \\\n  '' index %d using 1:($2 == 0 ? 0 : NaN) with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle",
+                j, j, colour);
+    }
+    fputs(", \\\n  NaN with points pt 2 ps 1.5 lw 2 lc rgb 'black' title '× = score 0'\n", gp);
+    return report_figure_close(c, name, dat, gp);
 }
 
 static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
-    char name[300], dat_path[1200];
-    FILE *dat, *gp;
-    int has_full = has_values(s, s->full), n_cols = has_full;
+    char name[300], title[600], *groups[514];
+    BarSeries series[256];
+    int n = 0, nt = s->n_tasks < 512 ? s->n_tasks : 512;
+    if (report_has_scores(s, &s->full))
+        series[n++] = (BarSeries){"full", "full", "", s->full.task, 1};
+    for (int m = 0; m < s->n_methods && n < 256; m++) {
+        const ReportCell *x = report_cell(s, m, b);
+        if (report_has_scores(s, x))
+            series[n++] = (BarSeries){s->methods[m].label, s->methods[m].policy, s->methods[m].aggregation, x->task, 1};
+    }
+    if (!n) return 0;
+    char names[512][160];
+    for (int t = 0; t < nt; t++) {
+        snprintf(names[t], sizeof names[t], "%s%s", s->tasks[t], s->task_substitute[t] ? "†" : "");
+        groups[t] = names[t];
+    }
     snprintf(name, sizeof name, "%s_tasks_%s", s->stem, s->budgets[b].label);
     for (char *p = name; *p; p++)
         if (*p == '%') *p = 'p';
-    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
-    /* Methods without a score at this budget get no column (gnuplot refuses an all-NaN histogram column). */
-    fputs("task", dat);
-    if (has_full) fputs(" \"full\"", dat);
-    for (int m = 0; m < s->n_methods; m++) {
-        if (!has_values(s, report_cell(s, m, b))) continue;
-        fputc(' ', dat);
-        report_put_quoted(dat, s->methods[m].label);
-        n_cols++;
+    snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals%s)", s->model, s->suite,
+             s->budgets[b].label, report_has_substitute(s, -1) ? "; † substituted task" : "");
+    return plot_bars(c, name, title, nt, groups, series, n);
+}
+
+/* Bars of the average score of every policy that ran with several aggregations, clustered by budget. */
+static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
+    BarSeries series[256];
+    char *groups[256], name[300], title[600];
+    int n = 0;
+    for (int m = 0; m < s->n_methods && n < 256; m++) {
+        int several = 0;
+        for (int o = 0; o < s->n_methods; o++)
+            several |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
+                       strcmp(s->methods[o].aggregation, s->methods[m].aggregation);
+        if (several)
+            series[n++] = (BarSeries){s->methods[m].label, s->methods[m].policy, s->methods[m].aggregation,
+                                      &report_cell(s, m, 0)->domain[s->n_domains], 0};
     }
-    fputc('\n', dat);
-    for (int t = 0; t < s->n_tasks; t++) {
-        report_put_quoted(dat, s->tasks[t]);
-        if (has_full) put_value(dat, s->full[t]);
+    if (!n || s->n_budgets == 0) return 0;
+    /* the average of cell (m, b) is cells[m * B + b].domain[D]: index by budget through a per-series array */
+    StatsInterval *vals = kv_malloc((size_t)n * s->n_budgets * sizeof *vals, c->err);
+    if (!vals) return -1;
+    /* the budgets where one of them ran */
+    int used[256], n_used = 0;
+    for (int b = 0; b < s->n_budgets && n_used < 256; b++) {
+        int ran = 0;
         for (int m = 0; m < s->n_methods; m++)
-            if (has_values(s, report_cell(s, m, b))) put_value(dat, report_cell(s, m, b)[t]);
-        fputc('\n', dat);
+            for (int j = 0; j < n; j++) ran |= series[j].label == s->methods[m].label && report_cell(s, m, b)->ran;
+        if (ran) groups[n_used] = s->budgets[b].label, used[n_used++] = b;
     }
-    fprintf(gp, "set title '%s — %s: task scores at budget %s'\n", s->model, s->suite, s->budgets[b].label);
-    fputs("set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
-          "set boxwidth 0.9\nset xtics rotate by -40 scale 0\nset ylabel 'score'\nset yrange [0:100]\nset grid y\n"
-          "set key outside right top\n",
-          gp);
-    fprintf(gp, "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n", n_cols + 1, dat_path);
-    return report_figure_close(c, name, dat, gp);
+    for (int j = 0, m = 0; m < s->n_methods; m++) {
+        if (j >= n || series[j].label != s->methods[m].label) continue;
+        for (int u = 0; u < n_used; u++) {
+            const ReportCell *x = report_cell(s, m, used[u]);
+            vals[(size_t)j * s->n_budgets + u] = x->ran ? x->domain[s->n_domains] : (StatsInterval){0, 0, NAN, NAN, NAN};
+        }
+        series[j].values = vals + (size_t)j * s->n_budgets;
+        series[j].stride = 1;
+        j++;
+    }
+    snprintf(name, sizeof name, "%s_aggregation", s->stem);
+    snprintf(title, sizeof title, "%s — %s: aggregation ablation, average score per budget\n(95%% bootstrap "
+             "intervals; colour = policy, fill = aggregation)", s->model, s->suite);
+    int rc = plot_bars(c, name, title, n_used, groups, series, n);
+    free(vals);
+    return rc;
 }
 
-enum { NEEDLE_AXIS = 128 }; /* lengths or depths beyond this are left out of a heatmap */
+/* ---------------------------------------------------------------- needle heatmaps */
 
-/* Writes and renders one heatmap from its grid: cells[length index][depth index]; sorts the depth axis. */
-static int plot_needle_grid(FigureCtx *c, const ReportSection *s, const char *label, const char *budget,
-                            const int *lengths, int n_len, double *depths, int n_dep, double (*cells)[NEEDLE_AXIS]) {
-    char name[400], dat_path[1200];
-    FILE *dat, *gp;
-    /* depths came ordered within each length; sort the axis (cells follow). */
-    for (int i = 1; i < n_dep; i++)
-        for (int j = i; j > 0 && depths[j - 1] > depths[j]; j--) {
-            double t = depths[j];
-            depths[j] = depths[j - 1];
-            depths[j - 1] = t;
-            for (int l = 0; l < n_len; l++) {
-                double v = cells[l][j];
-                cells[l][j] = cells[l][j - 1];
-                cells[l][j - 1] = v;
-            }
-        }
-    snprintf(name, sizeof name, "%s_needle_%s%s%s", s->stem, label, budget ? "_" : "", budget ? budget : "");
-    for (char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-              *p == '.'))
-            *p = *p == '%' ? 'p' : '_';
-    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
-    fputs("# length_index depth_index score (lengths and depths in the tics of the .gp)\n", dat);
-    for (int l = 0; l < n_len; l++) {
-        for (int d = 0; d < n_dep; d++) {
-            fprintf(dat, "%d %d", l, d);
-            put_value(dat, cells[l][d]);
-            fputc('\n', dat);
-        }
-        fputc('\n', dat);
+enum { NEEDLE_AXIS = 64 }; /* lengths or depths beyond this are left out of a heatmap */
+
+typedef struct {
+    int lengths[NEEDLE_AXIS], n_len;
+    double depths[NEEDLE_AXIS];
+    int n_dep;
+} NeedleAxes;
+
+static int needle_axes(sqlite3 *db, const ReportSection *s, NeedleAxes *a, KvErr *err) {
+    sqlite3_stmt *st;
+    a->n_len = a->n_dep = 0;
+    if (sqlite3_prepare_v2(db, "SELECT DISTINCT target_tokens, depth_percent FROM samples WHERE model = ? AND "
+                               "setup = ? AND suite = ? AND depth_percent IS NOT NULL ORDER BY 1, 2", -1, &st,
+                           NULL) != SQLITE_OK)
+        return kv_fail(err, "reading needle samples: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, s->model, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, s->setup, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, s->suite, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int len = sqlite3_column_int(st, 0), i;
+        double dep = sqlite3_column_double(st, 1);
+        for (i = 0; i < a->n_len && a->lengths[i] != len; i++) {}
+        if (i == a->n_len && a->n_len < NEEDLE_AXIS) a->lengths[a->n_len++] = len;
+        for (i = 0; i < a->n_dep && a->depths[i] != dep; i++) {}
+        if (i == a->n_dep && a->n_dep < NEEDLE_AXIS) a->depths[a->n_dep++] = dep;
     }
-    fprintf(gp, "set title '%s — needle: %s%s%s'\n", s->model, label, budget ? " at " : "", budget ? budget : "");
-    fputs("set xlabel 'Token Limit'\nset ylabel 'Depth Percent'\nset cbrange [0:100]\nset cblabel 'score'\n"
-          "set palette defined (0 '#F0496E', 50 '#EBB839', 100 '#0CD79F')\n"
-          "set tics scale 0\nset xtics (",
-          gp);
-    for (int l = 0; l < n_len; l++) fprintf(gp, "%s'%d' %d", l ? ", " : "", lengths[l], l);
-    fputs(")\nset ytics (", gp);
-    for (int d = 0; d < n_dep; d++) fprintf(gp, "%s'%g' %d", d ? ", " : "", depths[d], d);
-    /* Depth 0 at the top, as in the needle papers: an explicit range runs from high to low. */
-    fprintf(gp, ")\nset xrange [-0.5:%d.5]\nset yrange [%d.5:-0.5]\n", n_len - 1, n_dep - 1);
-    /* One filled box per cell (gnuplot's `with image` needs at least a 2 × 2 grid). */
-    fprintf(gp, "set style fill solid 1.0 noborder\n"
-                "plot '%s' using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle\n",
-            dat_path);
-    return report_figure_close(c, name, dat, gp);
+    sqlite3_finalize(st);
+    for (int i = 1; i < a->n_dep; i++) /* depths sorted (lengths come sorted) */
+        for (int j = i; j > 0 && a->depths[j - 1] > a->depths[j]; j--) {
+            double t = a->depths[j];
+            a->depths[j] = a->depths[j - 1];
+            a->depths[j - 1] = t;
+        }
+    return 0;
 }
 
-/* One heatmap: mean score per (context length, depth) cell of a method (policy == "full" for the full cache). */
-static int plot_needle(FigureCtx *c, sqlite3 *db, const ReportSection *s, const char *policy, const char *agg,
-                       const char *params, const char *budget, const char *label) {
+/* One data block: length_index depth_index score for the cells of a method (policy "full": the full cache). */
+static int needle_block(FILE *dat, sqlite3 *db, const ReportSection *s, const NeedleAxes *a, const char *policy,
+                        const char *agg, const char *params, const char *budget, KvErr *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
                            "SELECT s.target_tokens, s.depth_percent, 100.0 * AVG(r.score) FROM results r JOIN samples s "
                            "ON s.id = r.sample_id WHERE s.model = ? AND s.setup = ? AND s.suite = ? AND r.policy = ? "
                            "AND (? IS NULL OR (r.aggregation = ? AND r.params = ? AND r.budget = ?)) "
-                           "AND s.depth_percent IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2",
+                           "AND s.depth_percent IS NOT NULL AND r.error IS NULL GROUP BY 1, 2",
                            -1, &st, NULL) != SQLITE_OK)
-        return kv_fail(c->err, "reading needle scores: %s", sqlite3_errmsg(db));
+        return kv_fail(err, "reading needle scores: %s", sqlite3_errmsg(db));
     const char *binds[] = {s->model, s->setup, s->suite, policy, agg, agg, params, budget};
     for (int i = 0; i < 8; i++) sqlite3_bind_text(st, i + 1, binds[i], -1, SQLITE_STATIC);
     if (!agg) sqlite3_bind_null(st, 5);
-    int lengths[NEEDLE_AXIS], n_len = 0, n_dep = 0;
-    double depths[NEEDLE_AXIS], (*cells)[NEEDLE_AXIS] = malloc(sizeof(double[NEEDLE_AXIS][NEEDLE_AXIS]));
-    if (!cells) {
-        sqlite3_finalize(st);
-        return kv_fail(c->err, "out of memory");
-    }
+    double cells[NEEDLE_AXIS][NEEDLE_AXIS];
     for (int i = 0; i < NEEDLE_AXIS; i++)
         for (int j = 0; j < NEEDLE_AXIS; j++) cells[i][j] = NAN;
     while (sqlite3_step(st) == SQLITE_ROW) {
         int len = sqlite3_column_int(st, 0), li, di;
         double dep = sqlite3_column_double(st, 1);
-        for (li = 0; li < n_len && lengths[li] != len; li++) {}
-        for (di = 0; di < n_dep && depths[di] != dep; di++) {}
-        if (li == NEEDLE_AXIS || di == NEEDLE_AXIS) continue;
-        if (li == n_len) lengths[n_len++] = len;
-        if (di == n_dep) depths[n_dep++] = dep;
-        cells[li][di] = sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2);
+        for (li = 0; li < a->n_len && a->lengths[li] != len; li++) {}
+        for (di = 0; di < a->n_dep && a->depths[di] != dep; di++) {}
+        if (li < a->n_len && di < a->n_dep && sqlite3_column_type(st, 2) != SQLITE_NULL)
+            cells[li][di] = sqlite3_column_double(st, 2);
     }
     sqlite3_finalize(st);
-    int rc = n_len ? plot_needle_grid(c, s, label, budget, lengths, n_len, depths, n_dep, cells) : 0;
-    free(cells);
-    return rc;
-}
-
-/* Bars of the average score per aggregation, for each policy (and budget) that ran with several. */
-static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
-    char name[300], dat_path[1200];
-    const char *aggs[16];
-    int n_aggs = 0, any = 0;
-    FILE *dat, *gp;
-    for (int m = 0; m < s->n_methods; m++) {
-        int k;
-        for (int o = 0; o < s->n_methods; o++)
-            any |= o != m && !strcmp(s->methods[o].policy, s->methods[m].policy) &&
-                   strcmp(s->methods[o].aggregation, s->methods[m].aggregation);
-        for (k = 0; k < n_aggs && strcmp(aggs[k], s->methods[m].aggregation); k++) {}
-        if (k == n_aggs && n_aggs < 16) aggs[n_aggs++] = s->methods[m].aggregation;
-    }
-    if (!any || s->n_budgets == 0) return 0;
-    snprintf(name, sizeof name, "%s_aggregation", s->stem);
-    if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
-    fputs("policy", dat);
-    for (int k = 0; k < n_aggs; k++) {
-        fputc(' ', dat);
-        report_put_quoted(dat, aggs[k]);
-    }
-    fputc('\n', dat);
-    /* One row per (policy, budget), in method order. */
-    for (int b = 0; b < s->n_budgets; b++)
-        for (int m = 0; m < s->n_methods; m++) {
-            int first = 1, several = 0;
-            for (int o = 0; o < s->n_methods; o++) {
-                if (strcmp(s->methods[o].policy, s->methods[m].policy)) continue;
-                if (o < m) first = 0;
-                several |= strcmp(s->methods[o].aggregation, s->methods[m].aggregation) != 0;
-            }
-            int any_value = 0;
-            for (int o = 0; o < s->n_methods; o++)
-                any_value |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
-                             has_values(s, report_cell(s, o, b));
-            if (!first || !several || !any_value) continue;
-            char row[200];
-            snprintf(row, sizeof row, "%s @ %s", s->methods[m].policy, s->budgets[b].label);
-            report_put_quoted(dat, row);
-            for (int k = 0; k < n_aggs; k++) {
-                double v = NAN;
-                for (int o = 0; o < s->n_methods; o++)
-                    if (!strcmp(s->methods[o].policy, s->methods[m].policy) &&
-                        !strcmp(s->methods[o].aggregation, aggs[k]))
-                        v = report_mean(s, report_cell(s, o, b), -1);
-                put_value(dat, v);
-            }
+    for (int l = 0; l < a->n_len; l++)
+        for (int d = 0; d < a->n_dep; d++) {
+            fprintf(dat, "%d %d", l, d);
+            report_put_value(dat, cells[l][d]);
             fputc('\n', dat);
         }
-    fprintf(gp, "set title '%s — %s: aggregation ablation (average score)'\n", s->model, s->suite);
-    fputs("set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
-          "set boxwidth 0.9\nset xtics rotate by -30 scale 0\nset ylabel 'average score'\nset yrange [0:100]\n"
-          "set grid y\nset key outside right top title 'aggregation'\n",
+    fputs("\n\n", dat);
+    return 0;
+}
+
+/* One figure per budget (b < 0: the full cache alone): a panel per method, the score written in each cell. */
+static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, const NeedleAxes *a, int b) {
+    char name[300], dat_path[1200];
+    const char *labels[257], *policies[257], *aggs[257], *params[257];
+    int n = 0;
+    if (report_has_scores(s, &s->full)) {
+        labels[n] = "full", policies[n] = "full", aggs[n] = NULL, params[n++] = NULL;
+    }
+    for (int m = 0; b >= 0 && m < s->n_methods && n < 257; m++)
+        if (report_cell(s, m, b)->ran) {
+            labels[n] = s->methods[m].label, policies[n] = s->methods[m].policy;
+            aggs[n] = s->methods[m].aggregation, params[n++] = s->methods[m].params;
+        }
+    if (!n || !a->n_len) return 0;
+    int cols = n < 4 ? n : 4, rows = (n + cols - 1) / cols;
+    int pw = 90 + 60 * a->n_len, ph = 90 + 34 * a->n_dep;
+    snprintf(name, sizeof name, "%s_needle_%s", s->stem, b < 0 ? "full" : s->budgets[b].label);
+    for (char *p = name; *p; p++)
+        if (*p == '%') *p = 'p';
+    FILE *dat, *gp;
+    if (report_figure_open_sized(c, name, cols * (pw < 300 ? 300 : pw) + 120, rows * (ph < 240 ? 240 : ph) + 60, &dat,
+                                 &gp, dat_path, sizeof dat_path))
+        return -1;
+    fputs("# one block per panel: length_index depth_index score (lengths and depths in the tics of the .gp)\n", dat);
+    for (int i = 0; i < n; i++) {
+        fprintf(dat, "# %s\n", labels[i]);
+        if (needle_block(dat, db, s, a, policies[i], aggs[i], params[i], b < 0 ? NULL : s->budgets[b].label, c->err)) {
+            fclose(dat);
+            fclose(gp);
+            return -1;
+        }
+    }
+    fputs("set xlabel 'context length (tokens)'\nset ylabel 'needle depth (%)'\nset cbrange [0:100]\nunset colorbox\n"
+          "set palette defined (0 '#F0496E', 50 '#EBB839', 100 '#0CD79F')\nset tics scale 0\nset xtics (",
           gp);
-    fprintf(gp, "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n", n_aggs + 1, dat_path);
+    for (int l = 0; l < a->n_len; l++) fprintf(gp, "%s'%d' %d", l ? ", " : "", a->lengths[l], l);
+    fputs(")\nset ytics (", gp);
+    for (int d = 0; d < a->n_dep; d++) fprintf(gp, "%s'%g' %d", d ? ", " : "", a->depths[d], d);
+    /* depth 0 at the top, as in the needle papers */
+    fprintf(gp, ")\nset xrange [-0.5:%d.5]\nset yrange [%d.5:-0.5]\nset style fill solid 1.0 noborder\n", a->n_len - 1,
+            a->n_dep - 1);
+    c->own_svg = 1;
+    fprintf(gp, "do for [out = 1:2] {\n  if (out == 2) { set terminal svg size %d,%d noenhanced font 'sans,10'; "
+                "set output '%s.svg' }\n  set multiplot layout %d,%d title ",
+            c->width, c->height, name, rows, cols);
+    char title[400];
+    snprintf(title, sizeof title, "%s — needle score (%%) per context length and depth, %s", s->model,
+             b < 0 ? "full cache" : s->budgets[b].label);
+    report_put_quoted(gp, title);
+    fputc('\n', gp);
+    for (int i = 0; i < n; i++) {
+        fputs("  set title ", gp);
+        report_put_quoted(gp, labels[i]);
+        fprintf(gp, "\n  plot '%s' index %d using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle, \\\n"
+                    "    '' index %d using 1:2:($3 == $3 ? sprintf('%%.0f', $3) : '') with labels font ',9' notitle\n",
+                dat_path, i, i);
+    }
+    fputs("  unset multiplot\n}\n", gp);
     return report_figure_close(c, name, dat, gp);
 }
 
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
                    KvErr *err) {
-    FigureCtx c = {out_dir, gnuplot, log, -1, 0, 0, err};
+    FigureCtx c = {out_dir, gnuplot, log, -1, 0, 0, err, 0, 0, 0};
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
-        if (plot_budget_curve(&c, s) || plot_aggregation(&c, s)) return -1;
+        if (plot_budget_lines(&c, s, 0) || plot_budget_lines(&c, s, 1) || plot_aggregation(&c, s)) return -1;
         for (int b = 0; b < s->n_budgets; b++)
             if (plot_task_bars(&c, s, b)) return -1;
         if (!s->has_needle) continue;
-        if (!isnan(report_mean(s, s->full, -1)) && plot_needle(&c, db, s, "full", NULL, NULL, NULL, "full"))
-            return -1;
-        for (int m = 0; m < s->n_methods; m++)
-            for (int b = 0; b < s->n_budgets; b++) {
-                const ReportMethod *x = &s->methods[m];
-                if (plot_needle(&c, db, s, x->policy, x->aggregation, x->params, s->budgets[b].label, x->label))
-                    return -1;
-            }
+        NeedleAxes a;
+        if (needle_axes(db, s, &a, err)) return -1;
+        if (s->n_budgets == 0 && plot_needle_panel(&c, db, s, &a, -1)) return -1;
+        for (int b = 0; b < s->n_budgets; b++)
+            if (plot_needle_panel(&c, db, s, &a, b)) return -1;
     }
-    if (report_trace_figures(&c, db, d->outlier)) return -1;
+    if (report_crossdomain_figures(&c, d) || report_trace_figures(&c, db, d->outlier)) return -1;
     if (c.have_gnuplot == 0)
         return kv_fail(err, "gnuplot not found ('%s'; Debian: apt-get install gnuplot-nox): tables written, figure "
                             "scripts (.gp/.dat) written to %s but not rendered", gnuplot, out_dir);

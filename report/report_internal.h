@@ -1,7 +1,8 @@
 /* report_internal.h — the report's in-memory view of a database: one ReportSection per (model, setup, suite)
  * with its tasks (in the order they were run), domains, methods (policy × aggregation × params, full cache
- * apart) and budgets, and the task-average score grid. tables.c and figures.c both render from it.
- * Shape legend: M methods, B budgets, T tasks. */
+ * apart), budgets and samples, the per-sample scores of every (method, budget) cell and their statistics
+ * (report/stats.h). tables.c and figures.c both render from it.
+ * Shape legend: M methods, B budgets, T tasks, D domains, S samples. */
 #ifndef KVBENCH_REPORT_INTERNAL_H
 #define KVBENCH_REPORT_INTERNAL_H
 
@@ -9,10 +10,12 @@
 #include <stdio.h>
 
 #include "../engine/err.h"
+#include "stats.h"
 
 typedef struct {
     char *policy, *aggregation, *params;
     char label[160];      /* "snapkv", or "snapkv (max)" / "snapkv [w=16,k=5]" where the section has several */
+    long long first_row;  /* id of its first result row: methods are listed in the order they were run */
 } ReportMethod;
 
 typedef struct {
@@ -20,11 +23,33 @@ typedef struct {
     double keep_fraction; /* 0 for token budgets */
 } ReportBudget;
 
+/* The full cache, or one method at one budget. Scores are on the 0-100 scale, never rounded before use. */
+typedef struct {
+    double *x;              /* [S] per-sample score; NaN where the row failed or is missing */
+    int *n_failed;          /* [T] rows with an error */
+    int *n_missing;         /* [T] samples of the task without a row (when the cell ran at all) */
+    int ran;                /* the cell has at least one row */
+    StatsInterval *task;    /* [T] task averages */
+    StatsInterval *domain;  /* [D + 1] domain averages (mean of task averages), then the overall average */
+    StatsInterval ratio;    /* 100 * avg / avg(full), paired over the samples both scored */
+    StatsInterval diff_full;/* avg - avg(full), paired */
+    StatsInterval diff_best;/* avg - avg(best baseline at this budget), paired; n = 0 when there is none */
+} ReportCell;
+
+/* Failed rows of one (method, budget) sharing one error message (method -1: the full cache). */
+typedef struct {
+    int method, budget;
+    char *error;
+    int count;
+} ReportFailure;
+
 typedef struct {
     char *model, *setup, *suite;
     char stem[200];       /* file-name stem: model_suite (plus the setup when the database has several) */
     char **tasks;         /* [T] */
     int *task_domain;     /* [T] index into domains */
+    int *task_samples;    /* [T] samples of the task */
+    unsigned char *task_substitute; /* [T] the task ran as a labelled substitute (RULER qa_N without its data) */
     int n_tasks;
     char **domains;
     int n_domains;
@@ -32,9 +57,15 @@ typedef struct {
     int n_methods;
     ReportBudget *budgets;/* [B] */
     int n_budgets;
-    double *full;         /* [T] full-cache task score (0..100), NAN if absent */
-    double *score;        /* [M][B][T] task score, NAN if absent */
-    int *n_failed;        /* [M][B][T] failed rows */
+    int n_samples;
+    int *sample_task;     /* [S] */
+    long long *sample_id; /* [S] samples.id */
+    ReportCell full;
+    ReportCell *cells;    /* [M][B] */
+    int *best_baseline;   /* [B] method index of the best baseline at the budget, -1 if none */
+    ReportFailure *failures;
+    int n_failures;
+    int n_rows, n_failed_rows;
     int has_needle;       /* samples carry a depth percent: draw heatmaps */
 } ReportSection;
 
@@ -42,15 +73,20 @@ typedef struct {
     ReportSection *sections;
     int n_sections;
     double outlier;      /* the fragility outlier threshold (ReportOptions.outlier, resolved) */
+    int n_rows, n_failed_rows; /* over every section */
 } ReportData;
+
+/* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
+int report_is_proposed(const char *policy);
 
 int report_load(ReportData *d, sqlite3 *db, const char *db_path, KvErr *err);
 void report_data_free(ReportData *d);
 
-/* Index helpers and averages shared by the renderers. */
-double *report_cell(const ReportSection *s, int method, int budget);   /* -> [T] */
-/* Unweighted mean over the tasks (of one domain, or all when domain < 0) that have a score; NAN if none. */
-double report_mean(const ReportSection *s, const double *task_scores, int domain);
+ReportCell *report_cell(const ReportSection *s, int method, int budget);
+/* Whether any sample of the cell has a score. */
+int report_has_scores(const ReportSection *s, const ReportCell *c);
+/* Whether the section includes a substituted task (in domain k, or anywhere when k < 0). */
+int report_has_substitute(const ReportSection *s, int domain);
 
 int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *err);
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
@@ -62,7 +98,8 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err);
 /* A CSV field, double-quoted (inner quotes doubled). */
 void report_put_csv(FILE *f, const char *s);
 
-/* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot. */
+/* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot in DIR,
+ * so the script names its files relative to its own folder and can be re-run there. */
 typedef struct {
     const char *dir;
     const char *gnuplot;
@@ -70,13 +107,58 @@ typedef struct {
     int have_gnuplot;   /* -1 unknown, 0 missing, 1 found */
     int n_rendered, n_failed;
     KvErr *err;
+    int width, height;  /* of the figure being written */
+    int own_svg;        /* the script draws its SVG itself (a multiplot cannot replot): set before closing */
 } FigureCtx;
-/* Opens both files; the script starts with the PNG terminal. */
+/* Opens both files; the script starts with the PNG terminal; dat_path receives the data file's name as the
+ * script refers to it. */
 int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n);
-/* Finishes the script (the same plot again as SVG), closes both files and renders. */
+/* Same, with the canvas size in pixels (small-multiple panels need more room). */
+int report_figure_open_sized(FigureCtx *c, const char *name, int width, int height, FILE **dat, FILE **gp,
+                             char *dat_path, size_t n);
+/* Finishes the script (the same plot again as SVG unless own_svg), closes both files and renders. */
 int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp);
-/* A double-quoted string for gnuplot. */
+/* A double-quoted string for gnuplot; report_put_tic for a tic label (a format string: % doubled). */
 void report_put_quoted(FILE *f, const char *s);
+void report_put_tic(FILE *f, const char *s);
+
+/* The fixed look of a method in every figure: colour by policy name (a table; other names get a colour from a
+ * hash of the name, so it is stable too), dash type, point type and fill pattern by aggregation. */
+const char *report_policy_colour(const char *policy);
+int report_agg_dash(const char *aggregation);
+int report_agg_point(const char *aggregation);
+int report_agg_pattern(const char *aggregation);
+/* gnuplot's fill style for a bar of the aggregation ("fs solid ..." or "fs pattern N border"). */
+void report_put_fill(FILE *gp, const char *aggregation);
+/* A number for a .dat file (" NaN" when absent). */
+void report_put_value(FILE *f, double v);
+
+/* The cross-domain change of one model at the budget nearest 20% (crossdomain.c, where the domain grouping is
+ * stated): per method, the change against the full cache in each domain and their unweighted mean. */
+typedef struct {
+    const char *model;
+    char setup[600];          /* the suites covered and their setups: "ruler: cq=0; niah: cq=0,chat=1" */
+    char budget[64];          /* "" when the model has no fractional budget with a full cache */
+    char (*domains)[160];     /* [D] */
+    int *domain_substitute;   /* [D] the domain includes a substituted task */
+    int n_domains;
+    ReportMethod *methods;    /* [M] copies of the sections' methods (strings borrowed) */
+    int n_methods;
+    StatsInterval *change;    /* [M][D] 100 × (avg / avg(full) − 1) over the samples both scored, with its
+                               * paired interval; value NaN where the domain has no score */
+    StatsInterval *mean;      /* [M] the unweighted mean over the domains with a value (STATS_DOMAIN_CHANGE) */
+    int *n_used;              /* [M] those domains */
+} CrossDomain;
+#define REPORT_CROSSDOMAIN_GROUPING                                                                              \
+    "LongBench's six task families as LongBench assigns its datasets (single-doc QA, multi-doc QA, "             \
+    "summarization, few-shot, synthetic, code), plus one domain \"synthetic retrieval (RULER, needle)\" holding " \
+    "every RULER and needle task; our grouping, not the paper's (its 7 domains / 18 datasets are not published)"
+/* Whether section i is the first of its model; report_crossdomain then covers the model's suites, each in the
+ * first setup it appears with. */
+int report_first_of_model(const ReportData *d, int i);
+int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err);
+void report_crossdomain_free(CrossDomain *x);
+int report_crossdomain_figures(FigureCtx *c, const ReportData *d);
 
 /* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
 int report_has_traces(sqlite3 *db);

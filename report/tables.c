@@ -1,33 +1,568 @@
-/* tables.c — the report's tables: report.md (Markdown), report.tex (LaTeX, booktabs, domain column groups as in
- * the paper's LongBench table) and long-form CSV files for further analysis.
+/* tables.c — the report's tables: report.md (Markdown), report.tex (LaTeX, booktabs; no resizing, one \label
+ * per table, the best value per column in bold) and long-form CSV files with n, mean and the interval bounds.
  *
- * Per section and budget: task scores (0-100, mean over samples, failed rows excluded and counted) with the
- * unweighted average over tasks, and domain averages. Then the relative quality loss against the full cache,
- * loss = 1 - avg(method) / avg(full) on the task averages, and the per-task ratio score / full. */
+ * Per section: what is missing and why (failed rows counted by error, samples without a row); a summary with
+ * every budget side by side (average, change against the full cache, difference against the best baseline,
+ * each with its 95% interval); per budget the task scores and domain averages with their intervals and the
+ * per-task ratio to the full cache; and, where a policy ran with several aggregations, the ablation pivoted to
+ * rows = policy, columns = aggregation per budget. Everything is computed from unrounded means. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "report_internal.h"
 
-static const char *LOSS_FORMULA =
-    "loss = 1 - avg(method) / avg(full cache), where avg is the unweighted mean of the task averages; "
-    "ratio = task score / full-cache task score";
+static const char *CHANGE_FORMULA =
+    "change = 100 × (avg(method) / avg(full cache) − 1), negative when the method scores below the full cache "
+    "(the paper's \"quality loss\", e.g. SnapKV −20.1%); avg is the unweighted mean of the task averages, "
+    "over the samples both scored";
+
+#define SUBSTITUTE_NOTE                                                                                          \
+    "substituted task: RULER's qa_1 / qa_2 ran as the labelled substitute (essay passages with one templated "  \
+    "fact) because no SQuAD / HotpotQA files were given; every average marked † includes it"
 
 typedef enum { FMT_MD, FMT_TEX } Format;
 
+/* ---------------------------------------------------------------- a table, rendered in either format */
+
+enum { MAX_COLS = 512, MAX_ROWS = 256 };
+
+typedef struct {
+    double v, lo, hi;   /* NaN: no value; lo/hi NaN: no interval */
+    int n;              /* values behind it; shown when short of the column's count (0: not shown) */
+    int sig;            /* a paired interval that excludes the null value: marked * */
+} TCell;
+
+typedef struct {
+    char label[200];
+    int reference;      /* the full cache: not a candidate for bold */
+    TCell cells[MAX_COLS];
+} TRow;
+
+typedef struct {
+    char caption[1024], label[300];
+    int n_cols;
+    char cols[MAX_COLS][208];
+    const char *groups[MAX_COLS];  /* column groups (a budget, a domain) or NULL */
+    int counts[MAX_COLS];          /* samples per column, shown as the row "n"; 0 for none */
+    int has_counts;
+    const char *unit;              /* "%" or "" */
+    int n_rows;
+    TRow rows[MAX_ROWS];
+} Table;
+
+/* The non-ASCII characters the report writes, in LaTeX (pdflatex without extra packages). */
+static const struct {
+    const char *utf8, *tex;
+} TEX_CHARS[] = {{"†", "$^\\dagger$"}, {"×", "$\\times$"}, {"−", "$-$"}, {"Δ", "$\\Delta$"}, {"—", "---"},
+                 {"–", "--"}};
+
 static void put_text(FILE *f, Format fmt, const char *s) {
     for (; *s; s++) {
-        if (fmt == FMT_TEX && strchr("_%&#$", *s)) fputc('\\', f);
-        if (fmt == FMT_MD && *s == '|') fputc('\\', f);
+        if (fmt == FMT_MD) {
+            if (*s == '|') fputc('\\', f);
+            fputc(*s, f);
+            continue;
+        }
+        size_t i, n = sizeof TEX_CHARS / sizeof TEX_CHARS[0];
+        for (i = 0; i < n && strncmp(s, TEX_CHARS[i].utf8, strlen(TEX_CHARS[i].utf8)); i++) {}
+        if (i < n) {
+            fputs(TEX_CHARS[i].tex, f);
+            s += strlen(TEX_CHARS[i].utf8) - 1;
+            continue;
+        }
+        if (strchr("_%&#$", *s)) fputc('\\', f);
+        else if (*s == '~' || *s == '^' || *s == '\\') {
+            fprintf(f, "\\text%s{}", *s == '~' ? "asciitilde" : *s == '^' ? "asciicircum" : "backslash");
+            continue;
+        }
         fputc(*s, f);
     }
 }
 
+static Table *table_new(const char *unit) {
+    Table *t = calloc(1, sizeof *t);
+    if (t) t->unit = unit;
+    return t;
+}
+
+static void table_col(Table *t, const char *name, const char *group, int count) {
+    if (t->n_cols >= MAX_COLS) return;
+    snprintf(t->cols[t->n_cols], sizeof t->cols[0], "%s", name);
+    t->groups[t->n_cols] = group;
+    t->counts[t->n_cols] = count;
+    t->has_counts |= count > 0;
+    t->n_cols++;
+}
+
+static TRow *table_row(Table *t, const char *label, int reference) {
+    if (t->n_rows >= MAX_ROWS) return NULL;
+    TRow *r = &t->rows[t->n_rows++];
+    snprintf(r->label, sizeof r->label, "%s", label);
+    r->reference = reference;
+    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0};
+    return r;
+}
+
+static TCell cell_of(const StatsInterval *ci) { return (TCell){ci->value, ci->lo, ci->hi, ci->n, 0}; }
+
+/* A value to 2 decimals; in LaTeX a minus sign, not a hyphen. */
 static void put_number(FILE *f, Format fmt, double v, const char *unit) {
     if (isnan(v)) fputs(fmt == FMT_TEX ? "--" : "–", f);
-    else fprintf(f, "%.2f%s", v, fmt == FMT_TEX && !strcmp(unit, "%") ? "\\%" : unit);
+    else if (fmt == FMT_TEX) fprintf(f, "%s%.2f%s", v < 0 && v <= -0.005 ? "$-$" : "", fabs(v), !strcmp(unit, "%") ? "\\%" : unit);
+    else fprintf(f, "%.2f%s", v, unit);
 }
+
+/* The best (largest) value of column i among the non-reference rows, to print in bold; NaN when fewer than two
+ * have a value or all of them tie (nothing to single out). */
+static double column_best(const Table *t, int i) {
+    double best = NAN, worst = NAN;
+    int n = 0;
+    for (int r = 0; r < t->n_rows; r++) {
+        double v = t->rows[r].cells[i].v;
+        if (t->rows[r].reference || isnan(v)) continue;
+        n++;
+        if (isnan(best) || v > best) best = v;
+        if (isnan(worst) || v < worst) worst = v;
+    }
+    return n >= 2 && best > worst ? best : NAN;
+}
+
+static void put_label(FILE *f, const char *label) {
+    for (const char *p = label; *p; p++)
+        fputc((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == ':' ||
+                      *p == '-' ? *p : '-', f);
+}
+
+static void emit_md(FILE *f, const Table *t) {
+    fputs("\n**", f);
+    put_text(f, FMT_MD, t->caption);
+    fputs("**\n\n| Method |", f);
+    for (int i = 0; i < t->n_cols; i++) {
+        fputc(' ', f);
+        if (t->groups[i]) {
+            put_text(f, FMT_MD, t->groups[i]);
+            fputs(": ", f);
+        }
+        put_text(f, FMT_MD, t->cols[i]);
+        fputs(" |", f);
+    }
+    fputs("\n|---|", f);
+    for (int i = 0; i < t->n_cols; i++) fputs("---:|", f);
+    fputc('\n', f);
+    if (t->has_counts) {
+        fputs("| n |", f);
+        for (int i = 0; i < t->n_cols; i++) t->counts[i] ? fprintf(f, " %d |", t->counts[i]) : fputs(" |", f);
+        fputc('\n', f);
+    }
+    for (int r = 0; r < t->n_rows; r++) {
+        const TRow *row = &t->rows[r];
+        fputs("| ", f);
+        put_text(f, FMT_MD, row->label);
+        for (int i = 0; i < t->n_cols; i++) {
+            const TCell *c = &row->cells[i];
+            double best = column_best(t, i);
+            int bold = !row->reference && !isnan(c->v) && c->v == best;
+            fputs(" | ", f);
+            if (bold) fputs("**", f);
+            put_number(f, FMT_MD, c->v, t->unit);
+            if (bold) fputs("**", f);
+            if (c->sig) fputs("\\*", f); /* escaped: a bare * after bold reads as emphasis */
+            if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", c->lo, c->hi);
+            if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, " (n=%d)", c->n);
+        }
+        fputs(" |\n", f);
+    }
+}
+
+static void emit_tex(FILE *f, const Table *t) {
+    fputs("\n\\begin{table}[ht]\n\\centering\\small\n\\caption{", f);
+    put_text(f, FMT_TEX, t->caption);
+    fputs("}\n\\label{", f);
+    put_label(f, t->label);
+    fputs("}\n\\begin{tabular}{l", f);
+    for (int i = 0; i < t->n_cols; i++) fputc('r', f);
+    fputs("}\n\\toprule\n", f);
+    int any_group = 0;
+    for (int i = 0; i < t->n_cols; i++) any_group |= t->groups[i] != NULL;
+    if (any_group) {
+        int start[MAX_COLS], end[MAX_COLS], n_spans = 0;
+        for (int i = 0; i < t->n_cols;) {
+            int j = i + 1;
+            while (j < t->n_cols && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i])) j++;
+            fputs(" & ", f);
+            if (t->groups[i]) {
+                fprintf(f, "\\multicolumn{%d}{c}{", j - i);
+                put_text(f, FMT_TEX, t->groups[i]);
+                fputs("}", f);
+                start[n_spans] = i + 2, end[n_spans++] = j + 1;
+            }
+            i = j;
+        }
+        fputs(" \\\\\n", f);
+        for (int k = 0; k < n_spans; k++) fprintf(f, "\\cmidrule(lr){%d-%d}", start[k], end[k]);
+        if (n_spans) fputc('\n', f);
+    }
+    fputs("Method", f);
+    for (int i = 0; i < t->n_cols; i++) {
+        fputs(" & ", f);
+        put_text(f, FMT_TEX, t->cols[i]);
+    }
+    fputs(" \\\\\n", f);
+    if (t->has_counts) {
+        fputs("$n$", f);
+        for (int i = 0; i < t->n_cols; i++) t->counts[i] ? fprintf(f, " & %d", t->counts[i]) : fputs(" &", f);
+        fputs(" \\\\\n", f);
+    }
+    fputs("\\midrule\n", f);
+    for (int r = 0; r < t->n_rows; r++) {
+        const TRow *row = &t->rows[r];
+        int any_ci = 0;
+        put_text(f, FMT_TEX, row->label);
+        for (int i = 0; i < t->n_cols; i++) {
+            const TCell *c = &row->cells[i];
+            double best = column_best(t, i);
+            int bold = !row->reference && !isnan(c->v) && c->v == best;
+            fputs(" & ", f);
+            if (bold) fputs("\\textbf{", f);
+            put_number(f, FMT_TEX, c->v, t->unit);
+            if (bold) fputs("}", f);
+            if (c->sig) fputs("$^{*}$", f);
+            if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, "$_{n=%d}$", c->n);
+            any_ci |= !isnan(c->lo);
+        }
+        fputs(" \\\\\n", f);
+        if (!any_ci) continue;
+        /* the intervals on a second line, small */
+        for (int i = 0; i < t->n_cols; i++) {
+            const TCell *c = &row->cells[i];
+            fputs(" & ", f);
+            if (isnan(c->lo)) continue;
+            fputs("{\\scriptsize[", f);
+            put_number(f, FMT_TEX, c->lo, "");
+            fputs(", ", f);
+            put_number(f, FMT_TEX, c->hi, "");
+            fputs("]}", f);
+        }
+        fputs(" \\\\\n", f);
+    }
+    fputs("\\bottomrule\n\\end{tabular}\n\\end{table}\n", f);
+}
+
+static void emit(FILE *f, Format fmt, const Table *t) {
+    if (fmt == FMT_MD) emit_md(f, t);
+    else emit_tex(f, t);
+}
+
+/* ---------------------------------------------------------------- a section */
+
+static void note(FILE *f, Format fmt, const char *text) {
+    if (fmt == FMT_MD) fprintf(f, "\n%s\n", text);
+    else {
+        fputs("\n% ", f);
+        for (const char *p = text; *p; p++) fputc(*p == '\n' ? ' ' : *p, f);
+        fputc('\n', f);
+    }
+}
+
+static const char *task_name(const ReportSection *s, int t, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s", s->tasks[t], s->task_substitute[t] ? "†" : "");
+    return buf;
+}
+
+/* What is missing and why: failed rows counted by message, samples without a row, cells not run. */
+static void coverage(FILE *f, Format fmt, const ReportSection *s) {
+    char line[2048];
+    int missing = 0;
+    for (int c = -1; c < s->n_methods * s->n_budgets; c++) {
+        const ReportCell *x = c < 0 ? &s->full : &s->cells[c];
+        for (int t = 0; x->ran && t < s->n_tasks; t++) missing += x->n_missing[t];
+    }
+    snprintf(line, sizeof line, "%d samples in %d tasks; %d result rows, %d failed (excluded from every mean), "
+             "%d (sample, method, budget) rows missing.", s->n_samples, s->n_tasks, s->n_rows, s->n_failed_rows,
+             missing);
+    note(f, fmt, line);
+    if (fmt == FMT_TEX) return;
+    for (int i = 0; i < s->n_failures; i++) {
+        const ReportFailure *x = &s->failures[i];
+        fprintf(f, "- failed: %s at %s, %d row%s: ", x->method < 0 ? "full" : s->methods[x->method].label,
+                x->budget < 0 ? "full" : s->budgets[x->budget].label, x->count, x->count == 1 ? "" : "s");
+        put_text(f, FMT_MD, x->error);
+        fputc('\n', f);
+    }
+    for (int c = -1; c < s->n_methods * s->n_budgets; c++) {
+        const ReportCell *x = c < 0 ? &s->full : &s->cells[c];
+        const char *who = c < 0 ? "full" : s->methods[c / s->n_budgets].label;
+        const char *at = c < 0 ? "full" : s->budgets[c % s->n_budgets].label;
+        if (!x->ran) {
+            if (c >= 0) fprintf(f, "- not run: %s at %s\n", who, at);
+            else if (s->n_methods) fputs("- not run: the full cache (no change or ratio without it)\n", f);
+            continue;
+        }
+        int n = 0;
+        for (int t = 0; t < s->n_tasks; t++) n += x->n_missing[t];
+        if (n) fprintf(f, "- missing: %s at %s, %d sample%s without a row (run interrupted or limited)\n", who, at, n,
+                       n == 1 ? "" : "s");
+    }
+}
+
+static void set_labels(Table *t, const ReportSection *s, const char *kind, const char *budget) {
+    snprintf(t->label, sizeof t->label, "tab:%s:%s%s%s", s->stem, kind, budget ? ":" : "", budget ? budget : "");
+}
+
+static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
+    Table *t = table_new("");
+    if (!t) return;
+    const char *avg = report_has_substitute(s, -1) ? "avg†" : "avg";
+    for (int b = 0; b < s->n_budgets; b++) {
+        table_col(t, avg, s->budgets[b].label, s->n_samples);
+        table_col(t, "change %", s->budgets[b].label, 0);
+        table_col(t, "Δ best baseline", s->budgets[b].label, 0);
+    }
+    snprintf(t->caption, sizeof t->caption,
+             "%s, %s: average score per budget with 95%% bootstrap intervals (%d samples, %d tasks); change = "
+             "100 × (avg / avg(full) − 1); Δ best baseline = avg − avg of the best baseline at that budget, in "
+             "points; * marks a paired interval that excludes 0", s->model, s->suite, s->n_samples, s->n_tasks);
+    set_labels(t, s, "summary", NULL);
+    if (s->full.ran) {
+        TRow *r = table_row(t, "full", 1);
+        for (int b = 0; r && b < s->n_budgets; b++) r->cells[3 * b] = cell_of(&s->full.domain[s->n_domains]);
+    }
+    for (int m = 0; m < s->n_methods; m++) {
+        int any = 0;
+        for (int b = 0; b < s->n_budgets; b++) any |= report_cell(s, m, b)->ran;
+        TRow *r = any ? table_row(t, s->methods[m].label, 0) : NULL;
+        for (int b = 0; r && b < s->n_budgets; b++) {
+            const ReportCell *c = report_cell(s, m, b);
+            if (!c->ran) continue;
+            r->cells[3 * b] = cell_of(&c->domain[s->n_domains]);
+            StatsInterval ch = c->ratio;
+            r->cells[3 * b + 1] = (TCell){ch.value - 100, ch.lo - 100, ch.hi - 100, 0, stats_excludes(&ch, 100)};
+            r->cells[3 * b + 2] = cell_of(&c->diff_best);
+            r->cells[3 * b + 2].sig = stats_excludes(&c->diff_best, 0);
+            if (s->best_baseline[b] == m) r->cells[3 * b + 2].v = NAN;
+        }
+    }
+    emit(f, fmt, t);
+    char line[600];
+    int k = snprintf(line, sizeof line, "Best baseline per budget:");
+    for (int b = 0; b < s->n_budgets && k < (int)sizeof line - 100; b++)
+        k += snprintf(line + k, sizeof line - (size_t)k, " %s %s;", s->budgets[b].label,
+                      s->best_baseline[b] >= 0 ? s->methods[s->best_baseline[b]].label : "none");
+    note(f, fmt, line);
+    free(t);
+}
+
+/* Task scores (kind 0), domain averages (1) or ratios to the full cache (2) at budget b (-1: full cache only). */
+static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int kind) {
+    Table *t = table_new("");
+    if (!t) return;
+    char buf[200];
+    const char *budget = b < 0 ? "full cache" : s->budgets[b].label;
+    const char *avg = report_has_substitute(s, -1) ? "Avg†" : "Avg";
+    if (kind == 1) {
+        for (int k = 0; k < s->n_domains; k++) {
+            int n = 0;
+            for (int u = 0; u < s->n_tasks; u++) n += s->task_domain[u] == k ? s->task_samples[u] : 0;
+            snprintf(buf, sizeof buf, "%s%s", s->domains[k], report_has_substitute(s, k) ? "†" : "");
+            table_col(t, buf, NULL, n);
+        }
+    } else {
+        for (int u = 0; u < s->n_tasks; u++)
+            table_col(t, task_name(s, u, buf, sizeof buf), s->domains[s->task_domain[u]], s->task_samples[u]);
+    }
+    table_col(t, kind == 2 ? "Mean" : avg, NULL, kind == 2 ? 0 : s->n_samples);
+    static const char *what[] = {"task scores", "domain averages (mean of task averages)",
+                                 "score as % of the full cache per task (100 × task avg / full-cache task avg)"};
+    snprintf(t->caption, sizeof t->caption, "%s, %s, budget %s: %s%s", s->model, s->suite, budget, what[kind],
+             kind == 2 ? "" : ", with 95% bootstrap intervals");
+    static const char *kinds[] = {"tasks", "domains", "ratio"};
+    set_labels(t, s, kinds[kind], b < 0 ? NULL : s->budgets[b].label);
+    int n = t->n_cols - 1;
+    if (s->full.ran && kind != 2) {
+        TRow *r = table_row(t, "full", 1);
+        for (int i = 0; r && i <= n; i++)
+            r->cells[i] = cell_of(i == n ? &s->full.domain[s->n_domains] : kind == 0 ? &s->full.task[i] : &s->full.domain[i]);
+    }
+    for (int m = 0; b >= 0 && m < s->n_methods; m++) {
+        const ReportCell *c = report_cell(s, m, b);
+        if (!c->ran) continue;
+        TRow *r = table_row(t, s->methods[m].label, 0);
+        if (!r) break;
+        if (kind < 2) {
+            for (int i = 0; i <= n; i++)
+                r->cells[i] = cell_of(i == n ? &c->domain[s->n_domains] : kind == 0 ? &c->task[i] : &c->domain[i]);
+            continue;
+        }
+        double sum = 0;
+        int cnt = 0;
+        for (int u = 0; u < n; u++) {
+            double full = s->full.task[u].value, v = c->task[u].value;
+            r->cells[u].v = full > 0 ? 100.0 * v / full : NAN;
+            if (!isnan(r->cells[u].v)) sum += r->cells[u].v, cnt++;
+        }
+        r->cells[n].v = cnt ? sum / cnt : NAN;
+    }
+    emit(f, fmt, t);
+    free(t);
+}
+
+/* The ablation: rows = policy (and params), columns = aggregation per budget, each the overall average. */
+/* Whether method m's policy (with its params) ran with another aggregation too: a row of the ablation. */
+static int in_ablation(const ReportSection *s, int m) {
+    for (int o = 0; o < s->n_methods; o++)
+        if (!strcmp(s->methods[o].policy, s->methods[m].policy) && !strcmp(s->methods[o].params, s->methods[m].params) &&
+            strcmp(s->methods[o].aggregation, s->methods[m].aggregation))
+            return 1;
+    return 0;
+}
+
+static int agg_rank(const char *a) {
+    return !strcmp(a, "mean") ? 0 : !strcmp(a, "max") ? 1 : !strcmp(a, "max+prior") ? 2 : 3;
+}
+
+/* The ablation: rows = policy (and params), columns = aggregation (mean, max, max+prior, others) per budget where
+ * an ablation row ran with several, each the overall average with its interval. */
+static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
+    const char *aggs[16];
+    int n_aggs = 0;
+    for (int m = 0; m < s->n_methods; m++) {
+        if (!in_ablation(s, m)) continue;
+        int k;
+        for (k = 0; k < n_aggs && strcmp(aggs[k], s->methods[m].aggregation); k++) {}
+        if (k == n_aggs && n_aggs < 16) aggs[n_aggs++] = s->methods[m].aggregation;
+    }
+    if (!n_aggs) return;
+    for (int i = 1; i < n_aggs; i++) /* canonical order */
+        for (int j = i; j > 0 && agg_rank(aggs[j - 1]) > agg_rank(aggs[j]); j--) {
+            const char *x = aggs[j];
+            aggs[j] = aggs[j - 1];
+            aggs[j - 1] = x;
+        }
+    int budgets[256], n_budgets = 0;
+    for (int b = 0; b < s->n_budgets && n_budgets < 256; b++) {
+        /* where some policy ran with two aggregations or more */
+        int compared = 0;
+        for (int m = 0; m < s->n_methods && !compared; m++)
+            for (int o = m + 1; o < s->n_methods && !compared; o++)
+                compared = !strcmp(s->methods[o].policy, s->methods[m].policy) &&
+                           !strcmp(s->methods[o].params, s->methods[m].params) && report_cell(s, m, b)->ran &&
+                           report_cell(s, o, b)->ran;
+        if (compared) budgets[n_budgets++] = b;
+    }
+    if (!n_budgets) return;
+    Table *t = table_new("");
+    if (!t) return;
+    for (int i = 0; i < n_budgets; i++)
+        for (int k = 0; k < n_aggs; k++) table_col(t, aggs[k], s->budgets[budgets[i]].label, 0);
+    snprintf(t->caption, sizeof t->caption, "%s, %s: aggregation ablation, average score%s per aggregation and "
+             "budget with 95%% bootstrap intervals", s->model, s->suite, report_has_substitute(s, -1) ? "†" : "");
+    set_labels(t, s, "ablation", NULL);
+    for (int m = 0; m < s->n_methods; m++) {
+        int first = 1;
+        for (int o = 0; o < m; o++)
+            first &= strcmp(s->methods[o].policy, s->methods[m].policy) || strcmp(s->methods[o].params, s->methods[m].params);
+        if (!first || !in_ablation(s, m)) continue;
+        char label[200];
+        int several = 0;
+        for (int o = 0; o < s->n_methods; o++)
+            several |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
+                       strcmp(s->methods[o].params, s->methods[m].params);
+        snprintf(label, sizeof label, "%s%s%s%s", s->methods[m].policy, several ? " [" : "",
+                 several ? s->methods[m].params : "", several ? "]" : "");
+        TRow *r = table_row(t, label, 0);
+        for (int o = 0; r && o < s->n_methods; o++) {
+            if (strcmp(s->methods[o].policy, s->methods[m].policy) || strcmp(s->methods[o].params, s->methods[m].params))
+                continue;
+            int k;
+            for (k = 0; k < n_aggs && strcmp(aggs[k], s->methods[o].aggregation); k++) {}
+            for (int i = 0; k < n_aggs && i < n_budgets; i++)
+                if (report_cell(s, o, budgets[i])->ran)
+                    r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains]);
+        }
+    }
+    emit(f, fmt, t);
+    free(t);
+}
+
+static void render_section(FILE *f, Format fmt, const ReportSection *s) {
+    if (fmt == FMT_MD) fprintf(f, "\n## %s — %s (%s)\n", s->model, s->suite, s->setup);
+    else fprintf(f, "\n%% ---- %s / %s / %s\n", s->model, s->suite, s->setup);
+    coverage(f, fmt, s);
+    if (report_has_substitute(s, -1)) note(f, fmt, "† " SUBSTITUTE_NOTE ".");
+    int any_score = report_has_scores(s, &s->full);
+    for (int c = 0; c < s->n_methods * s->n_budgets; c++) any_score |= report_has_scores(s, &s->cells[c]);
+    if (!any_score) {
+        note(f, fmt, "No scores in this section: every row failed (the errors are counted above).");
+        return;
+    }
+    if (s->n_budgets && s->n_methods) summary_table(f, fmt, s);
+    ablation_table(f, fmt, s);
+    if (s->n_budgets == 0) {
+        budget_table(f, fmt, s, -1, 0);
+        budget_table(f, fmt, s, -1, 1);
+    }
+    for (int b = 0; b < s->n_budgets; b++) {
+        budget_table(f, fmt, s, b, 0);
+        budget_table(f, fmt, s, b, 1);
+        if (s->full.ran) budget_table(f, fmt, s, b, 2);
+    }
+}
+
+/* The cross-domain change of each model at the budget nearest 20% (the paper's Figure 2 style). */
+static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
+    for (int i = 0; i < d->n_sections; i++) {
+        if (!report_first_of_model(d, i)) continue;
+        CrossDomain x;
+        Table *t = NULL;
+        if (report_crossdomain(d, i, &x, err)) goto fail;
+        if (!x.n_methods) {
+            report_crossdomain_free(&x);
+            continue;
+        }
+        if (!(t = table_new("%"))) {
+            kv_fail(err, "out of memory");
+            goto fail;
+        }
+        char buf[200];
+        for (int k = 0; k < x.n_domains; k++) {
+            snprintf(buf, sizeof buf, "%s%s", x.domains[k], x.domain_substitute[k] ? "†" : "");
+            table_col(t, buf, NULL, 0);
+        }
+        table_col(t, "mean over domains", NULL, 0);
+        snprintf(t->caption, sizeof t->caption,
+                 "%s: relative change vs the full cache at %s per domain and its unweighted mean over the %d "
+                 "domains, with 95%% paired bootstrap intervals (* excludes 0); change = 100 × (domain avg / "
+                 "full-cache domain avg − 1), domain avg = mean of its task averages over the samples both scored. "
+                 "Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains);
+        snprintf(t->label, sizeof t->label, "tab:%s:crossdomain:%s", x.model, x.budget);
+        for (int m = 0; m < x.n_methods; m++) {
+            TRow *r = table_row(t, x.methods[m].label, 0);
+            for (int k = 0; r && k < x.n_domains; k++) {
+                r->cells[k] = cell_of(&x.change[(size_t)m * x.n_domains + k]);
+                r->cells[k].sig = stats_excludes(&x.change[(size_t)m * x.n_domains + k], 0);
+            }
+            if (r) {
+                r->cells[x.n_domains] = cell_of(&x.mean[m]);
+                r->cells[x.n_domains].sig = stats_excludes(&x.mean[m], 0);
+            }
+        }
+        if (fmt == FMT_MD) fprintf(f, "\n## %s — cross-domain change at %s\n\nSuites and setups: %s.\n", x.model,
+                                   x.budget, x.setup);
+        emit(f, fmt, t);
+        free(t);
+        report_crossdomain_free(&x);
+        continue;
+    fail:
+        free(t);
+        report_crossdomain_free(&x);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- CSV */
 
 void report_put_csv(FILE *f, const char *s) {
     fputc('"', f);
@@ -39,251 +574,84 @@ void report_put_csv(FILE *f, const char *s) {
 }
 
 static void put_csv_number(FILE *f, double v) {
-    if (!isnan(v)) fprintf(f, "%.6g", v);
+    fputc(',', f);
+    if (!isnan(v)) fprintf(f, "%.10g", v);
 }
 
-/* ---------------------------------------------------------------- one table, either format */
+static void put_csv_ci(FILE *f, const StatsInterval *ci) {
+    fprintf(f, ",%d", ci->n);
+    put_csv_number(f, ci->value);
+    put_csv_number(f, ci->lo);
+    put_csv_number(f, ci->hi);
+}
 
-/* Begins a table with a first column "Method" and `n` value columns; cols[i] names column i, groups[i] its
- * group (domain) or NULL. */
-static void table_begin(FILE *f, Format fmt, const char *caption, char *const *cols, const char *const *groups, int n) {
-    if (fmt == FMT_MD) {
-        fprintf(f, "\n**%s**\n\n| Method |", caption);
-        for (int i = 0; i < n; i++) {
-            fputc(' ', f);
-            put_text(f, fmt, cols[i]);
-            fputs(" |", f);
-        }
-        fputs("\n|---|", f);
-        for (int i = 0; i < n; i++) fputs("---:|", f);
-        fputc('\n', f);
-        return;
+static void put_csv_keys(FILE *f, const ReportSection *s, int m, int b, const char *domain, const char *task) {
+    const char *fields[] = {s->model, s->setup, s->suite, domain, task, m < 0 ? "full" : s->methods[m].policy,
+                            m < 0 ? "" : s->methods[m].aggregation, m < 0 ? "" : s->methods[m].params,
+                            m < 0 ? "full" : s->budgets[b].label};
+    for (int k = 0; k < 9; k++) {
+        if (k) fputc(',', f);
+        report_put_csv(f, fields[k]);
     }
-    fputs("\n\\begin{table}[ht]\n\\centering\\small\n\\caption{", f);
-    put_text(f, fmt, caption);
-    fputs("}\n\\resizebox{\\textwidth}{!}{%\n\\begin{tabular}{l", f);
-    for (int i = 0; i < n; i++) fputc('r', f);
-    fputs("}\n\\toprule\n", f);
-    if (groups) {
-        fputs(" ", f);
-        for (int i = 0; i < n;) {
-            int j = i;
-            while (j < n && groups[j] && groups[i] && !strcmp(groups[j], groups[i])) j++;
-            if (j == i) j = i + 1;
-            fprintf(f, " & \\multicolumn{%d}{c}{", j - i);
-            put_text(f, fmt, groups[i] ? groups[i] : "");
-            fputs("}", f);
-            i = j;
-        }
-        fputs(" \\\\\n", f);
-    }
-    fputs("Method", f);
-    for (int i = 0; i < n; i++) {
-        fputs(" & ", f);
-        put_text(f, fmt, cols[i]);
-    }
-    fputs(" \\\\\n\\midrule\n", f);
+    fprintf(f, ",%.6g", m < 0 ? 1.0 : s->budgets[b].keep_fraction);
 }
 
-static void table_row(FILE *f, Format fmt, const char *label, const double *values, int n, const char *unit) {
-    if (fmt == FMT_MD) fputs("| ", f);
-    put_text(f, fmt, label);
-    for (int i = 0; i < n; i++) {
-        fputs(fmt == FMT_MD ? " | " : " & ", f);
-        put_number(f, fmt, values[i], unit);
-    }
-    fputs(fmt == FMT_MD ? " |\n" : " \\\\\n", f);
-}
-
-static void table_end(FILE *f, Format fmt) {
-    if (fmt == FMT_TEX) fputs("\\bottomrule\n\\end{tabular}}\n\\end{table}\n", f);
-}
-
-/* ---------------------------------------------------------------- a section */
-
-/* values[T+1]: task scores then their average. */
-static void task_values(const ReportSection *s, const double *scores, double *values) {
-    for (int t = 0; t < s->n_tasks; t++) values[t] = scores[t];
-    values[s->n_tasks] = report_mean(s, scores, -1);
-}
-
-static void domain_values(const ReportSection *s, const double *scores, double *values) {
-    for (int k = 0; k < s->n_domains; k++) values[k] = report_mean(s, scores, k);
-    values[s->n_domains] = report_mean(s, scores, -1);
-}
-
-static int failed_rows(const ReportSection *s, int m, int b) {
-    int n = 0;
-    for (int t = 0; t < s->n_tasks; t++) n += s->n_failed[((size_t)m * s->n_budgets + b) * s->n_tasks + t];
-    return n;
-}
-
-/* Whether a method has rows at a budget (scored or failed): a sweep need not run every method at every budget. */
-static int ran_at(const ReportSection *s, int m, int b) {
-    return !isnan(report_mean(s, report_cell(s, m, b), -1)) || failed_rows(s, m, b) > 0;
-}
-
-static void render_section(FILE *f, Format fmt, const ReportSection *s) {
-    char caption[512], *cols[512];
-    const char *groups[512];
-    double values[512];
-    int nt = s->n_tasks < 500 ? s->n_tasks : 500, nd = s->n_domains < 500 ? s->n_domains : 500;
-    int has_full = !isnan(report_mean(s, s->full, -1));
-    if (fmt == FMT_MD) fprintf(f, "\n## %s — %s (%s)\n", s->model, s->suite, s->setup);
-    else fprintf(f, "\n%% %s / %s / %s\n", s->model, s->suite, s->setup);
-
-    for (int b = -1; b < s->n_budgets; b++) {
-        if (b < 0 && (s->n_budgets > 0 || !has_full)) continue; /* a full-cache-only section gets one table */
-        const char *budget = b < 0 ? "full cache" : s->budgets[b].label;
-        for (int t = 0; t < nt; t++) {
-            cols[t] = s->tasks[t];
-            groups[t] = s->domains[s->task_domain[t]];
-        }
-        cols[nt] = "Avg";
-        groups[nt] = NULL;
-        snprintf(caption, sizeof caption, "%s, %s, budget %s: task scores", s->model, s->suite, budget);
-        table_begin(f, fmt, caption, cols, groups, nt + 1);
-        if (has_full) {
-            task_values(s, s->full, values);
-            table_row(f, fmt, "full", values, nt + 1, "");
-        }
-        for (int m = 0; b >= 0 && m < s->n_methods; m++) {
-            if (!ran_at(s, m, b)) continue;
-            task_values(s, report_cell(s, m, b), values);
-            table_row(f, fmt, s->methods[m].label, values, nt + 1, "");
-        }
-        table_end(f, fmt);
-
-        for (int k = 0; k < nd; k++) cols[k] = s->domains[k];
-        cols[nd] = "Avg";
-        snprintf(caption, sizeof caption, "%s, %s, budget %s: domain averages", s->model, s->suite, budget);
-        table_begin(f, fmt, caption, cols, NULL, nd + 1);
-        if (has_full) {
-            domain_values(s, s->full, values);
-            table_row(f, fmt, "full", values, nd + 1, "");
-        }
-        for (int m = 0; b >= 0 && m < s->n_methods; m++) {
-            if (!ran_at(s, m, b)) continue;
-            domain_values(s, report_cell(s, m, b), values);
-            table_row(f, fmt, s->methods[m].label, values, nd + 1, "");
-        }
-        table_end(f, fmt);
-        for (int m = 0; b >= 0 && m < s->n_methods; m++) {
-            int n = failed_rows(s, m, b);
-            if (n && fmt == FMT_MD) fprintf(f, "\n%s at %s: %d failed rows (excluded from the means).\n",
-                                            s->methods[m].label, budget, n);
-        }
-    }
-    if (!has_full || s->n_budgets == 0 || s->n_methods == 0) return;
-
-    /* Relative quality loss: per method, average and loss at each budget. */
-    double full_avg = report_mean(s, s->full, -1);
-    int nb = s->n_budgets < 250 ? s->n_budgets : 250;
-    for (int b = 0; b < nb; b++) {
-        cols[2 * b] = s->budgets[b].label;
-        cols[2 * b + 1] = "loss";
-        groups[2 * b] = groups[2 * b + 1] = s->budgets[b].label;
-    }
-    snprintf(caption, sizeof caption, "%s, %s: relative quality loss vs full cache (avg %.2f); %s", s->model,
-             s->suite, full_avg, LOSS_FORMULA);
-    table_begin(f, fmt, caption, cols, groups, 2 * nb);
-    for (int m = 0; m < s->n_methods; m++) {
-        /* Loss shown negative, as the paper's "SnapKV (-20.1%)". */
-        for (int b = 0; b < nb; b++) {
-            double avg = report_mean(s, report_cell(s, m, b), -1);
-            values[2 * b] = avg;
-            values[2 * b + 1] = full_avg > 0 ? 100.0 * (avg / full_avg - 1.0) : NAN;
-        }
-        if (fmt == FMT_MD) fputs("| ", f);
-        put_text(f, fmt, s->methods[m].label);
-        for (int i = 0; i < 2 * nb; i++) {
-            fputs(fmt == FMT_MD ? " | " : " & ", f);
-            put_number(f, fmt, values[i], i % 2 ? "%" : "");
-        }
-        fputs(fmt == FMT_MD ? " |\n" : " \\\\\n", f);
-    }
-    table_end(f, fmt);
-
-    /* Per-task ratios at each budget. */
-    for (int b = 0; b < s->n_budgets; b++) {
-        for (int t = 0; t < nt; t++) {
-            cols[t] = s->tasks[t];
-            groups[t] = s->domains[s->task_domain[t]];
-        }
-        cols[nt] = "Mean";
-        groups[nt] = NULL;
-        snprintf(caption, sizeof caption, "%s, %s, budget %s: score ratio vs full cache (%%)", s->model, s->suite,
-                 s->budgets[b].label);
-        table_begin(f, fmt, caption, cols, groups, nt + 1);
-        for (int m = 0; m < s->n_methods; m++) {
-            if (!ran_at(s, m, b)) continue;
-            const double *cell = report_cell(s, m, b);
-            double sum = 0;
-            int n = 0;
-            for (int t = 0; t < nt; t++) {
-                values[t] = s->full[t] > 0 ? 100.0 * cell[t] / s->full[t] : NAN;
-                if (!isnan(values[t])) sum += values[t], n++;
-            }
-            values[nt] = n ? sum / n : NAN;
-            table_row(f, fmt, s->methods[m].label, values, nt + 1, "");
-        }
-        table_end(f, fmt);
-    }
-}
-
-/* ---------------------------------------------------------------- CSV */
+static const char *CSV_KEYS = "model,setup,suite,domain,task,policy,aggregation,params,budget,keep_fraction";
 
 static void write_csv_tasks(FILE *f, const ReportData *d) {
-    fputs("model,setup,suite,domain,task,policy,aggregation,params,budget,keep_fraction,score,full_score,ratio,"
-          "n_failed\n", f);
+    fprintf(f, "%s,substitute,n,mean,lo,hi,n_failed,n_missing,full_mean,ratio\n", CSV_KEYS);
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         for (int m = -1; m < s->n_methods; m++)
-            for (int b = 0; b < (m < 0 ? 1 : s->n_budgets); b++)
-                for (int t = 0; t < s->n_tasks; t++) {
-                    double v = m < 0 ? s->full[t] : report_cell(s, m, b)[t];
-                    if (m < 0 && isnan(v)) continue;
-                    const char *fields[] = {s->model, s->setup, s->suite, s->domains[s->task_domain[t]], s->tasks[t],
-                                            m < 0 ? "full" : s->methods[m].policy,
-                                            m < 0 ? "" : s->methods[m].aggregation,
-                                            m < 0 ? "" : s->methods[m].params, m < 0 ? "full" : s->budgets[b].label};
-                    for (int k = 0; k < 9; k++) {
-                        report_put_csv(f, fields[k]);
-                        fputc(',', f);
-                    }
-                    fprintf(f, "%.6g,", m < 0 ? 1.0 : s->budgets[b].keep_fraction);
-                    put_csv_number(f, v);
-                    fputc(',', f);
-                    put_csv_number(f, s->full[t]);
-                    fputc(',', f);
-                    put_csv_number(f, s->full[t] > 0 ? v / s->full[t] : NAN);
-                    fprintf(f, ",%d\n", m < 0 ? 0 : s->n_failed[((size_t)m * s->n_budgets + b) * s->n_tasks + t]);
+            for (int b = 0; b < (m < 0 ? 1 : s->n_budgets); b++) {
+                const ReportCell *c = m < 0 ? &s->full : report_cell(s, m, b);
+                for (int t = 0; c->ran && t < s->n_tasks; t++) {
+                    put_csv_keys(f, s, m, b, s->domains[s->task_domain[t]], s->tasks[t]);
+                    fprintf(f, ",%d", s->task_substitute[t]);
+                    put_csv_ci(f, &c->task[t]);
+                    fprintf(f, ",%d,%d", c->n_failed[t], c->n_missing[t]);
+                    double full = s->full.task[t].value;
+                    put_csv_number(f, full);
+                    put_csv_number(f, full > 0 ? c->task[t].value / full : NAN);
+                    fputc('\n', f);
                 }
+            }
     }
 }
 
 static void write_csv_summary(FILE *f, const ReportData *d) {
-    fputs("model,setup,suite,domain,policy,aggregation,params,budget,score,full_score,loss\n", f);
+    fprintf(f, "%s,substitute,n,mean,lo,hi,full_mean,change_pct,change_lo,change_hi,diff_full,diff_full_lo,"
+               "diff_full_hi,best_baseline,diff_best,diff_best_lo,diff_best_hi\n", CSV_KEYS);
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
-        for (int m = 0; m < s->n_methods; m++)
-            for (int b = 0; b < s->n_budgets; b++)
-                for (int k = -1; k < s->n_domains; k++) {
-                    double v = report_mean(s, report_cell(s, m, b), k), full = report_mean(s, s->full, k);
-                    const char *fields[] = {s->model, s->setup, s->suite, k < 0 ? "(all)" : s->domains[k],
-                                            s->methods[m].policy, s->methods[m].aggregation, s->methods[m].params,
-                                            s->budgets[b].label};
-                    for (int c = 0; c < 8; c++) {
-                        report_put_csv(f, fields[c]);
+        for (int m = -1; m < s->n_methods; m++)
+            for (int b = 0; b < (m < 0 ? 1 : s->n_budgets); b++) {
+                const ReportCell *c = m < 0 ? &s->full : report_cell(s, m, b);
+                for (int k = -1; c->ran && k < s->n_domains; k++) {
+                    int dk = k < 0 ? s->n_domains : k;
+                    put_csv_keys(f, s, m, b, k < 0 ? "(all)" : s->domains[k], "");
+                    fprintf(f, ",%d", report_has_substitute(s, k));
+                    put_csv_ci(f, &c->domain[dk]);
+                    put_csv_number(f, s->full.domain[dk].value);
+                    if (k >= 0 || m < 0) {
+                        /* changes are computed for the overall average only */
+                        fputs(",,,,,,,,,,", f);
+                    } else {
+                        put_csv_number(f, c->ratio.value - 100);
+                        put_csv_number(f, c->ratio.lo - 100);
+                        put_csv_number(f, c->ratio.hi - 100);
+                        put_csv_number(f, c->diff_full.value);
+                        put_csv_number(f, c->diff_full.lo);
+                        put_csv_number(f, c->diff_full.hi);
                         fputc(',', f);
+                        if (s->best_baseline[b] >= 0) report_put_csv(f, s->methods[s->best_baseline[b]].label);
+                        put_csv_number(f, c->diff_best.value);
+                        put_csv_number(f, c->diff_best.lo);
+                        put_csv_number(f, c->diff_best.hi);
                     }
-                    put_csv_number(f, v);
-                    fputc(',', f);
-                    put_csv_number(f, full);
-                    fputc(',', f);
-                    put_csv_number(f, full > 0 ? 1.0 - v / full : NAN);
                     fputc('\n', f);
                 }
+            }
     }
 }
 
@@ -303,20 +671,48 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
     return 0;
 }
 
+static void method_text(FILE *f, Format fmt) {
+    char text[2400];
+    snprintf(text, sizeof text,
+             "Scores are on the 0-100 scale: a task's score is the mean over its samples, failed rows excluded "
+             "and counted; domain and overall averages are unweighted means of the task scores; all are computed "
+             "from unrounded values and printed to 2 decimals. Intervals are 95%% percentile-bootstrap intervals "
+             "(%d resamples, stratified by task: each resample redraws every task's samples with replacement; "
+             "random stream splitmix64 from the fixed seed 0x%llx, restarted for each interval, so the report is "
+             "deterministic). n is the number of samples behind a value. Every policy scores the same samples, so "
+             "differences against the full cache and against the best baseline (the highest-scoring method other "
+             "than defensivekv / layer-defensivekv at that budget) are paired: the same resampled samples on both "
+             "sides, over the samples both scored (a sample one side failed or lacks is left out of that "
+             "comparison). * marks a difference whose interval excludes 0 (for the change, 100 %% of the full "
+             "cache). %s.",
+             STATS_RESAMPLES, (unsigned long long)STATS_SEED, CHANGE_FORMULA);
+    note(f, fmt, text);
+}
+
 int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *err) {
     char path[1200];
     FILE *f;
     if (!(f = report_open_out(out_dir, "report.md", path, sizeof path, err))) return -1;
-    fprintf(f, "# kvbench report\n\nScores are task averages on the 0-100 scale, rounded to 2 decimals as the "
-               "references round them (failed rows excluded); domain and overall averages are unweighted means of "
-               "the task scores. %s.\n",
-            LOSS_FORMULA);
+    fputs("# kvbench report\n", f);
+    if (d->n_rows == d->n_failed_rows)
+        fprintf(f, "\n**No scores: all %d result rows failed.** The errors are counted per section below.\n",
+                d->n_rows);
+    method_text(f, FMT_MD);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
+    if (crossdomain_tables(f, FMT_MD, d, err)) {
+        fclose(f);
+        return -1;
+    }
     if (report_close_out(f, path, log, err)) return -1;
 
     if (!(f = report_open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
-    fputs("% kvbench report: \\usepackage{booktabs,graphicx}\n", f);
+    fputs("% kvbench report: tables for \\input{report.tex}; needs \\usepackage{booktabs} in the preamble.\n", f);
+    method_text(f, FMT_TEX);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
+    if (crossdomain_tables(f, FMT_TEX, d, err)) {
+        fclose(f);
+        return -1;
+    }
     if (report_close_out(f, path, log, err)) return -1;
 
     if (!(f = report_open_out(out_dir, "task_scores.csv", path, sizeof path, err))) return -1;

@@ -1,6 +1,7 @@
 /* cmd_run.c — `kvbench run`, `kvbench report`, `kvbench merge`, and the command line `kvbench trace` shares
  * with run (cmd_sweep): argument parsing only; the work is in sweep.c (runner), store.c (database) and report/
  * (tables and figures); datacheck.c checks every input first. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include "sweep.h"
 
 #define DEFAULT_DB "results/kvbench.db"
-#define DEFAULT_REPORT_DIR "results/report"
+#define DEFAULT_DB_DIR "results"
 /* The exit status of a run that finished but stored failed rows (1: it stopped, 2: bad command line), so that
  * scripts and Slurm notice (README "Exit status"). */
 #define EXIT_ROWS_FAILED 3
@@ -102,8 +103,38 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
 
 int cmd_run(int argc, char **argv) { return cmd_sweep("run", 0, argc, argv); }
 
+/* The database `kvbench report` reads when given neither a config nor --db: DEFAULT_DB, else the only .db in its
+ * folder (the demo writes results/cpu_demo.db); 0 ok, -1 with a message naming the candidates. */
+static int default_report_db(char *out, size_t n) {
+    if (!access(DEFAULT_DB, F_OK)) {
+        snprintf(out, n, "%s", DEFAULT_DB);
+        return 0;
+    }
+    DIR *dir = opendir(DEFAULT_DB_DIR);
+    char found[1024] = "";
+    int count = 0;
+    for (struct dirent *e; dir && (e = readdir(dir));) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 3, ".db")) continue;
+        if (!count) snprintf(out, n, "%s/%s", DEFAULT_DB_DIR, e->d_name);
+        snprintf(found + strlen(found), sizeof found - strlen(found), " %s/%s", DEFAULT_DB_DIR, e->d_name);
+        count++;
+    }
+    if (dir) closedir(dir);
+    if (count == 1) return 0;
+    if (count == 0)
+        fprintf(stderr, "kvbench report: no database: neither %s nor any %s/*.db exists (run `kvbench run CONFIG.json` "
+                        "first, or pass CONFIG.json or --db PATH)\n", DEFAULT_DB, DEFAULT_DB_DIR);
+    else
+        fprintf(stderr, "kvbench report: %d databases in %s/ (%s ) and no %s: say which with CONFIG.json or --db PATH\n",
+                count, DEFAULT_DB_DIR, found, DEFAULT_DB);
+    return -1;
+}
+
 int cmd_report(int argc, char **argv) {
-    ReportOptions opt = {DEFAULT_DB, DEFAULT_REPORT_DIR, NULL, stdout, 0};
+    static const char USAGE[] = "usage: kvbench report [CONFIG.json | --db PATH] [--out DIR] [--outlier R]   (kvbench report --help)\n";
+    ReportOptions opt = {NULL, NULL, NULL, stdout, 0};
+    const char *config_path = NULL;
     for (int i = 0; i < argc; i++) {
         const char *outlier;
         if (!strcmp(argv[i], "--db")) {
@@ -118,14 +149,40 @@ int cmd_report(int argc, char **argv) {
                 fprintf(stderr, "kvbench report: --outlier '%s': expected a number in (0, 1]\n", outlier);
                 return 2;
             }
+        } else if (argv[i][0] != '-' && !config_path) {
+            config_path = argv[i];
         } else {
-            fprintf(stderr, "kvbench report: unexpected argument '%s'\n"
-                            "usage: kvbench report [--db PATH] [--out DIR] [--outlier R]   (defaults " DEFAULT_DB
-                            ", " DEFAULT_REPORT_DIR ", fragility outlier threshold 0.5)\n", argv[i]);
+            fprintf(stderr, "kvbench report: unexpected argument '%s'\n%s", argv[i], USAGE);
             return 2;
         }
     }
+    if (config_path && opt.db_path) {
+        fprintf(stderr, "kvbench report: give CONFIG.json or --db, not both\n%s", USAGE);
+        return 2;
+    }
     KvErr err = {{0}};
+    char db[1024], out[1100];
+    if (config_path) {
+        RunConfig cfg;
+        if (config_load(&cfg, config_path, &err)) {
+            fprintf(stderr, "kvbench report: %s\n", err.msg);
+            return 1;
+        }
+        snprintf(db, sizeof db, "%s", cfg.db ? cfg.db : DEFAULT_DB);
+        config_free(&cfg);
+        opt.db_path = db;
+    } else if (!opt.db_path) {
+        if (default_report_db(db, sizeof db)) return 1;
+        opt.db_path = db;
+    }
+    if (!opt.out_dir) {
+        /* beside the database: results/cpu_demo.db -> results/cpu_demo_report */
+        size_t len = strlen(opt.db_path);
+        int strip = len > 3 && !strcmp(opt.db_path + len - 3, ".db") ? 3 : 0;
+        snprintf(out, sizeof out, "%.*s_report", (int)(len - (size_t)strip), opt.db_path);
+        opt.out_dir = out;
+    }
+    printf("kvbench report: %s -> %s/\n", opt.db_path, opt.out_dir);
     if (report_write(&opt, &err)) {
         fprintf(stderr, "kvbench report: %s\n", err.msg);
         return 1;

@@ -18,7 +18,7 @@
 
 static const char USAGE[] =
     "usage: kvbench select --model M --file F --policy P --budget B [--aggregation A] [--window W] [--backend NAME]\n"
-    "  B: a keep fraction (0.2 or 20%%) or tokens per head (512tok); A: default, mean, max, max+prior\n";
+    "  B: a keep fraction (0.2 or 20%) or tokens per head (512tok); A: default, mean, max, max+prior\n";
 
 typedef struct {
     PolicyState *state;

@@ -160,8 +160,8 @@ static void test_runs(TestCounts *tc, const char *config) {
     rc = run(cmd_report, "report", r_args);
     CHECK(tc, rc == 0, "report exited %d", rc);
     const char *files[] = {"report.md", "report.tex", "task_scores.csv", "domain_scores.csv",
-                           "syn_ruler_budget.png", "syn_longbench_tasks_20p.png", "syn_niah_needle_full.png",
-                           "syn_niah_needle_defensivekv_40p.png"};
+                           "syn_ruler_budget.png", "syn_ruler_fig4_ratio.png", "syn_longbench_tasks_20p.png",
+                           "syn_niah_needle_20p.png", "syn_niah_needle_40p.png"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char p[256];
         struct stat st;

@@ -1,16 +1,154 @@
-/* test_report.c — the report from a hand-made database: task and domain averages, relative quality loss and
- * per-task ratios against hand-computed values, every table and figure file present (PNG signature checked),
- * and the failures: gnuplot missing (tables still written), an empty database, a missing database. */
+/* test_report.c — the statistics and the report.
+ *
+ * Statistics (report/stats.c): splitmix64 against its published first outputs, the quantile rule and the
+ * bootstrap on hand-derived cases (constant data: a zero-width interval; a paired constant shift: exactly the
+ * shift), and against tests/data/report/bootstrap_cases.json from tests/reference/gen_bootstrap_cases.py (numpy,
+ * the same random stream and draws), to 1e-9 (the reference sums with numpy's pairwise summation).
+ * The report of a hand-made database: sample counts, intervals, averages, the change column's sign, ratios from
+ * unrounded means, the paired comparisons, a substituted task marked, failed and missing rows counted with their
+ * errors, the ablation pivoted, the LaTeX (labels, bold, no \resizebox; compiled when pdflatex is present), one
+ * colour per method across figures, Figure 4 / Figure 2 values, every figure rendered; an all-failed database
+ * (a report saying there are no scores), gnuplot missing, an empty and a missing database; the command line
+ * (--help on every command, `report CONFIG.json`). */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../report/report.h"
+#include "../report/stats.h"
+#include "../runs/cli.h"
 #include "../runs/store.h"
 #include "test.h"
 
 static char dir[64];
+
+/* ---------------------------------------------------------------- statistics */
+
+static void test_stats_hand(TestCounts *tc) {
+    /* splitmix64 from seed 0: 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4 (Vigna's reference splitmix64.c) */
+    uint64_t st = 0;
+    CHECK(tc, stats_splitmix64(&st) == 0xe220a8397b1dcdafULL, "splitmix64 first output");
+    CHECK(tc, stats_splitmix64(&st) == 0x6e789e6aa1b965f4ULL, "splitmix64 second output");
+    /* quantile: position q * (n - 1), linear between neighbours */
+    double sorted[] = {1, 2, 3, 4, 5};
+    CHECK(tc, test_close(stats_quantile_sorted(sorted, 5, 0.025), 1.1, 1e-12, 1), "q 0.025");
+    CHECK(tc, test_close(stats_quantile_sorted(sorted, 5, 0.975), 4.9, 1e-12, 1), "q 0.975");
+    CHECK(tc, stats_quantile_sorted(sorted, 5, 0.5) == 3 && stats_quantile_sorted(sorted, 1, 0.3) == 1, "q exact");
+
+    KvErr err;
+    StatsInterval ci;
+    /* constant data: every resample gives the same mean */
+    double x[] = {40, 40, 40, 70, 70, NAN};
+    int g[] = {0, 0, 0, 1, 1, 1};
+    stats_bootstrap(STATS_MEAN, x, NULL, g, 6, 2, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.n == 5 && ci.n_groups == 2 && ci.value == 55 && ci.lo == 55 && ci.hi == 55,
+          "constant groups: n %d value %g [%g, %g]", ci.n, ci.value, ci.lo, ci.hi);
+    /* paired: y = x - 5 sample by sample, so every resampled difference is exactly 5 whatever x */
+    double a[] = {10, 90, 35, 60, 0, 100}, b[6];
+    for (int i = 0; i < 6; i++) b[i] = a[i] - 5;
+    b[2] = NAN; /* a missing pair is left out */
+    stats_bootstrap(STATS_DIFF, a, b, g, 6, 2, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.n == 5 && test_close(ci.value, 5, 1e-12, 1) && test_close(ci.lo, 5, 1e-12, 1) &&
+                  test_close(ci.hi, 5, 1e-12, 1), "paired shift: %g [%g, %g]", ci.value, ci.lo, ci.hi);
+    CHECK(tc, stats_excludes(&ci, 0) && !stats_excludes(&ci, 5), "excludes");
+    /* cross-domain change: every sample of the method at 0.8 × the full cache, so each domain's change and their
+     * mean are exactly -20 in every resample */
+    double full[] = {50, 70, 20, 90, 10, 40}, meth[6];
+    int gt[] = {0, 0, 1, 1, 2, 2}, task_dom[] = {0, 1, 1};
+    for (int i = 0; i < 6; i++) meth[i] = 0.8 * full[i];
+    stats_bootstrap_domains(STATS_DOMAIN_CHANGE, meth, full, gt, 6, 3, task_dom, 2, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.n == 6 && test_close(ci.value, -20, 1e-9, 20) && test_close(ci.lo, -20, 1e-9, 20) &&
+                  test_close(ci.hi, -20, 1e-9, 20), "domain change: %g [%g, %g]", ci.value, ci.lo, ci.hi);
+    /* domains 0: task 0 at 0.5 × full (−50); domain 1: tasks 1 and 2 at 1.0 × (0): mean −25 */
+    for (int i = 0; i < 2; i++) meth[i] = 0.5 * full[i];
+    for (int i = 2; i < 6; i++) meth[i] = full[i];
+    stats_bootstrap_domains(STATS_DOMAIN_CHANGE, meth, full, gt, 6, 3, task_dom, 2, 500, STATS_SEED, &ci, &err);
+    CHECK(tc, test_close(ci.value, -25, 1e-9, 25) && test_close(ci.lo, -25, 1e-9, 25), "two domains: %g [%g, %g]",
+          ci.value, ci.lo, ci.hi);
+    /* one group {0, 100}: a resample's mean is 0, 50 or 100 with p 1/4, 1/2, 1/4, so with 2000 resamples the
+     * 2.5% and 97.5% quantiles are 0 and 100 */
+    double two[] = {0, 100};
+    int g0[] = {0, 0};
+    stats_bootstrap(STATS_MEAN, two, NULL, g0, 2, 1, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.value == 50 && ci.lo == 0 && ci.hi == 100, "two values: %g [%g, %g]", ci.value, ci.lo, ci.hi);
+    /* nothing valid */
+    double none[] = {NAN};
+    stats_bootstrap(STATS_MEAN, none, NULL, g0, 1, 1, 100, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.n == 0 && isnan(ci.value) && isnan(ci.lo), "no values");
+    /* the same call twice gives the same interval (deterministic) */
+    StatsInterval c1, c2;
+    stats_bootstrap(STATS_MEAN, a, NULL, g, 6, 2, 1000, STATS_SEED, &c1, &err);
+    stats_bootstrap(STATS_MEAN, a, NULL, g, 6, 2, 1000, STATS_SEED, &c2, &err);
+    CHECK(tc, c1.lo == c2.lo && c1.hi == c2.hi && c1.lo < c1.value && c1.value < c1.hi, "deterministic");
+}
+
+static double num_or_nan(const cJSON *v) { return cJSON_IsNumber(v) ? v->valuedouble : NAN; }
+
+static void test_stats_reference(TestCounts *tc) {
+    KvErr err;
+    char *text = kv_read_file("tests/data/report/bootstrap_cases.json", NULL, &err);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    CHECK(tc, root != NULL, "bootstrap_cases.json: %s", text ? "bad JSON" : err.msg);
+    if (!root) {
+        free(text);
+        return;
+    }
+    const cJSON *outs = cJSON_GetObjectItem(root, "splitmix64_seed0"), *o;
+    uint64_t st = 0;
+    cJSON_ArrayForEach(o, outs) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)stats_splitmix64(&st));
+        CHECK(tc, !strcmp(hex, o->valuestring), "splitmix64 %s vs %s", hex, o->valuestring);
+    }
+    const cJSON *c;
+    int n_cases = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "cases")) {
+        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+        const char *kind_s = cJSON_GetObjectItem(c, "kind")->valuestring;
+        StatsKind kind = !strcmp(kind_s, "diff")            ? STATS_DIFF
+                         : !strcmp(kind_s, "ratio")         ? STATS_RATIO
+                         : !strcmp(kind_s, "domain_change") ? STATS_DOMAIN_CHANGE
+                                                            : STATS_MEAN;
+        const cJSON *xs = cJSON_GetObjectItem(c, "x"), *ys = cJSON_GetObjectItem(c, "y"),
+                    *gs = cJSON_GetObjectItem(c, "group");
+        int n = cJSON_GetArraySize(xs);
+        double x[64], y[64];
+        int g[64];
+        for (int i = 0; i < n && i < 64; i++) {
+            x[i] = num_or_nan(cJSON_GetArrayItem(xs, i));
+            y[i] = cJSON_IsArray(ys) ? num_or_nan(cJSON_GetArrayItem(ys, i)) : 0;
+            g[i] = cJSON_GetArrayItem(gs, i)->valueint;
+        }
+        uint64_t seed = strtoull(cJSON_GetObjectItem(c, "seed")->valuestring, NULL, 10);
+        const cJSON *gd = cJSON_GetObjectItem(c, "group_domain");
+        int n_groups = cJSON_GetObjectItem(c, "n_groups")->valueint, group_domain[64], n_domains = 0;
+        for (int i = 0; cJSON_IsArray(gd) && i < cJSON_GetArraySize(gd) && i < 64; i++) {
+            group_domain[i] = cJSON_GetArrayItem(gd, i)->valueint;
+            if (group_domain[i] + 1 > n_domains) n_domains = group_domain[i] + 1;
+        }
+        StatsInterval ci;
+        int rc = stats_bootstrap_domains(kind, x, y, g, n, n_groups,
+                                         cJSON_IsArray(gd) ? group_domain : NULL, n_domains,
+                                         cJSON_GetObjectItem(c, "resamples")->valueint, seed, &ci, &err);
+        double value = num_or_nan(cJSON_GetObjectItem(c, "value")), lo = num_or_nan(cJSON_GetObjectItem(c, "lo")),
+               hi = num_or_nan(cJSON_GetObjectItem(c, "hi"));
+        int same_nan = isnan(value) == isnan(ci.value) && isnan(lo) == isnan(ci.lo) && isnan(hi) == isnan(ci.hi);
+        CHECK(tc, rc == 0 && ci.n == cJSON_GetObjectItem(c, "n")->valueint &&
+                      ci.n_groups == cJSON_GetObjectItem(c, "groups_used")->valueint && same_nan &&
+                      (isnan(value) || test_close(ci.value, value, 1e-9, value)) &&
+                      (isnan(lo) || test_close(ci.lo, lo, 1e-9, lo)) && (isnan(hi) || test_close(ci.hi, hi, 1e-9, hi)),
+              "%s: C n %d %.12g [%.12g, %.12g], numpy %.12g [%.12g, %.12g]", name, ci.n, ci.value, ci.lo, ci.hi, value,
+              lo, hi);
+        n_cases++;
+    }
+    CHECK(tc, n_cases == 8, "%d reference cases", n_cases);
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* ---------------------------------------------------------------- a hand-made database */
 
 typedef struct {
     const char *task, *domain;
@@ -18,7 +156,7 @@ typedef struct {
 } TaskCase;
 
 /* full: 80, 40, 60 -> avg 60, single-doc 60, multi-doc 60.
- * snapkv 20%: 50, 30, 55 -> avg 45 (-25.00%), single-doc 40; snapkv 40%: 70, 40, 55 -> 55 (-8.33%).
+ * snapkv 20%: 50, 30, 55 -> avg 45 (change -25.00%), single-doc 40; snapkv 40%: 70, 40, 55 -> 55 (-8.33%).
  * defensivekv 20%: mean 60 everywhere (0.00%), max+prior 70 (+16.67%). */
 static const TaskCase CASES[] = {
     {"narrativeqa", "single-doc QA", 0.8, 0.5, 0.7, 0.6, 0.7},
@@ -39,15 +177,34 @@ static StoreResult row(const char *policy, const char *agg, const char *budget, 
     return r;
 }
 
-static void fill_db(const char *path) {
-    Store *s;
+static StoreResult failed(const char *policy, const char *budget, double keep, const char *error) {
+    StoreResult r = row(policy, "mean", budget, keep, 0);
+    r.prediction = NULL;
+    r.error = error;
+    return r;
+}
+
+static void open_db(const char *path, Store **s, long long *run) {
     KvErr err;
-    long long run;
     StoreRun info = {"t", "{}", "h", "rev", "m", "m.gguf", "x", "m.gguf", "cpu", "host", NULL};
-    if (store_open(&s, path, 0, &err) || store_begin_run(s, &info, &run, &err)) {
+    if (store_open(s, path, 0, &err) || store_begin_run(*s, &info, run, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }
+}
+
+static void write_sample(Store *s, long long run, const StoreSample *m, const StoreResult *r, int n) {
+    KvErr err;
+    if (store_write_sample(s, run, m, r, n, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+}
+
+static void fill_db(const char *path) {
+    Store *s;
+    long long run;
+    open_db(path, &s, &run);
     char key[64];
     for (int t = 0; t < 3; t++)
         for (int i = 0; i < 2; i++) {
@@ -59,7 +216,7 @@ static void fill_db(const char *path) {
                                row("snapkv", "mean", "40%", 0.4, c->snap40),
                                row("defensivekv", "mean", "20%", 0.2, c->def_mean20),
                                row("defensivekv", "max+prior", "20%", 0.2, c->def_prior20)};
-            if (store_write_sample(s, run, &m, r, 5, &err)) exit(1);
+            write_sample(s, run, &m, r, 5);
         }
     /* Needle: 2 lengths × 3 depths, full scores 100 everywhere, snapkv 20% loses the deep needle. */
     int lengths[] = {500, 1000};
@@ -71,14 +228,40 @@ static void fill_db(const char *path) {
                              lengths[l], 10, "[]", NULL, "m", "d"};
             StoreResult r[] = {row("full", "mean", "full", 1, 1.0),
                                row("snapkv", "mean", "20%", 0.2, d == 1 && l == 1 ? 0.0 : 1.0)};
-            if (store_write_sample(s, run, &m, r, 2, &err)) exit(1);
+            write_sample(s, run, &m, r, 2);
         }
+    /* RULER: niah_single_1, 12 samples: full 5 right (41.67), snapkv 20% 4 right (33.33): the ratio from
+     * unrounded means is 80.00 (79.99 from the rounded ones). qa_1_substitute, 2 samples (the substitute's note):
+     * full 1, 0; snapkv 20%: the first fails, the second scores 0; snapkv 40% ran on niah_single_1 only. */
+    for (int i = 0; i < 12; i++) {
+        snprintf(key, sizeof key, "ruler:niah_single_1:%d", i);
+        StoreSample m = {"m", "cq=0", key, "ruler", "niah_single_1", "retrieval (niah)", "string_match_all", i, -1, 4096,
+                         4000, 20, "[]", NULL, "m", "d"};
+        StoreResult r[] = {row("full", "mean", "full", 1, i < 5), row("snapkv", "mean", "20%", 0.2, i < 4),
+                           row("snapkv", "mean", "40%", 0.4, i < 5)};
+        write_sample(s, run, &m, r, 3);
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(key, sizeof key, "ruler:qa_1_substitute:%d", i);
+        StoreSample m = {"m", "cq=0", key, "ruler", "qa_1_substitute", "question answering", "string_match_part", i, -1,
+                         4096, 4000, 20, "[]", "substitute qa data: essay passages with one templated fact", "m", "d"};
+        StoreResult r[] = {row("full", "mean", "full", 1, i == 0),
+                           i == 0 ? failed("snapkv", "20%", 0.2, "context of 4100 tokens exceeds the limit")
+                                  : row("snapkv", "mean", "20%", 0.2, 0)};
+        write_sample(s, run, &m, r, 2);
+    }
     store_close(s);
 }
 
 static char *read_all(const char *path) {
     KvErr err;
     return kv_read_file(path, NULL, &err);
+}
+
+static char *read_in(const char *d, const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", d, name);
+    return read_all(path);
 }
 
 static long file_size(const char *dir_, const char *name) {
@@ -99,8 +282,71 @@ static int is_png(const char *dir_, const char *name) {
     return n == 8 && sig[0] == 0x89 && !memcmp(sig + 1, "PNG", 3);
 }
 
+/* The colour a figure script gives the series titled `title` (the "lc rgb '#......'" of its clause). */
+static int colour_of(const char *script, const char *title, char *out) {
+    char needle[200];
+    snprintf(needle, sizeof needle, "title \"%s\"", title);
+    const char *t = script ? strstr(script, needle) : NULL;
+    if (!t) return 0;
+    const char *line = t;
+    while (line > script && line[-1] != '\n') line--;
+    const char *c = strstr(line, "lc rgb '#");
+    if (!c || c > t) return 0;
+    memcpy(out, c + 8, 7);
+    out[7] = 0;
+    return 1;
+}
+
+static void check_md(TestCounts *tc, const char *md) {
+    CHECK(tc, strstr(md, "change = 100 × (avg(method) / avg(full cache) − 1), negative when") != NULL, "formula");
+    CHECK(tc, strstr(md, "2000 resamples") && strstr(md, "splitmix64") && strstr(md, "paired"), "method stated");
+    /* summary, budgets side by side: avg [interval], change with its sign (a method below the full cache is
+     * negative, one above positive), Δ best baseline (snapkv is the only baseline) */
+    CHECK(tc, strstr(md, "| Method | 20%: avg | 20%: change % | 20%: Δ best baseline | 40%: avg |") != NULL, "columns");
+    CHECK(tc, strstr(md, "| snapkv | 45.00 [45.00, 45.00] | -25.00\\* [-25.00, -25.00] | – | 55.00 [55.00, 55.00] | "
+                         "-8.33\\* [-8.33, -8.33] | – |") != NULL, "snapkv summary row");
+    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67**\\* [16.67, 16.67] | "
+                         "**25.00**\\* [25.00, 25.00] | – |") != NULL, "defensivekv summary row: bold, positive, *");
+    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [0.00, 0.00] | 15.00\\* [15.00, 15.00] |"),
+          "a zero change is not marked");
+    /* task table with n, intervals */
+    CHECK(tc, strstr(md, "| n | 2 | 2 | 2 | 6 |") != NULL, "n row");
+    CHECK(tc, strstr(md, "| snapkv | 50.00 [50.00, 50.00] | 30.00 [30.00, 30.00] | 55.00 [55.00, 55.00] | 45.00 "
+                         "[45.00, 45.00] |") != NULL, "snapkv task row");
+    CHECK(tc, strstr(md, "| snapkv | 40.00 [40.00, 40.00] | 55.00 [55.00, 55.00] | 45.00 [45.00, 45.00] |") != NULL,
+          "snapkv domain row");
+    CHECK(tc, strstr(md, "| snapkv | 62.50 | 75.00 | 91.67 | 76.39 |") != NULL, "ratio row");
+    /* ablation pivoted: a row per policy with several aggregations, columns mean / max+prior per budget */
+    /* (only the budgets where the ablation ran: defensivekv has no 40% rows) */
+    CHECK(tc, strstr(md, "| Method | 20%: mean | 20%: max+prior |\n|---|---:|---:|"
+                         "\n| defensivekv | 60.00 [60.00, 60.00] | 70.00 [70.00, 70.00] |\n\n"),
+          "ablation pivot");
+    /* needle: snapkv loses one of 6 cells (83.33); the 0/100 scores give a real interval */
+    const char *needle = strstr(md, "## m — niah");
+    CHECK(tc, needle && strstr(needle, "| snapkv | 83.33 [50.00, 100.00] |"), "needle interval");
+    /* RULER: unrounded ratio 80.00; the substitute marked; failures and missing rows counted with their reason */
+    const char *ruler = strstr(md, "## m — ruler");
+    CHECK(tc, ruler != NULL, "ruler section");
+    if (!ruler) return;
+    CHECK(tc, strstr(ruler, "niah_single_1 | question answering: qa_1_substitute† | Mean |") &&
+                  strstr(ruler, "| snapkv | 80.00 |"), "ratio from unrounded means (80.00, not 79.99)");
+    CHECK(tc, strstr(ruler, "† substituted task: RULER's qa_1 / qa_2 ran as the labelled substitute") &&
+                  strstr(ruler, "20%: avg† |") && strstr(ruler, "| Avg† |"), "substitute marked in averages");
+    CHECK(tc, strstr(ruler, "- failed: snapkv at 20%, 1 row: context of 4100 tokens exceeds the limit") != NULL,
+          "failure counted with its error");
+    CHECK(tc, strstr(ruler, "- missing: snapkv at 40%, 2 samples without a row") != NULL, "missing rows counted");
+    CHECK(tc, strstr(ruler, "14 samples in 2 tasks; 40 result rows, 1 failed") != NULL, "coverage line");
+    /* qa task: snapkv 20% has one scored sample of 2: n shown */
+    CHECK(tc, strstr(ruler, "| snapkv | 33.33 [") && strstr(ruler, "0.00 [0.00, 0.00] (n=1)"), "short n shown");
+    /* paired change over the samples both scored: full 41.67 and 0 (sample 1 of qa) -> 20.83; snapkv 16.67 */
+    CHECK(tc, strstr(ruler, "| snapkv | 16.67 [") && strstr(ruler, "| -20.00"), "paired change -20.00");
+    /* cross-domain (Figure 2 style) at 20%: longbench single-doc 40/60, multi-doc 55/60, retrieval (ruler + needle
+     * tasks): (33.33 + 0 + 83.33) / (41.67 + 0 + 100) [qa: snapkv 0 vs full 0 over ... see below] */
+    CHECK(tc, strstr(md, "cross-domain change at 20%") && strstr(md, "not the paper's"), "cross-domain section");
+}
+
 static void test_report(TestCounts *tc) {
-    char db[128], out[128], path[256];
+    char db[128], out[128];
     KvErr err = {{0}};
     snprintf(db, sizeof db, "%s/r.db", dir);
     snprintf(out, sizeof out, "%s/out", dir);
@@ -109,48 +355,103 @@ static void test_report(TestCounts *tc) {
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "report: %s", err.msg);
 
-    snprintf(path, sizeof path, "%s/report.md", out);
-    char *md = read_all(path);
+    char *md = read_in(out, "report.md");
     CHECK(tc, md != NULL, "report.md missing");
-    if (md) {
-        CHECK(tc, strstr(md, "loss = 1 - avg(method) / avg(full cache)") != NULL, "formula stated");
-        /* Task row of snapkv at 20% and the domain averages. */
-        CHECK(tc, strstr(md, "| snapkv | 50.00 | 30.00 | 55.00 | 45.00 |") != NULL, "snapkv 20%% task row");
-        CHECK(tc, strstr(md, "| full | 80.00 | 40.00 | 60.00 | 60.00 |") != NULL, "full task row");
-        CHECK(tc, strstr(md, "| snapkv | 40.00 | 55.00 | 45.00 |") != NULL, "snapkv 20%% domain row");
-        /* Loss table: avg and signed loss per budget; snapkv has no token budget column gaps. */
-        CHECK(tc, strstr(md, "| snapkv | 45.00 | -25.00% | 55.00 | -8.33% |") != NULL, "snapkv loss row");
-        CHECK(tc, strstr(md, "| defensivekv (max+prior) | 70.00 | 16.67% | – | – |") != NULL, "defensivekv loss");
-        CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 | 0.00% |") != NULL, "label qualified by aggregation");
-        /* Ratio at 20%: 50/80, 30/40, 55/60, mean of the three. */
-        CHECK(tc, strstr(md, "| snapkv | 62.50 | 75.00 | 91.67 | 76.39 |") != NULL, "ratio row");
-        /* Needle section: snapkv loses one of 6 cells. */
-        CHECK(tc, strstr(md, "| snapkv | 83.33 | 83.33 |") != NULL, "needle row");
-        free(md);
-    }
-    snprintf(path, sizeof path, "%s/task_scores.csv", out);
-    char *csv = read_all(path);
+    if (md) check_md(tc, md);
+    free(md);
+
+    char *csv = read_in(out, "task_scores.csv");
+    CHECK(tc, csv && strstr(csv, "model,setup,suite,domain,task,policy,aggregation,params,budget,keep_fraction,"
+                                 "substitute,n,mean,lo,hi,n_failed,n_missing,full_mean,ratio\n"), "task csv header");
     CHECK(tc, csv && strstr(csv, "\"m\",\"cq=0\",\"longbench\",\"single-doc QA\",\"qasper\",\"snapkv\",\"mean\","
-                                 "\"w=32,k=5\",\"20%\",0.2,30,40,0.75,0"),
-          "csv row");
+                                 "\"w=32,k=5\",\"20%\",0.2,0,2,30,30,30,0,0,40,0.75\n"), "task csv row");
+    CHECK(tc, csv && strstr(csv, "\"qa_1_substitute\",\"snapkv\",\"mean\",\"w=32,k=5\",\"20%\",0.2,1,1,0,0,0,1,0,50,0\n"),
+          "substitute csv row: n 1, a failure");
     free(csv);
-    snprintf(path, sizeof path, "%s/domain_scores.csv", out);
-    csv = read_all(path);
-    CHECK(tc, csv && strstr(csv, "\"(all)\",\"snapkv\",\"mean\",\"w=32,k=5\",\"40%\",55,60,0.0833333"), "summary csv");
+    csv = read_in(out, "domain_scores.csv");
+    /* snapkv 40%: mean 55, change -8.333% with its interval, paired difference -5 */
+    CHECK(tc, csv && strstr(csv, "\"(all)\",\"\",\"snapkv\",\"mean\",\"w=32,k=5\",\"40%\",0.4,0,6,55,55,55,60,"
+                                 "-8.333333333,-8.333333333,-8.333333333,-5,-5,-5,\"snapkv\",,,\n"), "summary csv");
     free(csv);
-    const char *files[] = {"report.tex", "m_longbench_budget.gp", "m_longbench_budget.dat", "m_longbench_budget.svg",
-                           "m_longbench_tasks_20p.svg", "m_longbench_aggregation.svg", "m_niah_needle_full.svg",
-                           "m_niah_needle_snapkv_20p.dat"};
+
+    /* LaTeX: labels, bold best, no resizing, booktabs rules, column groups side by side */
+    char *tex = read_in(out, "report.tex");
+    CHECK(tc, tex && !strstr(tex, "resizebox") && strstr(tex, "\\label{tab:m-longbench:summary}") &&
+                  strstr(tex, "\\label{tab:m-longbench:tasks:20-}") && strstr(tex, "\\textbf{70.00}") &&
+                  strstr(tex, "\\multicolumn{3}{c}{20\\%} & \\multicolumn{3}{c}{40\\%}") &&
+                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "$-$25.00$^{*}$") &&
+                  strstr(tex, "qa\\_1\\_substitute$^\\dagger$"),
+          "tex layout");
+    free(tex);
+    if (!system("command -v pdflatex >/dev/null 2>&1")) {
+        char doc[256], cmd[700];
+        snprintf(doc, sizeof doc, "%s/doc.tex", out);
+        FILE *f = fopen(doc, "w");
+        if (f) {
+            fputs("\\documentclass{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n"
+                  "\\begin{document}\n\\input{report.tex}\n\\end{document}\n", f);
+            fclose(f);
+        }
+        snprintf(cmd, sizeof cmd, "cd %s && pdflatex -interaction=nonstopmode -halt-on-error doc.tex >pdflatex.log 2>&1",
+                 out);
+        CHECK(tc, f && system(cmd) == 0 && file_size(out, "doc.pdf") > 1000, "pdflatex on report.tex (see %s/pdflatex.log)",
+              out);
+    } else {
+        fprintf(stderr, "test_report: pdflatex not found, report.tex not compiled (scripts/setup.sh --latex)\n");
+    }
+
+    /* one colour per method across figures; dash and point by aggregation */
+    char *budget = read_in(out, "m_longbench_budget.gp"), *tasks = read_in(out, "m_longbench_tasks_20p.gp");
+    char *fig4 = read_in(out, "m_longbench_fig4_ratio.gp"), *ruler = read_in(out, "m_ruler_tasks_20p.gp");
+    char c1[8], c2[8], c3[8], c4[8];
+    CHECK(tc, colour_of(budget, "snapkv", c1) && colour_of(tasks, "snapkv", c2) && colour_of(fig4, "snapkv", c3) &&
+                  colour_of(ruler, "snapkv", c4) && !strcmp(c1, c2) && !strcmp(c1, c3) && !strcmp(c1, c4),
+          "snapkv one colour");
+    CHECK(tc, colour_of(budget, "defensivekv (mean)", c1) && colour_of(budget, "defensivekv (max+prior)", c2) &&
+                  !strcmp(c1, c2) && colour_of(tasks, "defensivekv (max+prior)", c3) && !strcmp(c1, c3),
+          "defensivekv one colour over its aggregations");
+    CHECK(tc, budget && strstr(budget, "title \"defensivekv (mean)\"") &&
+                  strstr(budget, "dt 4 pt 9 title \"defensivekv (max+prior)\"") &&
+                  strstr(budget, "dt 1 pt 7 title \"defensivekv (mean)\""), "dash/point per aggregation");
+    CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics (\"20%%\" 20.0000"),
+          "budget axis spans the budgets run");
+    CHECK(tc, tasks && strstr(tasks, "($2 == 0 ? 0 : NaN)") && strstr(tasks, "with vectors nohead"), "zero marks, error bars");
+    CHECK(tc, budget && !strstr(budget, dir), "scripts name files relative to their folder");
+    free(budget);
+    free(tasks);
+    free(ruler);
+    /* Figure 4: score as % of the full cache, snapkv 75 at 20% (45/60) and 91.67 at 40% */
+    char *dat = read_in(out, "m_longbench_fig4_ratio.dat");
+    CHECK(tc, fig4 && strstr(fig4, "100 with lines") && dat && strstr(dat, " 75.0000 75.0000 75.0000\n") &&
+                  strstr(dat, " 91.6667 91.6667 91.6667\n"), "figure 4 values");
+    free(fig4);
+    free(dat);
+    /* Figure 2 style, over the samples both scored: snapkv at 20%: single-doc 100 × (40/60 − 1) = −33.33,
+     * multi-doc 55/60 → −8.33, synthetic retrieval (niah_single_1; qa_1_substitute on its second sample only,
+     * 0 and 0; needle): (33.33 + 0 + 83.33) / (41.67 + 0 + 100) → −17.65; mean −19.77 */
+    dat = read_in(out, "m_fig2_crossdomain_20p.dat");
+    CHECK(tc, dat && strstr(dat, "# snapkv\n0 -19.7712 ") && strstr(dat, "0 -33.3333\n") &&
+                  strstr(dat, "0 -8.3333\n") && strstr(dat, "0 -17.6471\n"), "figure 2 values");
+    free(dat);
+
+    const char *files[] = {"report.tex", "m_longbench_budget.dat", "m_longbench_budget.svg",
+                           "m_longbench_tasks_20p.svg", "m_longbench_aggregation.svg", "m_niah_needle_20p.svg",
+                           "m_niah_needle_20p.dat", "m_fig2_crossdomain_20p.svg"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         CHECK(tc, file_size(out, files[i]) > 0, "%s missing or empty", files[i]);
-    const char *pngs[] = {"m_longbench_budget.png", "m_longbench_tasks_20p.png", "m_longbench_tasks_40p.png",
-                          "m_longbench_aggregation.png", "m_niah_needle_full.png", "m_niah_needle_snapkv_20p.png"};
+    const char *pngs[] = {"m_longbench_budget.png", "m_longbench_fig4_ratio.png", "m_longbench_tasks_20p.png",
+                          "m_longbench_tasks_40p.png", "m_longbench_aggregation.png", "m_niah_needle_20p.png",
+                          "m_fig2_crossdomain_20p.png", "m_ruler_tasks_40p.png"};
     for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++)
         CHECK(tc, is_png(out, pngs[i]) && file_size(out, pngs[i]) > 2000, "%s is not a rendered PNG", pngs[i]);
-    snprintf(path, sizeof path, "%s/report.tex", out);
-    char *tex = read_all(path);
-    CHECK(tc, tex && strstr(tex, "\\multicolumn{2}{c}{single-doc QA}") && strstr(tex, "-25.00\\%"), "tex layout");
-    free(tex);
+    /* the needle panel writes the score in each cell */
+    char *needle = read_in(out, "m_niah_needle_20p.gp");
+    CHECK(tc, needle && strstr(needle, "set multiplot layout 1,2") && strstr(needle, "with labels"), "needle panel");
+    free(needle);
+    /* a script re-runs from its own folder */
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "cd %s && rm -f m_longbench_budget.png && gnuplot m_longbench_budget.gp", out);
+    CHECK(tc, system(cmd) == 0 && is_png(out, "m_longbench_budget.png"), "gnuplot NAME.gp in the folder");
 
     /* Without gnuplot: a clear error, and the tables are still there. */
     char out2[160];
@@ -161,6 +462,79 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, file_size(out2, "report.md") > 0 && file_size(out2, "m_longbench_budget.gp") > 0,
           "tables and scripts without gnuplot");
     CHECK(tc, file_size(out2, "m_longbench_budget.png") < 0, "no PNG without gnuplot");
+}
+
+/* Every row failed (RULER at a length shorter than its template): a report that says so, not a gnuplot error. */
+static void test_all_failed(TestCounts *tc) {
+    char db[128], out[128];
+    KvErr err = {{0}};
+    Store *s;
+    long long run;
+    snprintf(db, sizeof db, "%s/failed.db", dir);
+    snprintf(out, sizeof out, "%s/out_failed", dir);
+    open_db(db, &s, &run);
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "ruler:vt:%d", i);
+        StoreSample m = {"m", "cq=0", key, "ruler", "vt", "multi-hop tracing", "string_match_all", i, -1, 256, 0, 0,
+                         "[]", NULL, "m", "d"};
+        StoreResult r[] = {failed("full", "full", 1, "target 256 tokens is shorter than the template"),
+                           failed("snapkv", "20%", 0.2, "target 256 tokens is shorter than the template")};
+        write_sample(s, run, &m, r, 2);
+    }
+    store_close(s);
+    FILE *log = tmpfile();
+    ReportOptions opt = {db, out, NULL, log, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0, "all failed: %s", err.msg);
+    char logbuf[2000] = "";
+    if (log) {
+        rewind(log);
+        size_t n = fread(logbuf, 1, sizeof logbuf - 1, log);
+        logbuf[n] = 0;
+        fclose(log);
+    }
+    CHECK(tc, strstr(logbuf, "no scores: all 4 result rows") != NULL, "log says no scores: %s", logbuf);
+    char *md = read_in(out, "report.md");
+    CHECK(tc, md && strstr(md, "**No scores: all 4 result rows failed.**") &&
+                  strstr(md, "- failed: snapkv at 20%, 2 rows: target 256 tokens is shorter than the template") &&
+                  strstr(md, "- failed: full at full, 2 rows:") && strstr(md, "No scores in this section"),
+          "all-failed report");
+    free(md);
+}
+
+/* The cross-domain change of a model whose suites ran under different setups (the needle in the chat template):
+ * one figure and table per model, each suite counted once (in the first setup it ran with). */
+static void test_crossdomain_setups(TestCounts *tc) {
+    char db[128], out[128];
+    KvErr err = {{0}};
+    Store *s;
+    long long run;
+    snprintf(db, sizeof db, "%s/setups.db", dir);
+    snprintf(out, sizeof out, "%s/out_setups", dir);
+    open_db(db, &s, &run);
+    /* ruler (setup A): full 100, snapkv 50; needle (setup B): full 100, snapkv 100; ruler again under setup C
+     * (full 100, snapkv 0) must not count */
+    const char *setups[] = {"A", "B", "C"}, *suites[] = {"ruler", "niah", "ruler"};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 2; i++) {
+            char key[64];
+            snprintf(key, sizeof key, "%s:%d", suites[k], i);
+            StoreSample m = {"m", setups[k], key, suites[k], k == 1 ? "needle" : "vt", k == 1 ? "needle" : "tracing",
+                             "x", i, -1, 100, 100, 10, "[]", NULL, "m", "d"};
+            StoreResult r[] = {row("full", "mean", "full", 1, 1.0),
+                               row("snapkv", "mean", "20%", 0.2, k == 0 ? 0.5 : k == 1 ? 1.0 : 0.0)};
+            write_sample(s, run, &m, r, 2);
+        }
+    store_close(s);
+    ReportOptions opt = {db, out, NULL, NULL, 0};
+    CHECK(tc, report_write(&opt, &err) == 0, "setups: %s", err.msg);
+    char *md = read_in(out, "report.md");
+    /* one domain (synthetic retrieval) from ruler A (-50) and the needle B (0): (50 + 100) / (100 + 100) -> -25 */
+    CHECK(tc, md && strstr(md, "## m — cross-domain change at 20%\n\nSuites and setups: ruler: A; niah: B.") &&
+                  strstr(md, "| snapkv | -25.00%"), "cross-domain over setups");
+    free(md);
+    CHECK(tc, file_size(out, "m_fig2_crossdomain_20p.png") > 2000, "one figure 2 per model");
 }
 
 static void test_errors(TestCounts *tc) {
@@ -178,12 +552,75 @@ static void test_errors(TestCounts *tc) {
     CHECK(tc, report_write(&opt, &err) == -1 && strstr(err.msg, "none.db"), "missing: %s", err.msg);
 }
 
+static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
+
+static void test_cli(TestCounts *tc) {
+    static char out[8192];
+    const char *cmds[] = {"run", "report", "trace", "merge", "slurm", "info", "tokenize", "generate", "select", "data",
+                          "score"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *argv[] = {"kvbench", (char *)cmds[i], "--help", NULL};
+        int rc = test_run_command(run_cli, 3, argv, out, NULL, sizeof out);
+        char want[64];
+        snprintf(want, sizeof want, "usage: kvbench %s", cmds[i]);
+        CHECK(tc, rc == 0 && strstr(out, want), "%s --help: rc %d, %s", cmds[i], rc, out);
+    }
+    char *info[] = {"kvbench", "info", "-h", NULL};
+    CHECK(tc, test_run_command(run_cli, 3, info, out, NULL, sizeof out) == 0 && !strstr(out, "cannot"),
+          "info -h does not open a model: %s", out);
+    char *data[] = {"kvbench", "data", "list", "--help", NULL};
+    CHECK(tc, test_run_command(run_cli, 4, data, out, NULL, sizeof out) == 0 && strstr(out, "usage: kvbench data"),
+          "data list --help");
+
+    /* report CONFIG.json: the config's db, the report beside it */
+    char cfg[160], db[160], body[600];
+    snprintf(cfg, sizeof cfg, "%s/c.json", dir);
+    snprintf(db, sizeof db, "%s/r.db", dir);
+    snprintf(body, sizeof body, "{\"name\": \"c\", \"db\": \"%s\", \"models\": [{\"path\": \"synthetic:tiny\"}], "
+             "\"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"]}], \"policies\": [\"full\"], "
+             "\"budgets\": [\"20%%\"]}", db);
+    FILE *f = fopen(cfg, "w");
+    if (f) {
+        fputs(body, f);
+        fclose(f);
+    }
+    char *rep[] = {"kvbench", "report", cfg, NULL};
+    int rc = test_run_command(run_cli, 3, rep, out, NULL, sizeof out);
+    char beside[200];
+    snprintf(beside, sizeof beside, "%s/r_report", dir);
+    CHECK(tc, rc == 0 && file_size(beside, "report.md") > 0, "report CONFIG.json: rc %d: %s", rc, out);
+    char *both[] = {"kvbench", "report", cfg, "--db", db, NULL};
+    CHECK(tc, test_run_command(run_cli, 5, both, out, NULL, sizeof out) == 2, "config and --db");
+
+    /* no config, no --db, no results/kvbench.db: the only database in results/ (the demo's), or a clear error */
+    char cwd[512], cmd[600];
+    if (!getcwd(cwd, sizeof cwd) || chdir(dir)) return;
+    char *bare[] = {"kvbench", "report", NULL};
+    CHECK(tc, test_run_command(run_cli, 2, bare, out, NULL, sizeof out) == 1 && strstr(out, "no database"),
+          "no database: %s", out);
+    snprintf(cmd, sizeof cmd, "mkdir -p results && cp r.db results/cpu_demo.db");
+    CHECK(tc, system(cmd) == 0, "copy");
+    CHECK(tc, test_run_command(run_cli, 2, bare, out, NULL, sizeof out) == 0 &&
+                  strstr(out, "results/cpu_demo.db -> results/cpu_demo_report/") &&
+                  file_size("results/cpu_demo_report", "report.md") > 0,
+          "the demo's database by default: %s", out);
+    CHECK(tc, system("cp r.db results/other.db") == 0, "copy");
+    CHECK(tc, test_run_command(run_cli, 2, bare, out, NULL, sizeof out) == 1 && strstr(out, "2 databases"),
+          "two databases: %s", out);
+    if (chdir(cwd)) fprintf(stderr, "cannot return to %s\n", cwd);
+}
+
 int main(void) {
     TestCounts tc = {"test_report", 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_report_XXXXXX");
     if (!mkdtemp(dir)) return 1;
+    test_stats_hand(&tc);
+    test_stats_reference(&tc);
     test_report(&tc);
+    test_all_failed(&tc);
+    test_crossdomain_setups(&tc);
     test_errors(&tc);
+    test_cli(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (!getenv("KVBENCH_KEEP_TMP") && system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

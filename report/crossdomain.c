@@ -1,0 +1,252 @@
+/* crossdomain.c — the cross-domain change at one budget, per model (the style of the paper's Figure 2).
+ *
+ * The paper aggregates its quality loss over 7 domains (18 datasets) whose exact grouping it does not publish,
+ * so this is our grouping, not the paper's definition: LongBench's six task families as LongBench's own
+ * dataset table assigns them (single-doc QA, multi-doc QA, summarization, few-shot, synthetic, code; the domain
+ * each LongBench sample carries), plus one domain "synthetic retrieval (RULER, needle)" holding every RULER and
+ * needle task; a task of any other suite keeps its own domain, prefixed with the suite. Per domain, the change
+ * is 100 × (avg(method) / avg(full) − 1) with avg the unweighted mean of the domain's task averages over the
+ * tasks both scored; the figure's value is the unweighted mean of the per-domain changes. The budget is the
+ * fractional budget nearest 20%. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report_internal.h"
+
+#define RETRIEVAL_DOMAIN "synthetic retrieval (RULER, needle)"
+
+static void domain_of(const ReportSection *s, int t, char *out, size_t n) {
+    if (!strcmp(s->suite, "longbench")) snprintf(out, n, "%s", s->domains[s->task_domain[t]]);
+    else if (!strcmp(s->suite, "ruler") || !strcmp(s->suite, "niah")) snprintf(out, n, "%s", RETRIEVAL_DOMAIN);
+    else snprintf(out, n, "%s: %s", s->suite, s->domains[s->task_domain[t]]);
+}
+
+/* The sections one model's cross-domain figure covers, from its first section on: every suite of the model once,
+ * in the first setup it appears with (datasets may differ in setup, e.g. the needle in the chat template; a
+ * suite run again under another setup is not counted twice). */
+static int covers(const ReportData *d, int first, int i) {
+    const ReportSection *s = &d->sections[i];
+    if (strcmp(s->model, d->sections[first].model)) return 0;
+    for (int j = first; j < i; j++)
+        if (!strcmp(d->sections[j].model, s->model) && !strcmp(d->sections[j].suite, s->suite)) return 0;
+    return 1;
+}
+
+static int find_string(char list[][160], int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(list[i], name)) return i;
+    return -1;
+}
+
+void report_crossdomain_free(CrossDomain *x) {
+    free(x->change);
+    free(x->mean);
+    free(x->n_used);
+    free(x->domains);
+    free(x->methods);
+    free(x->domain_substitute);
+    memset(x, 0, sizeof *x);
+}
+
+int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err) {
+    memset(x, 0, sizeof *x);
+    const ReportSection *s0 = &d->sections[first_section];
+    x->model = s0->model;
+    for (int i = first_section; i < d->n_sections; i++) {
+        if (!covers(d, first_section, i)) continue;
+        size_t k = strlen(x->setup);
+        snprintf(x->setup + k, sizeof x->setup - k, "%s%s: %s", k ? "; " : "", d->sections[i].suite,
+                 d->sections[i].setup);
+    }
+    /* the budget nearest 20% over the model's sections */
+    double best = INFINITY;
+    for (int i = first_section; i < d->n_sections; i++) {
+        const ReportSection *s = &d->sections[i];
+        if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
+        for (int b = 0; b < s->n_budgets; b++) {
+            double k = s->budgets[b].keep_fraction;
+            if (k > 0 && (fabs(k - 0.2) < best - 1e-12)) {
+                best = fabs(k - 0.2);
+                snprintf(x->budget, sizeof x->budget, "%s", s->budgets[b].label);
+            }
+        }
+    }
+    if (isinf(best)) return 0;
+    /* the axes: domains and methods (by policy, aggregation, params) */
+    int cap = 0;
+    for (int i = first_section; i < d->n_sections; i++)
+        if (covers(d, first_section, i)) cap += d->sections[i].n_tasks + d->sections[i].n_methods;
+    x->domains = kv_calloc((size_t)cap + 1, sizeof *x->domains, err);
+    x->domain_substitute = kv_calloc((size_t)cap + 1, sizeof *x->domain_substitute, err);
+    x->methods = kv_calloc((size_t)cap + 1, sizeof *x->methods, err);
+    if (!x->domains || !x->domain_substitute || !x->methods) return -1;
+    char name[160];
+    for (int i = first_section; i < d->n_sections; i++) {
+        const ReportSection *s = &d->sections[i];
+        if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
+        for (int t = 0; t < s->n_tasks; t++) {
+            domain_of(s, t, name, sizeof name);
+            int k = find_string(x->domains, x->n_domains, name);
+            if (k < 0) snprintf(x->domains[k = x->n_domains++], sizeof x->domains[0], "%s", name);
+            x->domain_substitute[k] |= s->task_substitute[t];
+        }
+        for (int m = 0; m < s->n_methods; m++) {
+            int k;
+            for (k = 0; k < x->n_methods; k++)
+                if (!strcmp(x->methods[k].policy, s->methods[m].policy) &&
+                    !strcmp(x->methods[k].aggregation, s->methods[m].aggregation) &&
+                    !strcmp(x->methods[k].params, s->methods[m].params))
+                    break;
+            if (k == x->n_methods) x->methods[x->n_methods++] = s->methods[m];
+        }
+    }
+    /* the covered sections' samples side by side: task t of the model is group t, in domain task_domain[t] */
+    int n_samples = 0, n_tasks = 0;
+    for (int i = first_section; i < d->n_sections; i++)
+        if (covers(d, first_section, i) && report_has_scores(&d->sections[i], &d->sections[i].full))
+            n_samples += d->sections[i].n_samples, n_tasks += d->sections[i].n_tasks;
+    size_t MD = (size_t)x->n_methods * x->n_domains;
+    double *xs = kv_malloc(((size_t)n_samples + 1) * sizeof *xs, err), *ys = kv_malloc(((size_t)n_samples + 1) * sizeof *ys, err);
+    int *group = kv_malloc(((size_t)n_samples + 1) * sizeof *group, err);
+    int *task_domain = kv_malloc(((size_t)n_tasks + 1) * sizeof *task_domain, err);
+    int *one_domain = kv_malloc(((size_t)n_tasks + 1) * sizeof *one_domain, err);
+    x->change = kv_malloc((MD + 1) * sizeof *x->change, err);
+    x->mean = kv_malloc(((size_t)x->n_methods + 1) * sizeof *x->mean, err);
+    x->n_used = kv_calloc((size_t)x->n_methods + 1, sizeof *x->n_used, err);
+    int rc = -1;
+    if (!xs || !ys || !group || !task_domain || !one_domain || !x->change || !x->mean || !x->n_used) goto done;
+    for (int k = 0; k < x->n_methods; k++) {
+        int at = 0, t0 = 0;
+        for (int i = first_section; i < d->n_sections; i++) {
+            const ReportSection *s = &d->sections[i];
+            if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
+            int b, m;
+            for (b = 0; b < s->n_budgets && strcmp(s->budgets[b].label, x->budget); b++) {}
+            for (m = 0; m < s->n_methods; m++)
+                if (!strcmp(x->methods[k].policy, s->methods[m].policy) &&
+                    !strcmp(x->methods[k].aggregation, s->methods[m].aggregation) &&
+                    !strcmp(x->methods[k].params, s->methods[m].params))
+                    break;
+            const ReportCell *c = b < s->n_budgets && m < s->n_methods ? report_cell(s, m, b) : NULL;
+            for (int j = 0; j < s->n_samples; j++, at++) {
+                xs[at] = c && c->ran ? c->x[j] : NAN;
+                ys[at] = s->full.x[j];
+                group[at] = t0 + s->sample_task[j];
+            }
+            for (int t = 0; t < s->n_tasks; t++) {
+                domain_of(s, t, name, sizeof name);
+                task_domain[t0 + t] = find_string(x->domains, x->n_domains, name);
+            }
+            t0 += s->n_tasks;
+        }
+        if (stats_bootstrap_domains(STATS_DOMAIN_CHANGE, xs, ys, group, n_samples, n_tasks, task_domain,
+                                    x->n_domains, STATS_RESAMPLES, STATS_SEED, &x->mean[k], err))
+            goto done;
+        for (int j = 0; j < x->n_domains; j++) {
+            for (int t = 0; t < n_tasks; t++) one_domain[t] = task_domain[t] == j ? 0 : -1;
+            StatsInterval *ci = &x->change[(size_t)k * x->n_domains + j];
+            if (stats_bootstrap_domains(STATS_DOMAIN_CHANGE, xs, ys, group, n_samples, n_tasks, one_domain, 1,
+                                        STATS_RESAMPLES, STATS_SEED, ci, err))
+                goto done;
+            x->n_used[k] += !isnan(ci->value);
+        }
+    }
+    rc = 0;
+done:
+    free(xs), free(ys), free(group), free(task_domain), free(one_domain);
+    return rc;
+}
+
+int report_first_of_model(const ReportData *d, int i) {
+    for (int j = 0; j < i; j++)
+        if (!strcmp(d->sections[j].model, d->sections[i].model)) return 0;
+    return 1;
+}
+
+static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
+    char name[300], dat_path[1200], stem[200];
+    FILE *dat, *gp;
+    int any = 0;
+    for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k].value);
+    if (!any) return 0;
+    snprintf(stem, sizeof stem, "%s", x->model);
+    for (char *p = stem; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '.'))
+            *p = '_';
+    snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", stem, x->budget);
+    for (char *p = name; *p; p++)
+        if (*p == '%') *p = 'p';
+    if (report_figure_open_sized(c, name, 1000, 200 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
+        return -1;
+    /* blocks 0..M-1: "row mean lo hi" per method; block M: "row change" per (method, domain) */
+    fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method); block M: row "
+          "per-domain change_pct\n", dat);
+    double lo = 0, hi = 0;
+    for (int k = 0; k < x->n_methods; k++) {
+        fprintf(dat, "# %s\n%d", x->methods[k].label, k);
+        report_put_value(dat, x->mean[k].value);
+        report_put_value(dat, x->mean[k].lo);
+        report_put_value(dat, x->mean[k].hi);
+        fputs("\n\n\n", dat);
+        if (!isnan(x->mean[k].lo)) lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
+    }
+    for (int k = 0; k < x->n_methods; k++)
+        for (int j = 0; j < x->n_domains; j++) {
+            double v = x->change[(size_t)k * x->n_domains + j].value;
+            if (isnan(v)) continue;
+            fprintf(dat, "%d", k);
+            report_put_value(dat, v);
+            fputc('\n', dat);
+            lo = fmin(lo, v), hi = fmax(hi, v);
+        }
+    fputs("\n\n", dat);
+    int sub = 0;
+    for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
+    fprintf(gp, "set title \"%s: relative change vs the full cache at %s, mean over %d domains\\n(bars with 95%% "
+                "paired bootstrap intervals) and per domain (dots)\\nDomains: LongBench's task families + one synthetic-retrieval domain (RULER, needle)%s\\n"
+                "our grouping, not the paper's 7-domain definition\"\n", x->model, x->budget, x->n_domains,
+            sub ? "; includes a substituted task" : "");
+    double pad = (hi - lo) * 0.08 + 1;
+    fprintf(gp, "set xlabel 'change = 100 × (avg / avg(full) − 1), %%'\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\n"
+                "set grid x\nset key outside right top\nset ytics (",
+            lo - pad, hi + pad, x->n_methods - 1);
+    for (int k = 0; k < x->n_methods; k++) {
+        fputs(k ? ", " : "", gp);
+        report_put_tic(gp, x->methods[k].label);
+        fprintf(gp, " %d", k);
+    }
+    fputs(") scale 0\nset arrow from 0, graph 0 to 0, graph 1 nohead lc rgb 'black' lw 1.5\nplot ", gp);
+    for (int k = 0; k < x->n_methods; k++) {
+        const ReportMethod *m = &x->methods[k];
+        fprintf(gp, "%s'%s' index %d using ($2 / 2):1:(abs($2) / 2):(0.35) with boxxyerror lc rgb '%s' ", k ? ", \\\n  " : "",
+                dat_path, k, report_policy_colour(m->policy));
+        report_put_fill(gp, m->aggregation);
+        fputs(" notitle", gp);
+        fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", k);
+        fprintf(gp, ", \\\n  '' index %d using (($4 == $4 ? $4 : $2) > 0 ? ($4 == $4 ? $4 : $2) : 0):1:(sprintf('%%+.1f', $2)) with labels left "
+                    "offset char 0.6,0 font ',9' "
+                    "notitle", k);
+        fprintf(gp, ", \\\n  '' index %d using ($2 == 0 ? 0 : NaN):1 with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle", k,
+                report_policy_colour(m->policy));
+    }
+    fprintf(gp, ", \\\n  '' index %d using 2:1 with points pt 7 ps 0.6 lc rgb 'gray30' title 'one domain'\n",
+            x->n_methods);
+    return report_figure_close(c, name, dat, gp);
+}
+
+int report_crossdomain_figures(FigureCtx *c, const ReportData *d) {
+    for (int i = 0; i < d->n_sections; i++) {
+        if (!report_first_of_model(d, i)) continue;
+        CrossDomain x;
+        if (report_crossdomain(d, i, &x, c->err)) {
+            report_crossdomain_free(&x);
+            return -1;
+        }
+        int rc = x.n_methods ? plot_crossdomain(c, &x) : 0;
+        report_crossdomain_free(&x);
+        if (rc) return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+/* stats.c — stratified (paired) percentile bootstrap; the method is described in stats.h. */
+#include "stats.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+uint64_t stats_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double stats_quantile_sorted(const double *sorted, int n, double q) {
+    if (n <= 0) return NAN;
+    double pos = q * (n - 1);
+    int i = (int)floor(pos);
+    if (i >= n - 1) return sorted[n - 1];
+    if (i < 0) return sorted[0];
+    double t = pos - i, a = sorted[i], b = sorted[i + 1], d = b - a;
+    /* numpy's lerp: from the nearer end, so the result stays within [a, b] */
+    return t >= 0.5 ? b - d * (1 - t) : a + d * t;
+}
+
+int stats_excludes(const StatsInterval *ci, double v) {
+    return !isnan(ci->lo) && !isnan(ci->hi) && (ci->lo > v || ci->hi < v);
+}
+
+typedef struct {
+    StatsKind kind;
+    int n_groups, n_domains;
+    const int *offset;        /* [G + 1]: members of group g at offset[g] .. offset[g + 1] */
+    const int *group_domain;  /* [G] for STATS_DOMAIN_CHANGE */
+    double *dx, *dy;          /* [D] scratch */
+    int *dn;                  /* [D] scratch */
+} Combine;
+
+/* The statistic from the group means gx[g], gy[g] of the groups that have members. */
+static double combine(const Combine *c, const double *gx, const double *gy) {
+    if (c->kind == STATS_DOMAIN_CHANGE) {
+        for (int k = 0; k < c->n_domains; k++) c->dx[k] = c->dy[k] = 0, c->dn[k] = 0;
+        for (int g = 0; g < c->n_groups; g++) {
+            int k = c->group_domain[g];
+            if (c->offset[g + 1] == c->offset[g] || k < 0 || k >= c->n_domains) continue;
+            c->dx[k] += gx[g], c->dy[k] += gy[g], c->dn[k]++;
+        }
+        double sum = 0;
+        int n = 0;
+        for (int k = 0; k < c->n_domains; k++) {
+            if (!c->dn[k]) continue;
+            if (c->dy[k] == 0) return NAN;
+            sum += 100.0 * (c->dx[k] / c->dy[k] - 1.0);
+            n++;
+        }
+        return n ? sum / n : NAN;
+    }
+    double sx = 0, sy = 0;
+    int n = 0;
+    for (int g = 0; g < c->n_groups; g++) {
+        if (c->offset[g + 1] == c->offset[g]) continue;
+        sx += gx[g], sy += gy[g], n++;
+    }
+    double mx = sx / n, my = sy / n;
+    switch (c->kind) {
+    case STATS_DIFF: return mx - my;
+    case STATS_RATIO: return my != 0 ? 100.0 * mx / my : NAN;
+    default: return mx;
+    }
+}
+
+int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                            const int *group_domain, int n_domains, int resamples, uint64_t seed,
+                            StatsInterval *out, KvErr *err) {
+    int paired = kind != STATS_MEAN;
+    *out = (StatsInterval){0, 0, NAN, NAN, NAN};
+    int G = n_groups, D = n_domains > 0 ? n_domains : 0;
+    int *offset = kv_calloc((size_t)G + 2, sizeof *offset, err);
+    int *fill = kv_calloc((size_t)G + 1, sizeof *fill, err);
+    int *member = kv_malloc(((size_t)n + 1) * sizeof *member, err);
+    double *stat = kv_malloc(((size_t)resamples + 1) * sizeof *stat, err);
+    double *gx = kv_malloc(((size_t)G + 1) * sizeof *gx, err), *gy = kv_malloc(((size_t)G + 1) * sizeof *gy, err);
+    double *dx = kv_malloc(((size_t)D + 1) * sizeof *dx, err), *dy = kv_malloc(((size_t)D + 1) * sizeof *dy, err);
+    int *dn = kv_malloc(((size_t)D + 1) * sizeof *dn, err);
+    int rc = -1;
+    if (!offset || !fill || !member || !stat || !gx || !gy || !dx || !dy || !dn) goto done;
+    rc = 0;
+    /* members of each group, in index order */
+#define VALID(i) (group[i] >= 0 && group[i] < G && !isnan(x[i]) && !(paired && isnan(y[i])))
+    for (int i = 0; i < n; i++)
+        if (VALID(i)) offset[group[i] + 1]++;
+    for (int g = 0; g < G; g++) offset[g + 1] += offset[g];
+    for (int i = 0; i < n; i++)
+        if (VALID(i)) member[offset[group[i]] + fill[group[i]]++] = i;
+#undef VALID
+    out->n = offset[G];
+    for (int g = 0; g < G; g++) out->n_groups += offset[g + 1] > offset[g];
+    if (out->n == 0) goto done;
+    Combine c = {kind, G, D, offset, group_domain, dx, dy, dn};
+
+    for (int g = 0; g < G; g++) {
+        int ng = offset[g + 1] - offset[g];
+        double sx = 0, sy = 0;
+        for (int k = offset[g]; k < offset[g + 1]; k++) {
+            sx += x[member[k]];
+            if (paired) sy += y[member[k]];
+        }
+        gx[g] = ng ? sx / ng : 0;
+        gy[g] = ng ? sy / ng : 0;
+    }
+    out->value = combine(&c, gx, gy);
+
+    uint64_t state = seed;
+    int any_nan = 0;
+    for (int r = 0; r < resamples; r++) {
+        for (int g = 0; g < G; g++) {
+            int ng = offset[g + 1] - offset[g];
+            double sx = 0, sy = 0;
+            for (int k = 0; k < ng; k++) {
+                int j = member[offset[g] + (int)(stats_splitmix64(&state) % (uint64_t)ng)];
+                sx += x[j];
+                if (paired) sy += y[j];
+            }
+            gx[g] = ng ? sx / ng : 0;
+            gy[g] = ng ? sy / ng : 0;
+        }
+        stat[r] = combine(&c, gx, gy);
+        any_nan |= isnan(stat[r]);
+    }
+    if (!any_nan) {
+        qsort(stat, (size_t)resamples, sizeof *stat, cmp_double);
+        out->lo = stats_quantile_sorted(stat, resamples, 0.025);
+        out->hi = stats_quantile_sorted(stat, resamples, 0.975);
+    }
+done:
+    free(offset);
+    free(fill);
+    free(member);
+    free(stat);
+    free(gx);
+    free(gy);
+    free(dx);
+    free(dy);
+    free(dn);
+    return rc;
+}
+
+int stats_bootstrap(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                    int resamples, uint64_t seed, StatsInterval *out, KvErr *err) {
+    return stats_bootstrap_domains(kind, x, y, group, n, n_groups, NULL, 0, resamples, seed, out, err);
+}

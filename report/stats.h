@@ -1,0 +1,62 @@
+/* stats.h — the report's statistics: percentile-bootstrap 95% intervals, deterministic.
+ *
+ * Values are per-sample scores, each in a group (a task). The statistic is the unweighted mean over the groups
+ * that hold at least one value of the group's mean — a task average when there is one group, the suite or domain
+ * average (the mean of task averages, as the tables report it) when there are several. Resampling is stratified:
+ * every resample draws, group by group in index order, as many members as the group holds, with replacement.
+ * A paired comparison draws the same indices for both sides (the samples are the same across policies), so
+ * sample-level noise cancels; only samples present on both sides take part (a NaN on either side drops the
+ * pair).
+ *
+ * The random stream is splitmix64 (Steele, Lea & Flood 2014) from a fixed seed, restarted for every interval,
+ * so each interval depends only on its data; a draw from a group of n members is member[next() % n]. The
+ * percentile interval is the 2.5% and 97.5% quantile of the resampled statistics with linear interpolation
+ * between order statistics (numpy's default "linear" method). tests/reference/gen_bootstrap_cases.py
+ * implements the same stream and draws in Python and computes the statistic with numpy. */
+#ifndef KVBENCH_REPORT_STATS_H
+#define KVBENCH_REPORT_STATS_H
+
+#include <stdint.h>
+
+#include "../engine/err.h"
+
+#define STATS_RESAMPLES 2000
+#define STATS_SEED 0x6b7662656e636801ULL /* "kvbench" and 1 */
+
+/* splitmix64: the state advances by the golden-ratio constant; the output is the state mixed. */
+uint64_t stats_splitmix64(uint64_t *state);
+
+typedef enum {
+    STATS_MEAN,  /* mean(x) */
+    STATS_DIFF,  /* mean(x) - mean(y), paired */
+    STATS_RATIO, /* 100 * mean(x) / mean(y), paired (NaN where mean(y) is 0) */
+    STATS_DOMAIN_CHANGE, /* paired, groups in domains: the unweighted mean over domains of
+                          * 100 * (mean(x) / mean(y) - 1), each mean over the domain's groups (stats_bootstrap_domains);
+                          * NaN where a domain's mean(y) is 0 */
+} StatsKind;
+
+typedef struct {
+    int n;                 /* values (pairs) that took part */
+    int n_groups;          /* groups with at least one of them */
+    double value;          /* the statistic on the data */
+    double lo, hi;         /* 95% percentile-bootstrap interval; NaN when n is 0 */
+} StatsInterval;
+
+/* The statistic and its interval. x[n] (and y[n] unless kind is STATS_MEAN) with group[n] in [0, n_groups), or
+ * negative to leave the value out. resamples >= 1. Fails only on allocation. */
+int stats_bootstrap(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                    int resamples, uint64_t seed, StatsInterval *out, KvErr *err);
+
+/* The same with the groups in domains: group_domain[g] in [0, n_domains) (negative: group left out), for
+ * STATS_DOMAIN_CHANGE (the cross-domain change); the draws are the same as stats_bootstrap's. */
+int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, const int *group, int n, int n_groups,
+                            const int *group_domain, int n_domains, int resamples, uint64_t seed,
+                            StatsInterval *out, KvErr *err);
+
+/* Whether the interval excludes v (0 for a difference, 100 for a ratio): a difference the data support. */
+int stats_excludes(const StatsInterval *ci, double v);
+
+/* The q-quantile (0..1) of sorted[n] by linear interpolation between order statistics, as numpy.quantile. */
+double stats_quantile_sorted(const double *sorted, int n, double q);
+
+#endif
