@@ -23,10 +23,10 @@ struct Store {
     "host, shard, started, finished"
 #define SAMPLE_COLUMNS                                                                                          \
     "model, setup, sample_key, suite, task, domain, metric, idx, depth_percent, target_tokens, context_tokens, " \
-    "question_tokens, answers, note"
+    "question_tokens, answers, note, over_length"
 #define RESULT_COLUMNS                                                                                          \
     "policy, aggregation, params, budget, keep_fraction, budget_tokens, kept_tokens, prediction, score, "       \
-    "generated_tokens, prefill_ms, select_ms, decode_ms, error"
+    "generated_tokens, prefill_ms, select_ms, decode_ms, error, kept_fraction"
 #define TRACE_COLUMNS "policy, aggregation, params, budget, window, step, mean_r, min_r"
 
 static const char *SCHEMA =
@@ -42,12 +42,12 @@ static const char *SCHEMA =
     "  model TEXT NOT NULL, setup TEXT NOT NULL, sample_key TEXT NOT NULL,\n"
     "  suite TEXT NOT NULL, task TEXT NOT NULL, domain TEXT, metric TEXT, idx INTEGER NOT NULL,\n"
     "  depth_percent REAL, target_tokens INTEGER, context_tokens INTEGER, question_tokens INTEGER,\n"
-    "  answers TEXT, note TEXT, UNIQUE(model, setup, sample_key)) STRICT;\n"
+    "  answers TEXT, note TEXT, over_length INTEGER, UNIQUE(model, setup, sample_key)) STRICT;\n"
     "CREATE TABLE results(\n"
     "  id INTEGER PRIMARY KEY, sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
     "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
     "  keep_fraction REAL, budget_tokens INTEGER, kept_tokens REAL, prediction TEXT, score REAL,\n"
-    "  generated_tokens INTEGER, prefill_ms REAL, select_ms REAL, decode_ms REAL, error TEXT,\n"
+    "  generated_tokens INTEGER, prefill_ms REAL, select_ms REAL, decode_ms REAL, error TEXT, kept_fraction REAL,\n"
     "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n"
     /* kvbench trace: retained importance per decode step (README "Fragility"); the run that traced it. */
     "CREATE TABLE traces(\n"
@@ -260,7 +260,7 @@ int store_traced(Store *s, const char *model, const char *setup, const char *sam
 static int insert_sample(Store *s, long long run_id, const StoreSample *m, long long *sample_id, KvErr *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO samples(run_id, " SAMPLE_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a sample");
     sqlite3_bind_int64(st, 1, run_id);
@@ -274,6 +274,7 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
     sqlite3_bind_int(st, 13, m->question_tokens);
     bind_text(st, 14, m->answers_json);
     bind_text(st, 15, m->note);
+    sqlite3_bind_int(st, 16, m->over_length != 0);
     if (step_done(s, st, "writing a sample", err)) return -1;
     if (sqlite3_prepare_v2(s->db, "SELECT id FROM samples WHERE model = ? AND setup = ? AND sample_key = ?", -1, &st,
                            NULL) != SQLITE_OK)
@@ -288,7 +289,7 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
 static int insert_result(Store *s, long long sample_id, const StoreResult *r, KvErr *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO results(sample_id, " RESULT_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a result");
     sqlite3_bind_int64(st, 1, sample_id);
@@ -307,6 +308,8 @@ static int insert_result(Store *s, long long sample_id, const StoreResult *r, Kv
     sqlite3_bind_double(st, 13, r->select_ms);
     sqlite3_bind_double(st, 14, r->decode_ms);
     bind_text(st, 15, r->error);
+    if (r->error || r->kept_fraction <= 0) sqlite3_bind_null(st, 16);
+    else sqlite3_bind_double(st, 16, r->kept_fraction);
     return step_done(s, st, "writing a result", err);
 }
 

@@ -53,6 +53,7 @@ typedef struct {
     int context_tokens, question_tokens;
     const char *answers_json;   /* JSON array of the reference answers */
     const char *note;           /* may be NULL */
+    int over_length;            /* context + question + max new tokens exceed the model's trained context length */
 } StoreSample;
 
 typedef struct {
@@ -65,6 +66,8 @@ typedef struct {
     int generated_tokens;
     double prefill_ms, select_ms, decode_ms;
     const char *error;          /* NULL unless the variant failed */
+    double kept_fraction;       /* entries kept / (layers x kv-heads x context tokens): the effective budget
+                                 * (NULL in the database when failed or unknown, i.e. <= 0 here) */
 } StoreResult;
 
 /* Writes a sample and its results in one transaction; rows already present are left as they are.
