@@ -135,7 +135,8 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         for (k = 0; k < p->n_slots; k++) {
             const PolicyConfig *o = &p->slots[k].cfg;
             if (!strcmp(o->name, pc->name) && o->aggregation == pc->aggregation && o->window == pc->window &&
-                o->pool_kernel == pc->pool_kernel && o->intended_window_bias == pc->intended_window_bias)
+                o->pool_kernel == pc->pool_kernel && o->intended_window_bias == pc->intended_window_bias &&
+                o->duo_pattern == pc->duo_pattern)
                 break;
         }
         p->slot_of[i] = k;
