@@ -603,6 +603,10 @@ static int sweep_model(Sweep *sw, KvErr *err) {
         fprintf(sw->opt->log, "%s: duoattention N/A (\"duo_attention_patterns\": \"none\"); its cells are skipped\n",
                 sw->rm->name);
     if (!rc) rc = load_model(sw, err);
+    if (!rc && duo == 1 && (sw->duo.n_layers != sw->model->cfg.n_layers || sw->duo.n_kv_heads != sw->model->cfg.n_kv_heads))
+        rc = kv_fail(err, "%s: model '%s': the DuoAttention pattern %s has %d layers x %d kv-heads, the model %d x %d",
+                     sw->cfg->file, sw->rm->name, sw->duo.source, sw->duo.n_layers, sw->duo.n_kv_heads,
+                     sw->model->cfg.n_layers, sw->model->cfg.n_kv_heads);
     if (!rc) rc = check_chat(sw, err);
     if (!rc) rc = plan_build(sw, &plan, err);
     if (!rc) {
