@@ -53,7 +53,7 @@ static void fill_db(const char *path) {
         for (int i = 0; i < 2; i++) {
             const TaskCase *c = &CASES[t];
             snprintf(key, sizeof key, "longbench:%s:%d", c->task, i);
-            StoreSample m = {"m", "cq=0", key, "longbench", c->task, c->domain, "qa_f1", i, -1, 0, 100, 10, "[]", NULL};
+            StoreSample m = {"m", "cq=0", key, "longbench", c->task, c->domain, "qa_f1", i, -1, 0, 100, 10, "[]", NULL, 0};
             StoreResult r[] = {row("full", "mean", "full", 1, c->full), row("snapkv", "mean", "20%", 0.2, c->snap20),
                                row("snapkv", "mean", "40%", 0.4, c->snap40),
                                row("defensivekv", "mean", "20%", 0.2, c->def_mean20),
@@ -67,7 +67,7 @@ static void fill_db(const char *path) {
         for (int d = 0; d < 3; d++) {
             snprintf(key, sizeof key, "niah:needle:%d:%g", lengths[l], depths[d]);
             StoreSample m = {"m", "cq=0", key, "niah", "needle", "needle", "needle", l * 3 + d, depths[d], lengths[l],
-                             lengths[l], 10, "[]", NULL};
+                             lengths[l], 10, "[]", NULL, 0};
             StoreResult r[] = {row("full", "mean", "full", 1, 1.0),
                                row("snapkv", "mean", "20%", 0.2, d == 1 && l == 1 ? 0.0 : 1.0)};
             if (store_write_sample(s, run, &m, r, 2, &err)) exit(1);
