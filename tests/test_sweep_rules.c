@@ -6,7 +6,8 @@
  *   - duoattention with a hand-made 2 x 2 pattern stores its effective kept fraction, 0.5 + 6/L at 40% (derived
  *     below), beside the nominal budget; `full` stores 1;
  *   - "duo_attention_patterns": "none" records the model's duoattention cells as N/A (skipped, logged);
- *   - a model with no pattern, given or shipped, stops the run before any sample, naming what is missing.
+ *   - a model with no pattern, given or shipped, stops the run before any sample, naming what is missing;
+ *   - `kvbench select` with duoattention and a pattern folder (SmolLM2's shape), or without one.
  * Each run is a forked child (tests/sweep_harness.h). */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -174,12 +175,44 @@ static void test_runs(TestCounts *tc) {
     CHECK(tc, query_int(path_in("e.db"), "SELECT count(*) FROM samples") <= 0, "nothing written");
 }
 
+/* `kvbench select --policy duo_attention --duo-patterns DIR` on SmolLM2 (30 layers x 3 kv-heads): scores rising
+ * with the flat index make heads 0..71 (layers 0-23) the 72 = round(90 * 0.8) streaming heads at 20%; each keeps
+ * sink 4 + recent 8 = 12 of the L context tokens, the 18 others all L. Without a pattern: one clear error. */
+static void test_select(TestCounts *tc) {
+    mkdir(path_in("smol_pattern"), 0755);
+    FILE *f = fopen(path_in("smol_pattern/full_attention_heads.tsv"), "w");
+    for (int l = 0; f && l < 30; l++) fprintf(f, "%g\t%g\t%g\n", (l * 3) / 90.0, (l * 3 + 1) / 90.0, (l * 3 + 2) / 90.0);
+    if (f) fclose(f);
+    f = fopen(path_in("smol_pattern/config.json"), "w");
+    if (f) fputs("{\"sink_size\": 4, \"recent_size\": 8}", f), fclose(f);
+    f = fopen(path_in("text.txt"), "w");
+    if (f) fputs("The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat by the door. ", f),
+        fputs("Meanwhile the dog dreams of chasing the fox across the wide green fields of the quiet farm.", f), fclose(f);
+    char out[16384];
+    const char *argv[] = {"--model", "models/SmolLM2-135M-Instruct.Q4_1.gguf", "--file", path_in("text.txt"),
+                          "--policy", "duo_attention", "--budget", "20%", "--duo-patterns", path_in("smol_pattern")};
+    int rc = test_run_command(cmd_select, 10, (char **)argv, out, NULL, sizeof out);
+    int kept = 0, total = 0;
+    const char *t = strstr(out, "total kept ");
+    CHECK(tc, rc == 0 && t && sscanf(t, "total kept %d of %d", &kept, &total) == 2, "select: %s", out);
+    int L = total / 90;
+    CHECK(tc, total == 90 * L && L > 12 && kept == 18 * L + 72 * 12, "kept %d of %d (L %d)", kept, total, L);
+    CHECK(tc, strstr(out, "\n    0  12 12 12\n") && strstr(out, "\n   23  12 12 12\n"), "streaming layers:\n%s", out);
+    const char *argv2[] = {"--model", "models/SmolLM2-135M-Instruct.Q4_1.gguf", "--file", path_in("text.txt"),
+                           "--policy", "duoattention", "--budget", "20%"};
+    rc = test_run_command(cmd_select, 8, (char **)argv2, out, NULL, sizeof out);
+    CHECK(tc, rc == 1 && strstr(out, "kvbench select: no DuoAttention head pattern is shipped for "
+                                     "models/SmolLM2-135M-Instruct.Q4_1.gguf (give --duo-patterns DIR)"),
+          "no pattern: %s", out);
+}
+
 int main(void) {
     TestCounts tc = {"test_sweep_rules", 0, 0};
     test_parse(&tc);
     snprintf(dir, sizeof dir, "/tmp/kvbench_rules_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_runs(&tc);
+    test_select(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (getenv("KVBENCH_KEEP_TMP")) fprintf(stderr, "kept %s\n", dir);
