@@ -135,15 +135,15 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         for (k = 0; k < p->n_slots; k++) {
             const PolicyConfig *o = &p->slots[k].cfg;
             if (!strcmp(o->name, pc->name) && o->aggregation == pc->aggregation && o->window == pc->window &&
-                o->pool_kernel == pc->pool_kernel && o->intended_window_bias == pc->intended_window_bias &&
-                o->duo_pattern == pc->duo_pattern)
+                o->pool_kernel == pc->pool_kernel && o->intended_window_bias == pc->intended_window_bias)
                 break;
         }
         p->slot_of[i] = k;
         if (k < p->n_slots) continue;
         PolicySlot *s = &p->slots[p->n_slots++];
         s->cfg = *pc;
-        if (policy_begin(&s->state, pc, N, K, ctx->n, &s->err)) s->failed = 1;
+        if (policy_needs_duo_pattern(pc) && !pc->duo_pattern) s->cfg.duo_pattern = env->duo_pattern;
+        if (policy_begin(&s->state, &s->cfg, N, K, ctx->n, &s->err)) s->failed = 1;
         if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);

@@ -19,6 +19,7 @@ typedef struct {
     Tokenizer *tok;
     Backend *be;
     int compress_question;  /* context and question compressed together (policies.md §1.1) */
+    const DuoPattern *duo_pattern; /* the model's DuoAttention head pattern, handed to duoattention; may be NULL */
 } PrepareEnv;
 
 /* The chat split of a sample tokenized: the context (prefilled, compressed) and the question (fed after). */

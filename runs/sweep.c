@@ -208,11 +208,10 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
                        int *n_ctx_out, int *n_q_out, int *over_length) {
     const Model *m = sw->model;
     const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question};
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, sw->duo.score ? &sw->duo : NULL};
     TokenIds ctx = {0}, q = {0}, stops = {0};
     Prefill pf;
     const PolicyConfig **policies = NULL;
-    PolicyConfig *configs = NULL; /* the variants' configs, with this model's DuoAttention pattern */
     KvCache **caches = NULL;
     TokenIds *outs = NULL;
     int *batch_of = NULL, has_prefill = 0, has_full = 0;
@@ -237,13 +236,9 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     }
 
     /* One observed prefill; the full variant decodes on its cache, so that gets room for question and answer. */
-    if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err)) ||
-        !(configs = kv_calloc((size_t)n, sizeof *configs, &err)))
-        goto failed;
+    if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err))) goto failed;
     for (int i = 0; i < n; i++) {
-        configs[i] = runs[i].v->policy;
-        if (policy_needs_duo_pattern(&configs[i])) configs[i].duo_pattern = &sw->duo;
-        policies[i] = &configs[i];
+        policies[i] = &runs[i].v->policy;
         has_full |= !strcmp(policies[i]->name, "full");
     }
     if (prefill_run(&pf, &env, &ctx, policies, n, has_full ? q.n + max_new : 0, &err)) goto failed;
@@ -318,7 +313,6 @@ cleanup:
     if (has_prefill) prefill_free(&pf);
     for (int i = 0; outs && i < n; i++) ids_free(&outs[i]);
     free(policies);
-    free(configs);
     free(caches);
     free(outs);
     free(batch_of);
@@ -366,7 +360,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question};
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, sw->duo.score ? &sw->duo : NULL};
     Sample s;
     char key[600];
     KvErr serr = {{0}};

@@ -7,6 +7,7 @@
  *     below), beside the nominal budget; `full` stores 1;
  *   - "duo_attention_patterns": "none" records the model's duoattention cells as N/A (skipped, logged);
  *   - a model with no pattern, given or shipped, stops the run before any sample, naming what is missing;
+ *   - `kvbench trace` traces duoattention with the model's pattern;
  *   - `kvbench select` with duoattention and a pattern folder (SmolLM2's shape), or without one.
  * Each run is a forked child (tests/sweep_harness.h). */
 #include <cjson/cJSON.h>
@@ -158,6 +159,14 @@ static void test_runs(TestCounts *tc) {
                   query_int(db_na, "SELECT count(*) FROM results WHERE policy = 'duoattention'") == 0,
           "N/A rows");
     CHECK(tc, run(cmd_run, "c2", c) == 0 && log_contains("c2", "nothing to do"), "N/A resume");
+
+    /* kvbench trace hands the pattern to duoattention too: 2 steps of retained importance per sample */
+    char *t[] = {write_config("t.json", "\"trace\": {\"steps\": 2},", key), "--db", path_in("t.db"), "--limit", "1",
+                 NULL};
+    CHECK(tc, run(cmd_trace, "t", t) == 0, "trace run failed");
+    CHECK(tc, query_int(path_in("t.db"), "SELECT count(*) FROM traces WHERE policy = 'duoattention'") == 2,
+          "duoattention trace rows: %lld",
+          query_int(path_in("t.db"), "SELECT count(*) FROM traces WHERE policy = 'duoattention'"));
 
     /* no pattern given and none shipped: refused before any sample, naming what is missing */
     char *d[] = {write_config("d.json", "", ""), "--db", path_in("d.db"), NULL};

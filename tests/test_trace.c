@@ -182,7 +182,7 @@ static void test_window_narrowing(TestCounts *tc) {
         model_free(m);
         return;
     }
-    PrepareEnv env = {m, NULL, be, 0};
+    PrepareEnv env = {m, NULL, be, 0, NULL};
     TokenIds ctx = {0};
     for (int i = 0; i < 120; i++) ids_push(&ctx, (i * 7919 + 13) % 5000, &err);
     PolicyConfig w1, w16, full;
