@@ -547,9 +547,6 @@ static int begin_run(Sweep *sw, KvErr *err) {
     return store_begin_run(sw->store, &r, &sw->run_id, err);
 }
 
-/* The DuoAttention pattern folder of a model: 1 (dir set) when the config runs duoattention and the model has
- * one; 0 when no duoattention variant runs or the model's "duo_attention_patterns" is "none" (N/A); -1, naming
- * what is missing, when the config runs duoattention and no pattern is given or shipped for the model. */
 static int runs_duo(const RunConfig *cfg) {
     for (int v = 0; v < cfg->n_variants; v++)
         if (policy_needs_duo_pattern(&cfg->variants[v].policy)) return 1;
@@ -560,6 +557,9 @@ static int duo_na(const RunConfig *cfg, const RunModel *m) {
     return runs_duo(cfg) && m->duo_patterns && !strcmp(m->duo_patterns, "none");
 }
 
+/* The DuoAttention pattern folder of a model: 1 (dir set) when the config runs duoattention and the model has
+ * one; 0 when no duoattention variant runs or the model's "duo_attention_patterns" is "none" (N/A); -1, naming
+ * what is missing, when the config runs duoattention and no pattern is given or shipped for the model. */
 static int duo_pattern_dir(const RunConfig *cfg, const RunModel *m, char *dir, size_t n, KvErr *err) {
     if (!runs_duo(cfg) || duo_na(cfg, m)) return 0;
     if (m->duo_patterns) {
@@ -683,9 +683,10 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
                                       cfg->max_new_tokens);
         if (chat != RUN_CHAT_SUITE)
             k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",chat=%d", chat == RUN_CHAT_ON);
-        /* the non-default generation and length rules change predictions; the defaults add nothing */
+        /* the non-default generation and length rules change predictions; the defaults add nothing (a trace
+         * decodes without stop tokens and always refuses an over-long sample) */
         if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
-        if (cfg->over_length_error) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
+        if (!opt->trace && cfg->over_length_error) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
     }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];
