@@ -27,6 +27,8 @@ static int parse_row(char *line, const char *path, int line_no, double *row, int
     *n = 0;
     for (char *field = line;; field++) {
         char *end;
+        if (*field == '\t' || !*field) /* strtod would skip the tab and read the next column's number */
+            return kv_fail(err, "%s: line %d, column %d: empty", path, line_no, *n + 1);
         errno = 0;
         double v = strtod(field, &end);
         if (end == field || errno || !isfinite(v))

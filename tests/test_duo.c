@@ -231,6 +231,8 @@ static void test_bad_patterns(TestCounts *tc) {
         {"ragged", "0.5\t0.5\n0.1\n", "{\"sink_size\":1,\"recent_size\":1}", "line 2 has 1 scores, the first row has 2"},
         {"nan", "0.5\tnan\n", "{\"sink_size\":1,\"recent_size\":1}", "column 2: not a finite number"},
         {"comma", "0.5,0.5\n", "{\"sink_size\":1,\"recent_size\":1}", "tab-separated"},
+        {"empty_column", "0.5\t\t0.3\n", "{\"sink_size\":1,\"recent_size\":1}", "line 1, column 2: empty"},
+        {"trailing_tab", "0.5\t\n", "{\"sink_size\":1,\"recent_size\":1}", "line 1, column 2: empty"},
         {"empty", "\n\n", "{\"sink_size\":1,\"recent_size\":1}", "no scores"},
         {"no_tsv", NULL, "{\"sink_size\":1,\"recent_size\":1}", "full_attention_heads.tsv"},
         {"no_config", "0.5\n", NULL, "config.json"},
