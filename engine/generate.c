@@ -2,7 +2,8 @@
  *
  * The prompt is fed to every sequence in one forward; its last logits give each sequence's first token.
  * Then single-token steps run on the sequences still going, compacted into one batch so a finished
- * sequence costs nothing. A trace hook sees the caller's sequence numbers, not the batch slots. */
+ * sequence costs nothing. Under the reference stop rule (generate.h) a first token in the stop set, e.g. an
+ * end-of-turn, is fed back like any other token, as kvpress's loop does. A trace hook sees the caller's sequence numbers, not the batch slots. */
 #include "generate.h"
 
 #include <stdlib.h>
@@ -71,10 +72,11 @@ int generate_greedy(Backend *be, KvCache *const *caches, int n_seqs, const int *
         int next = 0;
         for (int i = 0; i < active; i++) {
             int b = slot_seq[i], id = argmax(logits + (size_t)i * V, V);
-            if (is_stop(opt, id)) continue;
+            int stop = is_stop(opt, id);
+            if (stop && opt->stop_rule == GEN_STOP_ANY_TOKEN) continue;
             if (ids_push(&out[b], id, err)) goto done;
             st.decode_tokens++;
-            if (out[b].n == opt->max_new) continue;
+            if (out[b].n == opt->max_new || (stop && out[b].n > 1)) continue;
             /* compact in place: slot `next` <= i, so the logits row moves down or stays */
             slot_seq[next] = b;
             batch[next] = caches[b];

@@ -8,11 +8,20 @@
 #include "backend.h"
 #include "tokenizer.h"
 
+/* When a generated token ends the answer.
+ * GEN_STOP_REFERENCE (the default, kvpress pipeline.py generate_answer): the first generated token is never
+ *   tested; any later token in the stop set is kept in the output and ends the sequence. Decoding with
+ *   skip_special drops a special stop token (an end-of-turn) and keeps a plain one such as "\n" (samsum).
+ * GEN_STOP_ANY_TOKEN (kvbench's earlier rule, opt-in): every generated token is tested, the first included,
+ *   and a stop token is dropped from the output. */
+typedef enum { GEN_STOP_REFERENCE = 0, GEN_STOP_ANY_TOKEN = 1 } GenerateStopRule;
+
 typedef struct {
     int max_new;            /* at most this many generated tokens */
-    const int *stop_ids;    /* a generated stop id ends the sequence (not included in the output) */
+    const int *stop_ids;    /* a generated stop id ends the sequence, under stop_rule */
     int n_stop;
     const TraceHook *trace; /* optional, per decode step */
+    GenerateStopRule stop_rule;
 } GenerateOptions;
 
 typedef struct {

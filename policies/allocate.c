@@ -258,6 +258,7 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
             if (l == N - 1) rc = mark_top(work, N * K * L, (int)(L * f * K * N), idx, keep, err);
             break;
         case ALLOC_ALL: break;
+        case ALLOC_DUO: break; /* policy_select hands DuoAttention to duo_keepset */
         }
     }
     if (!rc) rc = keepset_from_mask(keep, N, K, L, out, err);

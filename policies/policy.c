@@ -25,6 +25,7 @@ static const PolicyRow POLICIES[] = {
     {"defensivekv", "efficient_defensivekv", SCORE_DEFENSIVE, ALLOC_LAYER, AGG_MAX_PRIOR, 1, 0, 0, 0, 0, 0, 0, 0, 0.9},
     {"layer-defensivekv", "efficient_layer_defensivekv", SCORE_DEFENSIVE, ALLOC_GLOBAL, AGG_MAX_PRIOR, 1, 0, 0, 0, 0,
      0, 0, 0, 0.9},
+    {"duoattention", "duo_attention", SCORE_NONE, ALLOC_DUO, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define N_POLICIES (int)(sizeof POLICIES / sizeof POLICIES[0])
 
@@ -91,6 +92,11 @@ int policy_needs_attention(const PolicyConfig *cfg) {
     return row && row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS;
 }
 
+int policy_needs_duo_pattern(const PolicyConfig *cfg) {
+    const PolicyRow *row = policy_row(cfg->name);
+    return row && row->allocation == ALLOC_DUO;
+}
+
 /* ---- budgets ---- */
 
 int budget_parse(const char *text, Budget *out, KvErr *err) {
@@ -144,6 +150,15 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
     if (n_layers <= 0 || n_kv_heads <= 0 || context_len <= 0)
         return kv_fail(err, "policy %s: invalid shape (%d layers, %d kv-heads, %d tokens)", row->name, n_layers,
                        n_kv_heads, context_len);
+    if (row->allocation == ALLOC_DUO) {
+        if (!cfg->duo_pattern)
+            return kv_fail(err, "policy %s: no DuoAttention head pattern for this model (give the model entry "
+                                "\"duo_attention_patterns\": FOLDER; shipped in %s)", row->name, duo_patterns_dir());
+        if (cfg->duo_pattern->n_layers != n_layers || cfg->duo_pattern->n_kv_heads != n_kv_heads)
+            return kv_fail(err, "policy %s: the pattern %s has %d layers x %d kv-heads, the model %d x %d", row->name,
+                           cfg->duo_pattern->source, cfg->duo_pattern->n_layers, cfg->duo_pattern->n_kv_heads,
+                           n_layers, n_kv_heads);
+    }
     if (row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS) {
         if (cfg->window < 1)
             return kv_fail(err, "policy %s: window %d must be at least 1", row->name, cfg->window);
@@ -212,6 +227,10 @@ int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *er
     double f = budget_keep_fraction(budget, L);
     /* A compression ratio of 0 leaves the cache alone in every press. */
     if (f >= 1.0) return keepset_full(out, st->n_layers, st->n_kv_heads, L, err);
+    /* DuoAttention reads the compression ratio the reference is given, not a token count per head. */
+    if (st->row->allocation == ALLOC_DUO)
+        return duo_keepset(st->cfg.duo_pattern, st->n_layers, st->n_kv_heads, L, budget_compression_ratio(budget, L),
+                           out, err);
     if ((int)(L * f) < 1)
         return kv_fail(err, "policy %s: budget %g of a %d-token context keeps no token per head", name, f, L);
     return allocate_keepset(st->row, &st->cfg, st->layers, st->n_layers, st->n_kv_heads, L, f, out, err);

@@ -10,6 +10,7 @@
 #include "../engine/err.h"
 #include "../engine/kvcache.h"
 #include "../engine/observation.h"
+#include "duo.h"
 
 /* How scores are aggregated over the window queries and the query heads of a group (the paper's ablation;
  * what each value means per policy family is documented at the top of policies/score.c).
@@ -27,6 +28,8 @@ typedef struct {
     int ties_by_unclamped;     /* opt-in ablation, max+prior only: the entries the prior raised to the head's mean
                                 * are ordered among themselves by their unclamped score instead of by position
                                 * (the reference's tie order; policies/score.c clamp_at_mean) */
+    const DuoPattern *duo_pattern; /* duoattention: the model's head pattern (borrowed; required by
+                                    * policy_begin), NULL for every other policy */
 } PolicyConfig;
 
 /* A budget: a keep fraction of the context (0.2 = "20% cache", i.e. compression ratio 0.8, with the
@@ -45,7 +48,7 @@ double budget_compression_ratio(const Budget *b, int context_len);
  * token budget tokens / L nudged up so that int(L * f) == tokens. */
 double budget_keep_fraction(const Budget *b, int context_len);
 
-/* name: full, streamingllm, snapkv, adakv, cake, criticalkv, defensivekv, layer-defensivekv
+/* name: full, streamingllm, snapkv, adakv, cake, criticalkv, defensivekv, layer-defensivekv, duoattention
  * (reference press names such as "efficient_defensivekv" are accepted too); aggregation: NULL/"default",
  * "mean", "max", "max+prior". An unknown name or an aggregation the policy cannot take is an error. */
 int policy_config(PolicyConfig *out, const char *name, const char *aggregation, KvErr *err);
@@ -54,8 +57,10 @@ const char *aggregation_name(Aggregation a);
 const char *policy_names(void);
 /* Whether policy_observe needs obs->value_norm (so the runner prepares it once per layer). */
 int policy_needs_value_norm(const PolicyConfig *cfg);
-/* Whether the policy uses the observation at all (full and streamingllm do not). */
+/* Whether the policy uses the observation at all (full, streamingllm and duoattention do not). */
 int policy_needs_attention(const PolicyConfig *cfg);
+/* Whether the policy needs a DuoAttention head pattern of the model (cfg->duo_pattern). */
+int policy_needs_duo_pattern(const PolicyConfig *cfg);
 
 typedef struct PolicyState PolicyState;
 
@@ -65,7 +70,7 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
  * obs->w must equal cfg->window. policy_begin fails for a context not longer than the window (SnapKVPress
  * asserts q_len > window_size) and for an even pooling kernel. */
 int policy_observe(PolicyState *st, const Observation *obs, KvErr *err);
-/* After every layer was observed (full and streamingllm need no observation). May be called for several
+/* After every layer was observed (full, streamingllm and duoattention need no observation). May be called for several
  * budgets. A budget outside (0, 1], more tokens
  * than the context, or one that keeps no token per head is an error; a budget of 1 keeps everything. */
 int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *err);

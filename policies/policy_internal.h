@@ -26,7 +26,8 @@ typedef enum {
     ALLOC_CRITICAL,   /* Ada-CriticalKV: AdaKV head budgets, two stages within each head (§2.5) */
     ALLOC_CAKE,       /* layer budgets from preferences, uniform over heads, plus the window (§2.6) */
     ALLOC_LAYER,      /* DefensiveKV: forced entries, then top int(L*f*K) over the layer (§2.7) */
-    ALLOC_GLOBAL      /* Layer-DefensiveKV: top int(L*f*K*N) over every layer (§2.8) */
+    ALLOC_GLOBAL,     /* Layer-DefensiveKV: top int(L*f*K*N) over every layer (§2.8) */
+    ALLOC_DUO         /* DuoAttention: streaming heads from the model's head pattern (duo.h) */
 } Allocation;
 
 typedef struct {

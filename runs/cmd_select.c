@@ -18,7 +18,9 @@
 
 static const char USAGE[] =
     "usage: kvbench select --model M --file F --policy P --budget B [--aggregation A] [--window W] [--backend NAME]\n"
-    "  B: a keep fraction (0.2 or 20%) or tokens per head (512tok); A: default, mean, max, max+prior\n";
+    "                      [--duo-patterns DIR]\n"
+    "  B: a keep fraction (0.2 or 20%) or tokens per head (512tok); A: default, mean, max, max+prior\n"
+    "  DIR: duoattention's head pattern folder (default: the shipped one the model's path names)\n";
 
 typedef struct {
     PolicyState *state;
@@ -127,7 +129,7 @@ done:
 
 int cmd_select(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *policy = NULL, *budget_text = NULL, *aggregation = NULL;
-    const char *backend = "cpu", *window = NULL;
+    const char *backend = "cpu", *window = NULL, *duo_dir = NULL;
     for (int i = 0; i < argc; i++) {
         const char **slot = !strcmp(argv[i], "--model")         ? &model
                             : !strcmp(argv[i], "--file")        ? &file
@@ -136,6 +138,7 @@ int cmd_select(int argc, char **argv) {
                             : !strcmp(argv[i], "--aggregation") ? &aggregation
                             : !strcmp(argv[i], "--window")      ? &window
                             : !strcmp(argv[i], "--backend")     ? &backend
+                            : !strcmp(argv[i], "--duo-patterns") ? &duo_dir
                                                                 : NULL;
         if (!slot) {
             fprintf(stderr, "kvbench select: unknown option '%s'\n%s", argv[i], USAGE);
@@ -169,9 +172,19 @@ int cmd_select(int argc, char **argv) {
         }
         cfg.window = (int)w;
     }
-    if (run_select(model, file, backend, &cfg, &budget, &err)) {
-        fprintf(stderr, "kvbench select: %s\n", err.msg);
-        return 1;
+    DuoPattern duo = {0};
+    if (policy_needs_duo_pattern(&cfg)) {
+        char found[1100];
+        int n = duo_dir ? 1 : duo_pattern_find("", model, found, sizeof found, &err);
+        if (n == 0) kv_fail(&err, "no DuoAttention head pattern is shipped for %s (give --duo-patterns DIR)", model);
+        if (n != 1 || duo_pattern_load(&duo, duo_dir ? duo_dir : found, &err)) {
+            fprintf(stderr, "kvbench select: %s\n", err.msg);
+            return 1;
+        }
+        cfg.duo_pattern = &duo;
     }
-    return 0;
+    int rc = run_select(model, file, backend, &cfg, &budget, &err);
+    if (rc) fprintf(stderr, "kvbench select: %s\n", err.msg);
+    duo_pattern_free(&duo);
+    return rc ? 1 : 0;
 }

@@ -118,6 +118,20 @@ static int get_string(const Ctx *c, const cJSON *obj, const char *where, const c
     return *out ? 0 : kv_wrap(c->err, "%s: %s", c->file, at);
 }
 
+/* A string key with two values: *out = 0 for `first` (also when absent), 1 for `second`. */
+static int get_choice(const Ctx *c, const cJSON *obj, const char *key, const char *first, const char *second,
+                      int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    char msg[160];
+    if (!v) return 0;
+    if (cJSON_IsString(v) && (!strcmp(v->valuestring, first) || !strcmp(v->valuestring, second))) {
+        *out = !strcmp(v->valuestring, second);
+        return 0;
+    }
+    snprintf(msg, sizeof msg, "expected \"%s\" or \"%s\"", first, second);
+    return bad(c, key, msg);
+}
+
 static int get_number(const Ctx *c, const cJSON *obj, const char *where, const char *key, double lo, double hi,
                       int integer, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -173,11 +187,12 @@ static const cJSON *get_array(const Ctx *c, const cJSON *obj, const char *where,
 /* ---------------------------------------------------------------- sections */
 
 static int parse_model(const Ctx *c, const cJSON *o, const char *where, RunModel *m) {
-    static const char *const keys[] = {"path", "name", "backend", "tokenizer", NULL};
+    static const char *const keys[] = {"path", "name", "backend", "tokenizer", "duo_attention_patterns", NULL};
     char at[256];
     if (check_keys(c, o, where, keys)) return -1;
     if (get_string(c, o, where, "path", 1, &m->path) || get_string(c, o, where, "name", 0, &m->name) ||
-        get_string(c, o, where, "backend", 0, &m->backend) || get_string(c, o, where, "tokenizer", 1, &m->tokenizer))
+        get_string(c, o, where, "backend", 0, &m->backend) || get_string(c, o, where, "tokenizer", 1, &m->tokenizer) ||
+        get_string(c, o, where, "duo_attention_patterns", 1, &m->duo_patterns))
         return -1;
     path_join(at, sizeof at, where, "path");
     if (!m->path) return bad(c, at, "missing (required)");
@@ -419,7 +434,7 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
 int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err) {
     static const char *const keys[] = {"name", "description", "db", "models", "datasets", "policies",
                                        "aggregations", "budgets", "compress_question", "max_new_tokens",
-                                       "window", "pool_kernel", "trace", NULL};
+                                       "window", "pool_kernel", "trace", "stop_rule", "over_length", NULL};
     Ctx c = {file, err};
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_Parse(text);
@@ -438,7 +453,9 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
         get_int(&c, root, "", "max_new_tokens", 0, 1 << 20, &cfg->max_new_tokens) ||
         parse_windows(&c, root, "", windows, &n_windows) ||
         parse_trace(&c, root, &cfg->trace_steps, &cfg->trace_importance) ||
-        get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel))
+        get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel) ||
+        get_choice(&c, root, "stop_rule", "reference", "any_token", &cfg->stop_any_token) ||
+        get_choice(&c, root, "over_length", "run", "error", &cfg->over_length_error))
         goto done;
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
     if (description && !cJSON_IsString(description)) {
@@ -524,6 +541,7 @@ void config_free(RunConfig *cfg) {
         free(cfg->models[i].name);
         free(cfg->models[i].backend);
         free(cfg->models[i].tokenizer);
+        free(cfg->models[i].duo_patterns);
     }
     for (int i = 0; i < cfg->n_datasets; i++) {
         RunDataset *d = &cfg->datasets[i];

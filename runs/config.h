@@ -18,6 +18,9 @@ typedef struct {
     char *name;       /* the key results are stored under (default: last path component) */
     char *backend;    /* "cpu" (default) or "cuda" */
     char *tokenizer;  /* optional separate tokenizer (needed by synthetic models), ${VAR} expanded */
+    char *duo_patterns; /* "duo_attention_patterns": a DuoAttention pattern folder (${VAR} expanded), "none"
+                         * (duoattention is N/A for this model: its cells are skipped), or NULL = the shipped
+                         * pattern matched by name or path (policies/duo.h) */
 } RunModel;
 
 /* A dataset's "chat_template": the suite's own prompt protocol (key absent), or every sample rendered with the
@@ -65,6 +68,9 @@ typedef struct {
     int max_new_tokens;          /* caps every task's max new tokens; 0 = the task's own */
     int trace_steps;             /* "trace": {"steps"}: decode steps `kvbench trace` records; 0 = no trace section */
     int trace_importance;        /* "trace": {"importance"}: an Importance (metrics/fragility.h), default attention */
+    int stop_any_token;          /* "stop_rule": "any_token" (GEN_STOP_ANY_TOKEN); 0 = "reference" (the default) */
+    int over_length_error;       /* "over_length": "error" fails a sample longer than the model's trained context;
+                                  * 0 = "run" (the default, as the reference): it runs, flagged in samples.over_length */
 } RunConfig;
 
 int config_load(RunConfig *cfg, const char *path, KvErr *err);

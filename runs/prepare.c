@@ -150,7 +150,8 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         if (k < p->n_slots) continue;
         PolicySlot *s = &p->slots[p->n_slots++];
         s->cfg = *pc;
-        if (policy_begin(&s->state, pc, N, K, ctx->n, &s->err)) s->failed = 1;
+        if (policy_needs_duo_pattern(pc) && !pc->duo_pattern) s->cfg.duo_pattern = env->duo_pattern;
+        if (policy_begin(&s->state, &s->cfg, N, K, ctx->n, &s->err)) s->failed = 1;
         if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);

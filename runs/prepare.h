@@ -20,6 +20,7 @@ typedef struct {
     Backend *be;
     int compress_question;  /* context and question compressed together (policies.md §1.1) */
     int keep_value_norm;    /* prefill_run keeps every layer's projected value norm (kvbench trace, value_weighted) */
+    const DuoPattern *duo_pattern; /* the model's DuoAttention head pattern, handed to duoattention; may be NULL */
 } PrepareEnv;
 
 /* The chat split of a sample tokenized: the context (prefilled, compressed) and the question (fed after). */

@@ -30,10 +30,10 @@ struct Store {
     "host, shard, started, finished"
 #define SAMPLE_COLUMNS                                                                                          \
     "model, setup, sample_key, suite, task, domain, metric, idx, depth_percent, target_tokens, context_tokens, " \
-    "question_tokens, answers, note, model_id, data_id"
+    "question_tokens, answers, note, model_id, data_id, over_length"
 #define RESULT_COLUMNS                                                                                          \
     "policy, aggregation, params, budget, keep_fraction, budget_tokens, kept_tokens, prediction, score, "       \
-    "generated_tokens, prefill_ms, select_ms, decode_ms, error"
+    "generated_tokens, prefill_ms, select_ms, decode_ms, error, kept_fraction"
 #define TRACE_COLUMNS "policy, aggregation, params, budget, window, step, mean_r, min_r"
 #define TRACE_HEAD_COLUMNS "policy, aggregation, params, budget, step, n_layers, n_kv_heads, r"
 #define TRACE_SET_COLUMNS "policy, aggregation, params, budget, kept, clamped_kept"
@@ -51,7 +51,7 @@ static const char *SCHEMA =
     "  model TEXT NOT NULL, setup TEXT NOT NULL, sample_key TEXT NOT NULL,\n"
     "  suite TEXT NOT NULL, task TEXT NOT NULL, domain TEXT, metric TEXT, idx INTEGER NOT NULL,\n"
     "  depth_percent REAL, target_tokens INTEGER, context_tokens INTEGER, question_tokens INTEGER,\n"
-    "  answers TEXT, note TEXT, model_id TEXT NOT NULL, data_id TEXT NOT NULL,\n"
+    "  answers TEXT, note TEXT, model_id TEXT NOT NULL, data_id TEXT NOT NULL, over_length INTEGER,\n"
     "  UNIQUE(model, setup, sample_key)) STRICT;\n"
     /* The data identity check looks samples up by task. */
     "CREATE INDEX samples_task ON samples(model, setup, suite, task);\n"
@@ -59,7 +59,7 @@ static const char *SCHEMA =
     "  id INTEGER PRIMARY KEY, sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
     "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
     "  keep_fraction REAL, budget_tokens INTEGER, kept_tokens REAL, prediction TEXT, score REAL,\n"
-    "  generated_tokens INTEGER, prefill_ms REAL, select_ms REAL, decode_ms REAL, error TEXT,\n"
+    "  generated_tokens INTEGER, prefill_ms REAL, select_ms REAL, decode_ms REAL, error TEXT, kept_fraction REAL,\n"
     "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n"
     /* kvbench trace: retained importance per decode step (README "Fragility"); the run that traced it. */
     "CREATE TABLE traces(\n"
@@ -415,13 +415,13 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
     sqlite3_stmt *st;
     const char *model_id = m->model_id ? m->model_id : "", *data_id = m->data_id ? m->data_id : "";
     if (sqlite3_prepare_v2(s->db, "INSERT INTO samples(run_id, " SAMPLE_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                                   "ON CONFLICT(model, setup, sample_key) DO UPDATE SET run_id = excluded.run_id, "
                                   "suite = excluded.suite, task = excluded.task, domain = excluded.domain, "
                                   "metric = excluded.metric, idx = excluded.idx, depth_percent = excluded.depth_percent, "
                                   "target_tokens = excluded.target_tokens, context_tokens = excluded.context_tokens, "
                                   "question_tokens = excluded.question_tokens, answers = excluded.answers, "
-                                  "note = excluded.note "
+                                  "note = excluded.note, over_length = excluded.over_length "
                                   "WHERE samples.model_id = excluded.model_id AND samples.data_id = excluded.data_id "
                                   "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.sample_id = samples.id AND "
                                   "r.error IS NULL) AND NOT EXISTS (SELECT 1 FROM traces t WHERE t.sample_id = samples.id)",
@@ -440,6 +440,7 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
     bind_text(st, 15, m->note);
     bind_text(st, 16, model_id);
     bind_text(st, 17, data_id);
+    sqlite3_bind_int(st, 18, m->over_length != 0);
     if (step_done(s, st, "writing a sample", err)) return -1;
     if (sqlite3_prepare_v2(s->db, "SELECT id, model_id, data_id FROM samples WHERE model = ? AND setup = ? AND "
                                   "sample_key = ?", -1, &st, NULL) != SQLITE_OK)
@@ -467,13 +468,13 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
 static int insert_result(Store *s, long long sample_id, const StoreResult *r, KvErr *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "INSERT INTO results(sample_id, " RESULT_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                                   "ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET "
                                   "keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens, "
                                   "kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, "
                                   "score = excluded.score, generated_tokens = excluded.generated_tokens, "
                                   "prefill_ms = excluded.prefill_ms, select_ms = excluded.select_ms, "
-                                  "decode_ms = excluded.decode_ms, error = excluded.error WHERE results.error IS NOT NULL",
+                                  "decode_ms = excluded.decode_ms, error = excluded.error, kept_fraction = excluded.kept_fraction WHERE results.error IS NOT NULL",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a result");
     sqlite3_bind_int64(st, 1, sample_id);
@@ -492,6 +493,8 @@ static int insert_result(Store *s, long long sample_id, const StoreResult *r, Kv
     sqlite3_bind_double(st, 13, r->select_ms);
     sqlite3_bind_double(st, 14, r->decode_ms);
     bind_text(st, 15, r->error);
+    if (r->error || r->kept_fraction <= 0) sqlite3_bind_null(st, 16);
+    else sqlite3_bind_double(st, 16, r->kept_fraction);
     return step_done(s, st, "writing a result", err);
 }
 
@@ -695,7 +698,8 @@ static int copy_source(Store *s, const char *src_path, KvErr *err) {
                     "  keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens,\n"
                     "  kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, score = excluded.score,\n"
                     "  generated_tokens = excluded.generated_tokens, prefill_ms = excluded.prefill_ms,\n"
-                    "  select_ms = excluded.select_ms, decode_ms = excluded.decode_ms, error = excluded.error\n"
+                    "  select_ms = excluded.select_ms, decode_ms = excluded.decode_ms, error = excluded.error,\n"
+                    "  kept_fraction = excluded.kept_fraction\n"
                     "  WHERE results.error IS NOT NULL AND excluded.error IS NULL;\n"
                     "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
                     "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"

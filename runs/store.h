@@ -70,6 +70,7 @@ typedef struct {
     const char *note;           /* may be NULL */
     const char *model_id;       /* the model's identity (util_model_identity); NULL = "" */
     const char *data_id;        /* the task's data identity (dataset_identity); NULL = "" */
+    int over_length;            /* context + question + max new tokens exceed the model's trained context length */
 } StoreSample;
 
 typedef struct {
@@ -82,6 +83,8 @@ typedef struct {
     int generated_tokens;
     double prefill_ms, select_ms, decode_ms;
     const char *error;          /* NULL unless the variant failed */
+    double kept_fraction;       /* entries kept / (layers x kv-heads x context tokens): the effective budget
+                                 * (NULL in the database when failed or unknown, i.e. <= 0 here) */
 } StoreResult;
 
 /* Writes a sample and its results in one transaction; rows already present are left as they are, except failed

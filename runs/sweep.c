@@ -51,6 +51,8 @@ typedef struct {
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
     StoreVariantKey *keys; /* [n_variants] */
+    DuoPattern duo;        /* the model's DuoAttention pattern, when the config runs duoattention */
+    int duo_na;            /* the model's "duo_attention_patterns" is "none": its duoattention cells are skipped */
     SweepStats *stats;
     double started_ms;
 } Sweep;
@@ -214,7 +216,7 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                     goto fail;
                 int missing = 0;
                 for (int v = 0; v < nv; v++) {
-                    done[v] = !done[v]; /* now: pending */
+                    done[v] = !done[v] && !(sw->duo_na && policy_needs_duo_pattern(&cfg->variants[v].policy));
                     missing |= done[v];
                 }
                 if (missing && plan_add(p, &cap, d, k, i, done, nv, err)) goto fail;
@@ -237,6 +239,7 @@ typedef struct {
     TokenIds out;
     char *prediction;
     double score, select_ms, kept;
+    double kept_fraction; /* kept / context length: the effective budget (DuoAttention's is not the nominal one) */
     int budget_tokens;
     int failed;
     KvErr err;
@@ -253,10 +256,10 @@ static void fail_all(VariantRun *runs, int n, const KvErr *err) {
 /* Prefill, keep-sets, batched decode and scores for the pending variants of one sample. Every failure lands
  * in the failing variants' runs[i].err (a failure before the keep-sets fails them all). */
 static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, double *prefill_ms, double *decode_ms,
-                       int *n_ctx_out, int *n_q_out) {
+                       int *n_ctx_out, int *n_q_out, int *over_length) {
     const Model *m = sw->model;
     const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0};
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL};
     TokenIds ctx = {0}, q = {0}, stops = {0};
     Prefill pf;
     const PolicyConfig **policies = NULL;
@@ -265,14 +268,15 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     int *batch_of = NULL, has_prefill = 0, has_full = 0;
     KvErr err = {{0}};
     *prefill_ms = *decode_ms = 0;
-    *n_ctx_out = *n_q_out = 0;
+    *n_ctx_out = *n_q_out = *over_length = 0;
 
     if (prepare_tokens(&env, s, &ctx, &q, &err) || prepare_stop_ids(&env, s, &stops, &err)) goto failed;
     *n_ctx_out = ctx.n;
     *n_q_out = q.n;
     int max_new = s->max_new_tokens;
     if (sw->cfg->max_new_tokens > 0 && sw->cfg->max_new_tokens < max_new) max_new = sw->cfg->max_new_tokens;
-    if (m->cfg.max_context > 0 && ctx.n + q.n + max_new > m->cfg.max_context) {
+    *over_length = m->cfg.max_context > 0 && ctx.n + q.n + max_new > m->cfg.max_context;
+    if (*over_length && sw->cfg->over_length_error) {
         kv_fail(&err, "context %d + question %d + %d new tokens exceed the model's max context of %d tokens", ctx.n,
                 q.n, max_new, m->cfg.max_context);
         goto failed;
@@ -298,6 +302,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         if (pf.slot_of[i] < 0) {
             r->cache = pf.cache;
             r->kept = r->budget_tokens = ctx.n;
+            r->kept_fraction = 1;
             continue;
         }
         KeepSet keep = {0};
@@ -307,7 +312,10 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         if (prefill_select(&pf, i, b, &keep, &r->err) ||
             sw->be->cache_gather(sw->be, pf.cache, &keep, q.n + max_new, &r->cache, &r->err))
             r->failed = 1;
-        else r->kept = (double)keep.total / (N * K);
+        else {
+            r->kept = (double)keep.total / (N * K);
+            r->kept_fraction = r->kept / ctx.n;
+        }
         keepset_free(&keep);
         r->select_ms = prefill_observe_ms(&pf, i) + util_now_ms() - t;
     }
@@ -324,7 +332,8 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
             caches[nb++] = runs[i].cache;
         }
     if (nb > 0) {
-        GenerateOptions go = {max_new, stops.ids, stops.n, NULL};
+        GenerateOptions go = {max_new, stops.ids, stops.n, NULL,
+                              sw->cfg->stop_any_token ? GEN_STOP_ANY_TOKEN : GEN_STOP_REFERENCE};
         GenerateStats gs = {0};
         if (generate_greedy(sw->be, caches, nb, q.ids, q.n, &go, outs, &gs, &err)) {
             kv_wrap(&err, "decode");
@@ -392,7 +401,7 @@ static StoreSample sample_row(const Sweep *sw, const Plan *p, const PlanItem *it
     StoreSample ss = {sw->rm->name, sw->setups[it->dataset], key, s ? s->suite : rd->suite,
                       s ? s->task : p->labels[it->task], s ? s->domain : NULL, s ? s->metric : NULL, it->index,
                       s ? s->depth_percent : -1, s ? s->target_tokens : rd->target_tokens, n_ctx, n_q,
-                      answers ? answers : "[]", s ? s->note : NULL, sw->model_id, p->data_ids[it->task]};
+                      answers ? answers : "[]", s ? s->note : NULL, sw->model_id, p->data_ids[it->task], 0};
     return ss;
 }
 
@@ -420,7 +429,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0};
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL};
     Sample s;
     char key[600];
     KvErr serr = {{0}};
@@ -509,9 +518,9 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     for (int v = 0; v < cfg->n_variants; v++)
         if (it->pending[v]) runs[n++].v = &cfg->variants[v];
     double prefill_ms = 0, decode_ms = 0;
-    int n_ctx = 0, n_q = 0;
+    int n_ctx = 0, n_q = 0, over_length = 0;
     int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
-    if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q);
+    if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q, &over_length);
     else fail_all(runs, n, &serr);
     int n_failed = 0;
     for (int i = 0; i < n; i++) {
@@ -522,6 +531,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         row->keep_fraction = r->v->budget.tokens > 0 ? 0 : r->v->budget.keep_fraction;
         row->budget_tokens = r->budget_tokens;
         row->kept_tokens = r->kept;
+        row->kept_fraction = r->kept_fraction;
         row->prediction = r->failed ? NULL : r->prediction;
         row->score = r->score;
         row->generated_tokens = r->out.n;
@@ -533,6 +543,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     }
     char *answers = built ? answers_json(&s) : NULL;
     StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, n_ctx, n_q, answers);
+    ss.over_length = over_length;
     if (begin_run(sw, err) || store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
     else {
         sw->stats->rows_written += store_last_written(sw->store);
@@ -604,6 +615,35 @@ static int load_model(Sweep *sw, KvErr *err) {
     return backend_open(&sw->be, rm->backend, sw->model, err);
 }
 
+static int runs_duo(const RunConfig *cfg) {
+    for (int v = 0; v < cfg->n_variants; v++)
+        if (policy_needs_duo_pattern(&cfg->variants[v].policy)) return 1;
+    return 0;
+}
+
+static int duo_na(const RunConfig *cfg, const RunModel *m) {
+    return runs_duo(cfg) && m->duo_patterns && !strcmp(m->duo_patterns, "none");
+}
+
+/* The DuoAttention pattern folder of a model: 1 (dir set) when the config runs duoattention and the model has
+ * one; 0 when no duoattention variant runs or the model's "duo_attention_patterns" is "none" (N/A); -1, naming
+ * what is missing, when the config runs duoattention and no pattern is given or shipped for the model. */
+static int duo_pattern_dir(const RunConfig *cfg, const RunModel *m, char *dir, size_t n, KvErr *err) {
+    if (!runs_duo(cfg) || duo_na(cfg, m)) return 0;
+    if (m->duo_patterns) {
+        snprintf(dir, n, "%s", m->duo_patterns);
+        return 1;
+    }
+    int found = duo_pattern_find(m->name, m->path, dir, n, err);
+    if (found) return found;
+    char shipped[512];
+    duo_pattern_shipped(shipped, sizeof shipped);
+    return kv_fail(err, "policy duoattention needs the model's DuoAttention head pattern and none is shipped for it "
+                        "(shipped in %s: %s); set \"duo_attention_patterns\": FOLDER (full_attention_heads.tsv + "
+                        "config.json) on the model entry, or \"none\" to record its duoattention cells as N/A",
+                   duo_patterns_dir(), shipped);
+}
+
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
  * stay plain while its rows claim chat=1. */
 static int check_chat(const Sweep *sw, KvErr *err) {
@@ -634,9 +674,23 @@ static int check_model_identity(Sweep *sw, KvErr *err) {
 
 static int sweep_model(Sweep *sw, KvErr *err) {
     Plan plan = {0};
+    char duo_dir[1100];
     sw->run_id = 0;
-    int rc = check_model_identity(sw, err);
+    int rc = check_model_identity(sw, err), duo = 0;
+    if (!rc) {
+        duo = duo_pattern_dir(sw->cfg, sw->rm, duo_dir, sizeof duo_dir, err);
+        sw->duo_na = duo_na(sw->cfg, sw->rm);
+        if (duo < 0 || (duo == 1 && duo_pattern_load(&sw->duo, duo_dir, err)))
+            rc = kv_wrap(err, "%s: model '%s'", sw->cfg->file, sw->rm->name);
+    }
+    if (!rc && sw->duo_na)
+        fprintf(sw->opt->log, "%s: duoattention N/A (\"duo_attention_patterns\": \"none\"); its cells are skipped\n",
+                sw->rm->name);
     if (!rc) rc = load_model(sw, err);
+    if (!rc && duo == 1 && (sw->duo.n_layers != sw->model->cfg.n_layers || sw->duo.n_kv_heads != sw->model->cfg.n_kv_heads))
+        rc = kv_fail(err, "%s: model '%s': the DuoAttention pattern %s has %d layers x %d kv-heads, the model %d x %d",
+                     sw->cfg->file, sw->rm->name, sw->duo.source, sw->duo.n_layers, sw->duo.n_kv_heads,
+                     sw->model->cfg.n_layers, sw->model->cfg.n_kv_heads);
     if (!rc) rc = check_chat(sw, err);
     if (!rc) rc = plan_build(sw, &plan, err);
     if (!rc) {
@@ -656,6 +710,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
         if (!rc && sw->run_id) rc = store_end_run(sw->store, sw->run_id, err);
     }
     plan_free(&plan, sw->cfg);
+    duo_pattern_free(&sw->duo);
     backend_close(sw->be);
     tokenizer_free(sw->own_tok);
     model_free(sw->model);
@@ -666,11 +721,18 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     return rc;
 }
 
-/* Model files and tokenizers exist: checked for every model before the first one is loaded. */
+/* Model files, tokenizers and DuoAttention patterns exist: checked for every model before the first one is
+ * loaded. */
 static int check_inputs(const RunConfig *cfg, KvErr *err) {
     struct stat st;
     for (int i = 0; i < cfg->n_models; i++) {
         const RunModel *m = &cfg->models[i];
+        char duo_dir[1100];
+        DuoPattern duo;
+        int has_duo = duo_pattern_dir(cfg, m, duo_dir, sizeof duo_dir, err);
+        if (has_duo < 0 || (has_duo == 1 && duo_pattern_load(&duo, duo_dir, err)))
+            return kv_wrap(err, "%s: models[%d] '%s'", cfg->file, i, m->name);
+        if (has_duo == 1) duo_pattern_free(&duo);
         if (strncmp(m->path, "synthetic:", 10) && stat(m->path, &st))
             return kv_fail(err, "%s: models[%d].path: %s: %s", cfg->file, i, m->path, strerror(errno));
         if (m->tokenizer && stat(m->tokenizer, &st))
@@ -733,7 +795,11 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
                            : snprintf(setup, sizeof *sw.setups, "cq=%d,max_new=%d", cfg->compress_question,
                                       cfg->max_new_tokens);
         if (chat != RUN_CHAT_SUITE)
-            snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",chat=%d", chat == RUN_CHAT_ON);
+            k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",chat=%d", chat == RUN_CHAT_ON);
+        /* the non-default generation and length rules change predictions; the defaults add nothing (a trace
+         * decodes without stop tokens and always refuses an over-long sample) */
+        if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
+        if (!opt->trace && cfg->over_length_error) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
     }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];

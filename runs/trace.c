@@ -69,7 +69,7 @@ static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const Tok
     HookCtx hc = {&ft, 0, {{0}}};
     TraceHook hook = {on_attention, &hc};
     /* steps + 1 tokens: the last one is produced but never fed, so exactly `steps` forwards are traced. */
-    GenerateOptions go = {steps + 1, NULL, 0, &hook};
+    GenerateOptions go = {steps + 1, NULL, 0, &hook, GEN_STOP_REFERENCE};
     GenerateStats gs = {0};
     if (generate_greedy(env->be, &p.cache, 1, q->ids, q->n, &go, &gen, &gs, &err)) goto fail;
     if (hc.failed) {

@@ -89,7 +89,7 @@ static int decode_rate(Backend *be, const KvCache *prefill, int n_seqs, int step
     GenerateStats gs;
     int prompt = 13, rc = keepset_full(&all, c->n_layers, c->n_kv_heads, prefill->n_pos, err);
     for (int i = 0; i < n_seqs && !rc; i++) rc = be->cache_gather(be, prefill, &all, steps + 1, &caches[i], err);
-    GenerateOptions go = {steps, NULL, 0, NULL};
+    GenerateOptions go = {steps, NULL, 0, NULL, GEN_STOP_REFERENCE};
     if (!rc) rc = generate_greedy(be, caches, n_seqs, &prompt, 1, &go, out, &gs, err);
     if (!rc) {
         *tok_s = gs.decode_tokens / (gs.decode_ms / 1000);

@@ -211,7 +211,7 @@ static void fill_db(const char *path) {
             const TaskCase *c = &CASES[t];
             snprintf(key, sizeof key, "longbench:%s:%d", c->task, i);
             StoreSample m = {"m", "cq=0", key, "longbench", c->task, c->domain, "qa_f1", i, -1, 0, 100, 10, "[]", NULL,
-                             "m", "d"};
+                             "m", "d", 0};
             StoreResult r[] = {row("full", "mean", "full", 1, c->full), row("snapkv", "mean", "20%", 0.2, c->snap20),
                                row("snapkv", "mean", "40%", 0.4, c->snap40),
                                row("defensivekv", "mean", "20%", 0.2, c->def_mean20),
@@ -225,7 +225,7 @@ static void fill_db(const char *path) {
         for (int d = 0; d < 3; d++) {
             snprintf(key, sizeof key, "niah:needle:%d:%g", lengths[l], depths[d]);
             StoreSample m = {"m", "cq=0", key, "niah", "needle", "needle", "needle", l * 3 + d, depths[d], lengths[l],
-                             lengths[l], 10, "[]", NULL, "m", "d"};
+                             lengths[l], 10, "[]", NULL, "m", "d", 0};
             StoreResult r[] = {row("full", "mean", "full", 1, 1.0),
                                row("snapkv", "mean", "20%", 0.2, d == 1 && l == 1 ? 0.0 : 1.0)};
             write_sample(s, run, &m, r, 2);
@@ -236,7 +236,7 @@ static void fill_db(const char *path) {
     for (int i = 0; i < 12; i++) {
         snprintf(key, sizeof key, "ruler:niah_single_1:%d", i);
         StoreSample m = {"m", "cq=0", key, "ruler", "niah_single_1", "retrieval (niah)", "string_match_all", i, -1, 4096,
-                         4000, 20, "[]", NULL, "m", "d"};
+                         4000, 20, "[]", NULL, "m", "d", 0};
         StoreResult r[] = {row("full", "mean", "full", 1, i < 5), row("snapkv", "mean", "20%", 0.2, i < 4),
                            row("snapkv", "mean", "40%", 0.4, i < 5)};
         write_sample(s, run, &m, r, 3);
@@ -244,7 +244,7 @@ static void fill_db(const char *path) {
     for (int i = 0; i < 2; i++) {
         snprintf(key, sizeof key, "ruler:qa_1_substitute:%d", i);
         StoreSample m = {"m", "cq=0", key, "ruler", "qa_1_substitute", "question answering", "string_match_part", i, -1,
-                         4096, 4000, 20, "[]", "substitute qa data: essay passages with one templated fact", "m", "d"};
+                         4096, 4000, 20, "[]", "substitute qa data: essay passages with one templated fact", "m", "d", 0};
         StoreResult r[] = {row("full", "mean", "full", 1, i == 0),
                            i == 0 ? failed("snapkv", "20%", 0.2, "context of 4100 tokens exceeds the limit")
                                   : row("snapkv", "mean", "20%", 0.2, 0)};
@@ -477,7 +477,7 @@ static void test_all_failed(TestCounts *tc) {
         char key[64];
         snprintf(key, sizeof key, "ruler:vt:%d", i);
         StoreSample m = {"m", "cq=0", key, "ruler", "vt", "multi-hop tracing", "string_match_all", i, -1, 256, 0, 0,
-                         "[]", NULL, "m", "d"};
+                         "[]", NULL, "m", "d", 0};
         StoreResult r[] = {failed("full", "full", 1, "target 256 tokens is shorter than the template"),
                            failed("snapkv", "20%", 0.2, "target 256 tokens is shorter than the template")};
         write_sample(s, run, &m, r, 2);
@@ -521,7 +521,7 @@ static void test_crossdomain_setups(TestCounts *tc) {
             char key[64];
             snprintf(key, sizeof key, "%s:%d", suites[k], i);
             StoreSample m = {"m", setups[k], key, suites[k], k == 1 ? "needle" : "vt", k == 1 ? "needle" : "tracing",
-                             "x", i, -1, 100, 100, 10, "[]", NULL, "m", "d"};
+                             "x", i, -1, 100, 100, 10, "[]", NULL, "m", "d", 0};
             StoreResult r[] = {row("full", "mean", "full", 1, 1.0),
                                row("snapkv", "mean", "20%", 0.2, k == 0 ? 0.5 : k == 1 ? 1.0 : 0.0)};
             write_sample(s, run, &m, r, 2);

@@ -21,7 +21,7 @@ static const StoreRun RUN = {"t", "{}", "abc", "rev", "m", "models/m.gguf", "00"
 
 static StoreSample sample(const char *key, const char *task, const char *domain) {
     StoreSample m = {"m", "cq=0", key, "ruler", task, domain, "string_match_all", 0, -1, 4096, 3000, 40,
-                     "[\"a\"]", NULL, "fp=aa", "seed=42,assets=01"};
+                     "[\"a\"]", NULL, "fp=aa", "seed=42,assets=01", 0};
     return m;
 }
 
