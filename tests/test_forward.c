@@ -103,7 +103,8 @@ static void check_kernels(TestCounts *tc) {
     for (int i = 0; i < 2 * KK; i++) xr[i] = 2 * UNIFORM() - 1;
     CHECK(tc, cpu_pack_exact(&packed, w, N, KK) == 1, "Q4_1 / Q8_0-style blocks pack");
     cpu_matmul(y_f32, xr, w, NULL, 2, N, KK, 0);
-    cpu_matmul_packed(y_packed, xr, &packed, NULL, 2, N, KK, 0);
+    static float tiles[64 * CPU_Q4_TILE_FLOATS(KK)] __attribute__((aligned(64)));
+    cpu_matmul_q8(CPU_SIMD_SCALAR, y_packed, xr, &packed, NULL, 2, N, KK, 0, tiles);
     CHECK(tc, rel_err(y_packed, y_f32, 2 * N) <= 1e-5, "packed vs f32 product %.3g", rel_err(y_packed, y_f32, 2 * N));
     w[5] += 1e-4f;
     CHECK(tc, cpu_pack_exact(&packed, w, N, KK) == 0, "a value off the block grid does not pack");
