@@ -19,12 +19,21 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "cpu_internal.h"
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* Tokens per prefill chunk: enough rows for efficient GEMMs, few enough that the activations of an 8k
  * prefill stay ~12 MB. */
@@ -57,6 +66,9 @@ typedef struct {
     float *q_win;        /* [H][w][d] observation queries */
     float *q4_tiles;     /* [threads][CPU_Q4_TILE_FLOATS(widest K)], 64-byte aligned */
     int q4_tile_threads; /* threads q4_tiles has room for */
+    int q4_tile_width;   /* K q4_tiles has room for */
+    float *xn_parts;     /* [threads][M][D] each thread's normed rows in a decode step */
+    size_t xn_part_floats;
 } CpuScratch;
 
 /* Matrices of one layer in LayerWeights order, for the packed copies. */
@@ -115,6 +127,7 @@ static int scratch_q4_tiles(CpuScratch *s, const ModelConfig *c, KvErr *err) {
     free(s->q4_tiles);
     s->q4_tiles = tiles;
     s->q4_tile_threads = threads;
+    s->q4_tile_width = widest;
     return 0;
 }
 
@@ -124,6 +137,7 @@ static void scratch_free(CpuScratch *s) {
     free(s->probs);
     free(s->q_win);
     free(s->q4_tiles);
+    free(s->xn_parts);
     memset(s, 0, sizeof *s);
 }
 
@@ -370,6 +384,156 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ decode step */
+
+/* A barrier for the threads of the decode step's one parallel region. A waiter spins briefly (the other
+ * thread is usually microseconds away), then sleeps on a futex until the last one arrives: on a loaded
+ * machine a thread spinning for a descheduled partner takes the core that partner, or another process,
+ * needs (libgomp's default spins ~300000 pauses per wait: the 0.1 tokens/s of issue 15), and a yielding
+ * one waits a whole scheduler period to run again (measured: 1.2 s per decode step). */
+typedef struct {
+    atomic_int arrived;
+    atomic_int generation;
+    atomic_int sleepers;
+} StepBarrier;
+
+#define CPU_BARRIER_SPINS 1000
+
+static void step_barrier(StepBarrier *b, int parties) {
+    if (parties == 1) return;
+    int gen = atomic_load(&b->generation);
+    if (atomic_fetch_add(&b->arrived, 1) == parties - 1) {
+        atomic_store(&b->arrived, 0);
+        atomic_store(&b->generation, gen + 1);
+#if defined(__linux__)
+        if (atomic_load(&b->sleepers)) syscall(SYS_futex, &b->generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
+        return;
+    }
+    for (int spins = 0; spins < CPU_BARRIER_SPINS; spins++) {
+        if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen) return;
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    atomic_fetch_add(&b->sleepers, 1);
+    while (atomic_load(&b->generation) == gen) {
+#if defined(__linux__)
+        syscall(SYS_futex, &b->generation, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
+#else
+        sched_yield();
+#endif
+    }
+    atomic_fetch_sub(&b->sleepers, 1);
+}
+
+/* Whether every product of a forward of M rows reads packed weights, so a single-token step can run as one
+ * parallel region (forward_decode). */
+static int all_packed(const CpuImpl *impl, const ModelConfig *c, int M) {
+    if (M > CPU_Q4_MAX_ROWS) return 0;
+    for (int i = 0; i < c->n_layers * W_PER_LAYER + 1; i++)
+        if (!impl->q4[i] && !impl->packed[i].q) return 0;
+    return 1;
+}
+
+/* This thread's share of y = x W^T (+ bias) (+ y) from the packed copy of matrix `index`. */
+static void matmul_part(const CpuImpl *impl, int index, float *y, const float *x, const float *bias, int M, int N,
+                        int K, int accumulate, float *tile, int part, int parts) {
+    if (impl->q4[index]) {
+        CpuQ4Job job = {y, impl->q4[index], bias, N};
+        cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
+    } else {
+        cpu_matmul_q8_part(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
+    }
+}
+
+/* One token for each of B sequences through all layers in ONE parallel region (a forward_chunk with tc = 1
+ * opens five per layer): 6 barriers per layer, each thread computing the norms itself into its own row of
+ * xn_parts. Same kernels, same arithmetic, so the logits equal forward_chunk's bit for bit. */
+static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens,
+                           float *logits) {
+    CpuScratch *s = &impl->s;
+    const ModelConfig *c = &m->cfg;
+    int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2, G = H / K;
+    int M = B;
+    size_t hd = (size_t)H * d, kd = (size_t)K * d;
+    float scale = 1.0f / sqrtf((float)d);
+    size_t prob_stride = s->prob_floats / (size_t)omp_get_max_threads();
+    StepBarrier barrier = {0, 0, 0};
+#pragma omp parallel
+    {
+        int p = omp_get_thread_num(), P = omp_get_num_threads();
+        float *tile = s->q4_tiles + CPU_Q4_TILE_FLOATS(s->q4_tile_width) * (size_t)p;
+        float *xn = s->xn_parts + (size_t)p * M * D;
+        float *probs = s->probs + prob_stride * (size_t)p;
+        for (int r = p; r < M; r += P) {
+            memcpy(s->x + (size_t)r * D, m->tok_embd + (size_t)tokens[r] * D, (size_t)D * sizeof(float));
+            double pos = (double)caches[r]->n_pos;
+            for (int i = 0; i < half; i++) {
+                s->cos_t[r * half + i] = (float)cos(pos * m->rope_inv_freq[i]);
+                s->sin_t[r * half + i] = (float)sin(pos * m->rope_inv_freq[i]);
+            }
+        }
+        step_barrier(&barrier, P);
+        for (int l = 0; l < c->n_layers; l++) {
+            const LayerWeights *w = &m->layers[l];
+            int pi = l * W_PER_LAYER;
+            CpuQ4Block *const *q4 = impl->q4 + pi;
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
+            if (q4[W_Q] && q4[W_K] && q4[W_V]) {
+                const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
+                                         {s->v, q4[W_V], w->bv, (int)kd}};
+                cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
+            } else {
+                matmul_part(impl, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
+                matmul_part(impl, pi + W_K, s->k, xn, w->bk, M, (int)kd, D, 0, tile, p, P);
+                matmul_part(impl, pi + W_V, s->v, xn, w->bv, M, (int)kd, D, 0, tile, p, P);
+            }
+            step_barrier(&barrier, P);
+            /* RoPE, then the new key and value onto each sequence's cache heads (sequence r by one thread) */
+            for (int r = p; r < M; r += P) {
+                cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+                cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+                KvCache *kc = caches[r];
+                for (int kh = 0; kh < K; kh++) {
+                    int i = l * K + kh, at = kc->len[i];
+                    memcpy(kc->k[i] + (size_t)at * d, s->k + (size_t)r * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                    memcpy(kc->v[i] + (size_t)at * d, s->v + (size_t)r * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                    kc->pos[i][at] = kc->n_pos;
+                    kc->len[i]++;
+                }
+            }
+            step_barrier(&barrier, P);
+            for (int task = p; task < M * H; task += P) {
+                int r = task / H, h = task % H, i = l * K + h / G;
+                cpu_attend_row(s->att + (size_t)r * hd + (size_t)h * d, probs, s->q + (size_t)r * hd + (size_t)h * d,
+                               caches[r]->k[i], caches[r]->v[i], caches[r]->len[i], d, scale);
+            }
+            step_barrier(&barrier, P);
+            matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
+            step_barrier(&barrier, P);
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
+            if (q4[W_GATE] && q4[W_UP]) {
+                cpu_ffn_q4_part(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
+            } else {
+                matmul_part(impl, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
+                matmul_part(impl, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
+                step_barrier(&barrier, P);
+                size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
+                cpu_swiglu(s->gate + lo, s->up + lo, hi - lo);
+            }
+            step_barrier(&barrier, P);
+            matmul_part(impl, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);
+            step_barrier(&barrier, P);
+        }
+        if (logits) {
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, m->out_norm, D, c->rms_eps);
+            matmul_part(impl, c->n_layers * W_PER_LAYER, logits, xn, NULL, M, c->vocab_size, D, 0, tile, p, P);
+        }
+    }
+    for (int b = 0; b < B; b++) caches[b]->n_pos += 1;
+}
+
 static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *tokens, int T, float *logits,
                        const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
     const Model *m = be->model;
@@ -392,6 +556,13 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
                                    "observation queries", err)) ||
         scratch_q4_tiles(s, c, err))
         return -1;
+    if (T == 1 && !observe && !trace && all_packed(impl, c, B)) {
+        if (scratch_floats(&s->xn_parts, &s->xn_part_floats, (size_t)omp_get_max_threads() * B * c->d_model,
+                           "per-thread normed rows", err))
+            return -1;
+        forward_decode(impl, m, caches, B, tokens, logits);
+        return 0;
+    }
     for (int t0 = 0; t0 < T;) {
         int tc = T - t0 < chunk ? T - t0 : chunk;
         int rest = T - t0 - tc;

@@ -88,6 +88,16 @@ void cpu_matmul_q8(CpuSimd simd, float *y, const float *x, const CpuPacked *w, c
 void cpu_ffn_q4(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
                 int M, int K, int F, float *tiles);
 
+/* The share `part` of `parts` of each of the three calls above, for a caller that is already inside a
+ * parallel region (one region per decode step); tile is that part's own CPU_Q4_TILE_FLOATS(K) floats. The
+ * union of all parts is the whole call, bit for bit. */
+void cpu_matmul_q4_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                        float *tile, int part, int parts);
+void cpu_matmul_q8_part(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N,
+                        int K, int accumulate, float *tile, int part, int parts);
+void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
+                     int M, int K, int F, float *tile, int part, int parts);
+
 /* out = x / sqrt(mean(x^2) + eps) * w over one row of n. */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

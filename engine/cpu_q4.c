@@ -527,24 +527,26 @@ static void rows_q8_scalar(float *y, int ldy, const float *x, int M, int K, cons
     }
 }
 
+void cpu_matmul_q8_part(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N,
+                        int K, int accumulate, float *tile, int part, int parts) {
+    long groups = (N + Q4_GROUP - 1) / Q4_GROUP;
+    int n0 = (int)(groups * part / parts) * Q4_GROUP, n1 = (int)(groups * (part + 1) / parts) * Q4_GROUP;
+    n1 = n1 < N ? n1 : N;
+    if (n0 >= n1) return;
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512) rows_q8_avx512(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+    else if (simd == CPU_SIMD_AVX2) rows_q8_avx2(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+    else
+#endif
+        rows_q8_scalar(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+}
+
 void cpu_matmul_q8(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
                    int accumulate, float *tiles) {
-    long groups = (N + Q4_GROUP - 1) / Q4_GROUP;
 #pragma omp parallel
-    {
-        int parts = omp_get_num_threads(), p = omp_get_thread_num();
-        int n0 = (int)(groups * p / parts) * Q4_GROUP, n1 = (int)(groups * (p + 1) / parts) * Q4_GROUP;
-        n1 = n1 < N ? n1 : N;
-        float *tile = tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)p;
-        if (n0 < n1) {
-#if CPU_Q4_X86
-            if (simd == CPU_SIMD_AVX512) rows_q8_avx512(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
-            else if (simd == CPU_SIMD_AVX2) rows_q8_avx2(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
-            else
-#endif
-                rows_q8_scalar(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
-        }
-    }
+    cpu_matmul_q8_part(simd, y, x, w, bias, M, N, K, accumulate,
+                       tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                       omp_get_num_threads());
 }
 
 static RowsFn *rows_fn(CpuSimd simd) {
@@ -558,45 +560,48 @@ static RowsFn *rows_fn(CpuSimd simd) {
 
 /* ---------------------------------------------------------------------------------------------- threads */
 
-/* Thread p of parts takes groups [G*p/parts, G*(p+1)/parts) of Q4_GROUP output features of the whole
- * list of jobs, so every weight is read by one thread once. */
-void cpu_matmul_q4(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
-                   float *tiles) {
+/* Part p of parts takes groups [G*p/parts, G*(p+1)/parts) of Q4_GROUP output features of the whole list of
+ * jobs, so every weight is read by one thread once. */
+void cpu_matmul_q4_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                        float *tile, int part, int parts) {
     RowsFn *rows = rows_fn(simd);
     long groups = 0;
     for (int j = 0; j < n_jobs; j++) groups += (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP;
-#pragma omp parallel
-    {
-        int parts = omp_get_num_threads(), p = omp_get_thread_num();
-        long g0 = groups * p / parts, g1 = groups * (p + 1) / parts, base = 0;
-        float *tile = tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)p;
-        for (int j = 0; j < n_jobs; j++) {
-            long gj = (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP, lo = g0 > base ? g0 : base, hi = g1 < base + gj ? g1 : base + gj;
-            if (lo < hi) {
-                int n0 = (int)(lo - base) * Q4_GROUP, n1 = (int)(hi - base) * Q4_GROUP;
-                rows(jobs[j].y, jobs[j].N, x, M, K, jobs[j].w, jobs[j].bias, n0, n1 < jobs[j].N ? n1 : jobs[j].N,
-                     accumulate, tile);
-            }
-            base += gj;
+    long g0 = groups * part / parts, g1 = groups * (part + 1) / parts, base = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        long gj = (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP, lo = g0 > base ? g0 : base, hi = g1 < base + gj ? g1 : base + gj;
+        if (lo < hi) {
+            int n0 = (int)(lo - base) * Q4_GROUP, n1 = (int)(hi - base) * Q4_GROUP;
+            rows(jobs[j].y, jobs[j].N, x, M, K, jobs[j].w, jobs[j].bias, n0, n1 < jobs[j].N ? n1 : jobs[j].N,
+                 accumulate, tile);
         }
+        base += gj;
     }
+}
+
+void cpu_matmul_q4(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                   float *tiles) {
+#pragma omp parallel
+    cpu_matmul_q4_part(simd, jobs, n_jobs, x, M, K, accumulate,
+                       tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                       omp_get_num_threads());
+}
+
+void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
+                     int M, int K, int F, float *tile, int part, int parts) {
+    RowsFn *rows = rows_fn(simd);
+    long groups = (F + Q4_GROUP - 1) / Q4_GROUP;
+    int f0 = (int)(groups * part / parts) * Q4_GROUP, f1 = (int)(groups * (part + 1) / parts) * Q4_GROUP;
+    f1 = f1 < F ? f1 : F;
+    if (f0 >= f1) return;
+    rows(gate, F, x, M, K, wg, NULL, f0, f1, 0, tile);
+    rows(up, F, x, M, K, wu, NULL, f0, f1, 0, tile);
+    for (int m = 0; m < M; m++) cpu_swiglu(gate + (size_t)m * F + f0, up + (size_t)m * F + f0, (size_t)(f1 - f0));
 }
 
 void cpu_ffn_q4(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
                 int M, int K, int F, float *tiles) {
-    RowsFn *rows = rows_fn(simd);
-    long groups = (F + Q4_GROUP - 1) / Q4_GROUP;
 #pragma omp parallel
-    {
-        int parts = omp_get_num_threads(), p = omp_get_thread_num();
-        int f0 = (int)(groups * p / parts) * Q4_GROUP, f1 = (int)(groups * (p + 1) / parts) * Q4_GROUP;
-        f1 = f1 < F ? f1 : F;
-        float *tile = tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)p;
-        if (f0 < f1) {
-            rows(gate, F, x, M, K, wg, NULL, f0, f1, 0, tile);
-            rows(up, F, x, M, K, wu, NULL, f0, f1, 0, tile);
-            for (int m = 0; m < M; m++)
-                cpu_swiglu(gate + (size_t)m * F + f0, up + (size_t)m * F + f0, (size_t)(f1 - f0));
-        }
-    }
+    cpu_ffn_q4_part(simd, gate, up, wg, wu, x, M, K, F, tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(),
+                    omp_get_thread_num(), omp_get_num_threads());
 }
