@@ -184,7 +184,7 @@ static void check_split_prefill(TestCounts *tc, Backend *be, const int *ids, int
 }
 
 /* Three sequences with different cache lengths decode together; each must match its own run. */
-static void check_batch(TestCounts *tc, Backend *be, const int *ids) {
+static void check_batch(TestCounts *tc, Backend *be, const int *ids, int packed) {
     int V = be->model->cfg.vocab_size;
     KvErr err = {{0}};
     const int lens[3] = {20, 33, 7}, feed = 9, steps = 4;
@@ -205,8 +205,10 @@ static void check_batch(TestCounts *tc, Backend *be, const int *ids) {
         CHECK(tc, be->forward(be, &sc[s], 1, ids + 40, feed, solo, NULL, NULL, &err) == 0, "%s", err.msg);
         for (int k = 0; k < steps; k++)
             CHECK(tc, be->forward(be, &sc[s], 1, &step_tok[k][s], 1, solo, NULL, NULL, &err) == 0, "%s", err.msg);
+        /* the packed-weight kernels make each row independent of the others: the batch equals single runs bit
+         * for bit where every matrix is packed (the tiny Llama); OpenBLAS's GEMM need not (the tiny Qwen2) */
         double e = rel_err(batch_logits + (size_t)s * V, solo, V);
-        CHECK(tc, e <= 1e-4, "batch sequence %d (cache %d) vs its own run: %.3g", s, lens[s], e);
+        CHECK(tc, e <= (packed ? 0.0 : 1e-4), "batch sequence %d (cache %d) vs its own run: %.3g", s, lens[s], e);
         be->cache_free(be, bc[s]);
         be->cache_free(be, sc[s]);
     }
@@ -358,7 +360,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
         for (int i = 0; i < n; i++) ids[i] = (int)((state = state * 1103515245u + 12345u) >> 8) % m->cfg.vocab_size;
         check_split_prefill(tc, be, ids, 91, 60, 1);
         check_split_prefill(tc, be, ids, n, 300, 333);
-        check_batch(tc, be, ids);
+        check_batch(tc, be, ids, strcmp(ref_name, "tiny-qwen2") != 0);
         check_gather(tc, be, ids, 50);
         check_hooks(tc, be, ids, 40);
         free(ids);
@@ -372,6 +374,20 @@ int main(void) {
     check_kernels(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 1);
+    /* every instruction set of the packed kernels this CPU has (KVBENCH_SIMD forces one at backend open) */
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        CpuSimd simd;
+        KvErr err = {{0}};
+        if (cpu_simd_choose(&simd, levels[i], &err)) {
+            printf("test_forward: %s\n", err.msg);
+            continue;
+        }
+        setenv("KVBENCH_SIMD", levels[i], 1);
+        printf("test_forward: KVBENCH_SIMD=%s\n", levels[i]);
+        check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 0);
+        unsetenv("KVBENCH_SIMD");
+    }
     FILE *f = fopen(GGUF_PATH, "rb");
     if (f) {
         fclose(f);
