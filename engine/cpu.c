@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,7 @@ enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 typedef struct {
     CpuScratch s;
     CpuSimd simd;        /* instruction set of the 4-bit kernels */
+    int fast;            /* KVBENCH_DECODE=fast: single-sequence steps on int8-quantised activations */
     /* [N*W_PER_LAYER + 1] (lm_head last): the 4-bit copy of a matrix, or NULL; else the int8 copy, or q NULL
      * where a matrix stays f32 only */
     CpuQ4Block **q4;
@@ -441,7 +443,10 @@ static void matmul_part(const CpuImpl *impl, int index, float *y, const float *x
                         int K, int accumulate, float *tile, int part, int parts) {
     if (impl->q4[index]) {
         CpuQ4Job job = {y, impl->q4[index], bias, N};
-        cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
+        if (impl->fast && M == 1)
+            cpu_matvec_q4_fast_part(impl->simd, &job, 1, x, K, accumulate, tile, part, parts);
+        else
+            cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
     } else {
         cpu_matmul_q8_part(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
     }
@@ -483,7 +488,8 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             if (q4[W_Q] && q4[W_K] && q4[W_V]) {
                 const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
                                          {s->v, q4[W_V], w->bv, (int)kd}};
-                cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
+                if (impl->fast && M == 1) cpu_matvec_q4_fast_part(impl->simd, qkv, 3, xn, D, 0, tile, p, P);
+                else cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
             } else {
                 matmul_part(impl, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
                 matmul_part(impl, pi + W_K, s->k, xn, w->bk, M, (int)kd, D, 0, tile, p, P);
@@ -513,7 +519,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
             step_barrier(&barrier, P);
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-            if (q4[W_GATE] && q4[W_UP]) {
+            if (q4[W_GATE] && q4[W_UP] && !(impl->fast && M == 1)) {
                 cpu_ffn_q4_part(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
             } else {
                 matmul_part(impl, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
@@ -636,6 +642,16 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;
+    const char *decode = getenv("KVBENCH_DECODE");
+    if (decode && *decode && strcmp(decode, "exact") && strcmp(decode, "fast")) {
+        kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
+        cpu_destroy(be);
+        return -1;
+    }
+    impl->fast = decode && !strcmp(decode, "fast");
+    if (impl->fast)
+        fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast): activations quantised to int8 per 32 "
+                        "weights, integer dot products; answers may differ from the exact path\n");
     if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) || pack_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;

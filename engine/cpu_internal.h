@@ -98,6 +98,15 @@ void cpu_matmul_q8_part(CpuSimd simd, float *y, const float *x, const CpuPacked 
 void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
                      int M, int K, int F, float *tile, int part, int parts);
 
+/* The opt-in FAST path of a single-row product (KVBENCH_DECODE=fast): x quantised per 32-block to int8 and
+ * integer dot products with the codes (AVX-512 VNNI where present, AVX2 maddubs, portable C), so NOT the
+ * reference arithmetic: within ~1e-2 relative of the exact product, greedy answers may differ. One row of x;
+ * jobs, tiles and parts as for cpu_matmul_q4 (the tile holds the quantised row). */
+void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
+                        float *tiles);
+void cpu_matvec_q4_fast_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
+                             float *tile, int part, int parts);
+
 /* out = x / sqrt(mean(x^2) + eps) * w over one row of n. */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

@@ -333,6 +333,61 @@ static void check_hooks(TestCounts *tc, Backend *be, const int *ids, int n) {
     free(hc.probs);
 }
 
+/* The opt-in fast decode (KVBENCH_DECODE=fast) on the reference cases: its greedy tokens against the
+ * reference's, reported (an approximate path: agreement is a measurement, not a requirement). Checked: it
+ * runs, and its prompt logits (prefill is exact on both paths) are the exact path's. */
+static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    setenv("KVBENCH_DECODE", "fast", 1);
+    int rc = model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &err);
+    unsetenv("KVBENCH_DECODE");
+    CHECK(tc, rc == 0, "%s with KVBENCH_DECODE=fast: %s", spec, err.msg);
+    if (rc) {
+        model_free(m);
+        return;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/reference/%s.json", ref_name);
+    char *text = kv_read_file(path, NULL, &err);
+    cJSON *ref = text ? cJSON_Parse(text) : NULL;
+    CHECK(tc, ref != NULL, "%s: %s", path, err.msg);
+    const cJSON *cs;
+    int ci = 0, agree_total = 0, steps_total = 0;
+    cJSON *cases = ref ? cJSON_GetObjectItem(ref, "cases") : NULL;
+    cJSON_ArrayForEach(cs, cases) {
+        int n, n_greedy;
+        int *ids = json_ids(cJSON_GetObjectItem(cs, "ids"), &n);
+        int *greedy = json_ids(cJSON_GetObjectItem(cs, "greedy"), &n_greedy);
+        KvCache *c = NULL;
+        CHECK(tc, be->cache_new(be, &c, n + n_greedy, &err) == 0, "%s", err.msg);
+        GenerateOptions opt = {.max_new = n_greedy};
+        TokenIds out;
+        GenerateStats st;
+        CHECK(tc, generate_greedy(be, &c, 1, ids, n, &opt, &out, &st, &err) == 0, "%s", err.msg);
+        int same = 0;
+        while (same < out.n && same < n_greedy && out.ids[same] == greedy[same]) same++;
+        CHECK(tc, out.n >= 1 && out.ids[0] == greedy[0], "%s case %d: the first token comes from the exact prefill",
+              ref_name, ci);
+        printf("%s case %d, FAST decode: greedy tokens agree with the reference for %d of %d steps, %.1f tok/s\n",
+               ref_name, ci, same, n_greedy, st.decode_tokens / (st.decode_ms / 1e3));
+        agree_total += same;
+        steps_total += n_greedy;
+        ids_free(&out);
+        be->cache_free(be, c);
+        free(ids);
+        free(greedy);
+        ci++;
+    }
+    printf("%s FAST decode: %d of %d greedy steps agree before the first difference\n", ref_name, agree_total,
+           steps_total);
+    cJSON_Delete(ref);
+    free(text);
+    backend_close(be);
+    model_free(m);
+}
+
 static void check_model(TestCounts *tc, const char *spec, const char *ref_name, int deep) {
     KvErr err = {{0}};
     Model *m = NULL;
@@ -374,6 +429,7 @@ int main(void) {
     check_kernels(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 1);
+    report_fast(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama");
     /* every instruction set of the packed kernels this CPU has (KVBENCH_SIMD forces one at backend open) */
     const char *levels[] = {"scalar", "avx2", "avx512"};
     for (int i = 0; i < 3; i++) {
@@ -392,6 +448,7 @@ int main(void) {
     if (f) {
         fclose(f);
         check_model(&tc, GGUF_PATH, "smollm2-135m", 0);
+        report_fast(&tc, GGUF_PATH, "smollm2-135m");
     } else {
         printf("test_forward: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
     }
