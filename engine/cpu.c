@@ -9,19 +9,32 @@
  * open: OpenBLAS's own thread pool and OpenMP's spinning workers would otherwise fight over the cores at
  * every switch between a product and a per-row loop, dozens of times per layer).
  * Decode steps (a few rows) are bound by the bytes of weights read: where a matrix is exactly GGUF-style
- * block codes (a Q4_1 / Q8_0 / Q4_0 GGUF), they read a lossless packed copy, 1.25 bytes per weight
- * instead of 4 (cpu_internal.h, CpuPacked); prefill GEMMs keep the f32 weights.
+ * block codes they read a lossless packed copy: 4-bit codes (a Q4_1 / Q4_0 GGUF, 0.625 bytes per weight,
+ * cpu_q4.c, with AVX2 / AVX-512 kernels chosen at open, KVBENCH_SIMD to force one), else int8 codes (a Q8_0
+ * GGUF, 1.25 bytes per weight, CpuPacked). A 4-bit product converts each weight once for all rows of a
+ * step, so B sequences decoding together cost little more than one. Prefill GEMMs keep the f32 weights.
+ * Parallel regions per decode layer: q/k/v together, attention, o, gate/up/SwiGLU together, down.
  * Shape legend: B sequences, T new tokens, M rows (B * chunk), N layers, D hidden, H heads, K kv-heads,
  * G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "cpu_internal.h"
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* Tokens per prefill chunk: enough rows for efficient GEMMs, few enough that the activations of an 8k
  * prefill stay ~12 MB. */
@@ -29,8 +42,9 @@
 /* Row-wise loops (norms, RoPE, SwiGLU) go parallel from this many rows on: below, a fork and join costs
  * more than the loop, and a decode step would otherwise pay ~100 of them. */
 #define CPU_PARALLEL_ROWS 16
-/* Up to this many rows (B sequences x T tokens) a product reads the packed weights when there are any. */
-#define CPU_PACKED_MAX_ROWS 4
+/* Up to this many rows (B sequences x T tokens) a product reads the packed weights (4-bit or int8) when
+ * there are any (a batched decode of up to 32 sequences); above, OpenBLAS's GEMM on the f32 weights. */
+#define CPU_Q4_MAX_ROWS 32
 /* From this many query rows per (sequence, head) on, attention goes through two GEMMs instead of per-row
  * loops, in tiles of CPU_TILE rows (CPU_TILE x n scores per thread). */
 #define CPU_BLOCK_MIN_ROWS 8
@@ -51,6 +65,11 @@ typedef struct {
     float *scores;       /* [threads][CPU_TILE][n] blocked attention */
     float *probs;        /* [threads][n] per-row attention */
     float *q_win;        /* [H][w][d] observation queries */
+    float *q4_tiles;     /* [threads][CPU_Q4_TILE_FLOATS(widest K)], 64-byte aligned */
+    int q4_tile_threads; /* threads q4_tiles has room for */
+    int q4_tile_width;   /* K q4_tiles has room for */
+    float *xn_parts;     /* [threads][M][D] each thread's normed rows in a decode step */
+    size_t xn_part_floats;
 } CpuScratch;
 
 /* Matrices of one layer in LayerWeights order, for the packed copies. */
@@ -58,7 +77,12 @@ enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 
 typedef struct {
     CpuScratch s;
-    CpuPacked *packed;   /* [N*W_PER_LAYER + 1] (lm_head last); q == NULL where a matrix stays f32 only */
+    CpuSimd simd;        /* instruction set of the 4-bit kernels */
+    int fast;            /* KVBENCH_DECODE=fast: single-sequence steps on int8-quantised activations */
+    /* [N*W_PER_LAYER + 1] (lm_head last): the 4-bit copy of a matrix, or NULL; else the int8 copy, or q NULL
+     * where a matrix stays f32 only */
+    CpuQ4Block **q4;
+    CpuPacked *packed;
 } CpuImpl;
 
 /* ------------------------------------------------------------------------------------------------ scratch */
@@ -93,11 +117,29 @@ static int scratch_floats(float **buf, size_t *cap, size_t want, const char *wha
     return 0;
 }
 
+/* The 4-bit kernels' per-thread weight tiles, for the widest input of any matrix. */
+static int scratch_q4_tiles(CpuScratch *s, const ModelConfig *c, KvErr *err) {
+    int threads = omp_get_max_threads();
+    if (threads <= s->q4_tile_threads) return 0;
+    int widest = c->d_model > c->d_ff ? c->d_model : c->d_ff;
+    widest = widest > c->n_heads * c->head_dim ? widest : c->n_heads * c->head_dim;
+    size_t bytes = CPU_Q4_TILE_FLOATS(widest) * (size_t)threads * sizeof(float);
+    float *tiles = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!tiles) return kv_fail(err, "cpu backend: out of memory for %zu bytes of weight tiles", bytes);
+    free(s->q4_tiles);
+    s->q4_tiles = tiles;
+    s->q4_tile_threads = threads;
+    s->q4_tile_width = widest;
+    return 0;
+}
+
 static void scratch_free(CpuScratch *s) {
     free(s->rows_arena);
     free(s->scores);
     free(s->probs);
     free(s->q_win);
+    free(s->q4_tiles);
+    free(s->xn_parts);
     memset(s, 0, sizeof *s);
 }
 
@@ -116,12 +158,14 @@ static const float *layer_matrix(const LayerWeights *w, int which) {
     return all[which];
 }
 
-/* Packs every matrix that is exactly block codes (see CpuPacked); the others keep only their f32 weights. */
+/* Packs every matrix that is exactly 4-bit block codes (CpuQ4Block) or else int8 block codes (CpuPacked);
+ * the others keep only their f32 weights. */
 static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
     const ModelConfig *c = &m->cfg;
     int n = c->n_layers * W_PER_LAYER + 1;
     impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
-    if (!impl->packed) return -1;
+    impl->q4 = impl->packed ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
+    if (!impl->q4) return -1;
     for (int i = 0; i < n; i++) {
         int N = c->vocab_size, K = c->d_model;
         const float *w = m->lm_head;
@@ -130,6 +174,13 @@ static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
             w = layer_matrix(&m->layers[i / W_PER_LAYER], i % W_PER_LAYER);
         }
         if (K % CPU_PACK_BLOCK) continue;
+        CpuQ4Block *q4 = kv_malloc((size_t)N * (K / CPU_PACK_BLOCK) * sizeof *q4, err);
+        if (!q4) return kv_wrap(err, "cpu backend: 4-bit copy of a %d x %d matrix", N, K);
+        if (cpu_pack_q4(q4, w, N, K)) {
+            impl->q4[i] = q4;
+            continue;
+        }
+        free(q4);
         size_t codes = (size_t)N * K, blocks = codes / CPU_PACK_BLOCK;
         CpuPacked p = {kv_malloc(codes + 2 * blocks * sizeof(float), err), NULL, NULL};
         if (!p.q) return kv_wrap(err, "cpu backend: packed copy of a %d x %d matrix", N, K);
@@ -144,11 +195,14 @@ static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
     return 0;
 }
 
-/* y = x W^T (+ bias) (+ y) for M rows, from the packed copy when there is one and M is small (decode). */
+/* y = x W^T (+ bias) (+ y) for M rows, from a packed copy when there is one and M is small (decode). */
 static void matmul(const CpuImpl *impl, int index, float *y, const float *x, const float *w, const float *bias,
                    int M, int N, int K, int accumulate) {
-    if (M <= CPU_PACKED_MAX_ROWS && impl->packed[index].q)
-        cpu_matmul_packed(y, x, &impl->packed[index], bias, M, N, K, accumulate);
+    if (M <= CPU_Q4_MAX_ROWS && impl->q4[index]) {
+        CpuQ4Job job = {y, impl->q4[index], bias, N};
+        cpu_matmul_q4(impl->simd, &job, 1, x, M, K, accumulate, impl->s.q4_tiles);
+    } else if (M <= CPU_Q4_MAX_ROWS && impl->packed[index].q)
+        cpu_matmul_q8(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, impl->s.q4_tiles);
     else
         cpu_matmul(y, x, w, bias, M, N, K, accumulate);
 }
@@ -299,9 +353,16 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
         int pi = l * W_PER_LAYER;
-        matmul(impl, pi + W_Q, s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
-        matmul(impl, pi + W_K, s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
-        matmul(impl, pi + W_V, s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
+        CpuQ4Block *const *q4 = impl->q4 + pi;
+        if (M <= CPU_Q4_MAX_ROWS && q4[W_Q] && q4[W_K] && q4[W_V]) {
+            const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
+                                     {s->v, q4[W_V], w->bv, (int)kd}};
+            cpu_matmul_q4(impl->simd, qkv, 3, s->xn, M, D, 0, s->q4_tiles);
+        } else {
+            matmul(impl, pi + W_Q, s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
+            matmul(impl, pi + W_K, s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
+            matmul(impl, pi + W_V, s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
+        }
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) {
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
@@ -312,13 +373,171 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
         matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-        matmul(impl, pi + W_GATE, s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
-        matmul(impl, pi + W_UP, s->up, s->xn, w->w_up, NULL, M, F, D, 0);
+        if (M <= CPU_Q4_MAX_ROWS && q4[W_GATE] && q4[W_UP]) {
+            cpu_ffn_q4(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], s->xn, M, D, F, s->q4_tiles);
+        } else {
+            matmul(impl, pi + W_GATE, s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
+            matmul(impl, pi + W_UP, s->up, s->xn, w->w_up, NULL, M, F, D, 0);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
-        for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
+            for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
+        }
         matmul(impl, pi + W_DOWN, s->x, s->gate, w->w_down, NULL, M, D, F, 1);
     }
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ decode step */
+
+/* A barrier for the threads of the decode step's one parallel region. A waiter spins briefly (the other
+ * thread is usually microseconds away), then sleeps on a futex until the last one arrives: on a loaded
+ * machine a thread spinning for a descheduled partner takes the core that partner, or another process,
+ * needs (libgomp's default spins ~300000 pauses per wait: the 0.1 tokens/s of issue 15), and a yielding
+ * one waits a whole scheduler period to run again (measured: 1.2 s per decode step). */
+typedef struct {
+    atomic_int arrived;
+    atomic_int generation;
+    atomic_int sleepers;
+} StepBarrier;
+
+#define CPU_BARRIER_SPINS 1000
+
+static void step_barrier(StepBarrier *b, int parties) {
+    if (parties == 1) return;
+    int gen = atomic_load(&b->generation);
+    if (atomic_fetch_add(&b->arrived, 1) == parties - 1) {
+        atomic_store(&b->arrived, 0);
+        atomic_store(&b->generation, gen + 1);
+#if defined(__linux__)
+        if (atomic_load(&b->sleepers)) syscall(SYS_futex, &b->generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
+        return;
+    }
+    for (int spins = 0; spins < CPU_BARRIER_SPINS; spins++) {
+        if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen) return;
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    atomic_fetch_add(&b->sleepers, 1);
+    while (atomic_load(&b->generation) == gen) {
+#if defined(__linux__)
+        syscall(SYS_futex, &b->generation, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
+#else
+        sched_yield();
+#endif
+    }
+    atomic_fetch_sub(&b->sleepers, 1);
+}
+
+/* Whether every product of a forward of M rows reads packed weights, so a single-token step can run as one
+ * parallel region (forward_decode). */
+static int all_packed(const CpuImpl *impl, const ModelConfig *c, int M) {
+    if (M > CPU_Q4_MAX_ROWS) return 0;
+    for (int i = 0; i < c->n_layers * W_PER_LAYER + 1; i++)
+        if (!impl->q4[i] && !impl->packed[i].q) return 0;
+    return 1;
+}
+
+/* This thread's share of y = x W^T (+ bias) (+ y) from the packed copy of matrix `index`. */
+static void matmul_part(const CpuImpl *impl, int index, float *y, const float *x, const float *bias, int M, int N,
+                        int K, int accumulate, float *tile, int part, int parts) {
+    if (impl->q4[index]) {
+        CpuQ4Job job = {y, impl->q4[index], bias, N};
+        if (impl->fast && M == 1)
+            cpu_matvec_q4_fast_part(impl->simd, &job, 1, x, K, accumulate, tile, part, parts);
+        else
+            cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
+    } else {
+        cpu_matmul_q8_part(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
+    }
+}
+
+/* One token for each of B sequences through all layers in ONE parallel region (a forward_chunk with tc = 1
+ * opens five per layer): 6 barriers per layer, each thread computing the norms itself into its own row of
+ * xn_parts. Same kernels, same arithmetic, so the logits equal forward_chunk's bit for bit. */
+static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens,
+                           float *logits) {
+    CpuScratch *s = &impl->s;
+    const ModelConfig *c = &m->cfg;
+    int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2, G = H / K;
+    int M = B;
+    size_t hd = (size_t)H * d, kd = (size_t)K * d;
+    float scale = 1.0f / sqrtf((float)d);
+    size_t prob_stride = s->prob_floats / (size_t)omp_get_max_threads();
+    StepBarrier barrier = {0, 0, 0};
+#pragma omp parallel
+    {
+        int p = omp_get_thread_num(), P = omp_get_num_threads();
+        float *tile = s->q4_tiles + CPU_Q4_TILE_FLOATS(s->q4_tile_width) * (size_t)p;
+        float *xn = s->xn_parts + (size_t)p * M * D;
+        float *probs = s->probs + prob_stride * (size_t)p;
+        for (int r = p; r < M; r += P) {
+            memcpy(s->x + (size_t)r * D, m->tok_embd + (size_t)tokens[r] * D, (size_t)D * sizeof(float));
+            double pos = (double)caches[r]->n_pos;
+            for (int i = 0; i < half; i++) {
+                s->cos_t[r * half + i] = (float)cos(pos * m->rope_inv_freq[i]);
+                s->sin_t[r * half + i] = (float)sin(pos * m->rope_inv_freq[i]);
+            }
+        }
+        step_barrier(&barrier, P);
+        for (int l = 0; l < c->n_layers; l++) {
+            const LayerWeights *w = &m->layers[l];
+            int pi = l * W_PER_LAYER;
+            CpuQ4Block *const *q4 = impl->q4 + pi;
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
+            if (q4[W_Q] && q4[W_K] && q4[W_V]) {
+                const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
+                                         {s->v, q4[W_V], w->bv, (int)kd}};
+                if (impl->fast && M == 1) cpu_matvec_q4_fast_part(impl->simd, qkv, 3, xn, D, 0, tile, p, P);
+                else cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
+            } else {
+                matmul_part(impl, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
+                matmul_part(impl, pi + W_K, s->k, xn, w->bk, M, (int)kd, D, 0, tile, p, P);
+                matmul_part(impl, pi + W_V, s->v, xn, w->bv, M, (int)kd, D, 0, tile, p, P);
+            }
+            step_barrier(&barrier, P);
+            /* RoPE, then the new key and value onto each sequence's cache heads (sequence r by one thread) */
+            for (int r = p; r < M; r += P) {
+                cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+                cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+                KvCache *kc = caches[r];
+                for (int kh = 0; kh < K; kh++) {
+                    int i = l * K + kh, at = kc->len[i];
+                    memcpy(kc->k[i] + (size_t)at * d, s->k + (size_t)r * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                    memcpy(kc->v[i] + (size_t)at * d, s->v + (size_t)r * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                    kc->pos[i][at] = kc->n_pos;
+                    kc->len[i]++;
+                }
+            }
+            step_barrier(&barrier, P);
+            for (int task = p; task < M * H; task += P) {
+                int r = task / H, h = task % H, i = l * K + h / G;
+                cpu_attend_row(s->att + (size_t)r * hd + (size_t)h * d, probs, s->q + (size_t)r * hd + (size_t)h * d,
+                               caches[r]->k[i], caches[r]->v[i], caches[r]->len[i], d, scale);
+            }
+            step_barrier(&barrier, P);
+            matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
+            step_barrier(&barrier, P);
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
+            if (q4[W_GATE] && q4[W_UP] && !(impl->fast && M == 1)) {
+                cpu_ffn_q4_part(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
+            } else {
+                matmul_part(impl, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
+                matmul_part(impl, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
+                step_barrier(&barrier, P);
+                size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
+                cpu_swiglu(s->gate + lo, s->up + lo, hi - lo);
+            }
+            step_barrier(&barrier, P);
+            matmul_part(impl, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);
+            step_barrier(&barrier, P);
+        }
+        if (logits) {
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, m->out_norm, D, c->rms_eps);
+            matmul_part(impl, c->n_layers * W_PER_LAYER, logits, xn, NULL, M, c->vocab_size, D, 0, tile, p, P);
+        }
+    }
+    for (int b = 0; b < B; b++) caches[b]->n_pos += 1;
 }
 
 static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *tokens, int T, float *logits,
@@ -340,8 +559,16 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         scratch_floats(&s->scores, &s->score_floats, (size_t)omp_get_max_threads() * CPU_TILE * max_keys,
                        "attention scores", err) ||
         (observe && scratch_floats(&s->q_win, &s->qwin_floats, (size_t)c->n_heads * observe->window * c->head_dim,
-                                   "observation queries", err)))
+                                   "observation queries", err)) ||
+        scratch_q4_tiles(s, c, err))
         return -1;
+    if (T == 1 && !observe && !trace && all_packed(impl, c, B)) {
+        if (scratch_floats(&s->xn_parts, &s->xn_part_floats, (size_t)omp_get_max_threads() * B * c->d_model,
+                           "per-thread normed rows", err))
+            return -1;
+        forward_decode(impl, m, caches, B, tokens, logits);
+        return 0;
+    }
     for (int t0 = 0; t0 < T;) {
         int tc = T - t0 < chunk ? T - t0 : chunk;
         int rest = T - t0 - tc;
@@ -383,7 +610,9 @@ static void cpu_destroy(Backend *be) {
     if (impl) {
         scratch_free(&impl->s);
         for (int i = 0; impl->packed && i < be->model->cfg.n_layers * W_PER_LAYER + 1; i++) free(impl->packed[i].q);
+        for (int i = 0; impl->q4 && i < be->model->cfg.n_layers * W_PER_LAYER + 1; i++) free(impl->q4[i]);
         free(impl->packed);
+        free(impl->q4);
     }
     free(impl);
     free(be);
@@ -413,7 +642,17 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;
-    if (pack_weights(impl, m, err)) {
+    const char *decode = getenv("KVBENCH_DECODE");
+    if (decode && *decode && strcmp(decode, "exact") && strcmp(decode, "fast")) {
+        kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
+        cpu_destroy(be);
+        return -1;
+    }
+    impl->fast = decode && !strcmp(decode, "fast");
+    if (impl->fast)
+        fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast): activations quantised to int8 per 32 "
+                        "weights, integer dot products; answers may differ from the exact path\n");
+    if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) || pack_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;
     }

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 /* y[M][N] = x[M][K] · w[N][K]^T (+ bias[N] when non-NULL) (+ the old y when accumulate): Hugging Face's
  * y = W x for M rows at once, so each weight matrix is read once per call whatever M is. Threads split the
  * N output features; each calls a single-threaded BLAS on its slice. */
@@ -30,9 +32,80 @@ typedef struct {
  * w is exactly such a code, else 0 (p is then meaningless). K must be a multiple of 32. */
 int cpu_pack_exact(CpuPacked *p, const float *w, int N, int K);
 
-/* cpu_matmul for packed weights: y[M][N] (+)= x[M][K] · w^T (+ bias), threads over N. */
-void cpu_matmul_packed(float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
-                       int accumulate);
+
+/* ---------------------------------------------------------------------------------- 4-bit packed weights */
+
+/* Instruction set of the 4-bit kernels, chosen once at backend open: the best this CPU has, or the one the
+ * environment variable KVBENCH_SIMD names (scalar | avx2 | avx512; tests force each in turn). */
+typedef enum { CPU_SIMD_SCALAR, CPU_SIMD_AVX2, CPU_SIMD_AVX512 } CpuSimd;
+
+/* request NULL or "" picks the best supported level; a named level this CPU lacks, or an unknown name,
+ * fails with a message saying what is supported. */
+int cpu_simd_choose(CpuSimd *out, const char *request, KvErr *err);
+const char *cpu_simd_name(CpuSimd simd);
+
+/* One block of 32 weights of a matrix that is exactly 4-bit codes (a GGUF Q4_1 or Q4_0 matrix): weight i is
+ * code_i * scale + offset in f32 (scale, offset f16 bits; code i in the low nibble of codes[i] for i < 16,
+ * code i in the high nibble of codes[i - 16] otherwise, as GGUF stores them). 0.625 bytes per weight;
+ * the kernels rebuild exactly the f32 weight the loader produced (code * scale is exact in f32). */
+typedef struct {
+    uint16_t scale, offset;
+    uint8_t codes[16];
+} CpuQ4Block;
+
+/* Fills blocks[N][K/32] and returns 1 when every block of w[N][K] is exactly such a block, else 0.
+ * K must be a multiple of 32. */
+int cpu_pack_q4(CpuQ4Block *blocks, const float *w, int N, int K);
+
+/* The f32 weight row n of a packed matrix (the scalar reference the tests compare with). */
+void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K);
+
+/* One product of a cpu_matmul_q4 call: y[M][N] = x[M][K] . w[N][K]^T (+ bias[N]) (+ the old y). */
+typedef struct {
+    float *y;
+    const CpuQ4Block *w;
+    const float *bias;
+    int N;
+} CpuQ4Job;
+
+/* Per-thread scratch of the 4-bit kernels: this many floats for each OpenMP thread. */
+#define CPU_Q4_TILE_FLOATS(K) (4 * (size_t)(K))
+
+/* The products of jobs[n_jobs] with the same x, in one parallel region (threads split all jobs' output
+ * features). Each weight block is read and converted to f32 once per call, whatever M is: the B sequences
+ * of a batched decode step share it. Results do not depend on M (row r of an M-row call equals the 1-row
+ * call on x row r, bit for bit) nor on the thread count; they do depend on simd (summation order).
+ * tiles: threads * CPU_Q4_TILE_FLOATS(K) floats, 64-byte aligned. */
+void cpu_matmul_q4(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                   float *tiles);
+
+/* cpu_matmul_q4 for one int8-coded matrix (CpuPacked), the same tiles and guarantees. */
+void cpu_matmul_q8(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
+                   int accumulate, float *tiles);
+
+/* The SwiGLU feed-forward's first half in one parallel region: gate = x . wg^T, up = x . wu^T, then
+ * gate = silu(gate) * up ([M][F] each), bit for bit what the separate products and cpu_swiglu give. */
+void cpu_ffn_q4(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
+                int M, int K, int F, float *tiles);
+
+/* The share `part` of `parts` of each of the three calls above, for a caller that is already inside a
+ * parallel region (one region per decode step); tile is that part's own CPU_Q4_TILE_FLOATS(K) floats. The
+ * union of all parts is the whole call, bit for bit. */
+void cpu_matmul_q4_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                        float *tile, int part, int parts);
+void cpu_matmul_q8_part(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N,
+                        int K, int accumulate, float *tile, int part, int parts);
+void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
+                     int M, int K, int F, float *tile, int part, int parts);
+
+/* The opt-in FAST path of a single-row product (KVBENCH_DECODE=fast): x quantised per 32-block to int8 and
+ * integer dot products with the codes (AVX-512 VNNI where present, AVX2 maddubs, portable C), so NOT the
+ * reference arithmetic: within ~1e-2 relative of the exact product, greedy answers may differ. One row of x;
+ * jobs, tiles and parts as for cpu_matmul_q4 (the tile holds the quantised row). */
+void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
+                        float *tiles);
+void cpu_matvec_q4_fast_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
+                             float *tile, int part, int parts);
 
 /* out = x / sqrt(mean(x^2) + eps) * w over one row of n. */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

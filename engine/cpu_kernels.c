@@ -119,59 +119,6 @@ int cpu_pack_exact(CpuPacked *p, const float *w, int N, int K) {
     return ok;
 }
 
-/* Outputs n0..n1 of every row: sum over blocks of scale * (x . q) + offset * sum(x), with the block sums
- * of x precomputed. One accumulator per lane of a block, summed once per output, so the inner loop is pure
- * vector work. Built for AVX2 too and picked at load time: the int8 -> float conversion is most of a
- * decode step. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-static void packed_rows(float *y, const float *x, const float *xsum, const CpuPacked *w, const float *bias, int M,
-                        int N, int K, int n0, int n1, int accumulate) {
-    int blocks = K / CPU_PACK_BLOCK;
-    for (int n = n0; n < n1; n++) {
-        const int8_t *q = w->q + (size_t)n * K;
-        const float *scale = w->scale + (size_t)n * blocks, *offset = w->offset + (size_t)n * blocks;
-        for (int m = 0; m < M; m++) {
-            const float *xm = x + (size_t)m * K, *sm = xsum + (size_t)m * blocks;
-            float lanes[CPU_PACK_BLOCK], total = bias ? bias[n] : 0.0f;
-#pragma omp simd
-            for (int i = 0; i < CPU_PACK_BLOCK; i++) lanes[i] = 0.0f;
-            for (int b = 0; b < blocks; b++) {
-                const float *xb = xm + (size_t)b * CPU_PACK_BLOCK;
-                const int8_t *qb = q + (size_t)b * CPU_PACK_BLOCK;
-                /* the codes stream from memory once per step; the hardware prefetcher alone leaves the
-                 * loop waiting on them about half the time (measured: 1.5-2x faster with this) */
-                __builtin_prefetch(qb + 1024);
-                float s = scale[b];
-#pragma omp simd
-                for (int i = 0; i < CPU_PACK_BLOCK; i++) lanes[i] += s * (xb[i] * (float)qb[i]);
-                total += offset[b] * sm[b];
-            }
-#pragma omp simd reduction(+ : total)
-            for (int i = 0; i < CPU_PACK_BLOCK; i++) total += lanes[i];
-            float *out = y + (size_t)m * N + n;
-            *out = accumulate ? *out + total : total;
-        }
-    }
-}
-
-void cpu_matmul_packed(float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
-                       int accumulate) {
-    int blocks = K / CPU_PACK_BLOCK, parts = omp_get_max_threads();
-    float xsum[M * blocks];
-    for (int m = 0; m < M; m++)
-        for (int b = 0; b < blocks; b++) {
-            float s = 0.0f;
-            for (int i = 0; i < CPU_PACK_BLOCK; i++) s += x[(size_t)m * K + (size_t)b * CPU_PACK_BLOCK + i];
-            xsum[m * blocks + b] = s;
-        }
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < parts; p++)
-        packed_rows(y, x, xsum, w, bias, M, N, K, (int)((long)N * p / parts), (int)((long)N * (p + 1) / parts),
-                    accumulate);
-}
-
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)

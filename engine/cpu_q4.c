@@ -1,0 +1,728 @@
+/* cpu_q4.c — products with 4-bit packed weights (cpu_internal.h, CpuQ4Block): the decode steps of the CPU
+ * backend, exact path.
+ *
+ * Decode is bound by the weight bytes it streams: a Q4_1 matrix kept as its 4-bit codes is 0.625 bytes per
+ * weight (4 as f32, 1.25 as int8 codes). Each block is rebuilt to the loader's exact f32 weights
+ * (code * scale + offset, the product exact in f32) and multiplied with f32 activations, so the arithmetic is
+ * the f32 product of the dequantised model, as the reference pipeline computes it; only the summation order
+ * differs (one accumulator of 16 lanes per output on AVX-512, 8 on AVX2, 16 on the portable path).
+ *
+ * Rows of x share the rebuilt weights: a call converts each block once, into a per-thread tile of 4 weight
+ * rows that stays in L1, and multiplies it with all M rows in register tiles of 4 outputs x R rows. With
+ * one row (single-sequence decode) the rebuilt block goes straight from registers into the products.
+ * Every (output, row) pair is one accumulator chain over K in the same order whatever M and the tiling, so
+ * a batched step equals B single steps bit for bit.
+ *
+ * SIMD levels are compiled with target attributes and chosen at run time (cpu_simd_choose); the portable
+ * path is plain C. */
+#include "cpu_internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CPU_Q4_X86 1
+#else
+#define CPU_Q4_X86 0
+#endif
+
+#define Q4_GROUP 4 /* output features per register tile (and per unit of work between threads) */
+
+/* ---------------------------------------------------------------------------------------------- f16 bits */
+
+static float f16_to_f32(uint16_t h) {
+    int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
+    float v;
+    if (exp == 0) v = ldexpf((float)man, -24);                   /* zero and subnormals */
+    else if (exp == 31) v = man ? NAN : INFINITY;
+    else v = ldexpf((float)(man | 1024), exp - 25);
+    return sign ? -v : v;
+}
+
+/* f16 bits of x when x is exactly an f16 value, else returns 0 and leaves *out alone. */
+static int f32_to_f16_exact(float x, uint16_t *out) {
+    if (!isfinite(x) || fabsf(x) > 65504.0f) return 0;
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    float a = fabsf(x);
+    uint16_t bits;
+    if (a < ldexpf(1.0f, -14)) { /* subnormal: a multiple of 2^-24 */
+        float m = ldexpf(a, 24);
+        if (m != rintf(m)) return 0;
+        bits = (uint16_t)m;
+    } else {
+        int e;
+        float f = frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): 11 significant bits */
+        float m = ldexpf(f, 11);
+        if (m != rintf(m)) return 0;
+        bits = (uint16_t)(((e + 14) << 10) | ((int)m - 1024));
+    }
+    *out = sign | bits;
+    return f16_to_f32(*out | sign) == x;
+}
+
+/* ---------------------------------------------------------------------------------------------- packing */
+
+/* Nearest f16 value of x > 0 (11 significant bits), kept in a float; 0 when x is out of f16's range. */
+static float snap_f16(float x) {
+    int e;
+    frexpf(x, &e);
+    float v = ldexpf(rintf(ldexpf(x, 11 - e)), e - 11);
+    uint16_t bits;
+    return f32_to_f16_exact(v, &bits) ? v : 0.0f;
+}
+
+/* Codes (w - offset) / s for the offsets lo - shift * s that are f16 values (the block minimum for Q4_1-style
+ * blocks; for Q4_0-style ones, -8 * scale, the minimum less a whole number of scales). */
+static int try_q4_scale(const float *w, float s, float lo, float hi, CpuQ4Block *blk) {
+    uint16_t s_bits, o_bits;
+    if (!(s > 0) || !f32_to_f16_exact(s, &s_bits)) return 0;
+    float top = rintf((hi - lo) / s);
+    for (int shift = 0; top <= 15 && shift <= 15 - (int)top; shift++) {
+        float offset = lo - (float)shift * s;
+        if (!f32_to_f16_exact(offset, &o_bits)) continue;
+        int ok = 1;
+        uint8_t codes[32];
+        for (int i = 0; ok && i < 32; i++) {
+            float c = rintf((w[i] - offset) / s);
+            ok = c >= 0 && c <= 15 && c * s + offset == w[i];
+            codes[i] = ok ? (uint8_t)c : 0;
+        }
+        if (!ok) continue;
+        blk->scale = s_bits;
+        blk->offset = o_bits;
+        for (int i = 0; i < 16; i++) blk->codes[i] = (uint8_t)(codes[i] | codes[i + 16] << 4);
+        return 1;
+    }
+    return 0;
+}
+
+/* Codes 0..15 of one block. GGUF's Q4_1 quantiser maps the block's range onto codes 0..15, so the scale is
+ * first tried as (max - min) / 15 on the f16 grid; otherwise it is the smallest gap between distinct values
+ * divided by k (the gap itself unless no two codes of the block are adjacent). */
+static int pack_q4_block(const float *w, CpuQ4Block *blk) {
+    float lo = w[0], hi = w[0];
+    for (int i = 1; i < 32; i++) lo = w[i] < lo ? w[i] : lo, hi = w[i] > hi ? w[i] : hi;
+    if (hi == lo) { /* a constant block: every code 0 */
+        uint16_t o_bits;
+        if (!f32_to_f16_exact(lo, &o_bits)) return 0;
+        memset(blk, 0, sizeof *blk);
+        blk->offset = o_bits;
+        return 1;
+    }
+    if (try_q4_scale(w, snap_f16((hi - lo) / 15.0f), lo, hi, blk)) return 1;
+    float sorted[32], step = INFINITY;
+    for (int i = 0; i < 32; i++) {
+        int j = i;
+        for (; j > 0 && sorted[j - 1] > w[i]; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = w[i];
+    }
+    for (int i = 1; i < 32; i++) {
+        float gap = sorted[i] - sorted[i - 1];
+        if (gap > 0 && gap < step) step = gap;
+    }
+    for (int k = 1; k <= 15 && (hi - lo) / (step / (float)k) < 15.5f; k++)
+        if (try_q4_scale(w, snap_f16(step / (float)k), lo, hi, blk)) return 1;
+    return 0;
+}
+
+int cpu_pack_q4(CpuQ4Block *blocks, const float *w, int N, int K) {
+    if (K % 32) return 0;
+    int per_row = K / 32, ok = 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+    for (int n = 0; n < N; n++)
+        for (int b = 0; ok && b < per_row; b++)
+            ok = pack_q4_block(w + (size_t)n * K + (size_t)b * 32, &blocks[(size_t)n * per_row + b]);
+    return ok;
+}
+
+void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K) {
+    const CpuQ4Block *row = blocks + (size_t)n * (K / 32);
+    for (int b = 0; b < K / 32; b++) {
+        float s = f16_to_f32(row[b].scale), o = f16_to_f32(row[b].offset);
+        for (int i = 0; i < 16; i++) {
+            w[b * 32 + i] = (float)(row[b].codes[i] & 15) * s + o;
+            w[b * 32 + i + 16] = (float)(row[b].codes[i] >> 4) * s + o;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ SIMD choice */
+
+static const char *const simd_names[] = {"scalar", "avx2", "avx512"};
+
+const char *cpu_simd_name(CpuSimd simd) { return simd_names[simd]; }
+
+static int simd_supported(CpuSimd simd) {
+#if CPU_Q4_X86
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (simd == CPU_SIMD_AVX2) return avx2;
+    if (simd == CPU_SIMD_AVX512) return avx2 && __builtin_cpu_supports("avx512f");
+#endif
+    return simd == CPU_SIMD_SCALAR;
+}
+
+int cpu_simd_choose(CpuSimd *out, const char *request, KvErr *err) {
+    if (!request || !*request) {
+        *out = simd_supported(CPU_SIMD_AVX512) ? CPU_SIMD_AVX512
+               : simd_supported(CPU_SIMD_AVX2) ? CPU_SIMD_AVX2 : CPU_SIMD_SCALAR;
+        return 0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(request, simd_names[i])) {
+            if (!simd_supported((CpuSimd)i))
+                return kv_fail(err, "KVBENCH_SIMD=%s: this CPU does not support %s (it supports: scalar%s%s)", request,
+                               request, simd_supported(CPU_SIMD_AVX2) ? ", avx2" : "",
+                               simd_supported(CPU_SIMD_AVX512) ? ", avx512" : "");
+            *out = (CpuSimd)i;
+            return 0;
+        }
+    return kv_fail(err, "KVBENCH_SIMD=%s: unknown instruction set (scalar, avx2 or avx512)", request);
+}
+
+/* ---------------------------------------------------------------------------------------------- kernels */
+
+/* Every level computes outputs [n0, n1) of one matrix for all M rows: y[m*ldy + n]. */
+typedef void RowsFn(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w, const float *bias, int n0,
+                    int n1, int accumulate, float *tile);
+
+static inline void store_out(float *y, float total, const float *bias, int n, int accumulate) {
+    if (bias) total += bias[n];
+    *y = accumulate ? *y + total : total;
+}
+
+/* Portable path: 16 lanes per accumulator like AVX-512 (not the same order within a lane's sum: AVX-512
+ * adds its lanes as a tree). */
+static void rows_scalar(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w, const float *bias,
+                        int n0, int n1, int accumulate, float *tile) {
+    for (int n = n0; n < n1; n++) {
+        cpu_unpack_q4_row(tile, w, n, K);
+        for (int m = 0; m < M; m++) {
+            const float *xm = x + (size_t)m * K;
+            float lanes[16] = {0};
+            for (int k = 0; k < K; k += 16)
+                for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
+            float total = 0.0f;
+            for (int i = 0; i < 16; i++) total += lanes[i];
+            store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
+        }
+    }
+}
+
+#if CPU_Q4_X86
+
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+
+/* ------------------------------------------------------------------ AVX2: 8 lanes, tiles of 4 x up to 2 */
+
+/* The 32 weights of a block as four vectors of 8. */
+static inline AVX2_TARGET void block_avx2(const CpuQ4Block *b, __m256 out[4]) {
+    __m256 s = _mm256_set1_ps(_cvtsh_ss(b->scale)), o = _mm256_set1_ps(_cvtsh_ss(b->offset));
+    __m128i c = _mm_loadu_si128((const __m128i *)b->codes), mask = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(c, mask), hi = _mm_and_si128(_mm_srli_epi16(c, 4), mask);
+    out[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), s, o);
+    out[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), s, o);
+    out[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), s, o);
+    out[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), s, o);
+}
+
+static inline AVX2_TARGET float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* G (1 or 4) consecutive outputs from n for one row x, the blocks converted in registers (as on AVX-512). */
+#define ROW_STEP_AVX2(acc, row)                                                                                    \
+    do {                                                                                                           \
+        const CpuQ4Block *blk_ = (row) + b;                                                                        \
+        _mm_prefetch((const char *)(blk_ + 48), _MM_HINT_T0);                                                      \
+        __m256 wv_[4];                                                                                             \
+        block_avx2(blk_, wv_);                                                                                     \
+        acc = _mm256_fmadd_ps(wv_[0], x0, acc);                                                                    \
+        acc = _mm256_fmadd_ps(wv_[1], x1, acc);                                                                    \
+        acc = _mm256_fmadd_ps(wv_[2], x2, acc);                                                                    \
+        acc = _mm256_fmadd_ps(wv_[3], x3, acc);                                                                    \
+    } while (0)
+
+static inline __attribute__((always_inline)) AVX2_TARGET void one_row_avx2(float *y, const float *x, int K,
+                                                                           const CpuQ4Block *w, const float *bias,
+                                                                           int n, int G, int accumulate) {
+    int per_row = K / 32;
+    const CpuQ4Block *r0 = w + (size_t)n * per_row, *r1 = r0 + per_row, *r2 = r1 + per_row, *r3 = r2 + per_row;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int b = 0; b < per_row; b++) {
+        const float *xb = x + b * 32;
+        __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
+               x3 = _mm256_loadu_ps(xb + 24);
+        ROW_STEP_AVX2(a0, r0);
+        if (G == 4) {
+            ROW_STEP_AVX2(a1, r1);
+            ROW_STEP_AVX2(a2, r2);
+            ROW_STEP_AVX2(a3, r3);
+        }
+    }
+    store_out(y + n, hsum_avx2(a0), bias, n, accumulate);
+    if (G == 4) {
+        store_out(y + n + 1, hsum_avx2(a1), bias, n + 1, accumulate);
+        store_out(y + n + 2, hsum_avx2(a2), bias, n + 2, accumulate);
+        store_out(y + n + 3, hsum_avx2(a3), bias, n + 3, accumulate);
+    }
+}
+
+/* G rebuilt weight rows (tile[g*K]) times R rows of x from m. */
+static inline __attribute__((always_inline)) AVX2_TARGET void tile_avx2(float *y, int ldy, const float *x, int m,
+                                                                        int R, int K, const float *tile,
+                                                                        const float *bias, int n, int G,
+                                                                        int accumulate) {
+    __m256 acc[Q4_GROUP][2];
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++) acc[g][r] = _mm256_setzero_ps();
+    for (int k = 0; k < K; k += 8) {
+        __m256 xv[2];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) xv[r] = _mm256_loadu_ps(x + (size_t)(m + r) * K + k);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m256 wv = _mm256_load_ps(tile + (size_t)g * K + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[g][r] = _mm256_fmadd_ps(wv, xv[r], acc[g][r]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            store_out(y + (size_t)(m + r) * ldy + n + g, hsum_avx2(acc[g][r]), bias, n + g, accumulate);
+}
+
+/* All M rows of x against the G weight rows of a filled tile. */
+static inline __attribute__((always_inline)) AVX2_TARGET void tiles_avx2(float *y, int ldy, const float *x, int M,
+                                                                         int K, const float *tile, const float *bias,
+                                                                         int n, int G, int accumulate) {
+    int m = 0;
+    for (; m + 2 <= M; m += 2) tile_avx2(y, ldy, x, m, 2, K, tile, bias, n, G, accumulate);
+    if (m < M) tile_avx2(y, ldy, x, m, 1, K, tile, bias, n, G, accumulate);
+}
+
+static inline __attribute__((always_inline)) AVX2_TARGET void group_avx2(float *y, int ldy, const float *x, int M,
+                                                                         int K, const CpuQ4Block *w,
+                                                                         const float *bias, int n, int G,
+                                                                         int accumulate, float *tile) {
+    if (M == 1) {
+        one_row_avx2(y, x, K, w, bias, n, G, accumulate);
+        return;
+    }
+    int per_row = K / 32;
+    for (int g = 0; g < G; g++)
+        for (int b = 0; b < per_row; b++) {
+            __m256 wv[4];
+            block_avx2(w + (size_t)(n + g) * per_row + b, wv);
+            for (int i = 0; i < 4; i++) _mm256_store_ps(tile + (size_t)g * K + b * 32 + i * 8, wv[i]);
+        }
+    tiles_avx2(y, ldy, x, M, K, tile, bias, n, G, accumulate);
+}
+
+static AVX2_TARGET void rows_avx2(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w,
+                                  const float *bias, int n0, int n1, int accumulate, float *tile) {
+    int n = n0;
+    for (; n + Q4_GROUP <= n1; n += Q4_GROUP) group_avx2(y, ldy, x, M, K, w, bias, n, Q4_GROUP, accumulate, tile);
+    for (; n < n1; n++) group_avx2(y, ldy, x, M, K, w, bias, n, 1, accumulate, tile);
+}
+
+/* --------------------------------------------------------------- AVX-512: 16 lanes, tiles of 4 x up to 4 */
+
+static inline AVX512_TARGET void block_avx512(const CpuQ4Block *b, __m512 *w0, __m512 *w1) {
+    __m512 s = _mm512_set1_ps(_cvtsh_ss(b->scale)), o = _mm512_set1_ps(_cvtsh_ss(b->offset));
+    __m128i c = _mm_loadu_si128((const __m128i *)b->codes), mask = _mm_set1_epi8(15);
+    *w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(c, mask))), s, o);
+    *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(c, 4), mask))), s, o);
+}
+
+/* G (1 or 4) consecutive outputs from n for one row x, the blocks converted in registers. Written out for 4
+ * rows so the accumulators stay in registers; each row's codes are prefetched ~1 KiB ahead. */
+#define ROW_STEP_AVX512(acc, row)                                                                                  \
+    do {                                                                                                           \
+        const CpuQ4Block *blk_ = (row) + b;                                                                        \
+        _mm_prefetch((const char *)(blk_ + 48), _MM_HINT_T0);                                                      \
+        __m512 w0_, w1_;                                                                                           \
+        block_avx512(blk_, &w0_, &w1_);                                                                            \
+        acc = _mm512_fmadd_ps(w0_, x0, acc);                                                                       \
+        acc = _mm512_fmadd_ps(w1_, x1, acc);                                                                       \
+    } while (0)
+
+static inline __attribute__((always_inline)) AVX512_TARGET void one_row_avx512(float *y, const float *x, int K,
+                                                                               const CpuQ4Block *w,
+                                                                               const float *bias, int n, int G,
+                                                                               int accumulate) {
+    int per_row = K / 32;
+    const CpuQ4Block *r0 = w + (size_t)n * per_row, *r1 = r0 + per_row, *r2 = r1 + per_row, *r3 = r2 + per_row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int b = 0; b < per_row; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+        ROW_STEP_AVX512(a0, r0);
+        if (G == 4) {
+            ROW_STEP_AVX512(a1, r1);
+            ROW_STEP_AVX512(a2, r2);
+            ROW_STEP_AVX512(a3, r3);
+        }
+    }
+    store_out(y + n, _mm512_reduce_add_ps(a0), bias, n, accumulate);
+    if (G == 4) {
+        store_out(y + n + 1, _mm512_reduce_add_ps(a1), bias, n + 1, accumulate);
+        store_out(y + n + 2, _mm512_reduce_add_ps(a2), bias, n + 2, accumulate);
+        store_out(y + n + 3, _mm512_reduce_add_ps(a3), bias, n + 3, accumulate);
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void tile_avx512(float *y, int ldy, const float *x, int m,
+                                                                            int R, int K, const float *tile,
+                                                                            const float *bias, int n, int G,
+                                                                            int accumulate) {
+    __m512 acc[Q4_GROUP][4];
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++) acc[g][r] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 16) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) xv[r] = _mm512_loadu_ps(x + (size_t)(m + r) * K + k);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 wv = _mm512_load_ps(tile + (size_t)g * K + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[g][r] = _mm512_fmadd_ps(wv, xv[r], acc[g][r]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            store_out(y + (size_t)(m + r) * ldy + n + g, _mm512_reduce_add_ps(acc[g][r]), bias, n + g, accumulate);
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void tiles_avx512(float *y, int ldy, const float *x,
+                                                                             int M, int K, const float *tile,
+                                                                             const float *bias, int n, int G,
+                                                                             int accumulate) {
+    int m = 0;
+    for (; m + 4 <= M; m += 4) tile_avx512(y, ldy, x, m, 4, K, tile, bias, n, G, accumulate);
+    switch (M - m) {
+    case 3: tile_avx512(y, ldy, x, m, 3, K, tile, bias, n, G, accumulate); break;
+    case 2: tile_avx512(y, ldy, x, m, 2, K, tile, bias, n, G, accumulate); break;
+    case 1: tile_avx512(y, ldy, x, m, 1, K, tile, bias, n, G, accumulate); break;
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void group_avx512(float *y, int ldy, const float *x,
+                                                                             int M, int K, const CpuQ4Block *w,
+                                                                             const float *bias, int n, int G,
+                                                                             int accumulate, float *tile) {
+    if (M == 1) {
+        one_row_avx512(y, x, K, w, bias, n, G, accumulate);
+        return;
+    }
+    int per_row = K / 32;
+    for (int g = 0; g < G; g++)
+        for (int b = 0; b < per_row; b++) {
+            __m512 w0, w1;
+            block_avx512(w + (size_t)(n + g) * per_row + b, &w0, &w1);
+            _mm512_store_ps(tile + (size_t)g * K + b * 32, w0);
+            _mm512_store_ps(tile + (size_t)g * K + b * 32 + 16, w1);
+        }
+    tiles_avx512(y, ldy, x, M, K, tile, bias, n, G, accumulate);
+}
+
+static AVX512_TARGET void rows_avx512(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w,
+                                      const float *bias, int n0, int n1, int accumulate, float *tile) {
+    int n = n0;
+    for (; n + Q4_GROUP <= n1; n += Q4_GROUP) group_avx512(y, ldy, x, M, K, w, bias, n, Q4_GROUP, accumulate, tile);
+    for (; n < n1; n++) group_avx512(y, ldy, x, M, K, w, bias, n, 1, accumulate, tile);
+}
+
+/* int8 codes (CpuPacked): rebuilt exactly as the 4-bit ones (an 8-bit code times an f16 scale fits f32's 24
+ * bits), one row in registers, several through the tile. */
+static inline AVX2_TARGET void block_q8_avx2(const CpuPacked *w, size_t bi, __m256 out[4]) {
+    __m256 s = _mm256_set1_ps(w->scale[bi]), o = _mm256_set1_ps(w->offset[bi]);
+    const int8_t *q = w->q + bi * 32;
+    for (int i = 0; i < 4; i++)
+        out[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8 * i)))),
+                                 s, o);
+}
+
+static inline AVX512_TARGET void block_q8_avx512(const CpuPacked *w, size_t bi, __m512 *w0, __m512 *w1) {
+    __m512 s = _mm512_set1_ps(w->scale[bi]), o = _mm512_set1_ps(w->offset[bi]);
+    const int8_t *q = w->q + bi * 32;
+    *w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), s, o);
+    *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), s, o);
+}
+
+static AVX2_TARGET void rows_q8_avx2(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w,
+                                     const float *bias, int n0, int n1, int accumulate, float *tile) {
+    int per_row = K / 32;
+    for (int n = n0; n < n1; n++) {
+        if (M == 1) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int b = 0; b < per_row; b++) {
+                const float *xb = x + b * 32;
+                _mm_prefetch((const char *)(w->q + ((size_t)n * per_row + b) * 32 + 1024), _MM_HINT_T0);
+                __m256 wv[4];
+                block_q8_avx2(w, (size_t)n * per_row + b, wv);
+                for (int i = 0; i < 4; i++) acc = _mm256_fmadd_ps(wv[i], _mm256_loadu_ps(xb + 8 * i), acc);
+            }
+            store_out(y + n, hsum_avx2(acc), bias, n, accumulate);
+            continue;
+        }
+        for (int b = 0; b < per_row; b++) {
+            __m256 wv[4];
+            block_q8_avx2(w, (size_t)n * per_row + b, wv);
+            for (int i = 0; i < 4; i++) _mm256_store_ps(tile + b * 32 + i * 8, wv[i]);
+        }
+        tiles_avx2(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+    }
+}
+
+static AVX512_TARGET void rows_q8_avx512(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w,
+                                         const float *bias, int n0, int n1, int accumulate, float *tile) {
+    int per_row = K / 32;
+    for (int n = n0; n < n1; n++) {
+        if (M == 1) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int b = 0; b < per_row; b++) {
+                _mm_prefetch((const char *)(w->q + ((size_t)n * per_row + b) * 32 + 1024), _MM_HINT_T0);
+                __m512 w0, w1;
+                block_q8_avx512(w, (size_t)n * per_row + b, &w0, &w1);
+                acc = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + b * 32), acc);
+                acc = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 32 + 16), acc);
+            }
+            store_out(y + n, _mm512_reduce_add_ps(acc), bias, n, accumulate);
+            continue;
+        }
+        for (int b = 0; b < per_row; b++) {
+            __m512 w0, w1;
+            block_q8_avx512(w, (size_t)n * per_row + b, &w0, &w1);
+            _mm512_store_ps(tile + b * 32, w0);
+            _mm512_store_ps(tile + b * 32 + 16, w1);
+        }
+        tiles_avx512(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+    }
+}
+
+#endif
+
+static void rows_q8_scalar(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w, const float *bias,
+                           int n0, int n1, int accumulate, float *tile) {
+    for (int n = n0; n < n1; n++) {
+        for (int i = 0; i < K; i++) tile[i] = (float)w->q[(size_t)n * K + i] * w->scale[((size_t)n * K + i) / 32] +
+                                              w->offset[((size_t)n * K + i) / 32];
+        for (int m = 0; m < M; m++) {
+            const float *xm = x + (size_t)m * K;
+            float lanes[16] = {0};
+            for (int k = 0; k < K; k += 16)
+                for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
+            float total = 0.0f;
+            for (int i = 0; i < 16; i++) total += lanes[i];
+            store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
+        }
+    }
+}
+
+void cpu_matmul_q8_part(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N,
+                        int K, int accumulate, float *tile, int part, int parts) {
+    long groups = (N + Q4_GROUP - 1) / Q4_GROUP;
+    int n0 = (int)(groups * part / parts) * Q4_GROUP, n1 = (int)(groups * (part + 1) / parts) * Q4_GROUP;
+    n1 = n1 < N ? n1 : N;
+    if (n0 >= n1) return;
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512) rows_q8_avx512(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+    else if (simd == CPU_SIMD_AVX2) rows_q8_avx2(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+    else
+#endif
+        rows_q8_scalar(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+}
+
+void cpu_matmul_q8(CpuSimd simd, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N, int K,
+                   int accumulate, float *tiles) {
+#pragma omp parallel
+    cpu_matmul_q8_part(simd, y, x, w, bias, M, N, K, accumulate,
+                       tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                       omp_get_num_threads());
+}
+
+static RowsFn *rows_fn(CpuSimd simd) {
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512) return rows_avx512;
+    if (simd == CPU_SIMD_AVX2) return rows_avx2;
+#endif
+    (void)simd;
+    return rows_scalar;
+}
+
+/* ---------------------------------------------------------------------------------------------- threads */
+
+/* Part p of parts takes groups [G*p/parts, G*(p+1)/parts) of Q4_GROUP output features of the whole list of
+ * jobs, so every weight is read by one thread once. */
+void cpu_matmul_q4_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                        float *tile, int part, int parts) {
+    RowsFn *rows = rows_fn(simd);
+    long groups = 0;
+    for (int j = 0; j < n_jobs; j++) groups += (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP;
+    long g0 = groups * part / parts, g1 = groups * (part + 1) / parts, base = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        long gj = (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP, lo = g0 > base ? g0 : base, hi = g1 < base + gj ? g1 : base + gj;
+        if (lo < hi) {
+            int n0 = (int)(lo - base) * Q4_GROUP, n1 = (int)(hi - base) * Q4_GROUP;
+            rows(jobs[j].y, jobs[j].N, x, M, K, jobs[j].w, jobs[j].bias, n0, n1 < jobs[j].N ? n1 : jobs[j].N,
+                 accumulate, tile);
+        }
+        base += gj;
+    }
+}
+
+void cpu_matmul_q4(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K, int accumulate,
+                   float *tiles) {
+#pragma omp parallel
+    cpu_matmul_q4_part(simd, jobs, n_jobs, x, M, K, accumulate,
+                       tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                       omp_get_num_threads());
+}
+
+void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
+                     int M, int K, int F, float *tile, int part, int parts) {
+    RowsFn *rows = rows_fn(simd);
+    long groups = (F + Q4_GROUP - 1) / Q4_GROUP;
+    int f0 = (int)(groups * part / parts) * Q4_GROUP, f1 = (int)(groups * (part + 1) / parts) * Q4_GROUP;
+    f1 = f1 < F ? f1 : F;
+    if (f0 >= f1) return;
+    rows(gate, F, x, M, K, wg, NULL, f0, f1, 0, tile);
+    rows(up, F, x, M, K, wu, NULL, f0, f1, 0, tile);
+    for (int m = 0; m < M; m++) cpu_swiglu(gate + (size_t)m * F + f0, up + (size_t)m * F + f0, (size_t)(f1 - f0));
+}
+
+void cpu_ffn_q4(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
+                int M, int K, int F, float *tiles) {
+#pragma omp parallel
+    cpu_ffn_q4_part(simd, gate, up, wg, wu, x, M, K, F, tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(),
+                    omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* ------------------------------------------------------------------------------------------ fast path */
+
+/* The opt-in fast path (KVBENCH_DECODE=fast): x quantised per 32-block to int8 (xq = round(x / d),
+ * d = max|x| / 127), integer dot products with the 4-bit codes (exact), then per block
+ * d * (scale * sum(code * xq) + offset * sum(xq)) in f32. Not the reference pipeline's arithmetic: answers
+ * may differ from the exact path. The row's quantisation lives in the caller's tile:
+ * K bytes of xq, then K/32 floats d * sum(xq) and K/32 floats d. */
+typedef struct {
+    int8_t *xq;
+    float *xo; /* d_b * sum(xq of block b) */
+    float *xd; /* d_b */
+} FastRow;
+
+static FastRow quantize_row(const float *x, int K, float *tile) {
+    FastRow r = {(int8_t *)tile, tile + K / 4, tile + K / 4 + K / 32};
+    for (int b = 0; b < K / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int q = (int)rintf(x[b * 32 + i] * inv);
+            r.xq[b * 32 + i] = (int8_t)q;
+            sum += q;
+        }
+        r.xd[b] = d;
+        r.xo[b] = d * (float)sum;
+    }
+    return r;
+}
+
+static void fast_rows_scalar(float *y, const FastRow *x, int K, const CpuQ4Block *w, const float *bias, int n0, int n1,
+                             int accumulate) {
+    int per_row = K / 32;
+    for (int n = n0; n < n1; n++) {
+        float total = 0.0f;
+        for (int b = 0; b < per_row; b++) {
+            const CpuQ4Block *blk = w + (size_t)n * per_row + b;
+            int dot = 0;
+            for (int i = 0; i < 16; i++)
+                dot += (blk->codes[i] & 15) * x->xq[b * 32 + i] + (blk->codes[i] >> 4) * x->xq[b * 32 + i + 16];
+            total += (float)dot * (f16_to_f32(blk->scale) * x->xd[b]) + f16_to_f32(blk->offset) * x->xo[b];
+        }
+        store_out(y + n, total, bias, n, accumulate);
+    }
+}
+
+#if CPU_Q4_X86
+/* 32 codes (low nibbles then high, in xq's order) as unsigned bytes. */
+#define FAST_CODES(blk)                                                                                            \
+    ({                                                                                                             \
+        __m128i c_ = _mm_loadu_si128((const __m128i *)(blk)->codes), m_ = _mm_set1_epi8(15);                      \
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c_, 4), m_), _mm_and_si128(c_, m_));                        \
+    })
+
+/* One output: 8 lanes of int32 block dots (VNNI's dpbusd, or maddubs + madd: the same exact integers) scaled
+ * into 8 f32 lanes; the offsets' term in a scalar. */
+#define FAST_ROWS_BODY(DOT)                                                                                        \
+    int per_row = K / 32;                                                                                          \
+    for (int n = n0; n < n1; n++) {                                                                                \
+        __m256 acc = _mm256_setzero_ps();                                                                          \
+        float off = 0.0f;                                                                                          \
+        for (int b = 0; b < per_row; b++) {                                                                        \
+            const CpuQ4Block *blk = w + (size_t)n * per_row + b;                                                   \
+            _mm_prefetch((const char *)(blk + 48), _MM_HINT_T0);                                                   \
+            __m256i q = FAST_CODES(blk), xv = _mm256_loadu_si256((const __m256i *)(x->xq + b * 32));               \
+            __m256i dot = DOT(q, xv);                                                                              \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(blk->scale) * x->xd[b]), acc); \
+            off += _cvtsh_ss(blk->offset) * x->xo[b];                                                              \
+        }                                                                                                          \
+        store_out(y + n, hsum_avx2(acc) + off, bias, n, accumulate);                                               \
+    }
+
+#define DOT_AVX2(q, xv) _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), _mm256_set1_epi16(1))
+#define DOT_VNNI(q, xv) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xv)
+
+static AVX2_TARGET void fast_rows_avx2(float *y, const FastRow *x, int K, const CpuQ4Block *w, const float *bias,
+                                       int n0, int n1, int accumulate) {
+    FAST_ROWS_BODY(DOT_AVX2)
+}
+
+static __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma,f16c"))) void
+fast_rows_vnni(float *y, const FastRow *x, int K, const CpuQ4Block *w, const float *bias, int n0, int n1,
+               int accumulate) {
+    FAST_ROWS_BODY(DOT_VNNI)
+}
+#endif
+
+void cpu_matvec_q4_fast_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
+                             float *tile, int part, int parts) {
+    FastRow row = quantize_row(x, K, tile);
+    long groups = 0;
+    for (int j = 0; j < n_jobs; j++) groups += (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP;
+    long g0 = groups * part / parts, g1 = groups * (part + 1) / parts, base = 0;
+#if CPU_Q4_X86
+    int vnni = simd == CPU_SIMD_AVX512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+#endif
+    for (int j = 0; j < n_jobs; j++) {
+        long gj = (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP, lo = g0 > base ? g0 : base, hi = g1 < base + gj ? g1 : base + gj;
+        if (lo < hi) {
+            int n0 = (int)(lo - base) * Q4_GROUP, n1 = (int)(hi - base) * Q4_GROUP;
+            n1 = n1 < jobs[j].N ? n1 : jobs[j].N;
+#if CPU_Q4_X86
+            if (vnni) fast_rows_vnni(jobs[j].y, &row, K, jobs[j].w, jobs[j].bias, n0, n1, accumulate);
+            else if (simd != CPU_SIMD_SCALAR) fast_rows_avx2(jobs[j].y, &row, K, jobs[j].w, jobs[j].bias, n0, n1, accumulate);
+            else
+#endif
+                fast_rows_scalar(jobs[j].y, &row, K, jobs[j].w, jobs[j].bias, n0, n1, accumulate);
+        }
+        base += gj;
+    }
+}
+
+void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
+                        float *tiles) {
+#pragma omp parallel
+    cpu_matvec_q4_fast_part(simd, jobs, n_jobs, x, K, accumulate,
+                            tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                            omp_get_num_threads());
+}

@@ -1,0 +1,193 @@
+/* test_cpu_kernels.c — the packed-weight kernels of the CPU backend (engine/cpu_q4.c) on every SIMD level
+ * this CPU has, the portable one always:
+ *  - packing: Q4_1-style (f16 scale, f16 minimum, codes 0..15) and Q4_0-style (codes -8..7) blocks pack to
+ *    4 bits and unpack to the very same f32 values; a value off the block grid does not pack;
+ *  - products: cpu_matmul_q4 / cpu_matmul_q8 against a float64 sum of the same f32 weights, relative error
+ *    (max |diff| / max |ref|) <= 1e-5 (f32 accumulation over K = 160 terms), with bias and accumulation;
+ *  - rows are independent: row r of an M-row call equals the 1-row call on that row bit for bit (the batched
+ *    decode equals B single decodes), for M = 1..6 and 17; the fused gate/up/SwiGLU equals the separate
+ *    products and cpu_swiglu bit for bit; several jobs in one call equal one call each;
+ *  - the SIMD levels agree with the portable path within 1e-5 (summation order only);
+ *  - the opt-in fast path (int8 activations) within 2e-2 of the float64 product and 1e-5 of its portable form;
+ *  - cpu_simd_choose rejects an unknown name with a message. */
+#include <string.h>
+
+#include "../engine/cpu_internal.h"
+#include "test.h"
+
+enum { N = 13, K = 160, MAXM = 17 };
+
+static unsigned state = 7;
+static float uniform(void) { return ((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f; }
+
+/* w[N][K]: rows alternate Q4_1-style (code * d + m) and Q4_0-style ((code - 8) * d) blocks, d and m f16. */
+static void make_q4_weights(float *w) {
+    for (int r = 0; r < N; r++)
+        for (int b = 0; b < K / 32; b++) {
+            float d = (float)(_Float16)(0.002f + 0.05f * uniform()), m = (float)(_Float16)(-0.4f * uniform());
+            for (int i = 0; i < 32; i++) {
+                int q = (int)(16 * uniform()) % 16;
+                /* the first block of each row uses the full code range, as GGUF's quantiser does */
+                if (b == 0 && i < 2) q = i ? 15 : 0;
+                w[r * K + b * 32 + i] = r % 2 ? (float)(q - 8) * d : (float)q * d + m;
+            }
+        }
+}
+
+/* int8 codes as Q8_0 stores them: code * d, d an f16. */
+static void make_q8_weights(float *w) {
+    for (int r = 0; r < N; r++)
+        for (int b = 0; b < K / 32; b++) {
+            float d = (float)(_Float16)(0.001f + 0.01f * uniform());
+            for (int i = 0; i < 32; i++) w[r * K + b * 32 + i] = (float)((int)(255 * uniform()) - 127) * d;
+        }
+}
+
+static double rel_err(const float *a, const double *ref, int n) {
+    double worst = 0, scale = 0;
+    for (int i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(a[i] - ref[i]));
+        scale = fmax(scale, fabs(ref[i]));
+    }
+    return worst / fmax(scale, 1e-30);
+}
+
+/* y = x . w^T + bias (+ y0 when accumulate) in float64. */
+static void reference(double *y, const float *x, const float *w, const float *bias, const float *y0, int M) {
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = bias[n] + (y0 ? y0[m * N + n] : 0.0);
+            for (int k = 0; k < K; k++) s += (double)x[m * K + k] * w[n * K + k];
+            y[m * N + n] = s;
+        }
+}
+
+static void check_packing(TestCounts *tc, const float *w) {
+    CpuQ4Block blocks[N * K / 32];
+    CHECK(tc, cpu_pack_q4(blocks, w, N, K) == 1, "Q4_1 / Q4_0-style rows pack to 4 bits");
+    float row[K];
+    int same = 1;
+    for (int n = 0; n < N; n++) {
+        cpu_unpack_q4_row(row, blocks, n, K);
+        same &= !memcmp(row, w + n * K, sizeof row);
+    }
+    CHECK(tc, same, "4-bit blocks unpack to the loader's f32 values exactly");
+    float bad[N * K];
+    memcpy(bad, w, sizeof bad);
+    bad[40] += 1e-4f;
+    CHECK(tc, cpu_pack_q4(blocks, bad, N, K) == 0, "a value off the block grid does not pack");
+    float q8[N * K];
+    make_q8_weights(q8);
+    CHECK(tc, cpu_pack_q4(blocks, q8, N, K) == 0, "int8 codes do not pack to 4 bits");
+}
+
+static void check_level(TestCounts *tc, CpuSimd simd, const float *w4, const float *w8, float *scalar_out) {
+    const char *name = cpu_simd_name(simd);
+    static CpuQ4Block blocks[N * K / 32], blocks_b[N * K / 32];
+    cpu_pack_q4(blocks, w4, N, K);
+    int8_t codes[N * K];
+    float scales[N * K / 32], offsets[N * K / 32];
+    CpuPacked p8 = {codes, scales, offsets};
+    CHECK(tc, cpu_pack_exact(&p8, w8, N, K) == 1, "Q8_0-style rows pack to int8");
+    float x[MAXM * K], bias[N], y0[MAXM * N];
+    state = 99; /* the same inputs for every level, to compare them */
+    for (int i = 0; i < MAXM * K; i++) x[i] = 2 * uniform() - 1;
+    for (int i = 0; i < N; i++) bias[i] = uniform() - 0.5f;
+    for (int i = 0; i < MAXM * N; i++) y0[i] = uniform() - 0.5f;
+    static float tiles[64 * CPU_Q4_TILE_FLOATS(K)] __attribute__((aligned(64)));
+    float y[MAXM * N], one[N];
+    double ref[MAXM * N];
+    const int sizes[] = {1, 2, 3, 4, 5, 6, 17};
+    for (int si = 0; si < 7; si++) {
+        int M = sizes[si];
+        for (int fmt = 0; fmt < 2; fmt++) {
+            const float *w = fmt ? w8 : w4;
+            for (int accumulate = 0; accumulate < 2; accumulate++) {
+                memcpy(y, y0, sizeof(float) * M * N);
+                CpuQ4Job job = {y, blocks, bias, N};
+                if (fmt) cpu_matmul_q8(simd, y, x, &p8, bias, M, N, K, accumulate, tiles);
+                else cpu_matmul_q4(simd, &job, 1, x, M, K, accumulate, tiles);
+                reference(ref, x, w, bias, accumulate ? y0 : NULL, M);
+                double e = rel_err(y, ref, M * N);
+                CHECK(tc, e <= 1e-5, "%s %s M=%d accumulate=%d: relative error %.3g", name, fmt ? "q8" : "q4", M,
+                      accumulate, e);
+                if (simd == CPU_SIMD_SCALAR && M == 17 && !accumulate) memcpy(scalar_out + fmt * MAXM * N, y, sizeof y);
+                if (simd != CPU_SIMD_SCALAR && M == 17 && !accumulate) {
+                    double worst = 0;
+                    for (int i = 0; i < M * N; i++) ref[i] = scalar_out[fmt * MAXM * N + i];
+                    worst = rel_err(y, ref, M * N);
+                    CHECK(tc, worst <= 1e-5, "%s vs scalar (%s): %.3g", name, fmt ? "q8" : "q4", worst);
+                }
+                /* each row equals the single-row call on it, bit for bit */
+                int same = 1;
+                for (int m = 0; m < M; m++) {
+                    memcpy(one, y0 + m * N, sizeof one);
+                    CpuQ4Job solo = {one, blocks, bias, N};
+                    if (fmt) cpu_matmul_q8(simd, one, x + m * K, &p8, bias, 1, N, K, accumulate, tiles);
+                    else cpu_matmul_q4(simd, &solo, 1, x + m * K, 1, K, accumulate, tiles);
+                    same &= !memcmp(one, y + m * N, sizeof one);
+                }
+                CHECK(tc, same, "%s %s M=%d accumulate=%d: rows equal single-row calls bit for bit", name,
+                      fmt ? "q8" : "q4", M, accumulate);
+            }
+        }
+        /* two jobs in one call (q/k/v style) equal one call each; the fused SwiGLU equals the separate steps */
+        float w4b[N * K];
+        for (int i = 0; i < N * K; i++) w4b[i] = w4[(i + 7 * K) % (N * K)];
+        cpu_pack_q4(blocks_b, w4b, N, K);
+        float ya[MAXM * N], yb[MAXM * N], sa[MAXM * N], sb[MAXM * N];
+        CpuQ4Job pair[2] = {{ya, blocks, bias, N}, {yb, blocks_b, NULL, N}};
+        cpu_matmul_q4(simd, pair, 2, x, M, K, 0, tiles);
+        CpuQ4Job ja = {sa, blocks, bias, N}, jb = {sb, blocks_b, NULL, N};
+        cpu_matmul_q4(simd, &ja, 1, x, M, K, 0, tiles);
+        cpu_matmul_q4(simd, &jb, 1, x, M, K, 0, tiles);
+        CHECK(tc, !memcmp(ya, sa, sizeof(float) * M * N) && !memcmp(yb, sb, sizeof(float) * M * N),
+              "%s M=%d: two jobs in one call equal separate calls", name, M);
+        float g[MAXM * N], u[MAXM * N];
+        cpu_ffn_q4(simd, g, u, blocks, blocks_b, x, M, K, N, tiles);
+        jb.bias = NULL;
+        ja.bias = NULL;
+        cpu_matmul_q4(simd, &ja, 1, x, M, K, 0, tiles);
+        cpu_swiglu(sa, sb, (size_t)M * N);
+        CHECK(tc, !memcmp(g, sa, sizeof(float) * M * N), "%s M=%d: fused gate/up/SwiGLU equals the separate steps",
+              name, M);
+        if (M == 1) {
+            /* the fast path: against the float64 product (int8 activations: 2e-2 relative) and the portable
+             * fast path (the same integers, f32 sums in another order: 1e-5) */
+            float yf[N];
+            CpuQ4Job jf = {yf, blocks, bias, N};
+            cpu_matvec_q4_fast(simd, &jf, 1, x, K, 0, tiles);
+            reference(ref, x, w4, bias, NULL, 1);
+            double e = rel_err(yf, ref, N);
+            CHECK(tc, e <= 2e-2, "%s fast path vs float64: %.3g", name, e);
+            float ys[N];
+            CpuQ4Job js = {ys, blocks, bias, N};
+            cpu_matvec_q4_fast(CPU_SIMD_SCALAR, &js, 1, x, K, 0, tiles);
+            for (int i = 0; i < N; i++) ref[i] = ys[i];
+            e = rel_err(yf, ref, N);
+            CHECK(tc, e <= 1e-5, "%s fast path vs portable fast path: %.3g", name, e);
+        }
+    }
+}
+
+int main(void) {
+    TestCounts tc = {"test_cpu_kernels", 0, 0};
+    static float w4[N * K], w8[N * K], scalar_out[2 * MAXM * N];
+    make_q4_weights(w4);
+    make_q8_weights(w8);
+    check_packing(&tc, w4);
+    KvErr err = {{0}};
+    CpuSimd simd;
+    CHECK(&tc, cpu_simd_choose(&simd, "sse9", &err) != 0 && strstr(err.msg, "unknown"), "unknown level: %s", err.msg);
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        err.msg[0] = 0;
+        if (cpu_simd_choose(&simd, levels[i], &err)) {
+            printf("test_cpu_kernels: %s not supported here, skipped (%s)\n", levels[i], err.msg);
+            continue;
+        }
+        check_level(&tc, simd, w4, w8, scalar_out);
+        printf("test_cpu_kernels: %s checked\n", levels[i]);
+    }
+    return test_finish(&tc);
+}
