@@ -56,3 +56,10 @@ const char *backend_available(void) {
     return "cpu";
 #endif
 }
+
+int backend_fast_decode(KvErr *err) {
+    const char *decode = getenv("KVBENCH_DECODE");
+    if (!decode || !*decode || !strcmp(decode, "exact")) return 0;
+    if (!strcmp(decode, "fast")) return 1;
+    return kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
+}

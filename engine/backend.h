@@ -60,5 +60,9 @@ int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err
 void backend_close(Backend *b);
 /* Names compiled into this binary, comma-separated. */
 const char *backend_available(void);
+/* The CPU backend's opt-in FAST decode (environment KVBENCH_DECODE=fast; "exact", the default): activations
+ * quantised to int8, so predictions may differ from the exact path. 1 when requested, 0 for exact, -1 (message
+ * in err) for another value. Runs record it in their setup, so fast rows never pass for exact ones. */
+int backend_fast_decode(KvErr *err);
 
 #endif

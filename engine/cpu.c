@@ -642,13 +642,11 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;
-    const char *decode = getenv("KVBENCH_DECODE");
-    if (decode && *decode && strcmp(decode, "exact") && strcmp(decode, "fast")) {
-        kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
+    impl->fast = backend_fast_decode(err);
+    if (impl->fast < 0) {
         cpu_destroy(be);
         return -1;
     }
-    impl->fast = decode && !strcmp(decode, "fast");
     if (impl->fast)
         fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast): activations quantised to int8 per 32 "
                         "weights, integer dot products; answers may differ from the exact path\n");

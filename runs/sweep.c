@@ -776,6 +776,8 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
     if (check_inputs(cfg, err)) return -1;
+    const int fast_decode = backend_fast_decode(err);
+    if (fast_decode < 0) return -1;
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
         free(sw.setups);
@@ -799,7 +801,9 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         /* the non-default generation and length rules change predictions; the defaults add nothing (a trace
          * decodes without stop tokens and always refuses an over-long sample) */
         if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
-        if (!opt->trace && cfg->over_length_error) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
+        if (!opt->trace && cfg->over_length_error) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
+        /* the CPU backend's opt-in FAST decode changes predictions and traces alike */
+        if (fast_decode) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast");
     }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];

@@ -160,6 +160,17 @@ static void test_runs(TestCounts *tc) {
           "N/A rows");
     CHECK(tc, run(cmd_run, "c2", c) == 0 && log_contains("c2", "nothing to do"), "N/A resume");
 
+    /* the CPU backend's opt-in FAST decode keys its rows apart: the same config runs again under its own setup,
+     * never resumed from (or averaged with) the exact rows; an unknown value stops the run */
+    setenv("KVBENCH_DECODE", "fast", 1);
+    CHECK(tc, run(cmd_run, "c3", c) == 0 && !log_contains("c3", "nothing to do"), "fast run");
+    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast'") == 2,
+          "fast setup");
+    setenv("KVBENCH_DECODE", "quick", 1);
+    CHECK(tc, run(cmd_run, "c4", c) == 1 && log_contains("c4", "KVBENCH_DECODE=quick: unknown decode path"),
+          "unknown decode path");
+    unsetenv("KVBENCH_DECODE");
+
     /* kvbench trace hands the pattern to duoattention too: 2 steps of retained importance per sample */
     char *t[] = {write_config("t.json", "\"trace\": {\"steps\": 2},", key), "--db", path_in("t.db"), "--limit", "1",
                  NULL};
