@@ -4,12 +4,15 @@
 #ifndef KVBENCH_SWEEP_HARNESS_H
 #define KVBENCH_SWEEP_HARNESS_H
 
+#include <cjson/cJSON.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "../engine/err.h"
 
 static char dir[64];
 
@@ -46,6 +49,30 @@ static char *path_in(const char *name) {
     char *p = buf[k++ % 8];
     snprintf(p, 128, "%s/%s", dir, name);
     return p;
+}
+
+/* The Llama fixture's tokenizer cut to 256 tokens (the byte alphabet, no merges), for the 256-token tiny Llama
+ * fixture, whose checkpoint carries no chat template; written to DIR/NAME, whose path it returns. */
+static inline char *byte_tokenizer(const char *name) {
+    char *path = path_in(name);
+    KvErr err = {{0}};
+    char *text = kv_read_file("tests/data/hf_fixtures/llama/tokenizer.json", NULL, &err);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    for (cJSON *t = vocab ? vocab->child : NULL, *next; t; t = next) {
+        next = t->next;
+        if (t->valuedouble >= 256) cJSON_DeleteItemFromObjectCaseSensitive(vocab, t->string);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(model, "merges", cJSON_CreateArray());
+    char *out = cJSON_PrintUnformatted(root);
+    FILE *f = fopen(path, "w");
+    if (f && out) fputs(out, f);
+    if (f) fclose(f);
+    free(out);
+    cJSON_Delete(root);
+    return path;
 }
 
 static int log_contains(const char *log_name, const char *text) {

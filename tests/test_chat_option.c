@@ -116,34 +116,6 @@ static void test_shipped(TestCounts *tc) {
     CHECK(tc, n_files >= 7 && demo_needle == 2, "%d configs, %d CPU needle datasets", n_files, demo_needle);
 }
 
-/* The Llama fixture's tokenizer cut to 256 tokens (the byte alphabet, no merges), for the 256-token tiny Llama fixture,
- * whose checkpoint carries no chat template; written to DIR/plain_tok.json. */
-static char *plain_tokenizer(void) {
-    char *path = path_in("plain_tok.json");
-    KvErr err = {{0}};
-    char *text = kv_read_file("tests/data/hf_fixtures/llama/tokenizer.json", NULL, &err);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    if (!vocab) {
-        cJSON_Delete(root);
-        return path;
-    }
-    for (cJSON *t = vocab->child, *next; t; t = next) {
-        next = t->next;
-        if (t->valuedouble >= 256) cJSON_DeleteItemFromObjectCaseSensitive(vocab, t->string);
-    }
-    cJSON_ReplaceItemInObjectCaseSensitive(model, "merges", cJSON_CreateArray());
-    char *out = cJSON_PrintUnformatted(root);
-    FILE *f = fopen(path, "w");
-    if (f && out) fputs(out, f);
-    if (f) fclose(f);
-    free(out);
-    cJSON_Delete(root);
-    return path;
-}
-
 static int count_special(const Tokenizer *tok, const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
     char *text = malloc(na + nb + 1);
@@ -266,7 +238,7 @@ static void test_runs(TestCounts *tc) {
         fprintf(f, "{\"models\": [{\"path\": \"tests/data/models/tiny-llama-hf\", \"tokenizer\": \"%s\"}],\n"
                    " \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [300],\n"
                    "               \"depths\": [0], \"chat_template\": true}], \"policies\": [\"full\"]}\n",
-                plain_tokenizer());
+                byte_tokenizer("plain_tok.json"));
         fclose(f);
     }
     char *nochat_args[] = {nochat, "--db", path_in("nochat.db"), NULL};

@@ -61,29 +61,6 @@ static void test_parse(TestCounts *tc) {
     expect_bad(tc, "", ", \"duo_attention_patterns\": 3", "bad.json: models[0].duo_attention_patterns: expected a string");
 }
 
-/* A plain byte tokenizer for the 256-token fixture (the Llama fixture's vocabulary cut to 256, no merges). */
-static char *byte_tokenizer(void) {
-    char *path = path_in("bytes.json");
-    KvErr err = {{0}};
-    char *text = kv_read_file("tests/data/hf_fixtures/llama/tokenizer.json", NULL, &err);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    for (cJSON *t = vocab ? vocab->child : NULL, *next; t; t = next) {
-        next = t->next;
-        if (t->valuedouble >= 256) cJSON_DeleteItemFromObjectCaseSensitive(vocab, t->string);
-    }
-    cJSON_ReplaceItemInObjectCaseSensitive(model, "merges", cJSON_CreateArray());
-    char *out = cJSON_PrintUnformatted(root);
-    FILE *f = fopen(path, "w");
-    if (f && out) fputs(out, f);
-    if (f) fclose(f);
-    free(out);
-    cJSON_Delete(root);
-    return path;
-}
-
 /* The tiny model's pattern: 2 layers x 2 kv-heads, sink 4, recent 8. At 40% (compression ratio 0.6)
  * round(4 * 0.6) = 2 heads stream, the two lowest (0.1 and 0.2); they keep 12 tokens, the others L:
  * kept fraction (2*12 + 2*L) / (4*L) = 0.5 + 6/L. */
@@ -114,7 +91,7 @@ static void test_runs(TestCounts *tc) {
     snprintf(db, sizeof db, "%s/a.db", dir);
     snprintf(db_err, sizeof db_err, "%s/b.db", dir);
     snprintf(db_na, sizeof db_na, "%s/c.db", dir);
-    byte_tokenizer();
+    byte_tokenizer("bytes.json");
     write_pattern();
     snprintf(key, sizeof key, ", \"duo_attention_patterns\": \"%s\"", path_in("pattern"));
 
