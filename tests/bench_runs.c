@@ -56,6 +56,7 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
     }
     sqlite3 *db;
     sqlite3_stmt *q;
+    int failed = 0;
     memset(m, 0, sizeof *m);
     m->wall_ms = st.wall_ms;
     sqlite3_open(db_path, &db);
@@ -70,11 +71,17 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
         m->generated = sqlite3_column_int64(q, 3);
         m->rows = sqlite3_column_int(q, 4);
         m->steps = sqlite3_column_int(q, 6);
-        if (sqlite3_column_int(q, 5)) fprintf(stderr, "bench_runs: %d variants failed\n", sqlite3_column_int(q, 5));
+        failed = sqlite3_column_int(q, 5);
     }
     sqlite3_finalize(q);
+    if (failed && sqlite3_prepare_v2(db, "SELECT error FROM results WHERE error IS NOT NULL LIMIT 1", -1, &q, NULL) ==
+                      SQLITE_OK) {
+        if (sqlite3_step(q) == SQLITE_ROW)
+            fprintf(stderr, "bench_runs: %d variants failed, e.g.: %s\n", failed, sqlite3_column_text(q, 0));
+        sqlite3_finalize(q);
+    }
     sqlite3_close(db);
-    return 0;
+    return failed || !m->rows ? -1 : 0;
 }
 
 static double cost(const Measure *m) { return m->prefill_ms + m->select_ms + m->decode_ms; }
@@ -114,6 +121,7 @@ static int per_sample(const char *full, const char *sweep, int rounds) {
 static int run_process(const char *kvbench, const char *config_path, const char *db, const char *log,
                        BenchClock *spent, double *rss_mib) {
     unlink(db);
+    fflush(stdout); /* or the child would print this process's pending output again */
     BenchClock t = bench_clock();
     pid_t pid = fork();
     if (pid < 0) return perror("bench_runs: fork"), -1;
