@@ -4,7 +4,7 @@
  * and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
  * way; tests/run_bench.sh runs the two alternately and prints medians of the per-pair ratios.
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" per measurement (tests/bench_util.h), after a header.
- * Usage: bench_engine [MODEL] [--quick]   (threads: OMP_NUM_THREADS) */
+ * Usage: bench_engine [MODEL] [--quick] [--backend NAME]   (default cpu; threads: OMP_NUM_THREADS) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,18 +59,20 @@ static int bench_decode(Backend *be, int B, int context, int steps, BenchClock *
 int main(int argc, char **argv) {
     const char *spec = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int quick = 0;
+    const char *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else spec = argv[i];
     }
     KvErr err = {{0}};
     Model *m;
     Backend *be;
-    if (model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &err)) {
+    if (backend_load_model(&m, backend, spec, &err) || backend_open(&be, backend, m, &err)) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
-    printf("# bench_engine: %s, cpu backend, %d OpenMP threads\n", spec, omp_get_max_threads());
+    printf("# bench_engine: %s, %s backend, %d OpenMP threads\n", spec, backend, omp_get_max_threads());
     BenchClock spent;
     if (bench_prefill(be, 64, &spent, &err)) goto fail; /* first touch of weights and scratch */
     const int lens[] = {512, 2048, 8192};

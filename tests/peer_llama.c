@@ -19,8 +19,10 @@
 static void log_resolved_defaults(enum ggml_log_level level, const char *text, void *user) {
     (void)level, (void)user;
     if (strstr(text, "flash_attn") || strstr(text, "Flash Attention") || strstr(text, "model buffer size") ||
-        strstr(text, "KV buffer size") || strstr(text, "repack"))
+        strstr(text, "KV buffer size") || strstr(text, "compute buffer size")) {
         printf("# llama.cpp: %s", text);
+        fflush(stdout); /* the log before a crash is the only account of it */
+    }
 }
 
 /* Feeds ids[n] to the context in n_batch-sized batches, as llama.cpp's own tools do. */

@@ -14,9 +14,9 @@
 #     process, with the decode steps each side ran (tests/bench_sweep.sh).
 # If llama.cpp cannot be built or run, kvbench's absolute numbers are printed and the reason said.
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
-# BENCH_POLICY_ROUNDS (3), BENCH_QUICK=1 (512-token prefill and short decodes only, 3 pairs, no policies or
-# sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers). OMP_WAIT_POLICY is
-# passed to both engines alike (both use OpenMP) and printed.
+# BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_QUICK=1 (512-token prefill
+# and short decodes only, no policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without
+# its extra buffers). OMP_WAIT_POLICY is passed to both engines alike (both use OpenMP) and printed.
 set -euo pipefail
 build=${1:-build}
 model=${BENCH_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -35,7 +35,7 @@ echo "   OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset (libgomp default)}, model $mod
 
 # --- llama.cpp: built once from the PyPI sdist's vendored sources; any failure leaves kvbench's numbers alone ---
 llama_ok=0 llama_why=""
-if llama_dir=$(bash scripts/build_llama_cpp.sh "$build" 2> >(tee "$out/llama_build.err" >&2) | tail -n 1) && [ -n "$llama_dir" ]; then
+if llama_dir=$(bash scripts/build_llama_cpp.sh "$build" lib 2> >(tee "$out/llama_build.err" >&2) | tail -n 1) && [ -n "$llama_dir" ]; then
     llama_dir=$(cd "$llama_dir" && pwd)
     export LD_LIBRARY_PATH=$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     if cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$llama_dir/include" -o "$build/tests/peer_llama" \
@@ -75,7 +75,7 @@ for threads in $thread_list; do
     echo "== interleaved pairs, $threads threads: kvbench (tests/bench_engine.c) then llama.cpp (tests/peer_llama.c), $pairs pairs"
     for i in $(seq 1 "$pairs"); do
         echo "-- pair $i: kvbench (load average $(load))"
-        OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" $quick >"$out/kv.$threads.$i"
+        OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick >"$out/kv.$threads.$i"
         grep -v '^cache_' "$out/kv.$threads.$i" | sed 's/^/   /'
         if [ "$llama_ok" = 1 ]; then
             echo "-- pair $i: llama.cpp (load average $(load))"
@@ -120,7 +120,11 @@ awk '$1 == "cache_context" { L = $2 } $1 == "cache_full_bytes" { f = $2 } $1 == 
      END { if (f > 0) printf "KV cache at %d tokens (kvbench, f32): full %.1f MiB, 20%% budget %.1f MiB (%.1f%%)\n", L, f / 1048576, p / 1048576, 100 * p / f }' \
     "$out/kv.${thread_list%% *}.1"
 
-if [ "$llama_ok" = 1 ]; then
+# llama-bench needs llama.cpp's `common` library as well: built now (cached), after the pairs.
+if [ "$llama_ok" = 1 ] && ! bash scripts/build_llama_cpp.sh "$build" all >/dev/null 2>"$out/lb_build.err"; then
+    echo
+    echo "== llama.cpp's llama-bench: not built ($(tail -n 1 "$out/lb_build.err"))"
+elif [ "$llama_ok" = 1 ]; then
     llama_bench_args=(-m "$model" -p 512,2048 -n 64 -r 3)
     [ -n "$quick" ] && llama_bench_args=(-m "$model" -p 512 -n 16 -r 3)
     for threads in $thread_list; do
