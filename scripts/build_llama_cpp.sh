@@ -21,6 +21,12 @@ if have_lib && { [ "$what" = lib ] || [ -x "$dir/bin/llama-bench" ]; }; then
     exit 0
 fi
 mkdir -p "$dir"
+exec 9>"$dir.lock"
+flock 9 # one build at a time (two `make bench` at once share this directory); the second reuses the first's
+if have_lib && { [ "$what" = lib ] || [ -x "$dir/bin/llama-bench" ]; }; then
+    echo "$dir"
+    exit 0
+fi
 log=$dir.log
 sdist=$dir/llama_cpp_python-$version.tar.gz
 if [ ! -f "$sdist" ]; then

@@ -4,7 +4,9 @@
  * and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
  * way; tests/run_bench.sh runs the two alternately and prints medians of the per-pair ratios.
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" per measurement (tests/bench_util.h), after a header.
- * Usage: bench_engine [MODEL] [--quick] [--backend NAME]   (default cpu; threads: OMP_NUM_THREADS) */
+ * Usage: bench_engine [MODEL] [--quick] [--max-prefill N] [--backend NAME]   (--quick: short decodes and
+ * --max-prefill 512; the prefills are those of 512, 2048, 8192 up to N; backend default cpu; threads:
+ * OMP_NUM_THREADS) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,10 +60,11 @@ static int bench_decode(Backend *be, int B, int context, int steps, BenchClock *
 
 int main(int argc, char **argv) {
     const char *spec = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    int quick = 0;
+    int quick = 0, max_prefill = 8192;
     const char *backend = "cpu";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--quick")) quick = 1, max_prefill = 512;
+        else if (!strcmp(argv[i], "--max-prefill") && i + 1 < argc) max_prefill = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else spec = argv[i];
     }
@@ -76,7 +79,9 @@ int main(int argc, char **argv) {
     BenchClock spent;
     if (bench_prefill(be, 64, &spent, &err)) goto fail; /* first touch of weights and scratch */
     const int lens[] = {512, 2048, 8192};
-    for (int i = 0; i < (quick ? 1 : 3); i++) {
+    int longest = 0;
+    for (int i = 0; i < 3 && lens[i] <= max_prefill; i++) {
+        longest = lens[i];
         char key[32];
         if (bench_prefill(be, lens[i], &spent, &err)) goto fail;
         snprintf(key, sizeof key, "prefill_%d", lens[i]);
@@ -92,7 +97,7 @@ int main(int argc, char **argv) {
     /* memory of a head-variable cache: 20% of an 8k context per head vs all of it */
     {
         const ModelConfig *c = &m->cfg;
-        int L = quick ? 512 : 8192, n_heads = c->n_layers * c->n_kv_heads;
+        int L = longest ? longest : 512, n_heads = c->n_layers * c->n_kv_heads;
         KvCache *full;
         if (be->cache_new(be, &full, L, &err)) goto fail;
         for (int h = 0; h < n_heads; h++) {

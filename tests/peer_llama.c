@@ -3,12 +3,12 @@
  * single-sequence decode (64 steps after a 128-token prompt), timed by the same clocks (tests/bench_util.h).
  * llama.cpp runs at its own defaults (llama_model_default_params, llama_context_default_params): flash
  * attention `auto`, an f16 cache, n_batch 2048 / n_ubatch 512, extra (repacked) weight buffers on; only the
- * context (8192) and the thread count are set. BENCH_LLAMA_EXTRA_BUFTS=0 turns the extra buffers off.
+ * context (the longest prefill) and the thread count are set. BENCH_LLAMA_EXTRA_BUFTS=0 turns the extra buffers off.
  * llama.cpp's log lines that say how it resolved those defaults (flash attention, weight buffers) are printed
  * as comments. Built by tests/run_bench.sh against scripts/build_llama_cpp.sh's libllama (not by the Makefile:
  * the project itself does not depend on llama.cpp).
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" lines, as bench_engine's.
- * Usage: peer_llama MODEL THREADS [--quick] */
+ * Usage: peer_llama MODEL THREADS [--quick] [--max-prefill N]   (as bench_engine's options) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +53,16 @@ static int prefill(struct llama_context *ctx, int n, int vocab, BenchClock *spen
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: peer_llama MODEL THREADS [--quick]\n");
+        fprintf(stderr, "usage: peer_llama MODEL THREADS [--quick] [--max-prefill N]\n");
         return 2;
     }
     const char *path = argv[1];
-    int threads = atoi(argv[2]), quick = argc > 3 && !strcmp(argv[3], "--quick");
+    int threads = atoi(argv[2]), quick = 0, max_prefill = 8192;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1, max_prefill = 512;
+        else if (!strcmp(argv[i], "--max-prefill") && i + 1 < argc) max_prefill = atoi(argv[++i]);
+        else return fprintf(stderr, "peer_llama: unknown option '%s'\n", argv[i]), 2;
+    }
     if (threads < 1) return fprintf(stderr, "peer_llama: threads must be >= 1, got '%s'\n", argv[2]), 2;
     llama_log_set(log_resolved_defaults, NULL);
     llama_backend_init();
@@ -68,7 +73,7 @@ int main(int argc, char **argv) {
     struct llama_model *model = llama_model_load_from_file(path, mp);
     if (!model) return fprintf(stderr, "peer_llama: llama.cpp could not load %s\n", path), 1;
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 8192;
+    cp.n_ctx = max_prefill > 512 ? max_prefill : 512; /* as kvbench, a cache for the longest prefill */
     cp.n_threads = cp.n_threads_batch = threads;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) return fprintf(stderr, "peer_llama: llama.cpp could not create a context\n"), 1;
@@ -76,7 +81,7 @@ int main(int argc, char **argv) {
     BenchClock spent;
     rc = prefill(ctx, 64, vocab, &spent); /* first touch of weights and buffers, as bench_engine's */
     const int lens[] = {512, 2048, 8192};
-    for (int i = 0; !rc && i < (quick ? 1 : 3); i++) {
+    for (int i = 0; !rc && i < 3 && lens[i] <= max_prefill; i++) {
         char key[32];
         rc = prefill(ctx, lens[i], vocab, &spent);
         snprintf(key, sizeof key, "prefill_%d", lens[i]);

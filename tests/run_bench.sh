@@ -14,8 +14,9 @@
 #     process, with the decode steps each side ran (tests/bench_sweep.sh).
 # If llama.cpp cannot be built or run, kvbench's absolute numbers are printed and the reason said.
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
-# BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_QUICK=1 (512-token prefill
-# and short decodes only, no policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without
+# BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
+# prefills of 512 / 2048 / 8192 tokens up to it), BENCH_QUICK=1 (512-token prefill and short decodes only, no
+# policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without
 # its extra buffers). OMP_WAIT_POLICY is passed to both engines alike (both use OpenMP) and printed.
 set -euo pipefail
 build=${1:-build}
@@ -23,6 +24,7 @@ model=${BENCH_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 thread_list=${BENCH_THREADS:-2}
 pairs=${BENCH_PAIRS:-3}
 quick=${BENCH_QUICK:+--quick}
+max_prefill=${BENCH_MAX_PREFILL:-$([ -n "$quick" ] && echo 512 || echo 8192)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 [ -f "$model" ] || { echo "run_bench: $model not found (make model)" >&2; exit 1; }
@@ -55,12 +57,15 @@ fi
 # it without them (BENCH_LLAMA_EXTRA_BUFTS=0), for this and every later pair.
 run_llama() { # threads output_file
     local rc=0
-    "$build/tests/peer_llama" "$model" "$1" $quick >"$2" 2>"$2.err" || rc=$?
+    "$build/tests/peer_llama" "$model" "$1" $quick --max-prefill "$max_prefill" >"$2" 2>"$2.err" || rc=$?
     if [ "$rc" -ne 0 ] && [ "${BENCH_LLAMA_EXTRA_BUFTS:-1}" != 0 ]; then
-        echo "   llama.cpp with its extra weight buffers failed (exit $rc: $(tail -n 1 "$2.err")); from now on without them"
+        local why="exit $rc"
+        [ "$rc" -gt 128 ] && why="killed by signal $((rc - 128))$([ "$rc" = 139 ] && echo ", a segmentation fault")"
+        echo "   llama.cpp with its default extra weight buffers failed ($why; its last log line: $(grep '^# llama.cpp' "$2" | tail -n 1 | cut -c 14-))"
+        echo "   -> from now on without them (BENCH_LLAMA_EXTRA_BUFTS=0), as if --repack 0 / use_extra_bufts=0"
         export BENCH_LLAMA_EXTRA_BUFTS=0
         rc=0
-        "$build/tests/peer_llama" "$model" "$1" $quick >"$2" 2>"$2.err" || rc=$?
+        "$build/tests/peer_llama" "$model" "$1" $quick --max-prefill "$max_prefill" >"$2" 2>"$2.err" || rc=$?
     fi
     [ "$rc" -eq 0 ] || { echo "   llama.cpp failed (exit $rc): $(tail -n 2 "$2.err" | tr '\n' ' ')"; return 1; }
 }
@@ -75,7 +80,7 @@ for threads in $thread_list; do
     echo "== interleaved pairs, $threads threads: kvbench (tests/bench_engine.c) then llama.cpp (tests/peer_llama.c), $pairs pairs"
     for i in $(seq 1 "$pairs"); do
         echo "-- pair $i: kvbench (load average $(load))"
-        OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick >"$out/kv.$threads.$i"
+        OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick --max-prefill "$max_prefill" >"$out/kv.$threads.$i"
         grep -v '^cache_' "$out/kv.$threads.$i" | sed 's/^/   /'
         if [ "$llama_ok" = 1 ]; then
             echo "-- pair $i: llama.cpp (load average $(load))"
@@ -89,8 +94,7 @@ for threads in $thread_list; do
     done
     echo
     echo "== summary, $threads threads: medians over $pairs pairs (tokens per wall-second | per CPU-second)"
-    keys="prefill_512 prefill_2048 prefill_8192 decode_1 decode_16"
-    [ -n "$quick" ] && keys="prefill_512 decode_1 decode_16"
+    keys="$(for n in 512 2048 8192; do if [ "$n" -le "$max_prefill" ]; then echo "prefill_$n"; fi; done) decode_1 decode_16"
     for key in $keys; do
         kv_wall=$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)
         kv_cpu=$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)
