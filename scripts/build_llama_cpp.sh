@@ -67,5 +67,6 @@ if [ "$what" = all ]; then
     echo "build_llama_cpp: building llama.cpp's llama-bench (and its common library; minutes); log: $log" >&2
     build_target llama-bench
     cp "$dir/cmake/bin/llama-bench" "$dir/bin/"
+    find "$dir/cmake" -name 'libllama*.so*' -exec cp -P {} "$dir/lib/" \; # llama-bench's own libraries too
 fi
 echo "$dir"

@@ -8,7 +8,9 @@
  * layer for all policies, and the hand-over of the window queries); selection = the 14 prefill_select calls.
  * Prints each round, the per-policy costs of the last round, and the medians over rounds of
  *   policy_share_pct       (scoring + selection) / plain prefill
- *   policy_share_obs_pct   (observed - plain + selection) / plain prefill, wall; and the same in CPU time.
+ *   policy_share_obs_pct   (observed - plain + selection) / plain prefill, wall; and the same in CPU time
+ *                          (policy_share_obs_cpu_pct: the one that a loaded machine does not distort — the
+ *                          per-policy timers of prepare.c, and so policy_share_pct, are wall-clock).
  * Usage: bench_policies [MODEL] [ROUNDS]   (defaults: SmolLM2-135M, 3; threads: OMP_NUM_THREADS) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,8 +96,8 @@ int main(int argc, char **argv) {
     bench_random_ids(ctx.ids, CONTEXT, m->cfg.vocab_size, 7);
     PrepareEnv env = {m, NULL, be, 0};
     printf("# bench_policies: %s, cpu backend, L=%d, 8 policies x 2 budgets, %d rounds\n", spec, CONTEXT, rounds);
-    printf("%-6s %11s %11s %11s %11s %11s %9s %9s\n", "round", "plain ms", "observed ms", "scoring ms",
-           "shared obs", "select ms", "share %", "+obs %");
+    printf("%-6s %10s %11s %10s %10s %9s %8s %8s %9s %11s %9s\n", "round", "plain ms", "observed ms", "scoring ms",
+           "shared obs", "select ms", "share %", "+obs %", "plain CPU", "observed CPU", "+obs CPU%");
     double share[MAX_ROUNDS], share_obs[MAX_ROUNDS], share_obs_cpu[MAX_ROUNDS];
     for (int k = 0; k < rounds; k++) {
         if (run_round(&env, &ctx, pcs, &r[k], &err)) goto fail;
@@ -104,8 +106,9 @@ int main(int argc, char **argv) {
         share[k] = 100 * (r[k].scoring_ms + select) / plain;
         share_obs[k] = 100 * (observed - plain + select) / plain;
         share_obs_cpu[k] = 100 * (r[k].observed.cpu_s - r[k].plain.cpu_s + r[k].selection.cpu_s) / r[k].plain.cpu_s;
-        printf("%-6d %11.0f %11.0f %11.1f %11.1f %11.1f %9.1f %9.1f\n", k + 1, plain, observed, r[k].scoring_ms, obs,
-               select, share[k], share_obs[k]);
+        printf("%-6d %10.0f %11.0f %10.1f %10.1f %9.1f %8.1f %8.1f %8.1fs %11.1fs %9.1f\n", k + 1, plain, observed,
+               r[k].scoring_ms, obs, select, share[k], share_obs[k], r[k].plain.cpu_s, r[k].observed.cpu_s,
+               share_obs_cpu[k]);
         fflush(stdout);
     }
     printf("%-18s %12s %12s   (round %d)\n", "policy", "observe ms", "select ms", rounds);
