@@ -16,8 +16,8 @@
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
 # BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
 # prefills of 512 / 2048 / 8192 tokens up to it), BENCH_QUICK=1 (512-token prefill and short decodes only, no
-# policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without
-# its extra buffers). OMP_WAIT_POLICY is passed to both engines alike (both use OpenMP) and printed.
+# policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers).
+# OMP_WAIT_POLICY is passed to both engines alike (both use OpenMP) and printed.
 set -euo pipefail
 build=${1:-build}
 model=${BENCH_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -37,7 +37,8 @@ echo "   OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset (libgomp default)}, model $mod
 
 # --- llama.cpp: built once from the PyPI sdist's vendored sources; any failure leaves kvbench's numbers alone ---
 llama_ok=0 llama_why=""
-if llama_dir=$(bash scripts/build_llama_cpp.sh "$build" lib 2> >(tee "$out/llama_build.err" >&2) | tail -n 1) && [ -n "$llama_dir" ]; then
+echo "   llama.cpp: scripts/build_llama_cpp.sh (cached; the first build takes minutes)"
+if llama_dir=$(bash scripts/build_llama_cpp.sh "$build" lib 2>"$out/llama_build.err" | tail -n 1) && [ -n "$llama_dir" ]; then
     llama_dir=$(cd "$llama_dir" && pwd)
     export LD_LIBRARY_PATH=$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     if cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$llama_dir/include" -o "$build/tests/peer_llama" \
@@ -125,6 +126,8 @@ awk '$1 == "cache_context" { L = $2 } $1 == "cache_full_bytes" { f = $2 } $1 == 
     "$out/kv.${thread_list%% *}.1"
 
 # llama-bench needs llama.cpp's `common` library as well: built now (cached), after the pairs.
+[ "$llama_ok" = 1 ] && [ ! -x "$llama_dir/bin/llama-bench" ] &&
+    echo && echo "== building llama.cpp's llama-bench (scripts/build_llama_cpp.sh all: minutes, once)"
 if [ "$llama_ok" = 1 ] && ! bash scripts/build_llama_cpp.sh "$build" all >/dev/null 2>"$out/lb_build.err"; then
     echo
     echo "== llama.cpp's llama-bench: not built ($(tail -n 1 "$out/lb_build.err"))"
