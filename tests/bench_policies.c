@@ -1,103 +1,129 @@
-/* bench_policies.c — cost of the eviction policies at SmolLM2-135M shapes (N=30, H=9, K=3, d=64, D=576)
- * and an 8192-token context, on synthetic observations: per policy, the scoring of all layers
- * (policy_observe) and one selection (policy_select) at 20% and 40%; plus observation_prepare for one layer
- * (window attention and value norms, computed once per layer and shared by every policy of a sweep).
- * Prints milliseconds, policy_selection_ms (every policy's scoring of all layers and two selections) and
- * policy_observation_ms (N shared observations), which tests/run_bench.sh divides by the measured prefill time
- * of the same context (target <= 5%). */
-#include <cblas.h>
-#include <math.h>
+/* bench_policies.c — what the eviction policies add to a prefill, all measured in this one program on the
+ * real model at an 8192-token context. Each round runs, back to back:
+ *   plain     a prefill of the context with no observer (what a full-cache-only run pays);
+ *   observed  the sweep's prefill (runs/prepare.c, prefill_run): the same forward with the 8 policies
+ *             observing every layer, then prefill_select for the 7 budgeted policies at 20% and 40%.
+ * From the observed prefill: scoring = the policies' policy_observe time (prepare.c's own per-slot timers);
+ * the shared observation = observed - plain - scoring (window attention and value norms, computed once per
+ * layer for all policies, and the hand-over of the window queries); selection = the 14 prefill_select calls.
+ * Prints each round, the per-policy costs of the last round, and the medians over rounds of
+ *   policy_share_pct       (scoring + selection) / plain prefill
+ *   policy_share_obs_pct   (observed - plain + selection) / plain prefill, wall; and the same in CPU time
+ *                          (policy_share_obs_cpu_pct: the one that a loaded machine does not distort — the
+ *                          per-policy timers of prepare.c, and so policy_share_pct, are wall-clock).
+ * Usage: bench_policies [MODEL] [ROUNDS]   (defaults: SmolLM2-135M, 3; threads: OMP_NUM_THREADS) */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include <string.h>
 
-#include "../engine/observation.h"
-#include "../policies/policy.h"
+#include "../engine/backend.h"
+#include "../runs/prepare.h"
+#include "bench_util.h"
 
-enum { N = 30, H = 9, K = 3, d = 64, D = 576, L = 8192, W = 32, DISTINCT = 3 };
+enum { CONTEXT = 8192, N_POLICIES = 8, MAX_ROUNDS = 15 };
+static const char *const swept_policies[N_POLICIES] = {"full", "streamingllm", "snapkv", "adakv", "cake",
+                                                     "criticalkv", "defensivekv", "layer-defensivekv"};
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+typedef struct {
+    BenchClock plain, observed, selection;
+    double scoring_ms, policy_ms[N_POLICIES], select_ms[N_POLICIES];
+} Round;
 
-static float frand(unsigned *s) {
-    *s = *s * 1664525u + 1013904223u;
-    return (float)((*s >> 8) & 0xffff) / 65536.0f;
-}
+static int run_round(const PrepareEnv *env, const TokenIds *ctx, const PolicyConfig *const *pcs, Round *r,
+                     KvErr *err) {
+    Backend *be = env->be;
+    KvCache *c;
+    memset(r, 0, sizeof *r);
+    if (be->cache_new(be, &c, ctx->n, err)) return -1;
+    BenchClock t = bench_clock();
+    int rc = be->forward(be, &c, 1, ctx->ids, ctx->n, NULL, NULL, NULL, err);
+    r->plain = bench_since(t);
+    be->cache_free(be, c);
+    if (rc) return -1;
 
-int main(void) {
-    unsigned seed = 1;
-    KvErr err;
-    /* As in a run: the CPU backend keeps BLAS single-threaded and parallelises with OpenMP itself. */
-    openblas_set_num_threads(1);
-    /* One real observation_prepare at full size. */
-    float *q = malloc(sizeof(float) * H * W * d), *kv = malloc(sizeof(float) * 2 * K * L * d);
-    float *w_o = malloc(sizeof(float) * D * H * d);
-    for (size_t i = 0; i < (size_t)H * W * d; i++) q[i] = frand(&seed) - 0.5f;
-    for (size_t i = 0; i < (size_t)2 * K * L * d; i++) kv[i] = frand(&seed) - 0.5f;
-    for (size_t i = 0; i < (size_t)D * H * d; i++) w_o[i] = (frand(&seed) - 0.5f) * 0.1f;
-    const float *keys[K], *values[K];
-    for (int k = 0; k < K; k++) keys[k] = kv + (size_t)k * L * d, values[k] = kv + (size_t)(K + k) * L * d;
-    Observation real = {.n_layers = N, .L = L, .w = W, .H = H, .K = K, .d = d, .D = D, .q_win = q, .keys = keys,
-                        .values = values, .w_o = w_o};
-    double t0 = now_ms();
-    if (observation_prepare(&real, 0, &err)) return fprintf(stderr, "bench: %s\n", err.msg), 1;
-    double t1 = now_ms();
-    if (observation_prepare(&real, 1, &err)) return fprintf(stderr, "bench: %s\n", err.msg), 1;
-    double t2 = now_ms();
-    printf("observation_prepare per layer (L=%d): attention %.1f ms, value norms %.1f ms\n", L, t1 - t0, t2 - t1);
-
-    /* DISTINCT synthetic layers (peaked causal softmax rows, positive norms), cycled over the 30 layers. */
-    float *attn = malloc(sizeof(float) * DISTINCT * H * W * L), *nu = malloc(sizeof(float) * DISTINCT * K * L);
-    for (int l = 0; l < DISTINCT; l++) {
-        for (int r = 0; r < H * W; r++) {
-            float *row = attn + ((size_t)l * H * W + r) * L;
-            int last = L - W + r % W;
-            double sum = 0;
-            for (int j = 0; j < L; j++) {
-                float u = frand(&seed);
-                row[j] = j <= last ? expf(8.0f * u * u * u) : 0.0f;
-                sum += row[j];
-            }
-            for (int j = 0; j < L; j++) row[j] = (float)(row[j] / sum);
-        }
-        for (int t = 0; t < K * L; t++) nu[(size_t)l * K * L + t] = 1.0f + frand(&seed);
+    Prefill p;
+    t = bench_clock();
+    if (prefill_run(&p, env, ctx, pcs, N_POLICIES, 0, err)) return -1;
+    r->observed = bench_since(t);
+    for (int i = 0; i < N_POLICIES; i++) {
+        r->policy_ms[i] = prefill_observe_ms(&p, i);
+        r->scoring_ms += r->policy_ms[i];
     }
-    static const char *const policies[] = {"full", "streamingllm", "snapkv", "adakv", "cake", "criticalkv",
-                                           "defensivekv", "layer-defensivekv"};
-    double observation_ms = N * (t2 - t0), selection_ms = 0; /* the shared observation of every layer */
-    printf("%-18s %12s %12s %12s\n", "policy", "observe ms", "select 20%", "select 40%");
-    for (int p = 0; p < 8; p++) {
-        PolicyConfig cfg;
-        PolicyState *st;
-        if (policy_config(&cfg, policies[p], NULL, &err) || policy_begin(&st, &cfg, N, K, L, &err))
-            return fprintf(stderr, "bench: %s\n", err.msg), 1;
-        double a = now_ms();
-        for (int l = 0; l < N && policy_needs_attention(&cfg); l++) {
-            Observation o = {.layer = l, .n_layers = N, .L = L, .w = W, .H = H, .K = K, .d = d, .D = D,
-                             .attn = attn + (size_t)(l % DISTINCT) * H * W * L,
-                             .value_norm = nu + (size_t)(l % DISTINCT) * K * L};
-            if (policy_observe(st, &o, &err)) return fprintf(stderr, "bench: %s\n", err.msg), 1;
-        }
-        double b = now_ms(), sel[2];
-        for (int i = 0; i < 2; i++) {
-            Budget budget = {.keep_fraction = i ? 0.4 : 0.2};
+    t = bench_clock();
+    for (int i = 1; i < N_POLICIES && !rc; i++) /* full (i = 0) keeps everything: no selection */
+        for (int b = 0; b < 2 && !rc; b++) {
+            Budget budget = {.keep_fraction = b ? 0.4 : 0.2};
             KeepSet ks;
-            double s0 = now_ms();
-            if (policy_select(st, &budget, &ks, &err)) return fprintf(stderr, "bench: %s\n", err.msg), 1;
-            sel[i] = now_ms() - s0;
-            keepset_free(&ks);
+            BenchClock s = bench_clock();
+            rc = prefill_select(&p, i, &budget, &ks, err);
+            r->select_ms[i] += bench_since(s).wall_s * 1e3;
+            if (!rc) keepset_free(&ks);
         }
-        printf("%-18s %12.1f %12.1f %12.1f\n", policies[p], b - a, sel[0], sel[1]);
-        selection_ms += (b - a) + sel[0] + sel[1];
-        policy_end(st);
+    r->selection = bench_since(t);
+    prefill_free(&p);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int main(int argc, char **argv) {
+    const char *spec = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    int rounds = argc > 2 ? atoi(argv[2]) : 3;
+    if (rounds < 1 || rounds > MAX_ROUNDS)
+        return fprintf(stderr, "bench_policies: ROUNDS must be 1..%d, got '%s'\n", MAX_ROUNDS, argv[2]), 2;
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    PolicyConfig cfgs[N_POLICIES];
+    const PolicyConfig *pcs[N_POLICIES];
+    TokenIds ctx = {0};
+    Round r[MAX_ROUNDS];
+    if (model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &err)) goto fail;
+    for (int i = 0; i < N_POLICIES; i++) {
+        if (policy_config(&cfgs[i], swept_policies[i], NULL, &err)) goto fail;
+        pcs[i] = &cfgs[i];
     }
-    /* For run_bench.sh: what a sweep of the 8 policies x 2 budgets adds to one 8192-token prefill — the
-     * policies' own scoring and selection, and the observation they share (window attention, value norms). */
-    printf("policy_selection_ms %.1f\npolicy_observation_ms %.1f\n", selection_ms, observation_ms);
-    observation_release(&real);
-    free(q), free(kv), free(w_o), free(attn), free(nu);
+    if (!(ctx.ids = kv_malloc(sizeof(int) * CONTEXT, &err))) goto fail;
+    ctx.n = ctx.cap = CONTEXT;
+    bench_random_ids(ctx.ids, CONTEXT, m->cfg.vocab_size, 7);
+    PrepareEnv env = {m, NULL, be, 0};
+    printf("# bench_policies: %s, cpu backend, L=%d, 8 policies x 2 budgets, %d rounds\n", spec, CONTEXT, rounds);
+    printf("%-6s %10s %11s %10s %10s %9s %8s %8s %9s %11s %9s\n", "round", "plain ms", "observed ms", "scoring ms",
+           "shared obs", "select ms", "share %", "+obs %", "plain CPU", "observed CPU", "+obs CPU%");
+    double share[MAX_ROUNDS], share_obs[MAX_ROUNDS], share_obs_cpu[MAX_ROUNDS];
+    for (int k = 0; k < rounds; k++) {
+        if (run_round(&env, &ctx, pcs, &r[k], &err)) goto fail;
+        double plain = r[k].plain.wall_s * 1e3, observed = r[k].observed.wall_s * 1e3,
+               select = r[k].selection.wall_s * 1e3, obs = observed - plain - r[k].scoring_ms;
+        share[k] = 100 * (r[k].scoring_ms + select) / plain;
+        share_obs[k] = 100 * (observed - plain + select) / plain;
+        share_obs_cpu[k] = 100 * (r[k].observed.cpu_s - r[k].plain.cpu_s + r[k].selection.cpu_s) / r[k].plain.cpu_s;
+        printf("%-6d %10.0f %11.0f %10.1f %10.1f %9.1f %8.1f %8.1f %8.1fs %11.1fs %9.1f\n", k + 1, plain, observed,
+               r[k].scoring_ms, obs, select, share[k], share_obs[k], r[k].plain.cpu_s, r[k].observed.cpu_s,
+               share_obs_cpu[k]);
+        fflush(stdout);
+    }
+    printf("%-18s %12s %12s   (round %d)\n", "policy", "observe ms", "select ms", rounds);
+    for (int i = 0; i < N_POLICIES; i++)
+        printf("%-18s %12.1f %12.1f\n", swept_policies[i], r[rounds - 1].policy_ms[i], r[rounds - 1].select_ms[i]);
+    printf("policy_share_pct %.2f\npolicy_share_obs_pct %.2f\npolicy_share_obs_cpu_pct %.2f\n", median(share, rounds),
+           median(share_obs, rounds), median(share_obs_cpu, rounds));
+    ids_free(&ctx);
+    backend_close(be);
+    model_free(m);
     return 0;
+fail:
+    fprintf(stderr, "bench_policies: %s\n", err.msg);
+    ids_free(&ctx);
+    if (be) backend_close(be);
+    if (m) model_free(m);
+    return 1;
 }

@@ -1,26 +1,38 @@
 /* bench_runs.c — what one prefill per sample and batched variants buy.
  *
- * 1. A sweep of the 8 policies × 2 budgets (15 variants: full is budget-free) on one RULER sample, against a
- *    run of that sample with the full cache only, both through the runner (best of 3 interleaved runs each). The cost ratio
- *    comes from the per-sample timings the runner stores (prefill + policy time + batched question feed and
- *    decode); target ≤ 2x, where the reference harness pays ~15x (a prefill and a decode per variant).
- * 2. Decode throughput of 15 sequences in one batch against one sequence, on equal caches (one prefill of the
+ * 1. Per sample, in this process: a sweep of the 8 policies × 2 budgets (15 variants: full is budget-free) on
+ *    one RULER sample against a run of that sample with the full cache only, both through the runner
+ *    (sweep_run), alternately, ROUNDS pairs. The cost of each side is what the runner stores per sample
+ *    (prefill + policy time + batched question feed and decode); printed per pair with the decode steps each
+ *    side ran (batched forward steps = the longest answer; sequence-steps = all answers' tokens), and the
+ *    median of the per-pair ratios (target <= 2x; the reference harness re-prefills and decodes each variant).
+ * 2. Per whole process: the same two configs as `kvbench run` child processes, alternately, ROUNDS pairs: CPU
+ *    seconds (getrusage of the child: model load, tokenizer, data, prefill, policies, decode, database),
+ *    wall seconds and peak RSS of each, and the median of the per-pair CPU ratios.
+ * 3. Decode throughput of 15 sequences in one batch against one sequence, on equal caches (one prefill of the
  *    same context gathered 15 times), 32 forced steps each (no stop tokens), from generate's own timings.
- * Usage: bench_runs [MODEL.gguf] [CONTEXT_TOKENS]   (defaults: SmolLM2-135M, 1024); run from the project root. */
+ * Usage: bench_runs [MODEL.gguf] [CONTEXT_TOKENS] [ROUNDS] [KVBENCH]   (defaults: SmolLM2-135M, 1024, 3,
+ * ./kvbench); run from the project root. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../engine/backend.h"
 #include "../engine/generate.h"
 #include "../runs/config.h"
 #include "../runs/sweep.h"
+#include "bench_util.h"
+
+enum { MAX_ROUNDS = 15 };
 
 typedef struct {
     double wall_ms, prefill_ms, select_ms, decode_ms;
-    long generated;
+    long generated;  /* sequence-steps: every variant's answer tokens */
+    int steps;       /* batched decode steps: the longest answer */
     int rows;
 } Measure;
 
@@ -34,7 +46,7 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
         return -1;
     }
     FILE *quiet = fopen("/dev/null", "w"); /* the runner's per-sample lines */
-    SweepOptions opt = {db_path, 0, 0, 0, quiet ? quiet : stderr, 0};
+    SweepOptions opt = {.db_path = db_path, .log = quiet ? quiet : stderr};
     int rc = sweep_run(&cfg, &opt, &st, &err);
     if (quiet) fclose(quiet);
     config_free(&cfg);
@@ -44,12 +56,13 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
     }
     sqlite3 *db;
     sqlite3_stmt *q;
+    int failed = 0;
     memset(m, 0, sizeof *m);
     m->wall_ms = st.wall_ms;
     sqlite3_open(db_path, &db);
     if (sqlite3_prepare_v2(db,
                            "SELECT max(prefill_ms), sum(select_ms), max(decode_ms), sum(generated_tokens), count(*), "
-                           "sum(error IS NOT NULL) FROM results",
+                           "sum(error IS NOT NULL), max(generated_tokens) FROM results",
                            -1, &q, NULL) == SQLITE_OK &&
         sqlite3_step(q) == SQLITE_ROW) {
         m->prefill_ms = sqlite3_column_double(q, 0);
@@ -57,31 +70,117 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
         m->decode_ms = sqlite3_column_double(q, 2);
         m->generated = sqlite3_column_int64(q, 3);
         m->rows = sqlite3_column_int(q, 4);
-        if (sqlite3_column_int(q, 5)) fprintf(stderr, "bench_runs: %d variants failed\n", sqlite3_column_int(q, 5));
+        m->steps = sqlite3_column_int(q, 6);
+        failed = sqlite3_column_int(q, 5);
     }
     sqlite3_finalize(q);
+    if (failed && sqlite3_prepare_v2(db, "SELECT error FROM results WHERE error IS NOT NULL LIMIT 1", -1, &q, NULL) ==
+                      SQLITE_OK) {
+        if (sqlite3_step(q) == SQLITE_ROW)
+            fprintf(stderr, "bench_runs: %d variants failed, e.g.: %s\n", failed, sqlite3_column_text(q, 0));
+        sqlite3_finalize(q);
+    }
     sqlite3_close(db);
-    return 0;
+    return failed || !m->rows ? -1 : 0;
 }
 
 static double cost(const Measure *m) { return m->prefill_ms + m->select_ms + m->decode_ms; }
 
-/* Best of three interleaved runs each: on a shared machine a run can be slowed by others at any time. */
-static int measure_pair(const char *full, const char *sweep, Measure *best_full, Measure *best_sweep) {
-    Measure m;
-    for (int rep = 0; rep < 3; rep++) {
-        if (measure(full, "/tmp/kvbench_bench_full.db", &m)) return -1;
-        if (rep == 0 || cost(&m) < cost(best_full)) *best_full = m;
-        if (measure(sweep, "/tmp/kvbench_bench_sweep.db", &m)) return -1;
-        if (rep == 0 || cost(&m) < cost(best_sweep)) *best_sweep = m;
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Part 1: full, sweep, full, sweep, ... in this process; on a shared machine a run can be slowed by others at
+ * any time, and alternating puts both sides under the same load. */
+static int per_sample(const char *full, const char *sweep, int rounds) {
+    double ratio[MAX_ROUNDS];
+    Measure f, s;
+    for (int k = 0; k < rounds; k++) {
+        if (measure(full, "/tmp/kvbench_bench_full.db", &f) || measure(sweep, "/tmp/kvbench_bench_sweep.db", &s))
+            return -1;
+        ratio[k] = cost(&s) / cost(&f);
+        printf("  pair %d  full: prefill %6.0f ms, feed+decode %6.0f ms, %3d steps | sweep (%2d rows): prefill %6.0f "
+               "ms, policies %5.0f ms, feed+decode %6.0f ms, %3d batched steps, %4ld sequence-steps | %.2fx\n",
+               k + 1, f.prefill_ms, f.decode_ms, f.steps, s.rows, s.prefill_ms, s.select_ms, s.decode_ms, s.steps,
+               s.generated, ratio[k]);
+        fflush(stdout);
     }
     unlink("/tmp/kvbench_bench_full.db");
     unlink("/tmp/kvbench_bench_sweep.db");
+    printf("sweep_ratio_sample %.2f   (median of %d pairs; target <= 2x)\n", median(ratio, rounds), rounds);
     return 0;
 }
 
-/* Decode tokens/s of n_seqs sequences on copies of one prefilled cache. */
-static int decode_rate(Backend *be, const KvCache *prefill, int n_seqs, int steps, double *tok_s, KvErr *err) {
+/* One `kvbench run CONFIG` child: its CPU seconds, wall seconds and peak RSS. Its output goes to log. */
+static int run_process(const char *kvbench, const char *config_path, const char *db, const char *log,
+                       BenchClock *spent, double *rss_mib) {
+    unlink(db);
+    fflush(stdout); /* or the child would print this process's pending output again */
+    BenchClock t = bench_clock();
+    pid_t pid = fork();
+    if (pid < 0) return perror("bench_runs: fork"), -1;
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr)) _exit(127);
+        execl(kvbench, kvbench, "run", config_path, "--db", db, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) < 0) return perror("bench_runs: wait4"), -1;
+    spent->wall_s = bench_clock().wall_s - t.wall_s;
+    spent->cpu_s = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    *rss_mib = ru.ru_maxrss / 1024.0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "bench_runs: %s run %s failed (status %d); its output is in %s\n", kvbench, config_path,
+                status, log);
+        return -1;
+    }
+    unlink(db);
+    return 0;
+}
+
+static int write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f)) return fprintf(stderr, "bench_runs: cannot write %s\n", path), -1;
+    return 0;
+}
+
+/* Part 2: the two configs as whole processes, alternately. */
+static int per_process(const char *kvbench, const char *full, const char *sweep, int rounds) {
+    const char *cf = "/tmp/kvbench_bench_full.json", *cs = "/tmp/kvbench_bench_sweep.json",
+               *log = "/tmp/kvbench_bench_runs.log";
+    double ratio[MAX_ROUNDS], wall_ratio[MAX_ROUNDS];
+    if (write_file(cf, full) || write_file(cs, sweep)) return -1;
+    for (int k = 0; k < rounds; k++) {
+        BenchClock f, s;
+        double rss_f, rss_s;
+        if (run_process(kvbench, cf, "/tmp/kvbench_bench_full.db", log, &f, &rss_f) ||
+            run_process(kvbench, cs, "/tmp/kvbench_bench_sweep.db", log, &s, &rss_s))
+            return -1;
+        ratio[k] = s.cpu_s / f.cpu_s;
+        wall_ratio[k] = s.wall_s / f.wall_s;
+        printf("  pair %d  full: %5.2f CPU-s %5.2f s %4.0f MiB | sweep: %5.2f CPU-s %5.2f s %4.0f MiB | %.2fx CPU, "
+               "%.2fx wall\n", k + 1, f.cpu_s, f.wall_s, rss_f, s.cpu_s, s.wall_s, rss_s, ratio[k], wall_ratio[k]);
+        fflush(stdout);
+    }
+    unlink(cf);
+    unlink(cs);
+    unlink(log);
+    printf("sweep_ratio_process %.2f   (CPU seconds, median of %d pairs; wall %.2fx)\n", median(ratio, rounds),
+           rounds, median(wall_ratio, rounds));
+    return 0;
+}
+
+/* Decode tokens per wall-second (generate's own step timer) and per CPU-second (this process, the whole
+ * generate call: one prompt token and `steps` steps) of n_seqs sequences on copies of one prefilled cache. */
+static int decode_rate(Backend *be, const KvCache *prefill, int n_seqs, int steps, double *tok_s, double *tok_cpu_s,
+                       KvErr *err) {
     const ModelConfig *c = &be->model->cfg;
     KeepSet all;
     KvCache *caches[16] = {0};
@@ -90,9 +189,12 @@ static int decode_rate(Backend *be, const KvCache *prefill, int n_seqs, int step
     int prompt = 13, rc = keepset_full(&all, c->n_layers, c->n_kv_heads, prefill->n_pos, err);
     for (int i = 0; i < n_seqs && !rc; i++) rc = be->cache_gather(be, prefill, &all, steps + 1, &caches[i], err);
     GenerateOptions go = {steps, NULL, 0, NULL, GEN_STOP_REFERENCE};
+    BenchClock t = bench_clock();
     if (!rc) rc = generate_greedy(be, caches, n_seqs, &prompt, 1, &go, out, &gs, err);
+    BenchClock spent = bench_since(t);
     if (!rc) {
         *tok_s = gs.decode_tokens / (gs.decode_ms / 1000);
+        *tok_cpu_s = gs.decode_tokens / spent.cpu_s;
         for (int i = 0; i < n_seqs; i++) ids_free(&out[i]);
     }
     for (int i = 0; i < n_seqs; i++)
@@ -106,7 +208,7 @@ static int bench_decode(const char *model_path, int tokens) {
     Backend *be = NULL;
     KvCache *prefill = NULL;
     KvErr err = {{0}};
-    double single = 0, batched = 0;
+    double single = 0, batched = 0, single_cpu = 0, batched_cpu = 0;
     int *ids = malloc((size_t)tokens * sizeof *ids), rc = ids ? 0 : -1;
     if (!rc) rc = model_load(&m, model_path, &err);
     if (!rc) rc = backend_open(&be, "cpu", m, &err);
@@ -114,12 +216,13 @@ static int bench_decode(const char *model_path, int tokens) {
     for (int i = 0; !rc && i < tokens; i++) ids[i] = (int)((17L + 7919L * i) % m->cfg.vocab_size);
     if (!rc) rc = be->cache_new(be, &prefill, tokens, &err);
     if (!rc) rc = be->forward(be, &prefill, 1, ids, tokens, NULL, NULL, NULL, &err);
-    if (!rc) rc = decode_rate(be, prefill, 1, 32, &single, &err);
-    if (!rc) rc = decode_rate(be, prefill, 15, 32, &batched, &err);
+    if (!rc) rc = decode_rate(be, prefill, 1, 32, &single, &single_cpu, &err);
+    if (!rc) rc = decode_rate(be, prefill, 15, 32, &batched, &batched_cpu, &err);
     if (rc) fprintf(stderr, "bench_runs: %s\n", err.msg);
     else
-        printf("  decode, %d-token caches, 32 steps: 1 sequence %.1f tok/s, 15 in one batch %.1f tok/s (%.1fx)\n",
-               tokens, single, batched, batched / single);
+        printf("decode, %d-token caches, 32 steps (tokens per wall-s | per CPU-s): 1 sequence %.1f | %.1f, 15 in one "
+               "batch %.1f | %.1f (%.1fx | %.1fx)\n",
+               tokens, single, single_cpu, batched, batched_cpu, batched / single, batched_cpu / single_cpu);
     if (prefill) be->cache_free(be, prefill);
     backend_close(be);
     model_free(m);
@@ -129,7 +232,10 @@ static int bench_decode(const char *model_path, int tokens) {
 
 int main(int argc, char **argv) {
     const char *model = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    int tokens = argc > 2 ? atoi(argv[2]) : 1024;
+    int tokens = argc > 2 ? atoi(argv[2]) : 1024, rounds = argc > 3 ? atoi(argv[3]) : 3;
+    const char *kvbench = argc > 4 ? argv[4] : "./kvbench";
+    if (tokens < 64 || rounds < 1 || rounds > MAX_ROUNDS)
+        return fprintf(stderr, "bench_runs: need CONTEXT_TOKENS >= 64 and ROUNDS in 1..%d\n", MAX_ROUNDS), 2;
     char sweep[2048], full[2048];
     const char *fmt =
         "{\"max_new_tokens\": 32, \"models\": [{\"path\": \"%s\", \"name\": \"bench\"}],"
@@ -139,15 +245,10 @@ int main(int argc, char **argv) {
              "\"full\", \"streamingllm\", \"snapkv\", \"adakv\", \"cake\", \"criticalkv\", \"defensivekv\", "
              "\"layer-defensivekv\"");
     snprintf(full, sizeof full, fmt, model, tokens, "\"full\"");
-    Measure s, f;
-    if (measure_pair(full, sweep, &f, &s)) return 1;
-    double cost_f = cost(&f), cost_s = cost(&s);
     printf("bench_runs: %s, one RULER niah_single_2 sample at %d tokens, answers capped at 32 tokens\n", model, tokens);
-    printf("  full cache only : prefill %7.0f ms                   feed+decode %7.0f ms  (%ld tokens)\n",
-           f.prefill_ms, f.decode_ms, f.generated);
-    printf("  sweep, %2d rows  : prefill %7.0f ms  policies %6.0f ms  feed+decode %7.0f ms  (%ld tokens)\n", s.rows,
-           s.prefill_ms, s.select_ms, s.decode_ms, s.generated);
-    printf("  sweep / full    : %.2fx per sample (target <= 2x; %d separate runs: ~%dx); wall %.1f s / %.1f s\n",
-           cost_s / cost_f, s.rows, s.rows, s.wall_ms / 1000, f.wall_ms / 1000);
+    printf("per sample (the runner's stored timings; full-cache run vs the sweep of 8 policies x 2 budgets):\n");
+    if (per_sample(full, sweep, rounds)) return 1;
+    printf("per whole process (%s run, getrusage of the child):\n", kvbench);
+    if (per_process(kvbench, full, sweep, rounds)) return 1;
     return bench_decode(model, tokens) ? 1 : 0;
 }

@@ -1,115 +1,156 @@
 #!/usr/bin/env bash
-# run_bench.sh BUILD_DIR — the engine benchmark: kvbench's CPU backend (tests/bench_engine.c) and llama.cpp
-# (through PyPI's llama-cpp-python, built from source on this machine) on the same GGUF, the same threads,
-# in the same run, so the ratios hold for this machine and this moment. Prints prefill tokens/s at 512, 2048
-# and 8192 tokens, decode tokens/s, peak RSS, and the head-variable cache bytes at a 20% budget vs full.
-# Targets: prefill >= 1.0x llama.cpp, decode >= 0.5x. BENCH_QUICK=1 runs only the 512-token prefill.
-# OpenMP's wait policy matters: the CPU backend forks and joins ~250 parallel regions per decode step. On an
-# idle machine the default (spin, then sleep) is best (measured: decode 87 tokens/s active vs 42 passive); on a
-# machine busy with other work a spinning worker holds the core its partner needs (decode 2.5 tokens/s active
-# at load 3.4), so run the bench with OMP_WAIT_POLICY=passive there. The load average is printed with the numbers.
+# run_bench.sh BUILD_DIR — `make bench`: kvbench's CPU backend against llama.cpp on the same GGUF and threads,
+# measured so that a shared, busy machine does not decide the ratios:
+#   - the two engines run alternately as separate processes, kvbench then llama.cpp, BENCH_PAIRS pairs (>= 3),
+#     each process measuring itself the same way (tests/bench_util.h): prefill of 512 / 2048 / 8192 random
+#     tokens, single-sequence decode, peak RSS; ratios are computed per pair and their median printed;
+#   - tokens per CPU-second of each process (getrusage: what the process itself burnt, which holds steady when
+#     other jobs take the cores) next to tokens per wall-second, and the load average before every process;
+#   - llama.cpp at its own defaults (flash attention `auto`, f16 cache, extra weight buffers on), through
+#     tests/peer_llama.c on llama.cpp's C API, and llama.cpp's own llama-bench — both built from the sources
+#     vendored in PyPI's llama-cpp-python sdist (scripts/build_llama_cpp.sh, cached under BUILD_DIR/llama.cpp);
+#   - the policies' share of an 8192-token prefill, all timed within tests/bench_policies.c;
+#   - a sweep (8 policies x 2 budgets from one prefill) against one full-cache run, per sample and per whole
+#     process, with the decode steps each side ran (tests/bench_sweep.sh).
+# If llama.cpp cannot be built or run, kvbench's absolute numbers are printed and the reason said.
+# Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
+# BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
+# prefills of 512 / 2048 / 8192 tokens up to it), BENCH_QUICK=1 (512-token prefill and short decodes only, no
+# policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers).
+# OMP_WAIT_POLICY is passed to both engines alike (both use OpenMP) and printed.
 set -euo pipefail
-kvbench_wait_policy=${OMP_WAIT_POLICY:-default}
-[ "$kvbench_wait_policy" = default ] || export OMP_WAIT_POLICY
 build=${1:-build}
 model=${BENCH_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
-threads=${BENCH_THREADS:-2}
+thread_list=${BENCH_THREADS:-2}
+pairs=${BENCH_PAIRS:-3}
 quick=${BENCH_QUICK:+--quick}
+max_prefill=${BENCH_MAX_PREFILL:-$([ -n "$quick" ] && echo 512 || echo 8192)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-
 [ -f "$model" ] || { echo "run_bench: $model not found (make model)" >&2; exit 1; }
-echo "== kvbench cpu backend ($threads threads, OMP_WAIT_POLICY=$kvbench_wait_policy, $(git rev-parse --short HEAD 2>/dev/null || echo unknown), load average $(cut -d' ' -f1-3 /proc/loadavg))"
-OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" $quick | tee "$out/kvbench.txt"
+[ "$pairs" -ge 1 ] 2>/dev/null || { echo "run_bench: BENCH_PAIRS must be a positive number, got '$pairs'" >&2; exit 1; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
 
-have_llama=1
-if ! python3 -c "import llama_cpp" 2>/dev/null; then
-    echo "== llama-cpp-python missing: installing it (builds llama.cpp from source, several minutes)"
-    CMAKE_BUILD_PARALLEL_LEVEL=$threads python3 -m pip install -q llama-cpp-python >"$out/pip.log" 2>&1 || {
-        echo "run_bench: could not install llama-cpp-python (tail of the log below); absolute numbers only"
-        tail -n 5 "$out/pip.log"
-        have_llama=0
-    }
-fi
-if [ "$have_llama" = 1 ]; then
-    echo "== llama.cpp (llama-cpp-python $(python3 -c 'import llama_cpp; print(llama_cpp.__version__)'), $threads threads)"
-    python3 - "$model" "$threads" "${BENCH_QUICK:-0}" <<'PY' | tee "$out/llama.txt"
-import os, resource, sys, time
-import llama_cpp
-import llama_cpp.llama
+echo "== make bench: kvbench $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC'),"\
+     "$(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load average $(load)"
+echo "   OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset (libgomp default)}, model $model"
 
-model, threads, quick = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-# llama.cpp's extra weight buffers (AMX for Q4_1 on CPUs that report it) crash in llama_decode on some VMs;
-# run it on its plain CPU buffers unless BENCH_LLAMA_EXTRA_BUFTS=1.
-if os.environ.get("BENCH_LLAMA_EXTRA_BUFTS") != "1":
-    default_params = llama_cpp.llama_model_default_params
-    def plain_params():
-        p = default_params()
-        p.use_extra_bufts = False
-        return p
-    llama_cpp.llama.llama_cpp.llama_model_default_params = plain_params
-    print("# llama.cpp with use_extra_bufts=0 (no AMX / repacked weights)")
-from llama_cpp import Llama
-llm = Llama(model_path=model, n_ctx=8192, n_threads=threads, n_threads_batch=threads, n_batch=512, n_ubatch=512,
-            verbose=False)
-V = llm.n_vocab()
-
-def ids(n, seed):
-    out = []
-    for _ in range(n):
-        seed = (seed * 1103515245 + 12345) & 0xFFFFFFFF
-        out.append((seed >> 8) % V)
-    return out
-
-for n, reps in ([(512, 3)] if quick else [(512, 3), (2048, 2), (8192, 1)]):
-    rates = []
-    for _ in range(reps):
-        llm.reset()
-        t = time.perf_counter()
-        llm.eval(ids(n, 7))
-        rates.append(n / (time.perf_counter() - t))
-    mean = sum(rates) / reps
-    sd = (sum((r - mean) ** 2 for r in rates) / (reps - 1)) ** 0.5 if reps > 1 else 0.0
-    print(f"prefill_{n} {mean:.1f} {sd:.1f}", flush=True)
-print(f"peak_rss_mib {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
-llm.reset()
-llm.eval(ids(128, 11))
-steps = 16 if quick else 64
-t = time.perf_counter()
-for s in range(steps):
-    llm.eval([ids(1, s)[0]])
-print(f"decode_1 {steps / (time.perf_counter() - t):.1f}")
-PY
-fi
-
-echo "== summary (kvbench / llama.cpp, same model, $threads threads)"
-value() { awk -v k="$2" '$1 == k { print $2 }' "$1"; }
-for key in prefill_512 prefill_2048 prefill_8192 decode_1; do
-    ours=$(value "$out/kvbench.txt" "$key")
-    [ -n "$ours" ] || continue
-    target=1.0; [ "$key" = decode_1 ] && target=0.5
-    if [ "$have_llama" = 1 ] && theirs=$(value "$out/llama.txt" "$key") && [ -n "$theirs" ]; then
-        awk -v k="$key" -v a="$ours" -v b="$theirs" -v t="$target" \
-            'BEGIN { printf "%-13s kvbench %8.1f tok/s  llama.cpp %8.1f tok/s  ratio %.2fx (target >= %.1fx)\n", k, a, b, a / b, t }'
+# --- llama.cpp: built once from the PyPI sdist's vendored sources; any failure leaves kvbench's numbers alone ---
+llama_ok=0 llama_why=""
+echo "   llama.cpp: scripts/build_llama_cpp.sh (cached; the first build takes minutes)"
+if llama_dir=$(bash scripts/build_llama_cpp.sh "$build" lib 2>"$out/llama_build.err" | tail -n 1) && [ -n "$llama_dir" ]; then
+    llama_dir=$(cd "$llama_dir" && pwd)
+    export LD_LIBRARY_PATH=$llama_dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if cc -O2 -std=c11 -D_GNU_SOURCE -Wall -Wextra -I"$llama_dir/include" -o "$build/tests/peer_llama" \
+        tests/peer_llama.c -L"$llama_dir/lib" -lllama -lggml -lggml-base -Wl,-rpath,"$llama_dir/lib" \
+        2>"$out/peer_cc.err"; then
+        llama_ok=1
+        echo "   llama.cpp $(cat "$llama_dir/COMMIT") (llama-cpp-python ${LLAMA_CPP_PYTHON_VERSION:-0.3.36}'s vendored sources, $llama_dir)"
     else
-        printf "%-13s kvbench %8.1f tok/s\n" "$key" "$ours"
+        llama_why="tests/peer_llama.c did not compile against $llama_dir: $(head -n 3 "$out/peer_cc.err" | tr '\n' ' ')"
     fi
+else
+    llama_why="llama.cpp could not be built: $(tail -n 2 "$out/llama_build.err" | tr '\n' ' ')"
+fi
+[ "$llama_ok" = 1 ] || echo "   $llama_why — kvbench's absolute numbers only"
+
+# Runs the peer once; if llama.cpp's extra weight buffers (AMX / repacked Q4_1) crash it, says so and reruns
+# it without them (BENCH_LLAMA_EXTRA_BUFTS=0), for this and every later pair.
+run_llama() { # threads output_file
+    local rc=0
+    "$build/tests/peer_llama" "$model" "$1" $quick --max-prefill "$max_prefill" >"$2" 2>"$2.err" || rc=$?
+    if [ "$rc" -ne 0 ] && [ "${BENCH_LLAMA_EXTRA_BUFTS:-1}" != 0 ]; then
+        local why="exit $rc"
+        [ "$rc" -gt 128 ] && why="killed by signal $((rc - 128))$([ "$rc" = 139 ] && echo ", a segmentation fault")"
+        echo "   llama.cpp with its default extra weight buffers failed ($why; its last log line: $(grep '^# llama.cpp' "$2" | tail -n 1 | cut -c 14-))"
+        echo "   -> from now on without them (BENCH_LLAMA_EXTRA_BUFTS=0), as if --repack 0 / use_extra_bufts=0"
+        export BENCH_LLAMA_EXTRA_BUFTS=0
+        rc=0
+        "$build/tests/peer_llama" "$model" "$1" $quick --max-prefill "$max_prefill" >"$2" 2>"$2.err" || rc=$?
+    fi
+    [ "$rc" -eq 0 ] || { echo "   llama.cpp failed (exit $rc): $(tail -n 2 "$2.err" | tr '\n' ' ')"; return 1; }
+}
+
+# Median of the numbers on stdin.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# field KEY COLUMN FILE: column COLUMN (2 = per wall-second, 3 = per CPU-second) of line KEY.
+field() { awk -v k="$1" -v c="$2" '$1 == k { print $c }' "$3"; }
+
+for threads in $thread_list; do
+    echo
+    echo "== interleaved pairs, $threads threads: kvbench (tests/bench_engine.c) then llama.cpp (tests/peer_llama.c), $pairs pairs"
+    for i in $(seq 1 "$pairs"); do
+        echo "-- pair $i: kvbench (load average $(load))"
+        OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick --max-prefill "$max_prefill" >"$out/kv.$threads.$i"
+        grep -v '^cache_' "$out/kv.$threads.$i" | sed 's/^/   /'
+        if [ "$llama_ok" = 1 ]; then
+            echo "-- pair $i: llama.cpp (load average $(load))"
+            if run_llama "$threads" "$out/ll.$threads.$i"; then
+                sed 's/^/   /' "$out/ll.$threads.$i"
+            else
+                llama_ok=0
+                llama_why="llama.cpp failed in pair $i"
+            fi
+        fi
+    done
+    echo
+    echo "== summary, $threads threads: medians over $pairs pairs (tokens per wall-second | per CPU-second)"
+    keys="$(for n in 512 2048 8192; do if [ "$n" -le "$max_prefill" ]; then echo "prefill_$n"; fi; done) decode_1 decode_16"
+    for key in $keys; do
+        kv_wall=$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)
+        kv_cpu=$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)
+        line=$(printf "%-13s kvbench %8.1f | %8.1f" "$key" "$kv_wall" "$kv_cpu")
+        if [ "$llama_ok" = 1 ] && [ -n "$(field "$key" 2 "$out/ll.$threads.1")" ]; then
+            ll_wall=$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/ll.$threads.$i"; done | median)
+            ll_cpu=$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/ll.$threads.$i"; done | median)
+            r_wall=$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 2 "$out/kv.$threads.$i") $(field "$key" 2 "$out/ll.$threads.$i")"; done | awk '{ print $1 / $2 }' | median)
+            r_cpu=$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kv.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ print $1 / $2 }' | median)
+            r_all=$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kv.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ printf "%.2f ", $1 / $2 }')
+            line+=$(printf "   llama.cpp %8.1f | %8.1f   ratio %.2fx | %.2fx per CPU-s (pairs: %s)" "$ll_wall" "$ll_cpu" "$r_wall" "$r_cpu" "$r_all")
+        elif [ "$key" = decode_16 ]; then
+            line+="   (16 sequences decoding together)"
+        fi
+        echo "$line"
+    done
+    kv_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/kv.$threads.$i"; done | median)
+    line=$(printf "%-13s kvbench %6.0f MiB" peak_rss "$kv_rss")
+    if [ "$llama_ok" = 1 ]; then
+        ll_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/ll.$threads.$i"; done | median)
+        line+=$(awk -v a="$kv_rss" -v b="$ll_rss" 'BEGIN { printf "   llama.cpp %6.0f MiB   ratio %.2fx", b, a / b }')
+    fi
+    echo "$line (after the longest prefill; whole process)"
 done
-awk '$1 == "decode_16" { printf "decode_16     kvbench %8.1f tok/s over 16 sequences decoding together\n", $2 }' "$out/kvbench.txt"
-awk '$1 == "peak_rss_mib" { printf "peak RSS      kvbench %6.0f MiB (f32 weights and cache, after the longest prefill)\n", $2 }' "$out/kvbench.txt"
-[ "$have_llama" = 1 ] && awk '$1 == "peak_rss_mib" { printf "peak RSS      llama.cpp %4.0f MiB (whole Python process)\n", $2 }' "$out/llama.txt"
+[ "$llama_ok" = 1 ] || echo "   llama.cpp: none — $llama_why"
 awk '$1 == "cache_context" { L = $2 } $1 == "cache_full_bytes" { f = $2 } $1 == "cache_20pct_bytes" { p = $2 }
-     END { printf "KV cache at %d tokens: full %.1f MiB, 20%% budget %.1f MiB (%.1f%%)\n", L, f / 1048576, p / 1048576, 100 * p / f }' \
-    "$out/kvbench.txt"
+     END { if (f > 0) printf "KV cache at %d tokens (kvbench, f32): full %.1f MiB, 20%% budget %.1f MiB (%.1f%%)\n", L, f / 1048576, p / 1048576, 100 * p / f }' \
+    "$out/kv.${thread_list%% *}.1"
 
-echo "== eviction policies at L=8192, SmolLM2 shapes (tests/bench_policies.c)"
-OMP_NUM_THREADS=$threads "$build/tests/bench_policies" | tee "$out/policies.txt"
-awk 'FNR == NR && $1 == "prefill_8192" { tps = $2 } FNR != NR && $1 == "policy_selection_ms" { sel = $2 }
-     FNR != NR && $1 == "policy_observation_ms" { obs = $2 }
-     END { if (tps > 0) { p = 8192 / tps * 1000
-           printf "policies      scoring + keep-sets, 8 policies x 2 budgets: %.0f ms = %.1f%% of the 8192-token prefill (%.0f ms; target <= 5%%)\n", sel, 100 * sel / p, p
-           printf "policies      with the shared observation (window attention, value norms): %.0f ms = %.1f%%\n", sel + obs, 100 * (sel + obs) / p } }' \
-    "$out/kvbench.txt" "$out/policies.txt"
+# llama-bench needs llama.cpp's `common` library as well: built now (cached), after the pairs.
+[ "$llama_ok" = 1 ] && [ ! -x "$llama_dir/bin/llama-bench" ] &&
+    echo && echo "== building llama.cpp's llama-bench (scripts/build_llama_cpp.sh all: minutes, once)"
+if [ "$llama_ok" = 1 ] && ! bash scripts/build_llama_cpp.sh "$build" all >/dev/null 2>"$out/lb_build.err"; then
+    echo
+    echo "== llama.cpp's llama-bench: not built ($(tail -n 1 "$out/lb_build.err"))"
+elif [ "$llama_ok" = 1 ]; then
+    llama_bench_args=(-m "$model" -p 512,2048 -n 64 -r 3)
+    [ -n "$quick" ] && llama_bench_args=(-m "$model" -p 512 -n 16 -r 3)
+    for threads in $thread_list; do
+        echo
+        echo "== llama.cpp's own llama-bench, its defaults, $threads threads (load average $(load))"
+        "$llama_dir/bin/llama-bench" "${llama_bench_args[@]}" -t "$threads" \
+            $([ "${BENCH_LLAMA_EXTRA_BUFTS:-1}" = 0 ] && echo "--repack 0") 2>"$out/lb.err" ||
+            echo "   llama-bench failed: $(tail -n 2 "$out/lb.err" | tr '\n' ' ')"
+    done
+fi
 
-echo "== sweep: 8 policies x 2 budgets from one prefill vs one full-cache run (tests/bench_sweep.sh)"
-bash tests/bench_sweep.sh "$build"
+[ -n "$quick" ] && exit 0
+threads=${thread_list##* }
+echo
+echo "== eviction policies at L=8192, all timed in one program (tests/bench_policies.c, $threads threads, load average $(load))"
+OMP_NUM_THREADS=$threads "$build/tests/bench_policies" "$model" "${BENCH_POLICY_ROUNDS:-3}"
+
+echo
+echo "== sweep: 8 policies x 2 budgets from one prefill vs one full-cache run (tests/bench_sweep.sh, load average $(load))"
+BENCH_THREADS=$threads bash tests/bench_sweep.sh "$build"
+echo
+echo "== done, load average $(load)"
