@@ -20,11 +20,19 @@ enum { N = 13, K = 160, MAXM = 17 };
 static unsigned state = 7;
 static float uniform(void) { return ((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f; }
 
+/* x rounded to the nearest half-precision value (11 significant bits, ties to even, as a cast to _Float16
+ * would, which clang 14 lacks on x86); exact for the normal f16 range these scales stay in. */
+static float round_f16(float x) {
+    int e;
+    float m = frexpf(x, &e);
+    return ldexpf(rintf(m * 2048.0f) / 2048.0f, e);
+}
+
 /* w[N][K]: rows alternate Q4_1-style (code * d + m) and Q4_0-style ((code - 8) * d) blocks, d and m f16. */
 static void make_q4_weights(float *w) {
     for (int r = 0; r < N; r++)
         for (int b = 0; b < K / 32; b++) {
-            float d = (float)(_Float16)(0.002f + 0.05f * uniform()), m = (float)(_Float16)(-0.4f * uniform());
+            float d = round_f16(0.002f + 0.05f * uniform()), m = round_f16(-0.4f * uniform());
             for (int i = 0; i < 32; i++) {
                 int q = (int)(16 * uniform()) % 16;
                 /* the first block of each row uses the full code range, as GGUF's quantiser does */
@@ -38,7 +46,7 @@ static void make_q4_weights(float *w) {
 static void make_q8_weights(float *w) {
     for (int r = 0; r < N; r++)
         for (int b = 0; b < K / 32; b++) {
-            float d = (float)(_Float16)(0.001f + 0.01f * uniform());
+            float d = round_f16(0.001f + 0.01f * uniform());
             for (int i = 0; i < 32; i++) w[r * K + b * 32 + i] = (float)((int)(255 * uniform()) - 127) * d;
         }
 }
