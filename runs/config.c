@@ -13,6 +13,7 @@
 #include "../datasets/dataset.h"
 #include "../metrics/fragility.h"
 #include "../engine/num.h"
+#include "../policies/duo.h"
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -560,4 +561,36 @@ void config_free(RunConfig *cfg) {
     free(cfg->name);
     free(cfg->db);
     memset(cfg, 0, sizeof *cfg);
+}
+
+/* ---------------------------------------------------------------- DuoAttention per model */
+
+static int runs_duo(const RunConfig *cfg) {
+    for (int v = 0; v < cfg->n_variants; v++)
+        if (policy_needs_duo_pattern(&cfg->variants[v].policy)) return 1;
+    return 0;
+}
+
+int config_duo_na(const RunConfig *cfg, const RunModel *m) {
+    return runs_duo(cfg) && m->duo_patterns && !strcmp(m->duo_patterns, "none");
+}
+
+int config_variant_runs(const RunConfig *cfg, const RunModel *m, int v) {
+    return !(config_duo_na(cfg, m) && policy_needs_duo_pattern(&cfg->variants[v].policy));
+}
+
+int config_duo_pattern_dir(const RunConfig *cfg, const RunModel *m, char *dir, size_t n, KvErr *err) {
+    if (!runs_duo(cfg) || config_duo_na(cfg, m)) return 0;
+    if (m->duo_patterns) {
+        snprintf(dir, n, "%s", m->duo_patterns);
+        return 1;
+    }
+    int found = duo_pattern_find(m->name, m->path, dir, n, err);
+    if (found) return found;
+    char shipped[512];
+    duo_pattern_shipped(shipped, sizeof shipped);
+    return kv_fail(err, "policy duoattention needs the model's DuoAttention head pattern and none is shipped for it "
+                        "(shipped in %s: %s); set \"duo_attention_patterns\": FOLDER (full_attention_heads.tsv + "
+                        "config.json) on the model entry, or \"none\" to record its duoattention cells as N/A",
+                   duo_patterns_dir(), shipped);
 }

@@ -78,6 +78,15 @@ int config_load(RunConfig *cfg, const char *path, KvErr *err);
 int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err);
 void config_free(RunConfig *cfg);
 
+/* DuoAttention per model. config_duo_na: the config runs duoattention and the model's "duo_attention_patterns" is
+ * "none" (its cells are N/A, skipped). config_variant_runs: variant v runs for model m (not an N/A duoattention
+ * cell). config_duo_pattern_dir: 1 with dir set when the config runs duoattention and the model has a pattern (its
+ * own folder, or the shipped one its name or path names); 0 when no duoattention runs for it; -1, naming what is
+ * missing, when one should and there is none. */
+int config_duo_na(const RunConfig *cfg, const RunModel *m);
+int config_variant_runs(const RunConfig *cfg, const RunModel *m, int v);
+int config_duo_pattern_dir(const RunConfig *cfg, const RunModel *m, char *dir, size_t n, KvErr *err);
+
 /* Expands ${NAME} references from the environment into a malloc'd string; an unset variable is an error. */
 char *config_expand_env(const char *text, KvErr *err);
 

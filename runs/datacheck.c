@@ -19,6 +19,7 @@
 #include "../engine/backend.h"
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
+#include "../policies/duo.h"
 #include "config.h"
 #include "estimate.h"
 
@@ -176,6 +177,30 @@ static void check_hf_index(Check *c, int i, const char *dir) {
 }
 
 /* Loads the model's configuration and tokenizer (never its weights); NULL when it cannot (reported). */
+/* The model's DuoAttention head pattern, where the config runs duoattention for it: found (given or shipped),
+ * readable, and of the model's shape (m NULL: the shape is not known here). */
+static void check_duo(Check *c, const RunConfig *cfg, int i, const Model *m) {
+    const RunModel *rm = &cfg->models[i];
+    char dir[1100];
+    KvErr err = {{0}};
+    DuoPattern duo;
+    int has = config_duo_pattern_dir(cfg, rm, dir, sizeof dir, &err);
+    if (has < 0 || (has == 1 && duo_pattern_load(&duo, dir, &err))) {
+        report(c, "problem", "%s: models[%d] '%s': %s", c->file, i, rm->name, err.msg);
+        return;
+    }
+    if (has == 0) {
+        if (config_duo_na(cfg, rm)) report(c, "ok", "models[%d] %s: duoattention N/A (its cells are skipped)", i, rm->name);
+        return;
+    }
+    if (m && (duo.n_layers != m->cfg.n_layers || duo.n_kv_heads != m->cfg.n_kv_heads))
+        report(c, "problem", "%s: models[%d] '%s': the DuoAttention pattern %s has %d layers x %d kv-heads, the model %d x %d",
+               c->file, i, rm->name, duo.source, duo.n_layers, duo.n_kv_heads, m->cfg.n_layers, m->cfg.n_kv_heads);
+    else
+        report(c, "ok", "models[%d] %s: DuoAttention pattern %s", i, rm->name, duo.source);
+    duo_pattern_free(&duo);
+}
+
 static Model *check_model(Check *c, const RunConfig *cfg, int i) {
     const RunModel *rm = &cfg->models[i];
     char where[64];
@@ -192,16 +217,21 @@ static Model *check_model(Check *c, const RunConfig *cfg, int i) {
     }
     tokenizer_free(own);
     snprintf(where, sizeof where, "models[%d].path", i);
-    if (is_tainted(c, where)) return NULL;
+    if (is_tainted(c, where)) {
+        check_duo(c, cfg, i, NULL);
+        return NULL;
+    }
     struct stat st = {0};
     Model *m = NULL;
     int synthetic = !strncmp(rm->path, "synthetic:", 10);
     if (!synthetic && stat(rm->path, &st)) {
         report(c, "problem", "%s: %s: %s: %s %s", c->file, where, rm->path, strerror(errno), WHERE_DATA);
+        check_duo(c, cfg, i, NULL);
         return NULL;
     }
     if (model_load_config(&m, rm->path, &err)) {
         report(c, "problem", "%s: %s: %s", c->file, where, err.msg);
+        check_duo(c, cfg, i, NULL);
         return NULL;
     }
     if (!synthetic && S_ISDIR(st.st_mode)) check_hf_index(c, i, rm->path);
@@ -212,6 +242,7 @@ static Model *check_model(Check *c, const RunConfig *cfg, int i) {
         if (cfg->datasets[d].chat == RUN_CHAT_ON && m->cfg.chat == CHAT_NONE)
             report(c, "problem", "%s: datasets[%d].chat_template: model '%s' has no chat template", c->file, d,
                    rm->name);
+    check_duo(c, cfg, i, m);
     if (tokenizer_ok)
         report(c, "ok", "models[%d] %s: %d layers, %d heads / %d kv-heads, max context %d, tokenizer %s", i, rm->name,
                m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.max_context,
@@ -278,13 +309,13 @@ static int count_tokens(const Tokenizer *tok, const char *text, int *n) {
     return rc;
 }
 
-static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const SampleLength *len, int n,
-                          double tokens_per_word) {
-    int window = 0, nv = cfg->n_variants;
-    for (int v = 0; v < nv; v++)
+static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const RunModel *rm, const SampleLength *len,
+                          int n, double tokens_per_word) {
+    int window = 0, nv = 0;
+    for (int v = 0; v < cfg->n_variants; v++)
         if (policy_needs_attention(&cfg->variants[v].policy) && cfg->variants[v].policy.window > window)
             window = cfg->variants[v].policy.window;
-    double *keep = malloc((size_t)(nv ? nv : 1) * sizeof *keep);
+    double *keep = malloc((size_t)(cfg->n_variants ? cfg->n_variants : 1) * sizeof *keep);
     if (!keep) return;
     for (int i = 0; i < n; i++) {
         const SampleLength *s = &len[i];
@@ -293,11 +324,13 @@ static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const SampleL
         /* RULER and NIAH fit context + question (+ RULER's answer room) to the target */
         int L = s->target_tokens > 0 ? s->target_tokens - q : (int)lround(s->ctx_words * tokens_per_word);
         if (L < 1) L = 1;
-        for (int v = 0; v < nv; v++) {
+        nv = 0;
+        for (int v = 0; v < cfg->n_variants; v++) {
             const RunVariant *x = &cfg->variants[v];
-            keep[v] = !strcmp(x->policy.name, "full") ? 1.0
-                      : x->budget.tokens > 0         ? fmin(1.0, (double)x->budget.tokens / L)
-                                                     : x->budget.keep_fraction;
+            if (!config_variant_runs(cfg, rm, v)) continue;
+            keep[nv++] = !strcmp(x->policy.name, "full") ? 1.0
+                         : x->budget.tokens > 0         ? fmin(1.0, (double)x->budget.tokens / L)
+                                                        : x->budget.keep_fraction;
         }
         estimate_add(&me->est, &me->cfg, &DEVICE_H200, L, q, G, keep, nv, window);
     }
@@ -317,7 +350,7 @@ static void estimate_published(const RunConfig *cfg, const RunDataset *rd, const
         for (int m = 0; len && m < cfg->n_models; m++)
             if (models[m].have_cfg) {
                 models[m].published = 1;
-                estimate_task(&models[m], cfg, len, n, default_tokens_per_word(task));
+                estimate_task(&models[m], cfg, &cfg->models[m], len, n, default_tokens_per_word(task));
             }
         free(len);
     }
@@ -392,7 +425,7 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
                 if (is_longbench && models[m].tok && !count_tokens(models[m].tok, s.context, &a) &&
                     !count_tokens(models[m].tok, s.question, &b) && words(s.context) + words(s.question) > 0)
                     ratio = (double)(a + b) / (words(s.context) + words(s.question));
-                estimate_task(&models[m], cfg, len, filled, ratio);
+                estimate_task(&models[m], cfg, &cfg->models[m], len, filled, ratio);
             }
             free(len);
         }
@@ -462,11 +495,13 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
             fprintf(f, "estimate %s: none (its shape is unknown without the model)\n", name);
             continue;
         }
+        int n_run = 0;
+        for (int v = 0; v < cfg->n_variants; v++) n_run += config_variant_runs(cfg, &cfg->models[m], v);
         char a[32], b[32], c3[32], t[32];
         fprintf(f,
                 "estimate %s: %ld samples, %lld context tokens (longest %d), %d variants each: prefill %s, "
                 "question %s, decode <= %s, total <= %s; peak memory %.1f GB (weights %.1f GB)%s\n",
-                name, e->samples, e->context_tokens, e->longest_context, cfg->n_variants,
+                name, e->samples, e->context_tokens, e->longest_context, n_run,
                 duration(e->prefill_s, a, sizeof a), duration(e->feed_s, b, sizeof b),
                 duration(e->decode_s, c3, sizeof c3), duration(e->prefill_s + e->feed_s + e->decode_s, t, sizeof t),
                 e->peak_bytes / 1e9, e->weights_bytes / 1e9,
@@ -475,21 +510,21 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
                               : "");
         int window = 0;
         double *keep = malloc((size_t)(cfg->n_variants ? cfg->n_variants : 1) * sizeof *keep);
-        for (int v = 0; keep && v < cfg->n_variants; v++) {
+        for (int v = 0, k = 0; keep && v < cfg->n_variants; v++) {
             const RunVariant *x = &cfg->variants[v];
-            keep[v] = !strcmp(x->policy.name, "full") ? 1.0 : x->budget.tokens > 0 ? 0.0 : x->budget.keep_fraction;
+            if (!config_variant_runs(cfg, &cfg->models[m], v)) continue;
+            keep[k++] = !strcmp(x->policy.name, "full") ? 1.0 : x->budget.tokens > 0 ? 0.0 : x->budget.keep_fraction;
             if (policy_needs_attention(&x->policy) && x->policy.window > window) window = x->policy.window;
         }
         if (keep)
             fprintf(f, "estimate %s: its %d variants fit the %.0f GB up to a context of about %.0f tokens\n", name,
-                    cfg->n_variants, dev->memory_bytes / 1e9,
-                    estimate_max_context(&me->cfg, dev, keep, cfg->n_variants, window));
+                    n_run, dev->memory_bytes / 1e9, estimate_max_context(&me->cfg, dev, keep, n_run, window));
         free(keep);
         if (e->peak_bytes > dev->memory_bytes)
             report(c, "warning",
                    "%s: model '%s': the modelled peak of %.0f GB (all %d variants' caches of its longest sample, "
                    "%d tokens, live at once) exceeds the %s's %.0f GB",
-                   c->file, name, e->peak_bytes / 1e9, cfg->n_variants, e->longest_context, dev->name,
+                   c->file, name, e->peak_bytes / 1e9, n_run, e->longest_context, dev->name,
                    dev->memory_bytes / 1e9);
     }
 }

@@ -615,35 +615,6 @@ static int load_model(Sweep *sw, KvErr *err) {
     return backend_open(&sw->be, rm->backend, sw->model, err);
 }
 
-static int runs_duo(const RunConfig *cfg) {
-    for (int v = 0; v < cfg->n_variants; v++)
-        if (policy_needs_duo_pattern(&cfg->variants[v].policy)) return 1;
-    return 0;
-}
-
-static int duo_na(const RunConfig *cfg, const RunModel *m) {
-    return runs_duo(cfg) && m->duo_patterns && !strcmp(m->duo_patterns, "none");
-}
-
-/* The DuoAttention pattern folder of a model: 1 (dir set) when the config runs duoattention and the model has
- * one; 0 when no duoattention variant runs or the model's "duo_attention_patterns" is "none" (N/A); -1, naming
- * what is missing, when the config runs duoattention and no pattern is given or shipped for the model. */
-static int duo_pattern_dir(const RunConfig *cfg, const RunModel *m, char *dir, size_t n, KvErr *err) {
-    if (!runs_duo(cfg) || duo_na(cfg, m)) return 0;
-    if (m->duo_patterns) {
-        snprintf(dir, n, "%s", m->duo_patterns);
-        return 1;
-    }
-    int found = duo_pattern_find(m->name, m->path, dir, n, err);
-    if (found) return found;
-    char shipped[512];
-    duo_pattern_shipped(shipped, sizeof shipped);
-    return kv_fail(err, "policy duoattention needs the model's DuoAttention head pattern and none is shipped for it "
-                        "(shipped in %s: %s); set \"duo_attention_patterns\": FOLDER (full_attention_heads.tsv + "
-                        "config.json) on the model entry, or \"none\" to record its duoattention cells as N/A",
-                   duo_patterns_dir(), shipped);
-}
-
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
  * stay plain while its rows claim chat=1. */
 static int check_chat(const Sweep *sw, KvErr *err) {
@@ -678,8 +649,8 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     sw->run_id = 0;
     int rc = check_model_identity(sw, err), duo = 0;
     if (!rc) {
-        duo = duo_pattern_dir(sw->cfg, sw->rm, duo_dir, sizeof duo_dir, err);
-        sw->duo_na = duo_na(sw->cfg, sw->rm);
+        duo = config_duo_pattern_dir(sw->cfg, sw->rm, duo_dir, sizeof duo_dir, err);
+        sw->duo_na = config_duo_na(sw->cfg, sw->rm);
         if (duo < 0 || (duo == 1 && duo_pattern_load(&sw->duo, duo_dir, err)))
             rc = kv_wrap(err, "%s: model '%s'", sw->cfg->file, sw->rm->name);
     }
@@ -729,7 +700,7 @@ static int check_inputs(const RunConfig *cfg, KvErr *err) {
         const RunModel *m = &cfg->models[i];
         char duo_dir[1100];
         DuoPattern duo;
-        int has_duo = duo_pattern_dir(cfg, m, duo_dir, sizeof duo_dir, err);
+        int has_duo = config_duo_pattern_dir(cfg, m, duo_dir, sizeof duo_dir, err);
         if (has_duo < 0 || (has_duo == 1 && duo_pattern_load(&duo, duo_dir, err)))
             return kv_wrap(err, "%s: models[%d] '%s'", cfg->file, i, m->name);
         if (has_duo == 1) duo_pattern_free(&duo);

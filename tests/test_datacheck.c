@@ -208,6 +208,36 @@ static void check_estimate(TestCounts *tc) {
           w.peak_bytes - e.peak_bytes);
 }
 
+/* DuoAttention's head patterns: SmolLM2 has none shipped (a problem naming the key), a folder of another shape is a
+ * problem naming both shapes, "none" is N/A; the figure2 config finds the shipped Llama and Mistral patterns and
+ * estimates Qwen2.5-32B without its N/A DuoAttention cells (8 variants, the others 9). */
+static void check_duo(TestCounts *tc) {
+    static char out[1 << 16], cfg[2048];
+    const char *fmt = "{\"db\": \"%s/duo.db\", \"models\": [{\"path\": \"" SMOLLM "\"%s}],"
+                      " \"datasets\": [{\"suite\": \"ruler\", \"n_samples\": 1, \"tasks\": [\"vt\"]}],"
+                      " \"policies\": [\"full\", \"duoattention\"], \"budgets\": [\"20%%\"]}";
+    snprintf(cfg, sizeof cfg, fmt, dir, "");
+    int rc = data_check("duo_missing.json", cfg, out, sizeof out);
+    CHECK(tc, rc == 1 && count(out, "problem: ") == 1 && strstr(out, "policy duoattention needs the model's DuoAttention") &&
+                  strstr(out, "\"duo_attention_patterns\": FOLDER"),
+          "no pattern: exit %d\n%s", rc, out);
+    snprintf(cfg, sizeof cfg, fmt, dir,
+             ", \"duo_attention_patterns\": \"policies/assets/duo_attention_patterns/Mistral-7B-Instruct-v0.3\"");
+    rc = data_check("duo_shape.json", cfg, out, sizeof out);
+    CHECK(tc, rc == 1 && count(out, "problem: ") == 1 && strstr(out, "has 32 layers x 8 kv-heads, the model 30 x 3"),
+          "mis-shaped pattern: exit %d\n%s", rc, out);
+    snprintf(cfg, sizeof cfg, fmt, dir, ", \"duo_attention_patterns\": \"none\"");
+    rc = data_check("duo_na.json", cfg, out, sizeof out);
+    CHECK(tc, rc == 0 && strstr(out, "duoattention N/A"), "N/A: exit %d\n%s", rc, out);
+    char *fig[] = {"check", "configs/figure2.json"};
+    test_run_command(cmd_data, 2, fig, out, NULL, sizeof out);
+    CHECK(tc, strstr(out, "DuoAttention pattern policies/assets/duo_attention_patterns/Meta-Llama-3.1-8B-Instruct") &&
+                  strstr(out, "Qwen2.5-32B-Instruct: duoattention N/A") &&
+                  strstr(out, "estimate Llama-3.1-8B-Instruct: ") && strstr(out, "9 variants each") &&
+                  strstr(out, "8 variants each"),
+          "figure2 patterns and estimate:\n%s", out);
+}
+
 int main(void) {
     TestCounts tc = {"test_datacheck", 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_datacheck_XXXXXX");
@@ -220,6 +250,7 @@ int main(void) {
     check_broken(&tc);
     check_hf_dirs(&tc);
     check_shipped(&tc);
+    check_duo(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -166,7 +166,7 @@ static void test_runs(TestCounts *tc) {
     FILE *f = fopen(path_in("pattern/full_attention_heads.tsv"), "w");
     if (f) fputs("0.9\t0.1\t0.5\n", f), fclose(f);
     char *e[] = {write_config("e.json", "", key), "--db", path_in("e.db"), NULL};
-    CHECK(tc, run(cmd_run, "e", e) == 1 && log_contains("e", "e.json: model 'tiny': the DuoAttention pattern") &&
+    CHECK(tc, run(cmd_run, "e", e) == 1 && log_contains("e", "e.json: models[0] 'tiny': the DuoAttention pattern") &&
                   log_contains("e", "has 1 layers x 3 kv-heads, the model 2 x 2"),
           "mis-shaped pattern");
     CHECK(tc, query_int(path_in("e.db"), "SELECT count(*) FROM samples") <= 0, "nothing written");
