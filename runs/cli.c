@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../engine/backend.h"
@@ -46,9 +47,10 @@ static const Command COMMANDS[] = {
 #define N_COMMANDS (int)(sizeof COMMANDS / sizeof COMMANDS[0])
 
 static void usage(FILE *f) {
-    fprintf(f, "kvbench — KV-cache eviction benchmarks (backends: %s)\n\nusage: kvbench COMMAND ...   "
-               "(kvbench COMMAND --help for one command)\n",
-            backend_available());
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    fprintf(f, "kvbench — KV-cache eviction benchmarks (backends: %s; OpenMP wait policy: %s)\n\nusage: kvbench "
+               "COMMAND ...   (kvbench COMMAND --help for one command)\n",
+            backend_available(), wait ? wait : "libgomp's default");
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  kvbench %s\n", COMMANDS[i].usage);
 }
 

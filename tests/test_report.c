@@ -568,6 +568,16 @@ static void test_cli(TestCounts *tc) {
     char *info[] = {"kvbench", "info", "-h", NULL};
     CHECK(tc, test_run_command(run_cli, 3, info, out, NULL, sizeof out) == 0 && !strstr(out, "cannot"),
           "info -h does not open a model: %s", out);
+    /* the program runs OpenMP passive unless the user chose a wait policy (runs/main.c restarts itself once) */
+    static const char *const waits[][2] = {{"env -u OMP_WAIT_POLICY ./kvbench --help", "OpenMP wait policy: passive"},
+                                           {"OMP_WAIT_POLICY=active ./kvbench --help", "OpenMP wait policy: active"}};
+    for (int i = 0; i < 2; i++) {
+        FILE *p = popen(waits[i][0], "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        int rc = p ? pclose(p) : -1;
+        CHECK(tc, rc == 0 && strstr(out, waits[i][1]), "%s: rc %d, %s", waits[i][0], rc, out);
+    }
     char *data[] = {"kvbench", "data", "list", "--help", NULL};
     CHECK(tc, test_run_command(run_cli, 4, data, out, NULL, sizeof out) == 0 && strstr(out, "usage: kvbench data"),
           "data list --help");
