@@ -263,6 +263,14 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v) {
     else sqlite3_bind_null(st, i);
 }
 
+/* A variant's key (policy, aggregation, params, budget) at parameters first .. first + 3. */
+static void bind_key(sqlite3_stmt *st, int first, const StoreVariantKey *k) {
+    bind_text(st, first, k->policy);
+    bind_text(st, first + 1, k->aggregation);
+    bind_text(st, first + 2, k->params);
+    bind_text(st, first + 3, k->budget);
+}
+
 /* Steps a statement that returns no rows and finalizes it. */
 static int step_done(Store *s, sqlite3_stmt *st, const char *what, KvErr *err) {
     int rc = sqlite3_step(st);
@@ -474,14 +482,12 @@ static int insert_result(Store *s, long long sample_id, const StoreResult *r, Kv
                                   "kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, "
                                   "score = excluded.score, generated_tokens = excluded.generated_tokens, "
                                   "prefill_ms = excluded.prefill_ms, select_ms = excluded.select_ms, "
-                                  "decode_ms = excluded.decode_ms, error = excluded.error, kept_fraction = excluded.kept_fraction WHERE results.error IS NOT NULL",
+                                  "decode_ms = excluded.decode_ms, error = excluded.error, "
+                                  "kept_fraction = excluded.kept_fraction WHERE results.error IS NOT NULL",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a result");
     sqlite3_bind_int64(st, 1, sample_id);
-    bind_text(st, 2, r->key.policy);
-    bind_text(st, 3, r->key.aggregation);
-    bind_text(st, 4, r->key.params);
-    bind_text(st, 5, r->key.budget);
+    bind_key(st, 2, &r->key);
     sqlite3_bind_double(st, 6, r->keep_fraction);
     sqlite3_bind_int(st, 7, r->budget_tokens);
     sqlite3_bind_double(st, 8, r->kept_tokens);
@@ -524,10 +530,7 @@ static int insert_trace(Store *s, sqlite3_stmt *st, long long run_id, long long 
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, run_id);
     sqlite3_bind_int64(st, 2, sample_id);
-    bind_text(st, 3, t->key.policy);
-    bind_text(st, 4, t->key.aggregation);
-    bind_text(st, 5, t->key.params);
-    bind_text(st, 6, t->key.budget);
+    bind_key(st, 3, &t->key);
     sqlite3_bind_int(st, 7, t->window);
     sqlite3_bind_int(st, 8, t->step);
     sqlite3_bind_double(st, 9, t->mean_r);
@@ -547,10 +550,7 @@ static int insert_trace_heads(Store *s, sqlite3_stmt *st, long long sample_id, c
     }
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, sample_id);
-    bind_text(st, 2, t->key.policy);
-    bind_text(st, 3, t->key.aggregation);
-    bind_text(st, 4, t->key.params);
-    bind_text(st, 5, t->key.budget);
+    bind_key(st, 2, &t->key);
     sqlite3_bind_int(st, 6, t->step);
     sqlite3_bind_int(st, 7, t->n_layers);
     sqlite3_bind_int(st, 8, t->n_kv_heads);
@@ -563,10 +563,7 @@ static int insert_trace_heads(Store *s, sqlite3_stmt *st, long long sample_id, c
 static int insert_trace_set(Store *s, sqlite3_stmt *st, long long sample_id, const StoreTraceSet *t, KvErr *err) {
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, sample_id);
-    bind_text(st, 2, t->key.policy);
-    bind_text(st, 3, t->key.aggregation);
-    bind_text(st, 4, t->key.params);
-    bind_text(st, 5, t->key.budget);
+    bind_key(st, 2, &t->key);
     sqlite3_bind_int64(st, 6, t->kept);
     if (t->clamped_kept < 0) sqlite3_bind_null(st, 7);
     else sqlite3_bind_int64(st, 7, t->clamped_kept);
