@@ -371,6 +371,10 @@ static int section_stats(ReportSection *s, KvErr *err) {
                 goto done;
         }
     }
+    s->order = kv_calloc((size_t)s->n_budgets * REPORT_N_ORDER + 1, sizeof *s->order, err);
+    if (!s->order) goto done;
+    for (int b = 0; b < s->n_budgets; b++)
+        if (report_ordering(s, b, s->order + (size_t)b * REPORT_N_ORDER, err)) goto done;
     rc = 0;
 done:
     groups_free(&g);
@@ -446,6 +450,7 @@ void report_data_free(ReportData *d) {
         free(s->failures);
         free(s->cells);
         free(s->best_baseline);
+        free(s->order);
         free(s->tasks);
         free(s->task_domain);
         free(s->task_samples);

@@ -43,6 +43,18 @@ typedef struct {
     int count;
 } ReportFailure;
 
+/* The paper's ordering at 20% (ordering.c): Layer-DefensiveKV ≥ DefensiveKV > CriticalKV > AdaKV ≈ CAKE > SnapKV >
+ * StreamingLLM as its links, each a paired comparison of two policies at their default aggregations. */
+typedef enum { ORDER_GE, ORDER_GT, ORDER_APPROX } OrderKind;
+#define REPORT_N_ORDER 7
+typedef struct {
+    const char *a, *b;       /* policy names */
+    OrderKind kind;
+    int method_a, method_b;  /* indices into the section's methods; -1 absent, -2 several parameter sets */
+    StatsInterval diff;      /* avg(a) − avg(b) in points over the samples both scored, paired; n 0 when not run */
+    const char *verdict;     /* "holds", "reversed", "not resolved (the interval includes 0)", ... */
+} OrderRelation;
+
 typedef struct {
     char *model, *setup, *suite;
     char stem[200];       /* file-name stem: model_suite (plus the setup when the database has several) */
@@ -63,6 +75,7 @@ typedef struct {
     ReportCell full;
     ReportCell *cells;    /* [M][B] */
     int *best_baseline;   /* [B] method index of the best baseline at the budget, -1 if none */
+    OrderRelation *order; /* [B][REPORT_N_ORDER] the paper's ordering, link by link (ordering.c) */
     ReportFailure *failures;
     int n_failures;
     int n_rows, n_failed_rows;
@@ -159,6 +172,10 @@ int report_first_of_model(const ReportData *d, int i);
 int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err);
 void report_crossdomain_free(CrossDomain *x);
 int report_crossdomain_figures(FigureCtx *c, const ReportData *d);
+
+/* The links at one budget of the section. Fails only on allocation. */
+int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT_N_ORDER], KvErr *err);
+const char *report_order_symbol(OrderKind kind);
 
 /* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
 int report_has_traces(sqlite3 *db);

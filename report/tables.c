@@ -32,6 +32,7 @@ typedef struct {
     double v, lo, hi;   /* NaN: no value; lo/hi NaN: no interval */
     int n;              /* values behind it; shown when short of the column's count (0: not shown) */
     int sig;            /* a paired interval that excludes the null value: marked * */
+    const char *text;   /* printed instead of a number when set */
 } TCell;
 
 typedef struct {
@@ -48,6 +49,7 @@ typedef struct {
     int counts[MAX_COLS];          /* samples per column, shown as the row "n"; 0 for none */
     int has_counts;
     const char *unit;              /* "%" or "" */
+    int no_bold;                   /* the columns are not scores: no best value to single out */
     int n_rows;
     TRow rows[MAX_ROWS];
 } Table;
@@ -56,7 +58,8 @@ typedef struct {
 static const struct {
     const char *utf8, *tex;
 } TEX_CHARS[] = {{"†", "$^\\dagger$"}, {"×", "$\\times$"}, {"−", "$-$"}, {"Δ", "$\\Delta$"}, {"—", "---"},
-                 {"–", "--"}};
+                 {"–", "--"},
+                 {"≥", "$\\geq$"}, {"≈", "$\\approx$"}, {">", "$>$"}, {"<", "$<$"}};
 
 static void put_text(FILE *f, Format fmt, const char *s) {
     for (; *s; s++) {
@@ -101,11 +104,11 @@ static TRow *table_row(Table *t, const char *label, int reference) {
     TRow *r = &t->rows[t->n_rows++];
     snprintf(r->label, sizeof r->label, "%s", label);
     r->reference = reference;
-    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0};
+    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, NULL};
     return r;
 }
 
-static TCell cell_of(const StatsInterval *ci) { return (TCell){ci->value, ci->lo, ci->hi, ci->n, 0}; }
+static TCell cell_of(const StatsInterval *ci) { return (TCell){ci->value, ci->lo, ci->hi, ci->n, 0, NULL}; }
 
 /* A value to 2 decimals; in LaTeX a minus sign, not a hyphen. */
 static void put_number(FILE *f, Format fmt, double v, const char *unit) {
@@ -117,6 +120,7 @@ static void put_number(FILE *f, Format fmt, double v, const char *unit) {
 /* The best (largest) value of column i among the non-reference rows, to print in bold; NaN when fewer than two
  * have a value or all of them tie (nothing to single out). */
 static double column_best(const Table *t, int i) {
+    if (t->no_bold) return NAN;
     double best = NAN, worst = NAN;
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
@@ -165,6 +169,10 @@ static void emit_md(FILE *f, const Table *t) {
             double best = column_best(t, i);
             int bold = !row->reference && !isnan(c->v) && c->v == best;
             fputs(" | ", f);
+            if (c->text) {
+                put_text(f, FMT_MD, c->text);
+                continue;
+            }
             if (bold) fputs("**", f);
             put_number(f, FMT_MD, c->v, t->unit);
             if (bold) fputs("**", f);
@@ -225,6 +233,10 @@ static void emit_tex(FILE *f, const Table *t) {
             double best = column_best(t, i);
             int bold = !row->reference && !isnan(c->v) && c->v == best;
             fputs(" & ", f);
+            if (c->text) {
+                put_text(f, FMT_TEX, c->text);
+                continue;
+            }
             if (bold) fputs("\\textbf{", f);
             put_number(f, FMT_TEX, c->v, t->unit);
             if (bold) fputs("}", f);
@@ -338,7 +350,7 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
             if (!c->ran) continue;
             r->cells[3 * b] = cell_of(&c->domain[s->n_domains]);
             StatsInterval ch = c->ratio;
-            r->cells[3 * b + 1] = (TCell){ch.value - 100, ch.lo - 100, ch.hi - 100, 0, stats_excludes(&ch, 100)};
+            r->cells[3 * b + 1] = (TCell){ch.value - 100, ch.lo - 100, ch.hi - 100, 0, stats_excludes(&ch, 100), NULL};
             r->cells[3 * b + 2] = cell_of(&c->diff_best);
             r->cells[3 * b + 2].sig = stats_excludes(&c->diff_best, 0);
             if (s->best_baseline[b] == m) r->cells[3 * b + 2].v = NAN;
@@ -486,6 +498,48 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
     free(t);
 }
 
+static const char *order_label(const ReportSection *s, int m, const char *policy) {
+    return m >= 0 ? s->methods[m].label : policy;
+}
+
+/* The paper's ordering link by link (ordering.c), per budget: the paired difference and what it says. */
+static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
+    int any = 0;
+    for (int i = 0; i < s->n_budgets * REPORT_N_ORDER; i++) any |= s->order[i].diff.n > 0;
+    if (!any) return;
+    Table *t = table_new("");
+    if (!t) return;
+    t->no_bold = 1;
+    for (int b = 0; b < s->n_budgets; b++) {
+        table_col(t, "Δ points", s->budgets[b].label, 0);
+        table_col(t, "verdict", s->budgets[b].label, 0);
+    }
+    snprintf(t->caption, sizeof t->caption,
+             "%s, %s: the paper's ordering at 20%% (Layer-DefensiveKV ≥ DefensiveKV > CriticalKV > AdaKV ≈ CAKE > "
+             "SnapKV > StreamingLLM), link by link, each policy at its default aggregation: Δ = avg(left) − "
+             "avg(right)%s in points with its 95%% paired bootstrap interval (* excludes 0); a > holds when the "
+             "interval lies above 0, a ≥ fails only when it lies below 0, a ≈ holds while it includes 0",
+             s->model, s->suite, report_has_substitute(s, -1) ? "†" : "");
+    set_labels(t, s, "ordering", NULL);
+    for (int i = 0; i < REPORT_N_ORDER; i++) {
+        const OrderRelation *o = &s->order[i];
+        char label[200];
+        snprintf(label, sizeof label, "%.90s %s %.90s", order_label(s, o->method_a, o->a), report_order_symbol(o->kind),
+                 order_label(s, o->method_b, o->b));
+        TRow *r = table_row(t, label, 0);
+        for (int b = 0; r && b < s->n_budgets; b++) {
+            const OrderRelation *x = &s->order[(size_t)b * REPORT_N_ORDER + i];
+            if (x->diff.n) {
+                r->cells[2 * b] = cell_of(&x->diff);
+                r->cells[2 * b].sig = stats_excludes(&x->diff, 0);
+            }
+            r->cells[2 * b + 1].text = x->verdict;
+        }
+    }
+    emit(f, fmt, t);
+    free(t);
+}
+
 static void render_section(FILE *f, Format fmt, const ReportSection *s) {
     if (fmt == FMT_MD) fprintf(f, "\n## %s — %s (%s)\n", s->model, s->suite, s->setup);
     else fprintf(f, "\n%% ---- %s / %s / %s\n", s->model, s->suite, s->setup);
@@ -498,6 +552,7 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
         return;
     }
     if (s->n_budgets && s->n_methods) summary_table(f, fmt, s);
+    if (s->n_budgets && s->n_methods) ordering_table(f, fmt, s);
     ablation_table(f, fmt, s);
     if (s->n_budgets == 0) {
         budget_table(f, fmt, s, -1, 0);
@@ -657,6 +712,31 @@ static void write_csv_summary(FILE *f, const ReportData *d) {
 
 /* ---------------------------------------------------------------- files */
 
+/* The paper's ordering, one row per (section, budget, link). */
+static void write_csv_ordering(FILE *f, const ReportData *d) {
+    fputs("model,setup,suite,budget,relation,left,left_aggregation,right,right_aggregation,n,diff,lo,hi,verdict\n", f);
+    for (int i = 0; i < d->n_sections; i++) {
+        const ReportSection *s = &d->sections[i];
+        for (int b = 0; s->order && b < s->n_budgets; b++)
+            for (int k = 0; k < REPORT_N_ORDER; k++) {
+                const OrderRelation *o = &s->order[(size_t)b * REPORT_N_ORDER + k];
+                char rel[8];
+                snprintf(rel, sizeof rel, "%s", o->kind == ORDER_GE ? ">=" : o->kind == ORDER_GT ? ">" : "~");
+                const char *fields[] = {s->model, s->setup, s->suite, s->budgets[b].label, rel, o->a,
+                                        o->method_a >= 0 ? s->methods[o->method_a].aggregation : "", o->b,
+                                        o->method_b >= 0 ? s->methods[o->method_b].aggregation : ""};
+                for (size_t c = 0; c < sizeof fields / sizeof fields[0]; c++) {
+                    if (c) fputc(',', f);
+                    report_put_csv(f, fields[c]);
+                }
+                put_csv_ci(f, &o->diff);
+                fputc(',', f);
+                report_put_csv(f, o->verdict);
+                fputc('\n', f);
+            }
+    }
+}
+
 FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err) {
     snprintf(path, n, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
@@ -720,5 +800,8 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (report_close_out(f, path, log, err)) return -1;
     if (!(f = report_open_out(out_dir, "domain_scores.csv", path, sizeof path, err))) return -1;
     write_csv_summary(f, d);
+    if (report_close_out(f, path, log, err)) return -1;
+    if (!(f = report_open_out(out_dir, "ordering.csv", path, sizeof path, err))) return -1;
+    write_csv_ordering(f, d);
     return report_close_out(f, path, log, err);
 }

@@ -9,7 +9,7 @@
  * errors, the ablation pivoted, the LaTeX (labels, bold, no \resizebox; compiled when pdflatex is present), one
  * colour per method across figures, Figure 4 / Figure 2 values, every figure rendered; an all-failed database
  * (a report saying there are no scores), gnuplot missing, an empty and a missing database; the command line
- * (--help on every command, `report CONFIG.json`). */
+ * (--help on every command, `report CONFIG.json`); the paper's ordering link by link (CSV, Markdown, LaTeX). */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +297,26 @@ static int colour_of(const char *script, const char *title, char *out) {
     return 1;
 }
 
+/* report.tex in a minimal document (utf8 inputenc and booktabs, nothing else), compiled when pdflatex exists. */
+static void compile_tex(TestCounts *tc, const char *out) {
+    if (system("command -v pdflatex >/dev/null 2>&1")) {
+        fprintf(stderr, "test_report: pdflatex not found, report.tex not compiled (scripts/setup.sh --latex)\n");
+        return;
+    }
+    char doc[256], cmd[700];
+    snprintf(doc, sizeof doc, "%s/doc.tex", out);
+    FILE *f = fopen(doc, "w");
+    if (f) {
+        fputs("\\documentclass{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n"
+              "\\begin{document}\n\\input{report.tex}\n\\end{document}\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "cd %s && pdflatex -interaction=nonstopmode -halt-on-error doc.tex >pdflatex.log 2>&1",
+             out);
+    CHECK(tc, f && system(cmd) == 0 && file_size(out, "doc.pdf") > 1000, "pdflatex on report.tex (see %s/pdflatex.log)",
+          out);
+}
+
 static void check_md(TestCounts *tc, const char *md) {
     CHECK(tc, strstr(md, "change = 100 × (avg(method) / avg(full cache) − 1), negative when") != NULL, "formula");
     CHECK(tc, strstr(md, "2000 resamples") && strstr(md, "splitmix64") && strstr(md, "paired"), "method stated");
@@ -383,22 +403,7 @@ static void test_report(TestCounts *tc) {
                   strstr(tex, "qa\\_1\\_substitute$^\\dagger$"),
           "tex layout");
     free(tex);
-    if (!system("command -v pdflatex >/dev/null 2>&1")) {
-        char doc[256], cmd[700];
-        snprintf(doc, sizeof doc, "%s/doc.tex", out);
-        FILE *f = fopen(doc, "w");
-        if (f) {
-            fputs("\\documentclass{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n"
-                  "\\begin{document}\n\\input{report.tex}\n\\end{document}\n", f);
-            fclose(f);
-        }
-        snprintf(cmd, sizeof cmd, "cd %s && pdflatex -interaction=nonstopmode -halt-on-error doc.tex >pdflatex.log 2>&1",
-                 out);
-        CHECK(tc, f && system(cmd) == 0 && file_size(out, "doc.pdf") > 1000, "pdflatex on report.tex (see %s/pdflatex.log)",
-              out);
-    } else {
-        fprintf(stderr, "test_report: pdflatex not found, report.tex not compiled (scripts/setup.sh --latex)\n");
-    }
+    compile_tex(tc, out);
 
     /* one colour per method across figures; dash and point by aggregation */
     char *budget = read_in(out, "m_longbench_budget.gp"), *tasks = read_in(out, "m_longbench_tasks_20p.gp");
@@ -537,6 +542,70 @@ static void test_crossdomain_setups(TestCounts *tc) {
     CHECK(tc, file_size(out, "m_fig2_crossdomain_20p.png") > 2000, "one figure 2 per model");
 }
 
+/* The paper's ordering (report/ordering.c) on a database whose scores are exact shifts of one base per sample,
+ * so every paired difference is that shift in each resample and its interval has zero width: streamingllm b,
+ * snapkv b + 10, adakv = cake b + 20, criticalkv b + 15 (below adakv: the link is reversed), defensivekv and
+ * layer-defensivekv at max+prior b + 30 (equal: ≥ holds within the interval); defensivekv at mean b + 90 is an
+ * ablation variant the ordering must not pick. A 7th sample where streamingllm scores 30 points above snapkv
+ * makes that link's interval straddle 0 (not resolved). Points are on the 0-100 scale. */
+static void test_ordering(TestCounts *tc) {
+    char db[128], out[128];
+    snprintf(db, sizeof db, "%s/order.db", dir);
+    snprintf(out, sizeof out, "%s/order_out", dir);
+    Store *s;
+    long long run;
+    open_db(db, &s, &run);
+    const double base[] = {0.0, 0.05, 0.02, 0.04, 0.01, 0.03};
+    for (int i = 0; i < 7; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "ruler:vt:%d", i);
+        StoreSample m = {"m", "cq=0", key, "ruler", "vt", "tracing", "string_match_all", i, -1, 4096, 4000, 20, "[]",
+                         NULL, "m", "d", 0};
+        double b = i < 6 ? base[i] : 0.5;
+        double snap = b + 0.10, stream = i < 6 ? b : 0.9;
+        StoreResult r[] = {row("full", "mean", "full", 1, 0.9),
+                           row("streamingllm", "none", "20%", 0.2, stream),
+                           row("snapkv", "mean", "20%", 0.2, snap),
+                           row("adakv", "mean", "20%", 0.2, b + 0.20),
+                           row("cake", "mean", "20%", 0.2, b + 0.20),
+                           row("criticalkv", "mean", "20%", 0.2, b + 0.15),
+                           row("defensivekv", "max+prior", "20%", 0.2, b + 0.30),
+                           row("defensivekv", "mean", "20%", 0.2, b + 0.90 > 1 ? 1 : b + 0.90),
+                           row("layer-defensivekv", "max+prior", "20%", 0.2, b + 0.30)};
+        r[1].key.params = "";
+        write_sample(s, run, &m, r, 9);
+    }
+    store_close(s);
+    KvErr err;
+    ReportOptions opt = {db, out, NULL, NULL, 0};
+    CHECK(tc, report_write(&opt, &err) == 0, "ordering report: %s", err.msg);
+    char *csv = read_in(out, "ordering.csv"), *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
+    static const char *const want[] = {
+        "\"20%\",\">=\",\"layer-defensivekv\",\"max+prior\",\"defensivekv\",\"max+prior\",7,0,0,0,\"holds (equal within the interval)\"",
+        "\"20%\",\">\",\"defensivekv\",\"max+prior\",\"criticalkv\",\"mean\",7,15,15,15,\"holds\"",
+        "\"20%\",\">\",\"criticalkv\",\"mean\",\"adakv\",\"mean\",7,-5,-5,-5,\"reversed\"",
+        "\"20%\",\"~\",\"adakv\",\"mean\",\"cake\",\"mean\",7,0,0,0,\"holds (no difference resolved)\"",
+        "\"20%\",\">\",\"adakv\",\"mean\",\"snapkv\",\"mean\",7,10,10,10,\"holds\"",
+        "\"20%\",\">\",\"cake\",\"mean\",\"snapkv\",\"mean\",7,10,10,10,\"holds\"",
+        "\"20%\",\">\",\"snapkv\",\"mean\",\"streamingllm\",\"none\",7,",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(tc, csv && strstr(csv, want[i]), "ordering.csv has %s\n%s", want[i], csv ? csv : "(missing)");
+    /* snapkv − streamingllm: +10 on 6 samples, −30 on the 7th: mean 30/7 = 4.29; a resample holding the 7th k
+     * times gives 10 − 40k/7, and k >= 2 (−1.43 and below) has probability 0.26, so the interval straddles 0 */
+    const char *st = csv ? strstr(csv, "\"snapkv\",\"mean\",\"streamingllm\"") : NULL;
+    CHECK(tc, st && strstr(st, ",7,4.285714286,-") && strstr(st, "not resolved (the interval includes 0)"),
+          "snapkv > streamingllm not resolved: %.200s", st ? st : "(missing)");
+    CHECK(tc, md && strstr(md, "| criticalkv > adakv | -5.00\\* [-5.00, -5.00] | reversed |"),
+          "markdown ordering row");
+    CHECK(tc, tex && strstr(tex, "layer-defensivekv $\\geq$ defensivekv (max+prior)") &&
+                  strstr(tex, "tab:m-ruler:ordering"), "LaTeX ordering table");
+    compile_tex(tc, out);
+    free(csv);
+    free(md);
+    free(tex);
+}
+
 static void test_errors(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -629,6 +698,7 @@ int main(void) {
     test_report(&tc);
     test_all_failed(&tc);
     test_crossdomain_setups(&tc);
+    test_ordering(&tc);
     test_errors(&tc);
     test_cli(&tc);
     char cmd[128];

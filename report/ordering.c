@@ -1,0 +1,79 @@
+/* ordering.c — whether the paper's ordering of the methods holds in a section (report_internal.h).
+ *
+ * The paper's tables at 20% rank Layer-DefensiveKV >= DefensiveKV > CriticalKV > AdaKV ~ CAKE > SnapKV >
+ * StreamingLLM. Each link of that chain is one paired comparison, avg(a) - avg(b) over the samples both scored,
+ * with its stratified bootstrap interval (stats.h), each policy at its own default aggregation (the paper's
+ * configuration; an ablation's other aggregations are not what the paper ranks). The verdict reads the interval:
+ * a ">" holds only when the interval lies above 0, a ">=" fails only when it lies below 0, a "~" holds while
+ * the interval includes 0. AdaKV ~ CAKE > SnapKV is two links to SnapKV, one from each. */
+#include <math.h>
+#include <string.h>
+
+#include "../policies/policy.h"
+#include "report_internal.h"
+
+static const struct {
+    const char *a, *b;
+    OrderKind kind;
+} CHAIN[REPORT_N_ORDER] = {
+    {"layer-defensivekv", "defensivekv", ORDER_GE}, {"defensivekv", "criticalkv", ORDER_GT},
+    {"criticalkv", "adakv", ORDER_GT},              {"adakv", "cake", ORDER_APPROX},
+    {"adakv", "snapkv", ORDER_GT},                  {"cake", "snapkv", ORDER_GT},
+    {"snapkv", "streamingllm", ORDER_GT},
+};
+
+const char *report_order_symbol(OrderKind kind) {
+    return kind == ORDER_GE ? "≥" : kind == ORDER_GT ? ">" : "≈";
+}
+
+/* The section's method for a policy at its default aggregation: its index, -1 when absent, -2 when it ran with
+ * several parameter sets (which one the paper means is not ours to pick). */
+static int default_method(const ReportSection *s, const char *policy) {
+    PolicyConfig cfg;
+    KvErr err;
+    if (policy_config(&cfg, policy, NULL, &err)) return -1;
+    const char *agg = aggregation_name(cfg.aggregation);
+    int found = -1;
+    for (int m = 0; m < s->n_methods; m++) {
+        const ReportMethod *x = &s->methods[m];
+        if (strcmp(x->policy, policy)) continue;
+        if (strcmp(x->aggregation, agg) && strcmp(x->aggregation, "default") && strcmp(x->aggregation, "none"))
+            continue;
+        if (found >= 0) return -2;
+        found = m;
+    }
+    return found;
+}
+
+static const char *verdict(OrderKind kind, const StatsInterval *d) {
+    if (d->n == 0) return "not compared (no sample scored by both)";
+    int above = !isnan(d->lo) && d->lo > 0, below = !isnan(d->hi) && d->hi < 0;
+    switch (kind) {
+    case ORDER_GT: return above ? "holds" : below ? "reversed" : "not resolved (the interval includes 0)";
+    case ORDER_GE: return above ? "holds (strictly)" : below ? "fails (reversed)" : "holds (equal within the interval)";
+    default: return above || below ? "fails (they differ)" : "holds (no difference resolved)";
+    }
+}
+
+int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT_N_ORDER], KvErr *err) {
+    for (int i = 0; i < REPORT_N_ORDER; i++) {
+        OrderRelation *r = &out[i];
+        *r = (OrderRelation){CHAIN[i].a, CHAIN[i].b, CHAIN[i].kind, default_method(s, CHAIN[i].a),
+                             default_method(s, CHAIN[i].b), {0, 0, NAN, NAN, NAN}, NULL};
+        if (r->method_a == -2 || r->method_b == -2) {
+            r->verdict = "not compared (a policy ran with several parameter sets)";
+            continue;
+        }
+        const ReportCell *a = r->method_a >= 0 ? report_cell(s, r->method_a, budget) : NULL;
+        const ReportCell *b = r->method_b >= 0 ? report_cell(s, r->method_b, budget) : NULL;
+        if (!a || !b || !a->ran || !b->ran) {
+            r->verdict = "not run";
+            continue;
+        }
+        if (stats_bootstrap(STATS_DIFF, a->x, b->x, s->sample_task, s->n_samples, s->n_tasks, STATS_RESAMPLES,
+                            STATS_SEED, &r->diff, err))
+            return -1;
+        r->verdict = verdict(r->kind, &r->diff);
+    }
+    return 0;
+}
