@@ -512,8 +512,9 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             step_barrier(&barrier, P);
             for (int task = p; task < M * H; task += P) {
                 int r = task / H, h = task % H, i = l * K + h / G;
-                cpu_attend_row(s->att + (size_t)r * hd + (size_t)h * d, probs, s->q + (size_t)r * hd + (size_t)h * d,
-                               caches[r]->k[i], caches[r]->v[i], caches[r]->len[i], d, scale);
+                cpu_attend_row_simd(impl->simd, s->att + (size_t)r * hd + (size_t)h * d, probs,
+                                    s->q + (size_t)r * hd + (size_t)h * d, caches[r]->k[i], caches[r]->v[i],
+                                    caches[r]->len[i], d, scale);
             }
             step_barrier(&barrier, P);
             matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);

@@ -119,10 +119,17 @@ void cpu_softmax(float *x, int n);
 
 /* g[i] = silu(g[i]) * u[i]: the SwiGLU gate. */
 void cpu_swiglu(float *g, const float *u, size_t n);
+/* cpu_swiglu on 16 lanes where simd is AVX-512 (the same operations, each rounded: bit for bit cpu_swiglu's
+ * values), else cpu_swiglu itself (cpu_q4.c). */
+void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n);
 
 /* One query row against n keys: probs[n] receives the softmax of q·k_j * scale, out[d] = sum_j probs_j v_j. */
 void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
                     float scale);
+/* cpu_attend_row on 16 lanes where simd is AVX-512 and d is a multiple of 16 (bit for bit its values, for
+ * scores that are not NaN), else cpu_attend_row itself (cpu_q4.c; the decode step's attention). */
+void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
+                         int n, int d, float scale);
 
 /* T query rows (row t at q + t*ldq) against n = n_past + T keys, causal: row t sees keys j <= n_past + t.
  * Two BLAS products through scores[T][n] (the caller's buffer, so a long prefill is tiled into blocks of
