@@ -116,6 +116,9 @@ void cpu_rope(float *x, int n_heads, int d, const float *cos_t, const float *sin
 
 /* Softmax of x[0..n) in place. */
 void cpu_softmax(float *x, int n);
+/* cpu_softmax on 16 lanes where simd is AVX-512 (bit for bit its values for inputs that are not NaN), else
+ * cpu_softmax itself (cpu_q4.c). */
+void cpu_softmax_simd(CpuSimd simd, float *x, int n);
 
 /* g[i] = silu(g[i]) * u[i]: the SwiGLU gate. */
 void cpu_swiglu(float *g, const float *u, size_t n);
@@ -134,8 +137,8 @@ void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q,
 /* T query rows (row t at q + t*ldq) against n = n_past + T keys, causal: row t sees keys j <= n_past + t.
  * Two BLAS products through scores[T][n] (the caller's buffer, so a long prefill is tiled into blocks of
  * T rows and never holds an n x n matrix). Output row t at out + t*ldo. Single-threaded: the caller runs
- * one block per thread. */
-void cpu_attend_block(float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
+ * one block per thread. The softmax is cpu_softmax_simd's at level simd. */
+void cpu_attend_block(CpuSimd simd, float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
                       int d, float scale, float *scores);
 
 #endif

@@ -187,14 +187,14 @@ void cpu_attend_row(float *out, float *probs, const float *q, const float *k, co
     }
 }
 
-void cpu_attend_block(float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
+void cpu_attend_block(CpuSimd simd, float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
                       int d, float scale, float *scores) {
     int n = n_past + T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, d, scale, q, ldq, k, d, 0.0f, scores, n);
     for (int t = 0; t < T; t++) {
         float *row = scores + (size_t)t * n;
         int seen = n_past + t + 1;
-        cpu_softmax(row, seen);
+        cpu_softmax_simd(simd, row, seen);
         memset(row + seen, 0, (size_t)(n - seen) * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, n, 1.0f, scores, n, v, d, 0.0f, out, ldo);

@@ -654,12 +654,33 @@ void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n) {
 /* ------------------------------------------------------------------------------------- decode attention */
 
 #if CPU_Q4_X86
+/* cpu_softmax bit for bit: the maximum (exact in any order), the exps 16 at a time, their sum one by one in
+ * index order as cpu_softmax adds them, the scaling elementwise. */
+static AVX512_TARGET void softmax_avx512(float *x, int n) {
+    __m512 mxv = _mm512_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(x + j));
+    float mx = _mm512_reduce_max_ps(mxv);
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    float total = 0.0f;
+    for (j = 0; j < n; j += 16) {
+        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, x + j), _mm512_set1_ps(mx)));
+        _mm512_mask_storeu_ps(x + j, live, e);
+        for (int i = j; i < j + 16 && i < n; i++) total += x[i];
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / total);
+    for (j = 0; j < n; j += 16) {
+        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        _mm512_mask_storeu_ps(x + j, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + j), inv));
+    }
+}
+
 /* cpu_attend_row for d a multiple of 16, bit for bit (cpu_kernels.c fixes its orders in the source):
  *  - q.k_j: four keys at a time, one per 128-bit quarter; quarter lanes are cpu_attend_row's four lanes
  *    (products i = l mod 4 added in order), the 16-float blocks of the four keys transposed by quarters, then
  *    ((0 + lane 0) + lane 1 + lane 2) + lane 3 per quarter; leftover keys as cpu_attend_row does them;
- *  - softmax: the maximum (exact in any order), the exps 16 at a time (exp_approx_avx512), their sum one by
- *    one in index order, the scaling elementwise;
+ *  - softmax: softmax_avx512;
  *  - probs . v: elementwise over d, keys in order, multiply then add (no fused multiply-add). */
 static AVX512_TARGET void attend_row_avx512(float *out, float *probs, const float *q, const float *k,
                                             const float *v, int n, int d, float scale) {
@@ -698,22 +719,7 @@ static AVX512_TARGET void attend_row_avx512(float *out, float *probs, const floa
         probs[j] = (((0.0f + l[0]) + l[1]) + l[2]) + l[3];
         probs[j] *= scale;
     }
-    __m512 mxv = _mm512_set1_ps(-INFINITY);
-    for (j = 0; j + 16 <= n; j += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(probs + j));
-    float mx = _mm512_reduce_max_ps(mxv);
-    for (; j < n; j++) mx = probs[j] > mx ? probs[j] : mx;
-    float total = 0.0f;
-    for (j = 0; j < n; j += 16) {
-        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        __m512 e = exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, probs + j), _mm512_set1_ps(mx)));
-        _mm512_mask_storeu_ps(probs + j, live, e);
-        for (int i = j; i < j + 16 && i < n; i++) total += probs[i];
-    }
-    __m512 inv = _mm512_set1_ps(1.0f / total);
-    for (j = 0; j < n; j += 16) {
-        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        _mm512_mask_storeu_ps(probs + j, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, probs + j), inv));
-    }
+    softmax_avx512(probs, n);
     for (int i = 0; i < d; i += 64) { /* up to 4 output vectors in registers */
         int w = d - i < 64 ? d - i : 64;
         __m512 o[4] = {zero, zero, zero, zero};
@@ -726,6 +732,17 @@ static AVX512_TARGET void attend_row_avx512(float *out, float *probs, const floa
     }
 }
 #endif
+
+void cpu_softmax_simd(CpuSimd simd, float *x, int n) {
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512 && n > 0) {
+        softmax_avx512(x, n);
+        return;
+    }
+#endif
+    (void)simd;
+    cpu_softmax(x, n);
+}
 
 void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
                          int n, int d, float scale) {

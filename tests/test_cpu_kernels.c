@@ -7,7 +7,8 @@
  *  - rows are independent: row r of an M-row call equals the 1-row call on that row bit for bit (the batched
  *    decode equals B single decodes), for M = 1..6 and 17; the fused gate/up/SwiGLU equals the separate
  *    products and cpu_swiglu bit for bit; several jobs in one call equal one call each; the SIMD SwiGLU
- *    equals cpu_swiglu bit for bit, special values included, and the decode attention cpu_attend_row;
+ *    equals cpu_swiglu bit for bit, special values included, the SIMD softmax cpu_softmax, and the decode
+ *    attention cpu_attend_row;
  *  - the SIMD levels agree with the portable path within 1e-5 (summation order only);
  *  - the opt-in fast path (int8 activations) within 2e-2 of the float64 product and 1e-5 of its portable form;
  *  - cpu_simd_choose rejects an unknown name with a message. */
@@ -222,6 +223,18 @@ static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
                 cases++;
             }
     CHECK(tc, same, "%s: decode attention equals cpu_attend_row bit for bit (%d cases)", name, cases);
+    /* the softmax alone, over rows whose spread reaches exp's clamp (differences below -87) */
+    static float x[MAXN], y[MAXN];
+    same = 1;
+    for (int ni = 0; ni < 12; ni++)
+        for (int si = 0; si < 4; si++) {
+            int n = ns[ni];
+            for (int i = 0; i < n; i++) x[i] = y[i] = (si == 3 ? 300.0f : spread[si] * 10) * (2 * uniform() - 1);
+            cpu_softmax(x, n);
+            cpu_softmax_simd(simd, y, n);
+            same &= !memcmp(x, y, sizeof(float) * n);
+        }
+    CHECK(tc, same, "%s: softmax equals cpu_softmax bit for bit", name);
 }
 
 int main(void) {
