@@ -253,8 +253,8 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
 
 /* Attention of one layer for rows [b*tc + t]: appends this chunk's keys and values to every cache head, then
  * each query head attends over its kv-head's entries, causal over the chunk. */
-static void layer_attention(CpuScratch *s, const ModelConfig *c, KvCache *const *caches, int B, int tc, int layer,
-                            int pos0, const TraceHook *trace) {
+static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, KvCache *const *caches, int B, int tc,
+                            int layer, int pos0, const TraceHook *trace) {
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
     size_t hd = (size_t)H * d, kd = (size_t)K * d;
     float scale = 1.0f / sqrtf((float)d);
@@ -283,7 +283,7 @@ static void layer_attention(CpuScratch *s, const ModelConfig *c, KvCache *const 
                     int i = layer * K + h / G, t_lo = tile * CPU_TILE;
                     int rows = tc - t_lo < CPU_TILE ? tc - t_lo : CPU_TILE;
                     size_t row0 = (size_t)b * tc + t_lo;
-                    cpu_attend_block(s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
+                    cpu_attend_block(simd, s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
                                      (int)hd, caches[b]->k[i], caches[b]->v[i], rows, caches[b]->len[i] - tc + t_lo, d,
                                      scale, s->scores + stride * (size_t)omp_get_thread_num());
                 }
@@ -300,8 +300,8 @@ static void layer_attention(CpuScratch *s, const ModelConfig *c, KvCache *const 
                 int i = layer * K + h / G, n = kc->len[i] - tc + t + 1;
                 size_t row = (size_t)b * tc + t;
                 float *probs = s->probs + stride * (size_t)omp_get_thread_num();
-                cpu_attend_row(s->att + row * hd + (size_t)h * d, probs, s->q + row * hd + (size_t)h * d, kc->k[i],
-                               kc->v[i], n, d, scale);
+                cpu_attend_row_simd(simd, s->att + row * hd + (size_t)h * d, probs, s->q + row * hd + (size_t)h * d,
+                                    kc->k[i], kc->v[i], n, d, scale);
                 if (trace) trace->on_attention(trace->user, b, layer, h, probs, kc->pos[i], n);
             }
 }
@@ -368,7 +368,7 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
             cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
         }
-        layer_attention(s, c, caches, B, tc, l, t0, trace);
+        layer_attention(s, impl->simd, c, caches, B, tc, l, t0, trace);
         if (observe && t0 + tc == T && layer_observe(s, m, caches[0], tc, l, observe, err)) return -1;
         matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
@@ -512,8 +512,9 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             step_barrier(&barrier, P);
             for (int task = p; task < M * H; task += P) {
                 int r = task / H, h = task % H, i = l * K + h / G;
-                cpu_attend_row(s->att + (size_t)r * hd + (size_t)h * d, probs, s->q + (size_t)r * hd + (size_t)h * d,
-                               caches[r]->k[i], caches[r]->v[i], caches[r]->len[i], d, scale);
+                cpu_attend_row_simd(impl->simd, s->att + (size_t)r * hd + (size_t)h * d, probs,
+                                    s->q + (size_t)r * hd + (size_t)h * d, caches[r]->k[i], caches[r]->v[i],
+                                    caches[r]->len[i], d, scale);
             }
             step_barrier(&barrier, P);
             matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);

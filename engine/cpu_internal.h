@@ -116,19 +116,29 @@ void cpu_rope(float *x, int n_heads, int d, const float *cos_t, const float *sin
 
 /* Softmax of x[0..n) in place. */
 void cpu_softmax(float *x, int n);
+/* cpu_softmax on 16 lanes where simd is AVX-512 (bit for bit its values for inputs that are not NaN), else
+ * cpu_softmax itself (cpu_q4.c). */
+void cpu_softmax_simd(CpuSimd simd, float *x, int n);
 
 /* g[i] = silu(g[i]) * u[i]: the SwiGLU gate. */
 void cpu_swiglu(float *g, const float *u, size_t n);
+/* cpu_swiglu on 16 lanes where simd is AVX-512 (the same operations, each rounded: bit for bit cpu_swiglu's
+ * values), else cpu_swiglu itself (cpu_q4.c). */
+void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n);
 
 /* One query row against n keys: probs[n] receives the softmax of q·k_j * scale, out[d] = sum_j probs_j v_j. */
 void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
                     float scale);
+/* cpu_attend_row on 16 lanes where simd is AVX-512 and d is a multiple of 16 (bit for bit its values, for
+ * scores that are not NaN), else cpu_attend_row itself (cpu_q4.c; the decode step's attention). */
+void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
+                         int n, int d, float scale);
 
 /* T query rows (row t at q + t*ldq) against n = n_past + T keys, causal: row t sees keys j <= n_past + t.
  * Two BLAS products through scores[T][n] (the caller's buffer, so a long prefill is tiled into blocks of
  * T rows and never holds an n x n matrix). Output row t at out + t*ldo. Single-threaded: the caller runs
- * one block per thread. */
-void cpu_attend_block(float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
+ * one block per thread. The softmax is cpu_softmax_simd's at level simd. */
+void cpu_attend_block(CpuSimd simd, float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
                       int d, float scale, float *scores);
 
 #endif

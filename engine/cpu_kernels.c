@@ -145,8 +145,9 @@ void cpu_softmax(float *x, int n) {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    /* the sum in index order (what the compiler made of the loop before; the SIMD decode kernel in cpu_q4.c
+     * follows this order to give the same bits) */
     float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
     for (int i = 0; i < n; i++) {
         x[i] = exp_approx(x[i] - mx);
         sum += x[i];
@@ -163,12 +164,18 @@ void cpu_swiglu(float *g, const float *u, size_t n) {
 
 void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
                     float scale) {
+    /* q.k_j in four lanes (lane l sums the products i = l mod 4 in order, a tail of d mod 4 on lane 0), then
+     * ((0 + lane 0) + lane 1 + lane 2) + lane 3: the order of the 4-lane vectorisation this loop had, fixed in
+     * the source so that every compiler and the SIMD decode kernel (cpu_q4.c) give the same bits */
     for (int j = 0; j < n; j++) {
         const float *kj = k + (size_t)j * d;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < d; i++) s += q[i] * kj[i];
-        probs[j] = s * scale;
+        float lane[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int i = 0;
+        for (; i + 4 <= d; i += 4)
+            for (int l = 0; l < 4; l++) lane[l] += q[i + l] * kj[i + l];
+        for (; i < d; i++) lane[0] += q[i] * kj[i];
+        probs[j] = (((0.0f + lane[0]) + lane[1]) + lane[2]) + lane[3];
+        probs[j] *= scale;
     }
     cpu_softmax(probs, n);
     memset(out, 0, (size_t)d * sizeof(float));
@@ -180,14 +187,14 @@ void cpu_attend_row(float *out, float *probs, const float *q, const float *k, co
     }
 }
 
-void cpu_attend_block(float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
+void cpu_attend_block(CpuSimd simd, float *out, int ldo, const float *q, int ldq, const float *k, const float *v, int T, int n_past,
                       int d, float scale, float *scores) {
     int n = n_past + T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, d, scale, q, ldq, k, d, 0.0f, scores, n);
     for (int t = 0; t < T; t++) {
         float *row = scores + (size_t)t * n;
         int seen = n_past + t + 1;
-        cpu_softmax(row, seen);
+        cpu_softmax_simd(simd, row, seen);
         memset(row + seen, 0, (size_t)(n - seen) * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, n, 1.0f, scores, n, v, d, 0.0f, out, ldo);

@@ -378,6 +378,37 @@ static inline __attribute__((always_inline)) AVX512_TARGET void one_row_avx512(f
     }
 }
 
+/* The 16 sums of a full 4 x 4 register tile, each in _mm512_reduce_add_ps's order (lanes i and i+8, then i
+ * and i+4, then i and i+2, then the last two), the shuffles and adds shared by the 16: the same bits as 16
+ * separate reductions at a third of the instructions. Result lane 4r + g holds acc[g][r], so quarter r is the
+ * row's 4 consecutive outputs; they are stored as store_out would, with bias[n..n+3] and accumulate. */
+static inline __attribute__((always_inline)) AVX512_TARGET void store_tile4x4_avx512(float *y, int ldy, int m,
+                                                                                     __m512 acc[Q4_GROUP][4],
+                                                                                     const float *bias, int n,
+                                                                                     int accumulate) {
+    __m512 half[8], quarter[4], pair[2];
+    for (int i = 0; i < 8; i++) { /* accumulators 2i, 2i+1 (index g*4 + r): lanes 0-7 and 8-15 of half[i] */
+        __m512 a = acc[(2 * i) / 4][(2 * i) % 4], b = acc[(2 * i + 1) / 4][(2 * i + 1) % 4];
+        half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int j = 0; j < 4; j++) /* quarter q of quarter[j]: accumulator 4j + q, 4 lanes */
+        quarter[j] = _mm512_add_ps(_mm512_shuffle_f32x4(half[2 * j], half[2 * j + 1], 0x88),
+                                   _mm512_shuffle_f32x4(half[2 * j], half[2 * j + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* within each quarter: (lane 0 + lane 2, lane 1 + lane 3) of two sources */
+        pair[i] = _mm512_add_ps(_mm512_shuffle_ps(quarter[2 * i], quarter[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm512_shuffle_ps(quarter[2 * i], quarter[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(pair[0], pair[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_ps(pair[0], pair[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    float lanes[16];
+    _mm512_storeu_ps(lanes, sums);
+    for (int r = 0; r < 4; r++) {
+        __m128 total = _mm_loadu_ps(lanes + 4 * r);
+        float *out = y + (size_t)(m + r) * ldy + n;
+        if (bias) total = _mm_add_ps(total, _mm_loadu_ps(bias + n));
+        _mm_storeu_ps(out, accumulate ? _mm_add_ps(_mm_loadu_ps(out), total) : total);
+    }
+}
+
 static inline __attribute__((always_inline)) AVX512_TARGET void tile_avx512(float *y, int ldy, const float *x, int m,
                                                                             int R, int K, const float *tile,
                                                                             const float *bias, int n, int G,
@@ -395,6 +426,10 @@ static inline __attribute__((always_inline)) AVX512_TARGET void tile_avx512(floa
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) acc[g][r] = _mm512_fmadd_ps(wv, xv[r], acc[g][r]);
         }
+    }
+    if (G == Q4_GROUP && R == 4) {
+        store_tile4x4_avx512(y, ldy, m, acc, bias, n, accumulate);
+        return;
     }
     for (int g = 0; g < G; g++)
         for (int r = 0; r < R; r++)
@@ -460,7 +495,7 @@ static inline AVX512_TARGET void block_q8_avx512(const CpuPacked *w, size_t bi, 
 static AVX2_TARGET void rows_q8_avx2(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w,
                                      const float *bias, int n0, int n1, int accumulate, float *tile) {
     int per_row = K / 32;
-    for (int n = n0; n < n1; n++) {
+    for (int n = n0; n < n1;) {
         if (M == 1) {
             __m256 acc = _mm256_setzero_ps();
             for (int b = 0; b < per_row; b++) {
@@ -471,21 +506,27 @@ static AVX2_TARGET void rows_q8_avx2(float *y, int ldy, const float *x, int M, i
                 for (int i = 0; i < 4; i++) acc = _mm256_fmadd_ps(wv[i], _mm256_loadu_ps(xb + 8 * i), acc);
             }
             store_out(y + n, hsum_avx2(acc), bias, n, accumulate);
+            n++;
             continue;
         }
-        for (int b = 0; b < per_row; b++) {
-            __m256 wv[4];
-            block_q8_avx2(w, (size_t)n * per_row + b, wv);
-            for (int i = 0; i < 4; i++) _mm256_store_ps(tile + b * 32 + i * 8, wv[i]);
-        }
-        tiles_avx2(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+        /* several rows: Q4_GROUP weight rows rebuilt into the tile at a time, as for the 4-bit codes */
+        int G = n1 - n >= Q4_GROUP ? Q4_GROUP : 1;
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < per_row; b++) {
+                __m256 wv[4];
+                block_q8_avx2(w, (size_t)(n + g) * per_row + b, wv);
+                for (int i = 0; i < 4; i++) _mm256_store_ps(tile + (size_t)g * K + b * 32 + i * 8, wv[i]);
+            }
+        if (G == Q4_GROUP) tiles_avx2(y, ldy, x, M, K, tile, bias, n, Q4_GROUP, accumulate);
+        else tiles_avx2(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+        n += G;
     }
 }
 
 static AVX512_TARGET void rows_q8_avx512(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w,
                                          const float *bias, int n0, int n1, int accumulate, float *tile) {
     int per_row = K / 32;
-    for (int n = n0; n < n1; n++) {
+    for (int n = n0; n < n1;) {
         if (M == 1) {
             __m512 acc = _mm512_setzero_ps();
             for (int b = 0; b < per_row; b++) {
@@ -496,15 +537,20 @@ static AVX512_TARGET void rows_q8_avx512(float *y, int ldy, const float *x, int 
                 acc = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 32 + 16), acc);
             }
             store_out(y + n, _mm512_reduce_add_ps(acc), bias, n, accumulate);
+            n++;
             continue;
         }
-        for (int b = 0; b < per_row; b++) {
-            __m512 w0, w1;
-            block_q8_avx512(w, (size_t)n * per_row + b, &w0, &w1);
-            _mm512_store_ps(tile + b * 32, w0);
-            _mm512_store_ps(tile + b * 32 + 16, w1);
-        }
-        tiles_avx512(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+        int G = n1 - n >= Q4_GROUP ? Q4_GROUP : 1;
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < per_row; b++) {
+                __m512 w0, w1;
+                block_q8_avx512(w, (size_t)(n + g) * per_row + b, &w0, &w1);
+                _mm512_store_ps(tile + (size_t)g * K + b * 32, w0);
+                _mm512_store_ps(tile + (size_t)g * K + b * 32 + 16, w1);
+            }
+        if (G == Q4_GROUP) tiles_avx512(y, ldy, x, M, K, tile, bias, n, Q4_GROUP, accumulate);
+        else tiles_avx512(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+        n += G;
     }
 }
 
@@ -558,6 +604,158 @@ static RowsFn *rows_fn(CpuSimd simd) {
     return rows_scalar;
 }
 
+/* ---------------------------------------------------------------------------------------------- SwiGLU */
+
+#if CPU_Q4_X86
+/* cpu_kernels.c's exp_approx on 16 lanes: the same operations in the same order, each rounded (no fused
+ * multiply-add), and the clamp as its two comparisons, so every lane is bit for bit the portable value. */
+static inline __attribute__((always_inline)) AVX512_TARGET __m512 exp_approx_avx512(__m512 x) {
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), x, _mm512_set1_ps(-87.0f));
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_GT_OQ), x, _mm512_set1_ps(88.0f));
+    const __m512 round = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), round), round);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(1.428606765330187045e-06f)));
+    __m512 p = _mm512_mul_ps(r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f / 120), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f / 24), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f / 6), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(0.5f), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f), p));
+    p = _mm512_add_ps(_mm512_set1_ps(1.0f), p);
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+static AVX512_TARGET void swiglu_avx512(float *g, const float *u, size_t n) {
+    size_t i = 0;
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 e = exp_approx_avx512(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), sign)));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                              _mm512_loadu_ps(u + i)));
+    }
+    cpu_swiglu(g + i, u + i, n - i);
+}
+#endif
+
+void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n) {
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512) {
+        swiglu_avx512(g, u, n);
+        return;
+    }
+#endif
+    (void)simd;
+    cpu_swiglu(g, u, n);
+}
+
+/* ------------------------------------------------------------------------------------- decode attention */
+
+#if CPU_Q4_X86
+/* cpu_softmax bit for bit: the maximum (exact in any order), the exps 16 at a time, their sum one by one in
+ * index order as cpu_softmax adds them, the scaling elementwise. */
+static AVX512_TARGET void softmax_avx512(float *x, int n) {
+    __m512 mxv = _mm512_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(x + j));
+    float mx = _mm512_reduce_max_ps(mxv);
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    float total = 0.0f;
+    for (j = 0; j < n; j += 16) {
+        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, x + j), _mm512_set1_ps(mx)));
+        _mm512_mask_storeu_ps(x + j, live, e);
+        for (int i = j; i < j + 16 && i < n; i++) total += x[i];
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / total);
+    for (j = 0; j < n; j += 16) {
+        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        _mm512_mask_storeu_ps(x + j, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + j), inv));
+    }
+}
+
+/* cpu_attend_row for d a multiple of 16, bit for bit (cpu_kernels.c fixes its orders in the source):
+ *  - q.k_j: four keys at a time, one per 128-bit quarter; quarter lanes are cpu_attend_row's four lanes
+ *    (products i = l mod 4 added in order), the 16-float blocks of the four keys transposed by quarters, then
+ *    ((0 + lane 0) + lane 1 + lane 2) + lane 3 per quarter; leftover keys as cpu_attend_row does them;
+ *  - softmax: softmax_avx512;
+ *  - probs . v: elementwise over d, keys in order, multiply then add (no fused multiply-add). */
+static AVX512_TARGET void attend_row_avx512(float *out, float *probs, const float *q, const float *k,
+                                            const float *v, int n, int d, float scale) {
+    const __m512 zero = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + (size_t)j * d;
+        __m512 acc = zero;
+        for (int i = 0; i < d; i += 16) {
+            __m512 a0 = _mm512_loadu_ps(k0 + i), a1 = _mm512_loadu_ps(k0 + d + i), a2 = _mm512_loadu_ps(k0 + 2 * d + i),
+                   a3 = _mm512_loadu_ps(k0 + 3 * d + i);
+            __m512 lo01 = _mm512_shuffle_f32x4(a0, a1, 0x44), hi01 = _mm512_shuffle_f32x4(a0, a1, 0xEE);
+            __m512 lo23 = _mm512_shuffle_f32x4(a2, a3, 0x44), hi23 = _mm512_shuffle_f32x4(a2, a3, 0xEE);
+            /* t-th 4 floats of the block from each key: keys in quarters */
+            __m512 t0 = _mm512_shuffle_f32x4(lo01, lo23, 0x88), t1 = _mm512_shuffle_f32x4(lo01, lo23, 0xDD);
+            __m512 t2 = _mm512_shuffle_f32x4(hi01, hi23, 0x88), t3 = _mm512_shuffle_f32x4(hi01, hi23, 0xDD);
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(t0, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i))));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(t1, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i + 4))));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(t2, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i + 8))));
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(t3, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i + 12))));
+        }
+        __m512 sum = _mm512_add_ps(zero, acc);
+        sum = _mm512_add_ps(sum, _mm512_permute_ps(acc, _MM_SHUFFLE(1, 1, 1, 1)));
+        sum = _mm512_add_ps(sum, _mm512_permute_ps(acc, _MM_SHUFFLE(2, 2, 2, 2)));
+        sum = _mm512_add_ps(sum, _mm512_permute_ps(acc, _MM_SHUFFLE(3, 3, 3, 3)));
+        sum = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+        __m512 firsts = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), sum);
+        _mm_storeu_ps(probs + j, _mm512_castps512_ps128(firsts));
+    }
+    for (; j < n; j++) {
+        const float *kj = k + (size_t)j * d;
+        __m128 lane = _mm_setzero_ps();
+        for (int i = 0; i < d; i += 4) lane = _mm_add_ps(lane, _mm_mul_ps(_mm_loadu_ps(q + i), _mm_loadu_ps(kj + i)));
+        float l[4];
+        _mm_storeu_ps(l, lane);
+        probs[j] = (((0.0f + l[0]) + l[1]) + l[2]) + l[3];
+        probs[j] *= scale;
+    }
+    softmax_avx512(probs, n);
+    for (int i = 0; i < d; i += 64) { /* up to 4 output vectors in registers */
+        int w = d - i < 64 ? d - i : 64;
+        __m512 o[4] = {zero, zero, zero, zero};
+        for (int jj = 0; jj < n; jj++) {
+            const float *vj = v + (size_t)jj * d + i;
+            __m512 p = _mm512_set1_ps(probs[jj]);
+            for (int c = 0; c < w / 16; c++) o[c] = _mm512_add_ps(o[c], _mm512_mul_ps(p, _mm512_loadu_ps(vj + 16 * c)));
+        }
+        for (int c = 0; c < w / 16; c++) _mm512_storeu_ps(out + i + 16 * c, o[c]);
+    }
+}
+#endif
+
+void cpu_softmax_simd(CpuSimd simd, float *x, int n) {
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512 && n > 0) {
+        softmax_avx512(x, n);
+        return;
+    }
+#endif
+    (void)simd;
+    cpu_softmax(x, n);
+}
+
+void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
+                         int n, int d, float scale) {
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512 && d % 16 == 0 && n > 0) {
+        attend_row_avx512(out, probs, q, k, v, n, d, scale);
+        return;
+    }
+#endif
+    (void)simd;
+    cpu_attend_row(out, probs, q, k, v, n, d, scale);
+}
+
 /* ---------------------------------------------------------------------------------------------- threads */
 
 /* Part p of parts takes groups [G*p/parts, G*(p+1)/parts) of Q4_GROUP output features of the whole list of
@@ -596,7 +794,7 @@ void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg,
     if (f0 >= f1) return;
     rows(gate, F, x, M, K, wg, NULL, f0, f1, 0, tile);
     rows(up, F, x, M, K, wu, NULL, f0, f1, 0, tile);
-    for (int m = 0; m < M; m++) cpu_swiglu(gate + (size_t)m * F + f0, up + (size_t)m * F + f0, (size_t)(f1 - f0));
+    for (int m = 0; m < M; m++) cpu_swiglu_simd(simd, gate + (size_t)m * F + f0, up + (size_t)m * F + f0, (size_t)(f1 - f0));
 }
 
 void cpu_ffn_q4(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,

@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 /* What observation_prepare allocated, so release frees only its own arrays. */
@@ -56,26 +57,30 @@ static void window_attention(const Observation *o, float *attn) {
     }
 }
 
-/* nu[k][j] = (1/G) sum_g || v[k][j] · W_O^(kG+g) ||_1, W_O^(h) = columns h*d..h*d+d-1 of w_o [D][H*d]. */
+/* nu[k][j] = (1/G) sum_g || v[k][j] · W_O^(h) ||_1, W_O^(h) = columns h*d..h*d+d-1 of w_o [D][H*d].
+ * One task per (kv-head, block of rows), in parallel: each makes the same BLAS calls and sums the heads in the
+ * same order as a single thread would, so the norms do not depend on the thread count. */
 static int value_norms(const Observation *o, float *nu, KvErr *err) {
     const int L = o->L, d = o->d, D = o->D, H = o->H, G = o->H / o->K;
-    float *proj = kv_malloc(sizeof(float) * VALUE_NORM_BLOCK * (size_t)D, err);
+    const int blocks = (L + VALUE_NORM_BLOCK - 1) / VALUE_NORM_BLOCK;
+    const size_t per_thread = (size_t)VALUE_NORM_BLOCK * D;
+    float *proj = kv_malloc(sizeof(float) * per_thread * (size_t)omp_get_max_threads(), err);
     if (!proj) return -1;
-    for (int k = 0; k < o->K; k++) {
-        float *out = nu + (size_t)k * L;
-        for (int j = 0; j < L; j++) out[j] = 0.0f;
+#pragma omp parallel for schedule(dynamic)
+    for (int task = 0; task < o->K * blocks; task++) {
+        int k = task / blocks, j0 = task % blocks * VALUE_NORM_BLOCK;
+        int rows = L - j0 < VALUE_NORM_BLOCK ? L - j0 : VALUE_NORM_BLOCK;
+        float *out = nu + (size_t)k * L + j0, *p = proj + per_thread * (size_t)omp_get_thread_num();
+        for (int r = 0; r < rows; r++) out[r] = 0.0f;
         for (int g = 0; g < G; g++) {
             int h = k * G + g;
-            for (int j0 = 0; j0 < L; j0 += VALUE_NORM_BLOCK) {
-                int rows = L - j0 < VALUE_NORM_BLOCK ? L - j0 : VALUE_NORM_BLOCK;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, D, d, 1.0f,
-                            o->values[k] + (size_t)j0 * d, d, o->w_o + (size_t)h * d, H * d, 0.0f, proj, D);
-                for (int r = 0; r < rows; r++) {
-                    const float *p = proj + (size_t)r * D;
-                    double l1 = 0.0;
-                    for (int e = 0; e < D; e++) l1 += fabsf(p[e]);
-                    out[j0 + r] += (float)(l1 / G);
-                }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, D, d, 1.0f, o->values[k] + (size_t)j0 * d, d,
+                        o->w_o + (size_t)h * d, H * d, 0.0f, p, D);
+            for (int r = 0; r < rows; r++) {
+                const float *pr = p + (size_t)r * D;
+                double l1 = 0.0;
+                for (int e = 0; e < D; e++) l1 += fabsf(pr[e]);
+                out[r] += (float)(l1 / G);
             }
         }
     }

@@ -267,6 +267,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     TokenIds *outs = NULL;
     int *batch_of = NULL, has_prefill = 0, has_full = 0;
     KvErr err = {{0}};
+    const double cpu_started = util_cpu_ms();
     *prefill_ms = *decode_ms = 0;
     *n_ctx_out = *n_q_out = *over_length = 0;
 
@@ -295,6 +296,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     if (prefill_run(&pf, &env, &ctx, policies, n, has_full ? q.n + max_new : 0, &err)) goto failed;
     has_prefill = 1;
     *prefill_ms = pf.prefill_ms;
+    for (int k = 0; k < pf.n_slots; k++) sw->stats->select_ms += pf.slots[k].ms;
 
     /* Keep-sets and compressed caches. */
     for (int i = 0; i < n; i++) {
@@ -317,7 +319,9 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
             r->kept_fraction = r->kept / ctx.n;
         }
         keepset_free(&keep);
-        r->select_ms = prefill_observe_ms(&pf, i) + util_now_ms() - t;
+        double selected = util_now_ms() - t;
+        r->select_ms = prefill_observe_ms(&pf, i) + selected;
+        sw->stats->select_ms += selected;
     }
 
     /* One batched decode of every variant that has a cache. */
@@ -370,6 +374,7 @@ cleanup:
     ids_free(&ctx);
     ids_free(&q);
     ids_free(&stops);
+    sw->stats->sample_cpu_ms += util_cpu_ms() - cpu_started;
 }
 
 static char *answers_json(const Sample *s) {

@@ -30,6 +30,11 @@ typedef struct {
     long rows_failed;     /* variants that failed in this run (stored with their error; traces: not traced) */
     long prefill_tokens, decode_tokens;
     double prefill_ms, decode_ms, wall_ms;
+    double select_ms;     /* policy time: each policy state's observation once (shared by its budgets), plus
+                           * every keep-set's selection and cache gather (a row's select_ms counts its policy's
+                           * observation again for each budget) */
+    double sample_cpu_ms; /* CPU time of the process (all threads) from each sample's tokens to its scores:
+                           * prefill, policies, question feed and decode */
 } SweepStats;
 
 /* Parses "i/N" with 0 <= i < N. */

@@ -33,5 +33,7 @@ void util_git_revision(char *out, size_t out_size);
 
 /* Milliseconds from a monotonic clock. */
 double util_now_ms(void);
+/* CPU milliseconds this process has used so far (all its threads). */
+double util_cpu_ms(void);
 
 #endif

@@ -1,7 +1,7 @@
 /* bench_engine.c — speed and memory of kvbench's CPU backend on one model (SmolLM2-135M by default), in the
  * style of llama-bench: one prefill each of 512, 2048 and 8192 random tokens on an empty cache, peak RSS after
- * the longest, single-sequence decode (64 steps after a 128-token prompt) and 16 sequences decoding together,
- * and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
+ * the longest, single-sequence decode (64 steps after a 128-token prompt) and 16 sequences decoding together
+ * (16 steps), the cost of one 16-sequence step against one single-sequence step, and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
  * way; tests/run_bench.sh runs the two alternately and prints medians of the per-pair ratios.
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" per measurement (tests/bench_util.h), after a header.
  * Usage: bench_engine [MODEL] [--quick] [--max-prefill N] [--backend NAME]   (--quick: short decodes and
@@ -88,12 +88,16 @@ int main(int argc, char **argv) {
         bench_print_rate(key, lens[i], spent);
     }
     printf("peak_rss_mib %.0f\n", bench_peak_rss_mib());
-    int steps = quick ? 16 : 64;
-    if (bench_decode(be, 1, 128, steps, &spent, &err)) goto fail;
-    bench_print_rate("decode_1", steps, spent);
-    steps = quick ? 4 : 16;
-    if (bench_decode(be, 16, 128, steps, &spent, &err)) goto fail;
-    bench_print_rate("decode_16", 16.0 * steps, spent);
+    int steps = quick ? 16 : 64, steps_16 = quick ? 4 : 16;
+    BenchClock one;
+    if (bench_decode(be, 1, 128, steps, &one, &err)) goto fail;
+    bench_print_rate("decode_1", steps, one);
+    if (bench_decode(be, 16, 128, steps_16, &spent, &err)) goto fail;
+    bench_print_rate("decode_16", 16.0 * steps_16, spent);
+    /* what one step of 16 sequences costs against one step of one (wall, CPU): 16 x the multiply-adds, the
+     * weights read and converted once */
+    printf("decode_16_step_vs_1 %.2f %.2f\n", (spent.wall_s / steps_16) / (one.wall_s / steps),
+           (spent.cpu_s / steps_16) / (one.cpu_s / steps));
     /* memory of a head-variable cache: 20% of an 8k context per head vs all of it */
     {
         const ModelConfig *c = &m->cfg;

@@ -2,10 +2,11 @@
  *
  * 1. Per sample, in this process: a sweep of the 8 policies × 2 budgets (15 variants: full is budget-free) on
  *    one RULER sample against a run of that sample with the full cache only, both through the runner
- *    (sweep_run), alternately, ROUNDS pairs. The cost of each side is what the runner stores per sample
- *    (prefill + policy time + batched question feed and decode); printed per pair with the decode steps each
- *    side ran (batched forward steps = the longest answer; sequence-steps = all answers' tokens), and the
- *    median of the per-pair ratios (target <= 2x; the reference harness re-prefills and decodes each variant).
+ *    (sweep_run), alternately, ROUNDS pairs. The cost of each side is the runner's wall-clock timing of the
+ *    sample (prefill + policy time, each policy's observation counted once + batched question feed and
+ *    decode), and beside it the process's CPU time over the sample; printed per pair with the decode steps
+ *    each side ran (batched forward steps = the longest answer; sequence-steps = all answers' tokens), and the
+ *    medians of the per-pair ratios (target <= 2x; the reference harness re-prefills and decodes each variant).
  * 2. Per whole process: the same two configs as `kvbench run` child processes, alternately, ROUNDS pairs: CPU
  *    seconds (getrusage of the child: model load, tokenizer, data, prefill, policies, decode, database),
  *    wall seconds and peak RSS of each, and the median of the per-pair CPU ratios.
@@ -31,6 +32,7 @@ enum { MAX_ROUNDS = 15 };
 
 typedef struct {
     double wall_ms, prefill_ms, select_ms, decode_ms;
+    double cpu_ms;   /* CPU time of the sample (prefill to scores, all threads) */
     long generated;  /* sequence-steps: every variant's answer tokens */
     int steps;       /* batched decode steps: the longest answer */
     int rows;
@@ -61,17 +63,20 @@ static int measure(const char *config_text, const char *db_path, Measure *m) {
     m->wall_ms = st.wall_ms;
     sqlite3_open(db_path, &db);
     if (sqlite3_prepare_v2(db,
-                           "SELECT max(prefill_ms), sum(select_ms), max(decode_ms), sum(generated_tokens), count(*), "
-                           "sum(error IS NOT NULL), max(generated_tokens) FROM results",
+                           "SELECT sum(generated_tokens), count(*), sum(error IS NOT NULL), max(generated_tokens) "
+                           "FROM results",
                            -1, &q, NULL) == SQLITE_OK &&
         sqlite3_step(q) == SQLITE_ROW) {
-        m->prefill_ms = sqlite3_column_double(q, 0);
-        m->select_ms = sqlite3_column_double(q, 1);
-        m->decode_ms = sqlite3_column_double(q, 2);
-        m->generated = sqlite3_column_int64(q, 3);
-        m->rows = sqlite3_column_int(q, 4);
-        m->steps = sqlite3_column_int(q, 6);
-        failed = sqlite3_column_int(q, 5);
+        /* the policy time from the runner's totals: each row's select_ms repeats its policy's observation for
+         * every budget, so a sum over rows would count the shared observation twice */
+        m->prefill_ms = st.prefill_ms;
+        m->select_ms = st.select_ms;
+        m->decode_ms = st.decode_ms;
+        m->cpu_ms = st.sample_cpu_ms;
+        m->generated = sqlite3_column_int64(q, 0);
+        m->rows = sqlite3_column_int(q, 1);
+        m->steps = sqlite3_column_int(q, 3);
+        failed = sqlite3_column_int(q, 2);
     }
     sqlite3_finalize(q);
     if (failed && sqlite3_prepare_v2(db, "SELECT error FROM results WHERE error IS NOT NULL LIMIT 1", -1, &q, NULL) ==
@@ -99,21 +104,24 @@ static double median(double *v, int n) {
 /* Part 1: full, sweep, full, sweep, ... in this process; on a shared machine a run can be slowed by others at
  * any time, and alternating puts both sides under the same load. */
 static int per_sample(const char *full, const char *sweep, int rounds) {
-    double ratio[MAX_ROUNDS];
+    double ratio[MAX_ROUNDS], cpu_ratio[MAX_ROUNDS];
     Measure f, s;
     for (int k = 0; k < rounds; k++) {
         if (measure(full, "/tmp/kvbench_bench_full.db", &f) || measure(sweep, "/tmp/kvbench_bench_sweep.db", &s))
             return -1;
         ratio[k] = cost(&s) / cost(&f);
-        printf("  pair %d  full: prefill %6.0f ms, feed+decode %6.0f ms, %3d steps | sweep (%2d rows): prefill %6.0f "
-               "ms, policies %5.0f ms, feed+decode %6.0f ms, %3d batched steps, %4ld sequence-steps | %.2fx\n",
-               k + 1, f.prefill_ms, f.decode_ms, f.steps, s.rows, s.prefill_ms, s.select_ms, s.decode_ms, s.steps,
-               s.generated, ratio[k]);
+        cpu_ratio[k] = s.cpu_ms / f.cpu_ms;
+        printf("  pair %d  full: prefill %6.0f ms, feed+decode %6.0f ms, %3d steps, %5.2f CPU-s | sweep (%2d rows): "
+               "prefill %6.0f ms, policies %5.0f ms, feed+decode %6.0f ms, %3d batched steps, %4ld sequence-steps, "
+               "%5.2f CPU-s | %.2fx wall, %.2fx CPU\n",
+               k + 1, f.prefill_ms, f.decode_ms, f.steps, f.cpu_ms / 1e3, s.rows, s.prefill_ms, s.select_ms,
+               s.decode_ms, s.steps, s.generated, s.cpu_ms / 1e3, ratio[k], cpu_ratio[k]);
         fflush(stdout);
     }
     unlink("/tmp/kvbench_bench_full.db");
     unlink("/tmp/kvbench_bench_sweep.db");
-    printf("sweep_ratio_sample %.2f   (median of %d pairs; target <= 2x)\n", median(ratio, rounds), rounds);
+    printf("sweep_ratio_sample %.2f   (wall; CPU %.2fx; medians of %d pairs; target <= 2x)\n", median(ratio, rounds),
+           median(cpu_ratio, rounds), rounds);
     return 0;
 }
 

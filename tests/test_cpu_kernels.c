@@ -6,7 +6,9 @@
  *    (max |diff| / max |ref|) <= 1e-5 (f32 accumulation over K = 160 terms), with bias and accumulation;
  *  - rows are independent: row r of an M-row call equals the 1-row call on that row bit for bit (the batched
  *    decode equals B single decodes), for M = 1..6 and 17; the fused gate/up/SwiGLU equals the separate
- *    products and cpu_swiglu bit for bit; several jobs in one call equal one call each;
+ *    products and cpu_swiglu bit for bit; several jobs in one call equal one call each; the SIMD SwiGLU
+ *    equals cpu_swiglu bit for bit, special values included, the SIMD softmax cpu_softmax, and the decode
+ *    attention cpu_attend_row;
  *  - the SIMD levels agree with the portable path within 1e-5 (summation order only);
  *  - the opt-in fast path (int8 activations) within 2e-2 of the float64 product and 1e-5 of its portable form;
  *  - cpu_simd_choose rejects an unknown name with a message. */
@@ -178,6 +180,63 @@ static void check_level(TestCounts *tc, CpuSimd simd, const float *w4, const flo
     }
 }
 
+/* cpu_swiglu_simd against cpu_swiglu bit for bit: gates across exp's clamp (|g| > 87), around 0 (both
+ * signs), tiny and huge values, infinities, and a length that leaves a tail after the 16-lane blocks. */
+static void check_swiglu(TestCounts *tc, CpuSimd simd, const char *name) {
+    enum { LEN = 16 * 40 + 7 };
+    static float g[LEN], u[LEN], want[LEN];
+    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-45f, 86.9f, 87.0f, 87.5f, 88.0f, 88.5f, -86.9f,
+                             -87.0f, -88.0f, -88.5f, 1e30f, -1e30f, 3.4e38f, -3.4e38f, INFINITY, -INFINITY};
+    state = 5;
+    for (int i = 0; i < LEN; i++) {
+        int k = i % 64;
+        g[i] = k < 20 ? special[k] : (k < 40 ? 200 * uniform() - 100 : 8 * uniform() - 4);
+        u[i] = 4 * uniform() - 2;
+    }
+    memcpy(want, g, sizeof g);
+    cpu_swiglu(want, u, LEN);
+    cpu_swiglu_simd(simd, g, u, LEN);
+    int same = 1;
+    for (int i = 0; i < LEN; i++) same &= !memcmp(&g[i], &want[i], sizeof(float));
+    CHECK(tc, same, "%s: SwiGLU equals cpu_swiglu bit for bit over %d values", name, LEN);
+}
+
+/* cpu_attend_row_simd against cpu_attend_row bit for bit: key counts around the 4-key and 16-lane blocks,
+ * head dims of 1 to 8 vectors (80: a last partial group of the output registers), scores from small to
+ * large enough that most probabilities underflow. */
+static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
+    enum { MAXN = 300, MAXD = 128 };
+    static float q[MAXD], k[MAXN * MAXD], v[MAXN * MAXD], out[MAXD], want[MAXD], probs[MAXN], want_p[MAXN];
+    const int ns[] = {1, 2, 3, 4, 5, 7, 15, 16, 17, 33, 37, 300}, ds[] = {16, 64, 80, 128};
+    const float spread[] = {0.1f, 1.0f, 12.0f};
+    int same = 1, cases = 0;
+    state = 11;
+    for (int di = 0; di < 4; di++)
+        for (int ni = 0; ni < 12; ni++)
+            for (int si = 0; si < 3; si++) {
+                int n = ns[ni], d = ds[di];
+                for (int i = 0; i < d; i++) q[i] = spread[si] * (2 * uniform() - 1);
+                for (int i = 0; i < n * d; i++) k[i] = 2 * uniform() - 1, v[i] = 2 * uniform() - 1;
+                cpu_attend_row(want, want_p, q, k, v, n, d, 0.125f);
+                cpu_attend_row_simd(simd, out, probs, q, k, v, n, d, 0.125f);
+                same &= !memcmp(out, want, sizeof(float) * d) && !memcmp(probs, want_p, sizeof(float) * n);
+                cases++;
+            }
+    CHECK(tc, same, "%s: decode attention equals cpu_attend_row bit for bit (%d cases)", name, cases);
+    /* the softmax alone, over rows whose spread reaches exp's clamp (differences below -87) */
+    static float x[MAXN], y[MAXN];
+    same = 1;
+    for (int ni = 0; ni < 12; ni++)
+        for (int si = 0; si < 4; si++) {
+            int n = ns[ni];
+            for (int i = 0; i < n; i++) x[i] = y[i] = (si == 3 ? 300.0f : spread[si] * 10) * (2 * uniform() - 1);
+            cpu_softmax(x, n);
+            cpu_softmax_simd(simd, y, n);
+            same &= !memcmp(x, y, sizeof(float) * n);
+        }
+    CHECK(tc, same, "%s: softmax equals cpu_softmax bit for bit", name);
+}
+
 int main(void) {
     TestCounts tc = {"test_cpu_kernels", 0, 0};
     static float w4[N * K], w8[N * K], scalar_out[2 * MAXM * N];
@@ -195,6 +254,8 @@ int main(void) {
             continue;
         }
         check_level(&tc, simd, w4, w8, scalar_out);
+        check_swiglu(&tc, simd, levels[i]);
+        check_attention(&tc, simd, levels[i]);
         printf("test_cpu_kernels: %s checked\n", levels[i]);
     }
     return test_finish(&tc);

@@ -81,7 +81,16 @@ static void check_kernels(TestCounts *tc) {
         probs[past + T];
     for (int i = 0; i < T * d; i++) q[i] = 2 * UNIFORM() - 1;
     for (int i = 0; i < (past + T) * d; i++) k[i] = 2 * UNIFORM() - 1, v[i] = 2 * UNIFORM() - 1;
-    cpu_attend_block(blocked, d, q, d, k, v, T, past, d, 0.25f, scores);
+    cpu_attend_block(CPU_SIMD_SCALAR, blocked, d, q, d, k, v, T, past, d, 0.25f, scores);
+    {
+        CpuSimd best;
+        KvErr ignored;
+        float fast[T * d];
+        cpu_simd_choose(&best, NULL, &ignored);
+        cpu_attend_block(best, fast, d, q, d, k, v, T, past, d, 0.25f, scores);
+        CHECK(tc, !memcmp(fast, blocked, sizeof fast), "blocked attention at %s equals the portable one bit for bit",
+              cpu_simd_name(best));
+    }
     for (int t = 0; t < T; t++) cpu_attend_row(rowwise + t * d, probs, q + t * d, k, v, past + t + 1, d, 0.25f);
     CHECK(tc, rel_err(blocked, rowwise, T * d) <= 1e-5, "blocked vs per-row attention %.3g",
           rel_err(blocked, rowwise, T * d));

@@ -1,6 +1,7 @@
 /* test_observation.c — observation_prepare (engine/observation.c): window attention and projected value
  * norms on hand-derived cases, against a naive double-precision loop at a size that spans several value-norm
- * blocks, and its errors. (The golden reference vectors are checked in test_policy_golden.c.) */
+ * blocks (the same bits on 1 and 3 threads), and its errors. (The golden reference vectors are checked in test_policy_golden.c.) */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,7 +65,17 @@ static void test_against_naive(TestCounts *tc) {
     Observation o = {.L = L, .w = w, .H = H, .K = K, .d = d, .D = D, .q_win = q, .keys = keys, .values = values,
                      .w_o = w_o};
     KvErr err;
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(3); /* value-norm tasks on several threads, whatever this machine has */
     CHECK(tc, observation_prepare(&o, 1, &err) == 0, "%s", err.msg);
+    omp_set_num_threads(1);
+    Observation serial = {.L = L, .w = w, .H = H, .K = K, .d = d, .D = D, .q_win = q, .keys = keys,
+                          .values = values, .w_o = w_o};
+    CHECK(tc, observation_prepare(&serial, 1, &err) == 0, "%s", err.msg);
+    omp_set_num_threads(threads);
+    CHECK(tc, !memcmp(serial.value_norm, o.value_norm, sizeof(float) * K * L),
+          "value norms on 3 threads equal one thread's bit for bit");
+    observation_release(&serial);
     double worst_attn = 0, worst_nu = 0;
     for (int h = 0; h < H; h++)
         for (int i = 0; i < w; i++) {
