@@ -96,7 +96,7 @@ int model_load(Model **out, const char *spec, KvErr *err);
  * model_stream_weights — so a 32B model never needs its 131 GB of f32 on the host. */
 int model_load_config(Model **out, const char *spec, KvErr *err);
 /* Hands every weight to visit once, in load order: from the host arena when the model has one, otherwise
- * read again from the model's source one tensor at a time (host memory: the largest tensor in f32). */
+ * read again from the model's source one tensor at a time (host memory: one tensor in f32 at a time). */
 int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr *err);
 void model_free(Model *m);
 
