@@ -1,6 +1,7 @@
-/* cpu_internal.h — the numeric kernels of the CPU backend (engine/cpu_kernels.c), shared by its forward pass
- * (engine/cpu.c) and tested one by one. f32 throughout; the large products go to OpenBLAS, the rest are plain
- * loops written so the compiler vectorises them (`omp simd`).
+/* cpu_internal.h — the numeric kernels of the CPU backend (engine/cpu_kernels.c, engine/cpu_q4.c), shared by
+ * its forward pass (engine/cpu.c) and tested one by one. f32 arithmetic throughout; the large products go to
+ * OpenBLAS (on tiles of f32 weights rebuilt from their codes where the backend holds only codes), the rest
+ * are plain loops written so the compiler vectorises them (`omp simd`).
  * Shape legend: T query rows, n keys, d head dim, D hidden. */
 #ifndef KVBENCH_CPU_INTERNAL_H
 #define KVBENCH_CPU_INTERNAL_H
@@ -18,8 +19,9 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
 /* A weight matrix [N][K] re-encoded without loss as blocks of 32 codes: w = (q * scale) + offset in f32,
  * exactly the f32 value the loader produced. Weights dequantised from GGUF's Q4_0, Q4_1 and Q8_0 blocks are
  * such codes (f16 scale and offset, small integer q); recovering them lets a decode step stream 1.25 bytes
- * per weight instead of 4, and decode is bound by weight bytes. Matrices that are not such codes (f32 or
- * bf16 checkpoints) stay f32 only. */
+ * per weight instead of 4, and decode is bound by weight bytes. The backend then keeps only the codes (its
+ * prefill rebuilds f32 tiles from them, cpu_matmul_codes); matrices that are not such codes (f32 or bf16
+ * checkpoints) stay f32 only. */
 typedef struct {
     int8_t *q;      /* [N][K] */
     float *scale;   /* [N][K/32] */
