@@ -215,6 +215,22 @@ typedef struct {
     const Model *m;
 } WeightIntake;
 
+/* The shape m's configuration gives weight `role` of `layer`; 0 when the model has no such weight. */
+static int expected_shape(const ModelConfig *c, WeightRole role, int layer, uint64_t *rows, uint64_t *cols) {
+    uint64_t D = (uint64_t)c->d_model, F = (uint64_t)c->d_ff, hd = (uint64_t)c->n_heads * c->head_dim,
+             kd = (uint64_t)c->n_kv_heads * c->head_dim;
+    int global = role == WEIGHT_TOK_EMBD || role == WEIGHT_OUT_NORM || role == WEIGHT_LM_HEAD;
+    int bias = role == WEIGHT_Q_BIAS || role == WEIGHT_K_BIAS || role == WEIGHT_V_BIAS;
+    if (global ? layer != -1 : layer < 0 || layer >= c->n_layers) return 0;
+    if ((bias && !c->qkv_bias) || (role == WEIGHT_LM_HEAD && c->tied_embeddings)) return 0;
+    *rows = role == WEIGHT_TOK_EMBD || role == WEIGHT_LM_HEAD ? (uint64_t)c->vocab_size
+            : role == WEIGHT_Q ? hd : role == WEIGHT_K || role == WEIGHT_V ? kd
+            : role == WEIGHT_GATE || role == WEIGHT_UP ? F : role == WEIGHT_O || role == WEIGHT_DOWN ? D : 1;
+    *cols = role == WEIGHT_O || role == WEIGHT_Q_BIAS ? hd : role == WEIGHT_K_BIAS || role == WEIGHT_V_BIAS ? kd
+            : role == WEIGHT_DOWN ? F : D;
+    return 1;
+}
+
 /* model_stream_weights' visitor: each weight into its place (keep_matrix for the matrices, a copy for the
  * norms and biases). */
 static int take_weight(void *user, WeightRole role, int layer, const float *data, uint64_t rows, uint64_t cols,
@@ -223,6 +239,10 @@ static int take_weight(void *user, WeightRole role, int layer, const float *data
     CpuImpl *impl = in->impl;
     const ModelConfig *c = &in->m->cfg;
     int borrow = in->m->has_host_weights;
+    uint64_t want_rows, want_cols;
+    if (!expected_shape(c, role, layer, &want_rows, &want_cols) || rows != want_rows || cols != want_cols)
+        return kv_fail(err, "%s: the model changed since it was opened (weight %d of layer %d is %llu x %llu)",
+                       in->m->source, (int)role, layer, (unsigned long long)rows, (unsigned long long)cols);
     impl->received++;
     if (layer < 0) {
         if (role == WEIGHT_OUT_NORM) {

@@ -416,6 +416,30 @@ static void check_streamed(TestCounts *tc, const char *spec, const Model *arena,
     model_free(m);
 }
 
+/* The weights are read again from the source at backend_open: a file replaced in between by another model
+ * (the tiny Llama GGUF by the tiny Qwen2, which has biases and tied embeddings) is refused with a message
+ * naming it, before any weight lands in the wrong place. */
+static void check_changed_source(TestCounts *tc) {
+    char path[] = "/tmp/kvbench_forward_XXXXXX.gguf", cmd[600];
+    int fd = mkstemps(path, 5);
+    CHECK(tc, fd >= 0, "mkstemps");
+    if (fd < 0) return;
+    close(fd);
+    snprintf(cmd, sizeof cmd, "cp tests/data/gguf/tiny_llama.gguf %s", path);
+    CHECK(tc, system(cmd) == 0, "%s", cmd);
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    CHECK(tc, backend_load_model(&m, "cpu", path, &err) == 0, "%s", err.msg);
+    snprintf(cmd, sizeof cmd, "cp tests/data/gguf/tiny_qwen2.gguf %s", path);
+    CHECK(tc, system(cmd) == 0, "%s", cmd);
+    int rc = m ? backend_open(&be, "cpu", m, &err) : -1;
+    CHECK(tc, rc == -1 && !be && strstr(err.msg, "changed since it was opened") && strstr(err.msg, path),
+          "backend_open on a replaced file: rc %d: %s", rc, err.msg);
+    model_free(m);
+    remove(path);
+}
+
 /* The opt-in fast decode (KVBENCH_DECODE=fast) on the reference cases: its greedy tokens against the
  * reference's, reported (an approximate path: agreement is a measurement, not a requirement). Checked: it
  * runs, and its prompt logits (prefill is exact on both paths) are the exact path's. */
@@ -517,6 +541,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
 int main(void) {
     TestCounts tc = {"test_forward", 0, 0};
     check_kernels(&tc);
+    check_changed_source(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 1);
     report_fast(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama");
