@@ -12,13 +12,12 @@ int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
 typedef struct {
     const char *name;
     int (*open)(Backend **out, const Model *m, KvErr *err);
-    int host_weights;  /* computes from the model's f32 host arena (else keeps its own copy of the weights) */
 } BackendEntry;
 
 static const BackendEntry BACKENDS[] = {
-    {"cpu", cpu_backend_open, 1},
+    {"cpu", cpu_backend_open},
 #ifdef KVBENCH_CUDA
-    {"cuda", cuda_backend_open, 0},
+    {"cuda", cuda_backend_open},
 #endif
 };
 
@@ -40,9 +39,8 @@ int backend_open(Backend **out, const char *name, const Model *m, KvErr *err) {
 
 int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err) {
     *m = NULL;
-    const BackendEntry *e = find(name, err);
-    if (!e) return -1;
-    return e->host_weights ? model_load(m, spec, err) : model_load_config(m, spec, err);
+    /* every backend keeps its own form of the weights, streamed in at open */
+    return find(name, err) ? model_load_config(m, spec, err) : -1;
 }
 
 void backend_close(Backend *b) {

@@ -53,9 +53,12 @@ struct Backend {
 /* name: "cpu" or "cuda" (the latter only in a CUDA build, with a usable GPU: otherwise an error that says
  * what was needed and what was found). */
 int backend_open(Backend **out, const char *name, const Model *m, KvErr *err);
-/* Loads the model at spec the way backend `name` wants it: the f32 weights in host memory for cpu; for cuda
- * only the configuration and tokenizer (model_load_config), its backend_open streaming the weights from the
- * file to the GPU in bf16. An unknown backend fails here, before any loading. */
+/* Loads the model at spec the way backend `name` wants it: only the configuration and tokenizer
+ * (model_load_config), its backend_open streaming the weights from the file into its own form: the CPU
+ * backend keeps the packed codes of every matrix that packs exactly (f32 for the rest), the CUDA backend bf16
+ * on the GPU. No f32 copy of the model stays in host memory. An unknown backend fails here, before any
+ * loading. (backend_open also takes a Model loaded with model_load; the CPU backend then reads its f32 arena
+ * too.) */
 int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err);
 void backend_close(Backend *b);
 /* Names compiled into this binary, comma-separated. */

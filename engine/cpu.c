@@ -12,7 +12,12 @@
  * block codes they read a lossless packed copy: 4-bit codes (a Q4_1 / Q4_0 GGUF, 0.625 bytes per weight,
  * cpu_q4.c, with AVX2 / AVX-512 kernels chosen at open, KVBENCH_SIMD to force one), else int8 codes (a Q8_0
  * GGUF, 1.25 bytes per weight, CpuPacked). A 4-bit product converts each weight once for all rows of a
- * step, so B sequences decoding together cost little more than one. Prefill GEMMs keep the f32 weights.
+ * step, so B sequences decoding together cost little more than one.
+ * Weights: the backend streams them in at open (model_stream_weights) and keeps ONE form of each matrix:
+ * its codes where it packs exactly, else f32. Prefill GEMMs on a matrix held as codes rebuild each thread's
+ * slice of it into a small f32 tile and make the same BLAS call (cpu_matmul_codes), so no f32 copy of the
+ * model is held and the logits are those of the f32 weights bit for bit. Only a Model loaded with its f32
+ * arena (model_load) is read from that arena too (nothing more to hold), the way it was before.
  * Parallel regions per decode layer: q/k/v together, attention, o, gate/up/SwiGLU together, down.
  * Shape legend: B sequences, T new tokens, M rows (B * chunk), N layers, D hidden, H heads, K kv-heads,
  * G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
@@ -66,6 +71,11 @@ typedef struct {
     float *probs;        /* [threads][n] per-row attention */
     float *q_win;        /* [H][w][d] observation queries */
     float *q4_tiles;     /* [threads][CPU_Q4_TILE_FLOATS(widest K)], 64-byte aligned */
+    float *code_tiles;   /* [threads][code_tile_floats] f32 weights rebuilt for a prefill GEMM */
+    size_t code_tile_cap;
+    size_t code_tile_floats;
+    float *wo;           /* [D][H*d] a layer's W_O rebuilt for an observation */
+    size_t wo_floats;
     int q4_tile_threads; /* threads q4_tiles has room for */
     int q4_tile_width;   /* K q4_tiles has room for */
     float *xn_parts;     /* [threads][M][D] each thread's normed rows in a decode step */
@@ -79,10 +89,17 @@ typedef struct {
     CpuScratch s;
     CpuSimd simd;        /* instruction set of the 4-bit kernels */
     int fast;            /* KVBENCH_DECODE=fast: single-sequence steps on int8-quantised activations */
-    /* [N*W_PER_LAYER + 1] (lm_head last): the 4-bit copy of a matrix, or NULL; else the int8 copy, or q NULL
-     * where a matrix stays f32 only */
+    /* Matrices by index: layer l's at l*W_PER_LAYER + W_Q.., then lm_head, then tok_embd (the lm_head's index
+     * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else f32 only. */
     CpuQ4Block **q4;
     CpuPacked *packed;
+    float **f32_copies;  /* the f32 copies this backend made ([n_matrices]; NULL where none) */
+    /* Norms and biases (own copies, in `vectors`); the f32 weights of each matrix where there are some (a
+     * matrix that packs has none unless the Model holds its f32 arena), else NULL. */
+    LayerWeights *layers;
+    const float *tok_embd, *lm_head, *out_norm;
+    float *vectors;
+    int received;        /* weights streamed in at open */
 } CpuImpl;
 
 /* ------------------------------------------------------------------------------------------------ scratch */
@@ -134,6 +151,8 @@ static int scratch_q4_tiles(CpuScratch *s, const ModelConfig *c, KvErr *err) {
 }
 
 static void scratch_free(CpuScratch *s) {
+    free(s->code_tiles);
+    free(s->wo);
     free(s->rows_arena);
     free(s->scores);
     free(s->probs);
@@ -153,32 +172,22 @@ static void matrix_shape(const ModelConfig *c, int which, int *N, int *K) {
     *K = cols[which];
 }
 
-static const float *layer_matrix(const LayerWeights *w, int which) {
-    const float *all[W_PER_LAYER] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
-    return all[which];
-}
+static int n_matrices(const ModelConfig *c) { return c->n_layers * W_PER_LAYER + 2; }
+static int lm_head_index(const ModelConfig *c) { return c->n_layers * W_PER_LAYER; }
+static int tok_embd_index(const ModelConfig *c) { return c->n_layers * W_PER_LAYER + !c->tied_embeddings; }
 
-/* Packs every matrix that is exactly 4-bit block codes (CpuQ4Block) or else int8 block codes (CpuPacked);
- * the others keep only their f32 weights. */
-static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
-    const ModelConfig *c = &m->cfg;
-    int n = c->n_layers * W_PER_LAYER + 1;
-    impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
-    impl->q4 = impl->packed ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
-    if (!impl->q4) return -1;
-    for (int i = 0; i < n; i++) {
-        int N = c->vocab_size, K = c->d_model;
-        const float *w = m->lm_head;
-        if (i < n - 1) {
-            matrix_shape(c, i % W_PER_LAYER, &N, &K);
-            w = layer_matrix(&m->layers[i / W_PER_LAYER], i % W_PER_LAYER);
-        }
-        if (K % CPU_PACK_BLOCK) continue;
+/* Keeps one form of matrix `index` from w[N][K]: 4-bit codes when every block is exactly such a block,
+ * else int8 codes, else f32. The f32 weights are kept as well only when they live in the Model's arena
+ * (borrowed, nothing to copy); the returned pointer is the f32 weights kept, or NULL. */
+static int keep_matrix(CpuImpl *impl, int index, const float *w, int N, int K, int borrow, const float **f32,
+                       KvErr *err) {
+    *f32 = borrow ? w : NULL;
+    if (K % CPU_PACK_BLOCK == 0) {
         CpuQ4Block *q4 = kv_malloc((size_t)N * (K / CPU_PACK_BLOCK) * sizeof *q4, err);
         if (!q4) return kv_wrap(err, "cpu backend: 4-bit copy of a %d x %d matrix", N, K);
         if (cpu_pack_q4(q4, w, N, K)) {
-            impl->q4[i] = q4;
-            continue;
+            impl->q4[index] = q4;
+            return 0;
         }
         free(q4);
         size_t codes = (size_t)N * K, blocks = codes / CPU_PACK_BLOCK;
@@ -187,15 +196,137 @@ static int pack_weights(CpuImpl *impl, const Model *m, KvErr *err) {
         p.scale = (float *)(p.q + codes);
         p.offset = p.scale + blocks;
         if (cpu_pack_exact(&p, w, N, K)) {
-            impl->packed[i] = p;
-        } else {
-            free(p.q);
+            impl->packed[index] = p;
+            return 0;
         }
+        free(p.q);
     }
+    if (borrow) return 0;
+    float *copy = kv_malloc((size_t)N * K * sizeof *copy, err);
+    if (!copy) return kv_wrap(err, "cpu backend: f32 copy of a %d x %d matrix", N, K);
+    memcpy(copy, w, (size_t)N * K * sizeof *copy);
+    impl->f32_copies[index] = copy;
+    *f32 = copy;
     return 0;
 }
 
-/* y = x W^T (+ bias) (+ y) for M rows, from a packed copy when there is one and M is small (decode). */
+typedef struct {
+    CpuImpl *impl;
+    const Model *m;
+} WeightIntake;
+
+/* The shape m's configuration gives weight `role` of `layer`; 0 when the model has no such weight. */
+static int expected_shape(const ModelConfig *c, WeightRole role, int layer, uint64_t *rows, uint64_t *cols) {
+    uint64_t D = (uint64_t)c->d_model, F = (uint64_t)c->d_ff, hd = (uint64_t)c->n_heads * c->head_dim,
+             kd = (uint64_t)c->n_kv_heads * c->head_dim;
+    int global = role == WEIGHT_TOK_EMBD || role == WEIGHT_OUT_NORM || role == WEIGHT_LM_HEAD;
+    int bias = role == WEIGHT_Q_BIAS || role == WEIGHT_K_BIAS || role == WEIGHT_V_BIAS;
+    if (global ? layer != -1 : layer < 0 || layer >= c->n_layers) return 0;
+    if ((bias && !c->qkv_bias) || (role == WEIGHT_LM_HEAD && c->tied_embeddings)) return 0;
+    *rows = role == WEIGHT_TOK_EMBD || role == WEIGHT_LM_HEAD ? (uint64_t)c->vocab_size
+            : role == WEIGHT_Q ? hd : role == WEIGHT_K || role == WEIGHT_V ? kd
+            : role == WEIGHT_GATE || role == WEIGHT_UP ? F : role == WEIGHT_O || role == WEIGHT_DOWN ? D : 1;
+    *cols = role == WEIGHT_O || role == WEIGHT_Q_BIAS ? hd : role == WEIGHT_K_BIAS || role == WEIGHT_V_BIAS ? kd
+            : role == WEIGHT_DOWN ? F : D;
+    return 1;
+}
+
+/* model_stream_weights' visitor: each weight into its place (keep_matrix for the matrices, a copy for the
+ * norms and biases). */
+static int take_weight(void *user, WeightRole role, int layer, const float *data, uint64_t rows, uint64_t cols,
+                       KvErr *err) {
+    WeightIntake *in = user;
+    CpuImpl *impl = in->impl;
+    const ModelConfig *c = &in->m->cfg;
+    int borrow = in->m->has_host_weights;
+    uint64_t want_rows, want_cols;
+    if (!expected_shape(c, role, layer, &want_rows, &want_cols) || rows != want_rows || cols != want_cols)
+        return kv_fail(err, "%s: the model changed since it was opened (weight %d of layer %d is %llu x %llu)",
+                       in->m->source, (int)role, layer, (unsigned long long)rows, (unsigned long long)cols);
+    impl->received++;
+    if (layer < 0) {
+        if (role == WEIGHT_OUT_NORM) {
+            memcpy((float *)impl->out_norm, data, cols * sizeof(float));
+            return 0;
+        }
+        int index = role == WEIGHT_TOK_EMBD ? tok_embd_index(c) : lm_head_index(c);
+        const float *f32;
+        if (keep_matrix(impl, index, data, (int)rows, (int)cols, borrow, &f32, err)) return -1;
+        if (role == WEIGHT_TOK_EMBD) impl->tok_embd = f32;
+        if (role == WEIGHT_LM_HEAD || c->tied_embeddings) impl->lm_head = f32;
+        return 0;
+    }
+    LayerWeights *w = &impl->layers[layer];
+    float *vector = role == WEIGHT_ATTN_NORM ? w->attn_norm : role == WEIGHT_FFN_NORM ? w->ffn_norm
+                    : role == WEIGHT_Q_BIAS ? w->bq : role == WEIGHT_K_BIAS ? w->bk : role == WEIGHT_V_BIAS ? w->bv
+                    : NULL;
+    if (vector) {
+        memcpy(vector, data, cols * sizeof(float));
+        return 0;
+    }
+    int which = role == WEIGHT_Q ? W_Q : role == WEIGHT_K ? W_K : role == WEIGHT_V ? W_V : role == WEIGHT_O ? W_O
+                : role == WEIGHT_GATE ? W_GATE : role == WEIGHT_UP ? W_UP : W_DOWN;
+    float **slot[W_PER_LAYER] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+    const float *f32;
+    if (keep_matrix(impl, layer * W_PER_LAYER + which, data, (int)rows, (int)cols, borrow, &f32, err)) return -1;
+    *slot[which] = (float *)f32;
+    return 0;
+}
+
+/* Streams every weight of m into the backend's own forms (from the Model's arena when it has one, else read
+ * again from its source one tensor at a time). */
+static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
+    const ModelConfig *c = &m->cfg;
+    int n = n_matrices(c), D = c->d_model, hd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
+    size_t per_layer = 2 * (size_t)D + (c->qkv_bias ? (size_t)hd + 2 * (size_t)kd : 0);
+    impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
+    impl->q4 = impl->packed ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
+    impl->f32_copies = impl->q4 ? kv_calloc((size_t)n, sizeof *impl->f32_copies, err) : NULL;
+    impl->layers = impl->f32_copies ? kv_calloc((size_t)c->n_layers, sizeof *impl->layers, err) : NULL;
+    impl->vectors = impl->layers ? kv_malloc(((size_t)c->n_layers * per_layer + D) * sizeof(float), err) : NULL;
+    if (!impl->vectors) return kv_wrap(err, "cpu backend: weights of %s", m->source);
+    float *v = impl->vectors;
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *w = &impl->layers[l];
+        w->attn_norm = v, v += D;
+        w->ffn_norm = v, v += D;
+        if (c->qkv_bias) w->bq = v, v += hd, w->bk = v, v += kd, w->bv = v, v += kd;
+    }
+    impl->out_norm = v;
+    WeightIntake in = {impl, m};
+    if (model_stream_weights(m, take_weight, &in, err)) return kv_wrap(err, "cpu backend");
+    int want = 2 + !c->tied_embeddings + c->n_layers * (9 + 3 * (c->qkv_bias != 0));
+    if (impl->received != want)
+        return kv_fail(err, "cpu backend: %s handed over %d weights, the model has %d", m->source, impl->received, want);
+    return 0;
+}
+
+/* The f32 weights kept of matrix `index`, or NULL when it is held only as codes. */
+static const float *matrix_f32(const CpuImpl *impl, const ModelConfig *c, int index) {
+    if (index >= lm_head_index(c)) return index == lm_head_index(c) ? impl->lm_head : impl->tok_embd;
+    const LayerWeights *w = &impl->layers[index / W_PER_LAYER];
+    const float *all[W_PER_LAYER] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+    return all[index % W_PER_LAYER];
+}
+
+/* Room in s->code_tiles for a forward of B sequences and M rows per chunk: the products on matrices held
+ * only as codes past the packed kernels' rows (lm_head's only for more than that many sequences). */
+static int scratch_code_tiles(CpuImpl *impl, const ModelConfig *c, int B, int M, KvErr *err) {
+    int threads = omp_get_max_threads();
+    size_t floats = 0;
+    for (int i = 0; i <= lm_head_index(c); i++) {
+        int N = c->vocab_size, K = c->d_model;
+        if (i < lm_head_index(c)) matrix_shape(c, i % W_PER_LAYER, &N, &K);
+        if ((i < lm_head_index(c) ? M : B) <= CPU_Q4_MAX_ROWS || matrix_f32(impl, c, i)) continue;
+        size_t need = cpu_code_tile_floats(N, K, threads);
+        floats = need > floats ? need : floats;
+    }
+    impl->s.code_tile_floats = floats;
+    return scratch_floats(&impl->s.code_tiles, &impl->s.code_tile_cap, floats * threads, "weight tiles", err);
+}
+
+/* y = x W^T (+ bias) (+ y) for M rows: from a packed copy when there is one and M is small (decode); else
+ * OpenBLAS's GEMM on the f32 weights w, or on tiles rebuilt from the codes when w is NULL. */
 static void matmul(const CpuImpl *impl, int index, float *y, const float *x, const float *w, const float *bias,
                    int M, int N, int K, int accumulate) {
     if (M <= CPU_Q4_MAX_ROWS && impl->q4[index]) {
@@ -203,8 +334,26 @@ static void matmul(const CpuImpl *impl, int index, float *y, const float *x, con
         cpu_matmul_q4(impl->simd, &job, 1, x, M, K, accumulate, impl->s.q4_tiles);
     } else if (M <= CPU_Q4_MAX_ROWS && impl->packed[index].q)
         cpu_matmul_q8(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, impl->s.q4_tiles);
-    else
+    else if (w)
         cpu_matmul(y, x, w, bias, M, N, K, accumulate);
+    else
+        cpu_matmul_codes(impl->simd, y, x, impl->q4[index], impl->packed[index].q ? &impl->packed[index] : NULL, bias,
+                         M, N, K, accumulate, impl->s.code_tiles, impl->s.code_tile_floats);
+}
+
+/* Whether every layer's W_O is kept in f32 (else an observation rebuilds it into s->wo). */
+static int all_wo_f32(const CpuImpl *impl, const ModelConfig *c) {
+    for (int l = 0; l < c->n_layers; l++)
+        if (!impl->layers[l].wo) return 0;
+    return 1;
+}
+
+/* Token `token`'s embedding row into x[D]. */
+static void embed_row(const CpuImpl *impl, const ModelConfig *c, float *x, int token) {
+    int D = c->d_model, i = tok_embd_index(c);
+    if (impl->tok_embd) memcpy(x, impl->tok_embd + (size_t)token * D, (size_t)D * sizeof(float));
+    else if (impl->q4[i]) cpu_unpack_q4_rows(impl->simd, x, impl->q4[i], token, token + 1, D);
+    else cpu_unpack_q8_rows(impl->simd, x, &impl->packed[i], token, token + 1, D);
 }
 
 /* ------------------------------------------------------------------------------------------------ checks */
@@ -306,9 +455,11 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
             }
 }
 
-/* Hands the layer's observation to the hook: the last w queries of the chunk and the full cache heads. */
-static int layer_observe(CpuScratch *s, const Model *m, const KvCache *kc, int tc, int layer,
+/* Hands the layer's observation to the hook: the last w queries of the chunk, the full cache heads and W_O
+ * (rebuilt from its codes into s->wo when the backend holds no f32 copy of it). */
+static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int tc, int layer,
                          const ObserveHook *observe, KvErr *err) {
+    CpuScratch *s = &impl->s;
     const ModelConfig *c = &m->cfg;
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, w = observe->window;
     size_t hd = (size_t)H * d;
@@ -323,7 +474,13 @@ static int layer_observe(CpuScratch *s, const Model *m, const KvCache *kc, int t
     }
     Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = kc->len[layer * K], .w = w, .H = H, .K = K,
                        .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
-                       .w_o = m->layers[layer].wo};
+                       .w_o = impl->layers[layer].wo};
+    if (!obs.w_o) {
+        int wi = layer * W_PER_LAYER + W_O;
+        if (impl->q4[wi]) cpu_unpack_q4_rows(impl->simd, s->wo, impl->q4[wi], 0, c->d_model, (int)hd);
+        else cpu_unpack_q8_rows(impl->simd, s->wo, &impl->packed[wi], 0, c->d_model, (int)hd);
+        obs.w_o = s->wo;
+    }
     if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
     return 0;
 }
@@ -340,7 +497,7 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
     for (int b = 0; b < B; b++)
         for (int t = 0; t < tc; t++) {
             size_t row = (size_t)b * tc + t;
-            memcpy(s->x + row * D, m->tok_embd + (size_t)tokens[b * T + t0 + t] * D, (size_t)D * sizeof(float));
+            embed_row(impl, c, s->x + row * D, tokens[b * T + t0 + t]);
             /* angles in double: positions reach 10^5 and an f32 product would lose the low bits */
             double p = (double)caches[b]->n_pos + t0 + t;
             for (int i = 0; i < half; i++) {
@@ -349,7 +506,7 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             }
         }
     for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *w = &m->layers[l];
+        const LayerWeights *w = &impl->layers[l];
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
         int pi = l * W_PER_LAYER;
@@ -369,7 +526,7 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
         }
         layer_attention(s, impl->simd, c, caches, B, tc, l, t0, trace);
-        if (observe && t0 + tc == T && layer_observe(s, m, caches[0], tc, l, observe, err)) return -1;
+        if (observe && t0 + tc == T && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
         matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
@@ -472,7 +629,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
         float *xn = s->xn_parts + (size_t)p * M * D;
         float *probs = s->probs + prob_stride * (size_t)p;
         for (int r = p; r < M; r += P) {
-            memcpy(s->x + (size_t)r * D, m->tok_embd + (size_t)tokens[r] * D, (size_t)D * sizeof(float));
+            embed_row(impl, c, s->x + (size_t)r * D, tokens[r]);
             double pos = (double)caches[r]->n_pos;
             for (int i = 0; i < half; i++) {
                 s->cos_t[r * half + i] = (float)cos(pos * m->rope_inv_freq[i]);
@@ -481,7 +638,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
         }
         step_barrier(&barrier, P);
         for (int l = 0; l < c->n_layers; l++) {
-            const LayerWeights *w = &m->layers[l];
+            const LayerWeights *w = &impl->layers[l];
             int pi = l * W_PER_LAYER;
             CpuQ4Block *const *q4 = impl->q4 + pi;
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
@@ -534,7 +691,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             step_barrier(&barrier, P);
         }
         if (logits) {
-            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, m->out_norm, D, c->rms_eps);
+            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->out_norm, D, c->rms_eps);
             matmul_part(impl, c->n_layers * W_PER_LAYER, logits, xn, NULL, M, c->vocab_size, D, 0, tile, p, P);
         }
     }
@@ -561,7 +718,10 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
                        "attention scores", err) ||
         (observe && scratch_floats(&s->q_win, &s->qwin_floats, (size_t)c->n_heads * observe->window * c->head_dim,
                                    "observation queries", err)) ||
-        scratch_q4_tiles(s, c, err))
+        (observe && !all_wo_f32(impl, c) &&
+         scratch_floats(&s->wo, &s->wo_floats, (size_t)c->d_model * c->n_heads * c->head_dim,
+                        "the observation's output projection", err)) ||
+        scratch_q4_tiles(s, c, err) || scratch_code_tiles(impl, c, B, rows, err))
         return -1;
     if (T == 1 && !observe && !trace && all_packed(impl, c, B)) {
         if (scratch_floats(&s->xn_parts, &s->xn_part_floats, (size_t)omp_get_max_threads() * B * c->d_model,
@@ -579,8 +739,8 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         if (t0 == T && logits) {
             int D = c->d_model;
             for (int b = 0; b < B; b++)
-                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, m->out_norm, D, c->rms_eps);
-            matmul(impl, c->n_layers * W_PER_LAYER, logits, s->xn, m->lm_head, NULL, B, c->vocab_size, D, 0);
+                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, impl->out_norm, D, c->rms_eps);
+            matmul(impl, lm_head_index(c), logits, s->xn, impl->lm_head, NULL, B, c->vocab_size, D, 0);
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += T;
@@ -610,10 +770,14 @@ static void cpu_destroy(Backend *be) {
     CpuImpl *impl = be->impl;
     if (impl) {
         scratch_free(&impl->s);
-        for (int i = 0; impl->packed && i < be->model->cfg.n_layers * W_PER_LAYER + 1; i++) free(impl->packed[i].q);
-        for (int i = 0; impl->q4 && i < be->model->cfg.n_layers * W_PER_LAYER + 1; i++) free(impl->q4[i]);
+        for (int i = 0; impl->packed && i < n_matrices(&be->model->cfg); i++) free(impl->packed[i].q);
+        for (int i = 0; impl->q4 && i < n_matrices(&be->model->cfg); i++) free(impl->q4[i]);
+        for (int i = 0; impl->f32_copies && i < n_matrices(&be->model->cfg); i++) free(impl->f32_copies[i]);
         free(impl->packed);
         free(impl->q4);
+        free(impl->f32_copies);
+        free(impl->layers);
+        free(impl->vectors);
     }
     free(impl);
     free(be);
@@ -622,9 +786,6 @@ static void cpu_destroy(Backend *be) {
 int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     *out = NULL;
     const ModelConfig *c = &m->cfg;
-    if (!m->has_host_weights)
-        return kv_fail(err, "cpu backend: %s was opened without its weights in host memory (model_load_config); the "
-                            "cpu backend computes from them: load it with model_load", m->source);
     if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim % 2)
         return kv_fail(err, "cpu backend: %s: unsupported head layout (%d heads, %d kv-heads, head dim %d)", m->source,
                        c->n_heads, c->n_kv_heads, c->head_dim);
@@ -651,7 +812,7 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     if (impl->fast)
         fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast): activations quantised to int8 per 32 "
                         "weights, integer dot products; answers may differ from the exact path\n");
-    if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) || pack_weights(impl, m, err)) {
+    if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) || take_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;
     }

@@ -1,6 +1,7 @@
-/* cpu_internal.h — the numeric kernels of the CPU backend (engine/cpu_kernels.c), shared by its forward pass
- * (engine/cpu.c) and tested one by one. f32 throughout; the large products go to OpenBLAS, the rest are plain
- * loops written so the compiler vectorises them (`omp simd`).
+/* cpu_internal.h — the numeric kernels of the CPU backend (engine/cpu_kernels.c, engine/cpu_q4.c), shared by
+ * its forward pass (engine/cpu.c) and tested one by one. f32 arithmetic throughout; the large products go to
+ * OpenBLAS (on tiles of f32 weights rebuilt from their codes where the backend holds only codes), the rest
+ * are plain loops written so the compiler vectorises them (`omp simd`).
  * Shape legend: T query rows, n keys, d head dim, D hidden. */
 #ifndef KVBENCH_CPU_INTERNAL_H
 #define KVBENCH_CPU_INTERNAL_H
@@ -18,8 +19,9 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
 /* A weight matrix [N][K] re-encoded without loss as blocks of 32 codes: w = (q * scale) + offset in f32,
  * exactly the f32 value the loader produced. Weights dequantised from GGUF's Q4_0, Q4_1 and Q8_0 blocks are
  * such codes (f16 scale and offset, small integer q); recovering them lets a decode step stream 1.25 bytes
- * per weight instead of 4, and decode is bound by weight bytes. Matrices that are not such codes (f32 or
- * bf16 checkpoints) stay f32 only. */
+ * per weight instead of 4, and decode is bound by weight bytes. The backend then keeps only the codes (its
+ * prefill rebuilds f32 tiles from them, cpu_matmul_codes); matrices that are not such codes (f32 or bf16
+ * checkpoints) stay f32 only. */
 typedef struct {
     int8_t *q;      /* [N][K] */
     float *scale;   /* [N][K/32] */
@@ -59,6 +61,24 @@ int cpu_pack_q4(CpuQ4Block *blocks, const float *w, int N, int K);
 
 /* The f32 weight row n of a packed matrix (the scalar reference the tests compare with). */
 void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K);
+
+/* Rows [n0, n1) of a packed matrix [N][K] rebuilt to the loader's f32 weights, into w[n1 - n0][K]; bit for bit
+ * the same values at every SIMD level. */
+void cpu_unpack_q4_rows(CpuSimd simd, float *w, const CpuQ4Block *blocks, int n0, int n1, int K);
+void cpu_unpack_q8_rows(CpuSimd simd, float *w, const CpuPacked *p, int n0, int n1, int K);
+
+/* cpu_matmul for a matrix held only as codes (q4, else q8): the prefill's product when the backend keeps no
+ * f32 copy of the weights. Each thread takes cpu_matmul's slice of output features, rebuilds it into its own
+ * tile of f32 weights and makes the same single-threaded BLAS call on it, so the result is cpu_matmul's on
+ * the loader's f32 weights bit for bit. A slice wider than CPU_CODE_TILE_MAX floats is cut into tiles of
+ * equal rows; that is bit for bit too under OpenBLAS's SkylakeX kernels (AVX-512) for M > 32 (checked by
+ * tests/test_cpu_tiles.c), but not under its Haswell / Zen kernels, whose sums depend on where the rows are
+ * cut. Every layer matrix of SmolLM2 fits whole at any thread count. tiles: one tile of tile_floats floats for each
+ * OpenMP thread, tile_floats >= cpu_code_tile_floats(N, K, omp_get_max_threads()). */
+#define CPU_CODE_TILE_MAX ((size_t)1 << 20)
+size_t cpu_code_tile_floats(int N, int K, int parts);
+void cpu_matmul_codes(CpuSimd simd, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
+                      const float *bias, int M, int N, int K, int accumulate, float *tiles, size_t tile_floats);
 
 /* One product of a cpu_matmul_q4 call: y[M][N] = x[M][K] . w[N][K]^T (+ bias[N]) (+ the old y). */
 typedef struct {

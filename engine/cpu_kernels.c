@@ -24,32 +24,83 @@ static inline float exp_approx(float x) {
     return p * scale;
 }
 
+/* Part p of parts of cpu_matmul's output features: a contiguous slice, cut at multiples of 16 rows to keep
+ * BLAS's tiles whole; the last part ends at N. */
+static void matmul_slice(int N, int p, int parts, int *n0, int *n1) {
+    *n0 = (int)((long)N * p / parts) & ~15;
+    *n1 = p == parts - 1 ? N : (int)((long)N * (p + 1) / parts) & ~15;
+}
+
+/* Outputs [n0, n1) of y = x w^T (+ bias) (+ y), w pointing at weight row n0: one single-threaded BLAS call. */
+static void gemm_slice(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int n0,
+                       int n1, int accumulate) {
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        for (int m = 0; m < M; m++) {
+            float *row = y + (size_t)m * N;
+            if (accumulate) {
+#pragma omp simd
+                for (int i = n0; i < n1; i++) row[i] += bias[i];
+            } else {
+                memcpy(row + n0, bias + n0, (size_t)(n1 - n0) * sizeof(float));
+            }
+        }
+        beta = 1.0f;
+    }
+    if (M == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w, K, x, 1, beta, y + n0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, x, K, w, K, beta, y + n0, N);
+}
+
 void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate) {
     /* Each thread takes a contiguous slice of the output features (weight rows) for all M rows, so every
-     * weight is read by one thread only, once. Slices are multiples of 16 rows to keep BLAS's tiles whole. */
+     * weight is read by one thread only, once. */
     int parts = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < parts; p++) {
-        int n0 = (int)((long)N * p / parts) & ~15, n1 = p == parts - 1 ? N : (int)((long)N * (p + 1) / parts) & ~15;
-        if (n1 <= n0) continue;
-        float beta = accumulate ? 1.0f : 0.0f;
-        if (bias) {
-            for (int m = 0; m < M; m++) {
-                float *row = y + (size_t)m * N;
-                if (accumulate) {
-#pragma omp simd
-                    for (int i = n0; i < n1; i++) row[i] += bias[i];
-                } else {
-                    memcpy(row + n0, bias + n0, (size_t)(n1 - n0) * sizeof(float));
-                }
-            }
-            beta = 1.0f;
+        int n0, n1;
+        matmul_slice(N, p, parts, &n0, &n1);
+        if (n1 > n0) gemm_slice(y, x, w + (size_t)n0 * K, bias, M, N, K, n0, n1, accumulate);
+    }
+}
+
+/* Rows per tile of a slice of `rows` weight rows of width K: the whole slice when it fits in
+ * CPU_CODE_TILE_MAX floats, else equal parts of at most that, multiples of 16 rows (the last one shorter). */
+static int tile_rows(int rows, int K) {
+    int cap = (int)(CPU_CODE_TILE_MAX / (size_t)K) & ~15;
+    cap = cap < 16 ? 16 : cap;
+    if (rows <= cap) return rows;
+    int tiles = (rows + cap - 1) / cap;
+    return ((rows + tiles - 1) / tiles + 15) & ~15;
+}
+
+size_t cpu_code_tile_floats(int N, int K, int parts) {
+    size_t most = 0;
+    for (int p = 0; p < parts; p++) {
+        int n0, n1;
+        matmul_slice(N, p, parts, &n0, &n1);
+        size_t floats = n1 > n0 ? (size_t)tile_rows(n1 - n0, K) * K : 0;
+        most = floats > most ? floats : most;
+    }
+    return most;
+}
+
+void cpu_matmul_codes(CpuSimd simd, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
+                      const float *bias, int M, int N, int K, int accumulate, float *tiles, size_t tile_floats) {
+    int parts = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++) {
+        float *tile = tiles + tile_floats * (size_t)omp_get_thread_num();
+        int n0, n1;
+        matmul_slice(N, p, parts, &n0, &n1);
+        int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1;
+        for (int t0 = n0; t0 < n1; t0 += step) {
+            int t1 = n1 - t0 < step ? n1 : t0 + step;
+            if (q4) cpu_unpack_q4_rows(simd, tile, q4, t0, t1, K);
+            else cpu_unpack_q8_rows(simd, tile, q8, t0, t1, K);
+            gemm_slice(y, x, tile, bias, M, N, K, t0, t1, accumulate);
         }
-        if (M == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w + (size_t)n0 * K, K, x, 1, beta, y + n0, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, x, K, w + (size_t)n0 * K, K, beta,
-                        y + n0, N);
     }
 }
 

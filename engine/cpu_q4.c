@@ -924,3 +924,68 @@ void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const fl
                             tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
                             omp_get_num_threads());
 }
+
+/* ---------------------------------------------------------------------------------------- rebuilt rows */
+
+/* Rows of a packed matrix back to the loader's f32 weights, for the prefill's GEMM tiles, the embedding
+ * lookup and the observation's W_O. Rows are contiguous runs of blocks, so a range of rows is one run. */
+
+#if CPU_Q4_X86
+static AVX512_TARGET void unpack_q4_avx512(float *w, const CpuQ4Block *blocks, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        __m512 w0, w1;
+        block_avx512(blocks + b, &w0, &w1);
+        _mm512_storeu_ps(w + b * 32, w0);
+        _mm512_storeu_ps(w + b * 32 + 16, w1);
+    }
+}
+
+static AVX2_TARGET void unpack_q4_avx2(float *w, const CpuQ4Block *blocks, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        __m256 wv[4];
+        block_avx2(blocks + b, wv);
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(w + b * 32 + i * 8, wv[i]);
+    }
+}
+
+static AVX512_TARGET void unpack_q8_avx512(float *w, const CpuPacked *p, size_t b0, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        __m512 w0, w1;
+        block_q8_avx512(p, b0 + b, &w0, &w1);
+        _mm512_storeu_ps(w + b * 32, w0);
+        _mm512_storeu_ps(w + b * 32 + 16, w1);
+    }
+}
+
+static AVX2_TARGET void unpack_q8_avx2(float *w, const CpuPacked *p, size_t b0, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        __m256 wv[4];
+        block_q8_avx2(p, b0 + b, wv);
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(w + b * 32 + i * 8, wv[i]);
+    }
+}
+#endif
+
+void cpu_unpack_q4_rows(CpuSimd simd, float *w, const CpuQ4Block *blocks, int n0, int n1, int K) {
+    size_t per_row = (size_t)K / 32;
+    (void)simd; /* one level only without x86 */
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512) unpack_q4_avx512(w, blocks + n0 * per_row, (n1 - n0) * per_row);
+    else if (simd == CPU_SIMD_AVX2) unpack_q4_avx2(w, blocks + n0 * per_row, (n1 - n0) * per_row);
+    else
+#endif
+        for (int n = n0; n < n1; n++) cpu_unpack_q4_row(w + (size_t)(n - n0) * K, blocks, n, K);
+}
+
+void cpu_unpack_q8_rows(CpuSimd simd, float *w, const CpuPacked *p, int n0, int n1, int K) {
+    size_t per_row = (size_t)K / 32, b0 = n0 * per_row, n_blocks = (n1 - n0) * per_row;
+    (void)simd;
+#if CPU_Q4_X86
+    if (simd == CPU_SIMD_AVX512) unpack_q8_avx512(w, p, b0, n_blocks);
+    else if (simd == CPU_SIMD_AVX2) unpack_q8_avx2(w, p, b0, n_blocks);
+    else
+#endif
+        for (size_t b = 0; b < n_blocks; b++)
+            for (int i = 0; i < 32; i++)
+                w[b * 32 + i] = (float)p->q[(b0 + b) * 32 + i] * p->scale[b0 + b] + p->offset[b0 + b];
+}

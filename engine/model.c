@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__GLIBC__)
+#include <malloc.h> /* malloc_trim */
+#endif
 
 #include "chat.h"
 #include "gguf.h"
@@ -273,17 +276,20 @@ int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *
         for (int i = 0; i < n_refs; i++) copies[i].dst = refs[i].dst;
         model_copy_all(copies, n_refs);  /* all conversions in one parallel region */
     } else if (fill->mode == FILL_VISIT) {
-        uint64_t most = 0;
-        for (int i = 0; i < n_refs; i++) most = refs[i].rows * refs[i].cols > most ? refs[i].rows * refs[i].cols : most;
-        if (!(scratch = kv_malloc(most * sizeof(float), err))) {
-            kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, most * 4e-9);
-            goto done;
-        }
+        /* a buffer of each tensor's own size, freed before the next: a large one (the token embeddings) is
+         * not kept resident while the visitor builds its copies of the others */
         for (int i = 0; i < n_refs; i++) {
+            uint64_t n = refs[i].rows * refs[i].cols;
+            if (!(scratch = kv_malloc(n * sizeof(float), err))) {
+                kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, n * 4e-9);
+                goto done;
+            }
             copies[i].dst = scratch;
             model_copy_all(&copies[i], 1);
             if (fill->visit(fill->user, refs[i].role, refs[i].layer, scratch, refs[i].rows, refs[i].cols, err))
                 goto done;
+            free(scratch);
+            scratch = NULL;
         }
     }
     rc = 0;
@@ -392,6 +398,11 @@ int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr 
                    a->d_ff == b->d_ff && a->vocab_size == b->vocab_size && a->qkv_bias == b->qkv_bias &&
                    a->tied_embeddings == b->tied_embeddings;
         model_free(again);
+#if defined(__GLIBC__)
+        /* the per-tensor buffers were freed between the visitor's own allocations: hand the holes they left in
+         * the heap back to the system (~7 MB for SmolLM2), or they stay resident for the process's life */
+        malloc_trim(0);
+#endif
         if (!same) return kv_fail(err, "%s: the model changed since it was opened", m->source);
         return 0;
     }

@@ -92,11 +92,14 @@ typedef int (*WeightVisitor)(void *user, WeightRole role, int layer, const float
  * Every failure names the file and the problem. */
 int model_load(Model **out, const char *spec, KvErr *err);
 /* The same without the weights: configuration, tokenizer and RoPE frequencies only (weight pointers NULL,
- * has_host_weights 0), for a backend that keeps its own copy in its own memory and fills it through
- * model_stream_weights — so a 32B model never needs its 131 GB of f32 on the host. */
+ * has_host_weights 0), for a backend that keeps its own copy in its own form and fills it through
+ * model_stream_weights — so a 32B model never needs its 131 GB of f32 on the host. Both backends are opened
+ * this way (backend_load_model): the CUDA one keeps bf16 on the GPU, the CPU one the packed codes of every
+ * matrix that packs exactly and f32 only for the rest. model_load is for what reads the f32 weights itself
+ * (tests, tools). */
 int model_load_config(Model **out, const char *spec, KvErr *err);
 /* Hands every weight to visit once, in load order: from the host arena when the model has one, otherwise
- * read again from the model's source one tensor at a time (host memory: the largest tensor in f32). */
+ * read again from the model's source one tensor at a time (host memory: one tensor in f32 at a time). */
 int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr *err);
 void model_free(Model *m);
 

@@ -6,6 +6,7 @@
  * and bad inputs fail with a message.
  * Tolerances: logits relative error (max |diff| / max |ref|) <= 1e-3 against the reference; 1e-4 between two
  * f32 paths of this backend (they differ only in summation order). Greedy tokens identical for >= 32 steps. */
+#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
@@ -343,6 +344,111 @@ static void check_hooks(TestCounts *tc, Backend *be, const int *ids, int n) {
     free(hc.probs);
 }
 
+/* ------------------------------------------------------------------------ weights streamed in, no f32 arena */
+
+/* The observation hook of check_streamed: W_O as handed over against the f32 arena's, bit for bit. */
+typedef struct {
+    const Model *arena;
+    int layers_same, layers_seen;
+} WoCheck;
+
+static int compare_wo(void *user, Observation *o, KvErr *err) {
+    (void)err;
+    WoCheck *wc = user;
+    const ModelConfig *c = &wc->arena->cfg;
+    wc->layers_seen++;
+    wc->layers_same += !memcmp(o->w_o, wc->arena->layers[o->layer].wo,
+                               sizeof(float) * c->d_model * c->n_heads * c->head_dim);
+    return 0;
+}
+
+/* The backend opened the way runs open it (backend_load_model: the configuration only, the weights streamed
+ * in at open and each matrix kept in one form, its codes where it packs) against the backend on the Model's
+ * f32 arena (model_load: the prefill GEMMs read that arena, as every run did before), bit for bit:
+ * prefill logits at lengths on both sides of the packed kernels' 32 rows and of a 512-token chunk, decode
+ * steps after each, a batch of 34 sequences (the lm_head's product past the packed kernels too), and the
+ * observation's W_O on every layer. The 34-sequence lm_head product is cut into tiles at SmolLM2's size,
+ * bit for bit only under OpenBLAS's SkylakeX-family kernels (test_cpu_tiles): elsewhere it is held to 1e-5. */
+static void check_streamed(TestCounts *tc, const char *spec, const Model *arena, Backend *be_arena, const int *ids) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    if (backend_load_model(&m, "cpu", spec, &err) || backend_open(&be, "cpu", m, &err)) {
+        CHECK(tc, 0, "%s without an f32 arena: %s", spec, err.msg);
+        model_free(m);
+        return;
+    }
+    CHECK(tc, !m->has_host_weights, "%s: backend_load_model leaves the weights to the backend", spec);
+    int V = m->cfg.vocab_size;
+    float *a = malloc(sizeof(float) * V * 34), *b = malloc(sizeof(float) * V * 34);
+    const int lens[] = {1, 40, 600};
+    int same = 0, total = 0;
+    for (int li = 0; li < 3; li++) {
+        KvCache *ca = prefill(tc, be_arena, ids, lens[li], 3, a), *cb = prefill(tc, be, ids, lens[li], 3, b);
+        same += !memcmp(a, b, sizeof(float) * V), total++;
+        for (int k = 0; k < 3; k++) {
+            CHECK(tc, be_arena->forward(be_arena, &ca, 1, ids + 700 + k, 1, a, NULL, NULL, &err) == 0 &&
+                          be->forward(be, &cb, 1, ids + 700 + k, 1, b, NULL, NULL, &err) == 0, "%s", err.msg);
+            same += !memcmp(a, b, sizeof(float) * V), total++;
+        }
+        be_arena->cache_free(be_arena, ca);
+        be->cache_free(be, cb);
+    }
+    CHECK(tc, same == total, "%s: %d of %d logits rows without the f32 arena equal those with it bit for bit", spec,
+          same, total);
+    KvCache *ba[34], *bb[34];
+    for (int s = 0; s < 34; s++)
+        CHECK(tc, be_arena->cache_new(be_arena, &ba[s], 3, &err) == 0 && be->cache_new(be, &bb[s], 3, &err) == 0,
+              "%s", err.msg);
+    CHECK(tc, be_arena->forward(be_arena, ba, 34, ids, 3, a, NULL, NULL, &err) == 0 &&
+                  be->forward(be, bb, 34, ids, 3, b, NULL, NULL, &err) == 0, "%s", err.msg);
+    const char *core = openblas_get_corename();
+    int skylakex = core && (strstr(core, "kylake") || strstr(core, "ooperlake") || strstr(core, "apphire"));
+    double e = rel_err(b, a, V * 34);
+    CHECK(tc, skylakex ? !memcmp(a, b, sizeof(float) * V * 34) : e <= 1e-5,
+          "%s: 34 sequences without the f32 arena vs with it: %.3g (OpenBLAS core %s)", spec, e, core);
+    for (int s = 0; s < 34; s++) {
+        be_arena->cache_free(be_arena, ba[s]);
+        be->cache_free(be, bb[s]);
+    }
+    WoCheck wc = {arena, 0, 0};
+    ObserveHook hook = {.window = 8, .on_layer = compare_wo, .user = &wc};
+    KvCache *c = NULL;
+    CHECK(tc, be->cache_new(be, &c, 40, &err) == 0 && be->forward(be, &c, 1, ids, 40, NULL, &hook, NULL, &err) == 0,
+          "%s", err.msg);
+    CHECK(tc, wc.layers_seen == m->cfg.n_layers && wc.layers_same == wc.layers_seen,
+          "%s: the observation's W_O equals the f32 arena's on %d of %d layers", spec, wc.layers_same, wc.layers_seen);
+    be->cache_free(be, c);
+    free(a);
+    free(b);
+    backend_close(be);
+    model_free(m);
+}
+
+/* The weights are read again from the source at backend_open: a file replaced in between by another model
+ * (the tiny Llama GGUF by the tiny Qwen2, which has biases and tied embeddings) is refused with a message
+ * naming it, before any weight lands in the wrong place. */
+static void check_changed_source(TestCounts *tc) {
+    char path[] = "/tmp/kvbench_forward_XXXXXX.gguf", cmd[600];
+    int fd = mkstemps(path, 5);
+    CHECK(tc, fd >= 0, "mkstemps");
+    if (fd < 0) return;
+    close(fd);
+    snprintf(cmd, sizeof cmd, "cp tests/data/gguf/tiny_llama.gguf %s", path);
+    CHECK(tc, system(cmd) == 0, "%s", cmd);
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    CHECK(tc, backend_load_model(&m, "cpu", path, &err) == 0, "%s", err.msg);
+    snprintf(cmd, sizeof cmd, "cp tests/data/gguf/tiny_qwen2.gguf %s", path);
+    CHECK(tc, system(cmd) == 0, "%s", cmd);
+    int rc = m ? backend_open(&be, "cpu", m, &err) : -1;
+    CHECK(tc, rc == -1 && !be && strstr(err.msg, "changed since it was opened") && strstr(err.msg, path),
+          "backend_open on a replaced file: rc %d: %s", rc, err.msg);
+    model_free(m);
+    remove(path);
+}
+
 /* The opt-in fast decode (KVBENCH_DECODE=fast) on the reference cases: its greedy tokens against the
  * reference's, reported (an approximate path: agreement is a measurement, not a requirement). Checked: it
  * runs, and its prompt logits (prefill is exact on both paths) are the exact path's. */
@@ -418,6 +524,13 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
         free(p.offset);
     }
     check_reference(tc, be, ref_name);
+    {
+        int n = 710, *ids = malloc(sizeof(int) * n);
+        unsigned state = 777;
+        for (int i = 0; i < n; i++) ids[i] = (int)((state = state * 1103515245u + 12345u) >> 8) % m->cfg.vocab_size;
+        check_streamed(tc, spec, m, be, ids);
+        free(ids);
+    }
     if (deep) {
         /* random ids beyond two prefill chunks (512) so the blocked attention sees a non-empty past */
         int n = 1100, *ids = malloc(sizeof(int) * n);
@@ -437,6 +550,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
 int main(void) {
     TestCounts tc = {"test_forward", 0, 0};
     check_kernels(&tc);
+    check_changed_source(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 1);
     report_fast(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama");

@@ -1,0 +1,160 @@
+/* test_cpu_tiles.c — the prefill product from packed weights (cpu_matmul_codes, engine/cpu_kernels.c) and
+ * the row rebuilders it uses (cpu_unpack_q4_rows / cpu_unpack_q8_rows, engine/cpu_q4.c):
+ *  - rows rebuilt at every SIMD level this CPU has equal the weights they were packed from, bit for bit (the
+ *    loader's f32 values: codes times f16 scales plus offsets, exact in f32);
+ *  - cpu_matmul_codes equals cpu_matmul on those f32 weights bit for bit (the reference is today's prefill
+ *    product; no tolerance: the tile path must not change a single bit), for 4-bit and int8 codes, with and
+ *    without bias and accumulation, at 1, 2 and 3 threads, every SIMD level. Shapes: SmolLM2's (K = 576 and
+ *    1536, N = 192..1536, M from 33, just past the packed decode kernels, to 600, past a prefill chunk),
+ *    where each thread's slice fits one tile;
+ *  - slices wider than a tile (N = 3000 x K = 1536, N = 1000 x K = 4096 at one thread) are cut into tiles:
+ *    bit for bit under OpenBLAS's SkylakeX-family kernels, which this checks where they run; under others
+ *    (Haswell, Zen) the sums depend on where rows are cut, and the test reports the difference instead;
+ *  - cpu_code_tile_floats is what the product writes: the tiles are allocated at exactly that size, so the
+ *    sanitizer build catches an overrun. */
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+
+#include "../engine/cpu_internal.h"
+#include "test.h"
+
+static unsigned state = 11;
+static float uniform(void) { return ((state = state * 1664525u + 1013904223u) >> 8) / 16777216.0f; }
+
+/* x rounded to the nearest half-precision value (11 significant bits), as GGUF's block scales are. */
+static float round_f16(float x) {
+    int e;
+    float m = frexpf(x, &e);
+    return ldexpf(rintf(m * 2048.0f) / 2048.0f, e);
+}
+
+/* w[N][K] as a Q4_1 GGUF holds it after dequantisation (code * d + m, codes 0..15, d and m f16); with
+ * q8, as Q8_0 does (code * d, codes -127..127). */
+static void make_weights(float *w, int N, int K, int q8) {
+    for (int r = 0; r < N; r++)
+        for (int b = 0; b < K / 32; b++) {
+            float d = round_f16(q8 ? 0.001f + 0.01f * uniform() : 0.002f + 0.05f * uniform());
+            float m = round_f16(-0.05f - 0.35f * uniform()); /* a normal f16, away from 0 */
+            for (int i = 0; i < 32; i++) {
+                int q = q8 ? (int)(255 * uniform()) - 127 : (int)(16 * uniform()) % 16;
+                if (!q8 && i < 2) q = i ? 15 : 0; /* the full code range, as GGUF's quantiser uses */
+                w[(size_t)r * K + b * 32 + i] = q8 ? (float)q * d : (float)q * d + m;
+            }
+        }
+}
+
+typedef struct {
+    int N, K;
+    CpuQ4Block *q4;
+    CpuPacked q8;
+    float *w;
+} Matrix;
+
+static int matrix_make(Matrix *mx, int N, int K, int q8) {
+    size_t n = (size_t)N * K;
+    mx->N = N, mx->K = K;
+    mx->w = malloc(n * sizeof(float));
+    make_weights(mx->w, N, K, q8);
+    mx->q4 = q8 ? NULL : malloc(n / 32 * sizeof(CpuQ4Block));
+    mx->q8 = (CpuPacked){q8 ? malloc(n) : NULL, q8 ? malloc(n / 32 * sizeof(float)) : NULL,
+                         q8 ? malloc(n / 32 * sizeof(float)) : NULL};
+    return q8 ? cpu_pack_exact(&mx->q8, mx->w, N, K) : cpu_pack_q4(mx->q4, mx->w, N, K);
+}
+
+static void matrix_free(Matrix *mx) {
+    free(mx->w);
+    free(mx->q4);
+    free(mx->q8.q);
+    free(mx->q8.scale);
+    free(mx->q8.offset);
+}
+
+static void check_unpack(TestCounts *tc, CpuSimd simd, const Matrix *mx, const char *fmt) {
+    int n0 = 3, n1 = mx->N < 40 ? mx->N : 40;
+    float *rows = malloc(sizeof(float) * (n1 - n0) * mx->K);
+    if (mx->q4) cpu_unpack_q4_rows(simd, rows, mx->q4, n0, n1, mx->K);
+    else cpu_unpack_q8_rows(simd, rows, &mx->q8, n0, n1, mx->K);
+    CHECK(tc, !memcmp(rows, mx->w + (size_t)n0 * mx->K, sizeof(float) * (n1 - n0) * mx->K),
+          "%s %s %d x %d: rows %d..%d rebuilt to the packed f32 weights bit for bit", cpu_simd_name(simd), fmt, mx->N,
+          mx->K, n0, n1);
+    free(rows);
+}
+
+/* cpu_matmul_codes against cpu_matmul on the f32 weights, at `threads` threads; returns the number of
+ * outputs that differ. */
+static size_t compare(CpuSimd simd, const Matrix *mx, int M, int threads, int with_bias, int accumulate) {
+    int N = mx->N, K = mx->K;
+    float *x = malloc(sizeof(float) * M * K), *bias = malloc(sizeof(float) * N);
+    float *ref = malloc(sizeof(float) * M * N), *got = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) x[i] = 2 * uniform() - 1;
+    for (int i = 0; i < N; i++) bias[i] = uniform() - 0.5f;
+    for (int i = 0; i < M * N; i++) ref[i] = got[i] = uniform() - 0.5f;
+    omp_set_num_threads(threads);
+    size_t tile_floats = cpu_code_tile_floats(N, K, threads);
+    float *tiles = malloc(sizeof(float) * tile_floats * threads);
+    cpu_matmul(ref, x, mx->w, with_bias ? bias : NULL, M, N, K, accumulate);
+    cpu_matmul_codes(simd, got, x, mx->q4, mx->q4 ? NULL : &mx->q8, with_bias ? bias : NULL, M, N, K, accumulate,
+                     tiles, tile_floats);
+    size_t differ = 0;
+    for (int i = 0; i < M * N; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
+    free(x), free(bias), free(ref), free(got), free(tiles);
+    return differ;
+}
+
+int main(void) {
+    TestCounts tc = {"test_cpu_tiles", 0, 0};
+    int max_threads = omp_get_max_threads();
+    const char *core = openblas_get_corename();
+    int skylakex = core && (strstr(core, "kylake") || strstr(core, "ooperlake") || strstr(core, "apphire"));
+    printf("test_cpu_tiles: OpenBLAS core %s\n", core ? core : "?");
+    /* SmolLM2's shapes: every thread's slice is one tile */
+    const struct { int N, K, M; } whole[] = {{192, 576, 33}, {576, 576, 600}, {1536, 576, 100}, {576, 1536, 40}};
+    /* slices cut into several tiles at one thread: rows per tile 600 (3000 / 5) and 256 (1000 / 4) */
+    const struct { int N, K, M; } cut[] = {{3000, 1536, 40}, {1000, 4096, 33}};
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    for (int li = 0; li < 3; li++) {
+        CpuSimd simd;
+        KvErr err = {{0}};
+        if (cpu_simd_choose(&simd, levels[li], &err)) {
+            printf("test_cpu_tiles: %s not supported here, skipped (%s)\n", levels[li], err.msg);
+            continue;
+        }
+        for (int q8 = 0; q8 < 2; q8++) {
+            const char *fmt = q8 ? "int8" : "4-bit";
+            for (size_t si = 0; si < sizeof whole / sizeof whole[0]; si++) {
+                Matrix mx;
+                CHECK(&tc, matrix_make(&mx, whole[si].N, whole[si].K, q8), "%s weights pack", fmt);
+                check_unpack(&tc, simd, &mx, fmt);
+                for (int threads = 1; threads <= 3; threads++)
+                    for (int variant = 0; variant < 4; variant++) {
+                        int with_bias = variant & 1, accumulate = variant >> 1;
+                        size_t differ = compare(simd, &mx, whole[si].M, threads, with_bias, accumulate);
+                        CHECK(&tc, differ == 0,
+                              "%s %s N=%d K=%d M=%d, %d threads, bias %d, accumulate %d: %zu outputs differ from "
+                              "cpu_matmul on the f32 weights", levels[li], fmt, mx.N, mx.K, whole[si].M, threads,
+                              with_bias, accumulate, differ);
+                    }
+                matrix_free(&mx);
+            }
+            for (size_t si = 0; si < sizeof cut / sizeof cut[0]; si++) {
+                Matrix mx;
+                CHECK(&tc, matrix_make(&mx, cut[si].N, cut[si].K, q8), "%s weights pack", fmt);
+                CHECK(&tc, cpu_code_tile_floats(mx.N, mx.K, 1) < (size_t)mx.N * mx.K,
+                      "%d x %d at one thread is cut into tiles", mx.N, mx.K);
+                size_t differ = compare(simd, &mx, cut[si].M, 1, 1, 0);
+                if (skylakex)
+                    CHECK(&tc, differ == 0, "%s %s N=%d K=%d M=%d in tiles: %zu outputs differ", levels[li], fmt, mx.N,
+                          mx.K, cut[si].M, differ);
+                else
+                    printf("test_cpu_tiles: %s %s N=%d K=%d in tiles under OpenBLAS core %s: %zu of %d outputs differ "
+                           "in their last bits (not checked: this core's sums depend on where rows are cut)\n",
+                           levels[li], fmt, mx.N, mx.K, core, differ, mx.N * cut[si].M);
+                matrix_free(&mx);
+            }
+        }
+        printf("test_cpu_tiles: %s checked\n", levels[li]);
+    }
+    omp_set_num_threads(max_threads);
+    return test_finish(&tc);
+}
