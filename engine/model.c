@@ -16,6 +16,16 @@
 #include <sys/stat.h>
 #if defined(__GLIBC__)
 #include <malloc.h> /* malloc_trim */
+
+/* Under AddressSanitizer the heap is the sanitizer's: glibc's malloc_trim then releases memory LeakSanitizer
+ * still reads at exit (its tracer crashes on a stale dynamic-TLS entry), so the trim is left out there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define KVBENCH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVBENCH_ASAN 1
+#endif
+#endif
 #endif
 
 #include "chat.h"
@@ -398,7 +408,7 @@ int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr 
                    a->d_ff == b->d_ff && a->vocab_size == b->vocab_size && a->qkv_bias == b->qkv_bias &&
                    a->tied_embeddings == b->tied_embeddings;
         model_free(again);
-#if defined(__GLIBC__)
+#if defined(__GLIBC__) && !defined(KVBENCH_ASAN)
         /* the per-tensor buffers were freed between the visitor's own allocations: hand the holes they left in
          * the heap back to the system (~7 MB for SmolLM2), or they stay resident for the process's life */
         malloc_trim(0);
