@@ -16,14 +16,17 @@ dir=$build/llama.cpp/$version
 jobs=${BUILD_JOBS:-$(nproc)}
 
 have_lib() { [ -f "$dir/lib/libllama.so" ] && [ -f "$dir/include/llama.h" ] && [ -f "$dir/COMMIT" ]; }
-if have_lib && { [ "$what" = lib ] || [ -x "$dir/bin/llama-bench" ]; }; then
+# llama-bench counts as built only when every library it links resolves from DIR/lib (an older cache copied
+# the binary without libllama-bench-impl.so / libllama-common.so, and llama-bench then failed to start).
+have_bench() { [ -x "$dir/bin/llama-bench" ] && ! LD_LIBRARY_PATH="$dir/lib" ldd "$dir/bin/llama-bench" 2>&1 | grep -q 'not found'; }
+if have_lib && { [ "$what" = lib ] || have_bench; }; then
     echo "$dir"
     exit 0
 fi
 mkdir -p "$dir"
 exec 9>"$dir.lock"
 flock 9 # one build at a time (two `make bench` at once share this directory); the second reuses the first's
-if have_lib && { [ "$what" = lib ] || [ -x "$dir/bin/llama-bench" ]; }; then
+if have_lib && { [ "$what" = lib ] || have_bench; }; then
     echo "$dir"
     exit 0
 fi
@@ -35,6 +38,13 @@ if [ ! -f "$sdist" ]; then
         echo "build_llama_cpp: pip could not download llama-cpp-python==$version (see $log)" >&2
         exit 1
     }
+fi
+# A build directory moved from elsewhere (a copied or renamed tree) keeps CMake's old absolute paths and fails:
+# configure it anew in place.
+if [ -f "$dir/cmake/CMakeCache.txt" ] &&
+    [ "$(sed -n 's/^CMAKE_CACHEFILE_DIR:INTERNAL=//p' "$dir/cmake/CMakeCache.txt")" != "$(cd "$dir/cmake" && pwd -P)" ]; then
+    echo "build_llama_cpp: $dir/cmake was configured in another directory; configuring it again here" >&2
+    rm -rf "$dir/cmake"
 fi
 if [ ! -f "$dir/cmake/CMakeCache.txt" ]; then
     rm -rf "$dir/src"
@@ -68,5 +78,9 @@ if [ "$what" = all ]; then
     build_target llama-bench
     cp "$dir/cmake/bin/llama-bench" "$dir/bin/"
     find "$dir/cmake" -name 'libllama*.so*' -exec cp -P {} "$dir/lib/" \; # llama-bench's own libraries too
+    have_bench || {
+        echo "build_llama_cpp: llama-bench still misses libraries in $dir/lib: $(LD_LIBRARY_PATH="$dir/lib" ldd "$dir/bin/llama-bench" 2>&1 | grep 'not found' | tr '\n' ' ')" >&2
+        exit 1
+    }
 fi
 echo "$dir"
