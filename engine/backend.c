@@ -34,14 +34,13 @@ static const BackendEntry *find(const char *name, KvErr *err) {
 
 int backend_open(Backend **out, const char *name, const Model *m, KvErr *err) {
     *out = NULL;
-    const BackendEntry *e = find(name, err);
-    if (!e) return -1;
     int elem = backend_cache_elem(err);
     if (elem < 0) return -1;
     if (elem == KV_ELEM_F16 && strcmp(name, "cpu"))
         return kv_fail(err, "KVBENCH_CACHE=f16: the half-precision cache is the cpu backend's; backend '%s' keeps its "
                             "own cache (bf16 on the GPU for cuda): unset KVBENCH_CACHE or use backend cpu", name);
-    return e->open(out, m, err);
+    const BackendEntry *e = find(name, err);
+    return e ? e->open(out, m, err) : -1;
 }
 
 int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err) {
