@@ -10,6 +10,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CPU_F16_X86 1
 #else
@@ -83,10 +84,11 @@ __attribute__((target("avx,f16c"))) static void to_f32_f16c(float *dst, const ui
     for (; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
 }
 
-/* The AVX2 level does not promise F16C (every AVX2 CPU made has it, but cpuid says so separately). */
+/* The AVX2 level does not promise F16C (every AVX2 CPU made has it, but cpuid says so separately: leaf 1,
+ * ECX bit 29; clang's __builtin_cpu_supports does not know the name). */
 static int have_f16c(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("f16c");
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
 }
 #endif
 
