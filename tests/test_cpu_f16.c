@@ -175,8 +175,10 @@ static void check_gather(TestCounts *tc) {
     enum { N = 2, K = 3, d = 8, L = 12 };
     KvErr err = {{0}};
     KvCache *f32, *f16;
-    CHECK(tc, kvcache_new(&f32, N, K, d, L, &err) == 0 && kvcache_new_elem(&f16, N, K, d, L, KV_ELEM_F16, &err) == 0,
-          "%s", err.msg);
+    int made = kvcache_new(&f32, N, K, d, L, &err) == 0;
+    made &= kvcache_new_elem(&f16, N, K, d, L, KV_ELEM_F16, &err) == 0;
+    CHECK(tc, made, "%s", err.msg);
+    if (!made) return;
     CHECK(tc, f16->elem == KV_ELEM_F16 && f32->elem == KV_ELEM_F32, "element types");
     CHECK(tc, f16->arena_bytes < f32->arena_bytes * 3 / 4, "f16 arena %zu bytes, f32 %zu", f16->arena_bytes,
           f32->arena_bytes);
@@ -210,9 +212,10 @@ static void check_gather(TestCounts *tc) {
                     p[b] = t;
                 }
             }
-    KvCache *g32, *g16;
+    KvCache *g32 = NULL, *g16 = NULL;
     CHECK(tc, kvcache_gather(&g32, f32, &ks, 3, &err) == 0 && kvcache_gather(&g16, f16, &ks, 3, &err) == 0, "%s",
           err.msg);
+    if (!g32 || !g16) return;
     int same = g16->elem == KV_ELEM_F16 && g16->n_pos == L;
     for (int h = 0; h < N * K; h++) {
         same &= g16->len[h] == counts[h] && g16->cap[h] == counts[h] + 3;
@@ -232,9 +235,10 @@ static void check_gather(TestCounts *tc) {
     KeepSet last;
     CHECK(tc, keepset_init(&last, N, K, ones, &err) == 0, "%s", err.msg);
     for (int h = 0; h < N * K; h++) last.positions[h] = g32->pos[h][counts[h] - 1];
-    KvCache *r32, *r16;
+    KvCache *r32 = NULL, *r16 = NULL;
     CHECK(tc, kvcache_gather(&r32, g32, &last, 0, &err) == 0 && kvcache_gather(&r16, g16, &last, 0, &err) == 0, "%s",
           err.msg);
+    if (!r32 || !r16) return;
     same = r16->elem == KV_ELEM_F16;
     for (int h = 0; h < N * K; h++)
         for (int i = 0; i < d; i++)
