@@ -33,6 +33,12 @@ static const BackendEntry *find(const char *name, KvErr *err) {
 }
 
 int backend_open(Backend **out, const char *name, const Model *m, KvErr *err) {
+    *out = NULL;
+    int elem = backend_cache_elem(err);
+    if (elem < 0) return -1;
+    if (elem == KV_ELEM_F16 && strcmp(name, "cpu"))
+        return kv_fail(err, "KVBENCH_CACHE=f16: the half-precision cache is the cpu backend's; backend '%s' keeps its "
+                            "own cache (bf16 on the GPU for cuda): unset KVBENCH_CACHE or use backend cpu", name);
     const BackendEntry *e = find(name, err);
     return e ? e->open(out, m, err) : -1;
 }
@@ -60,4 +66,11 @@ int backend_fast_decode(KvErr *err) {
     if (!decode || !*decode || !strcmp(decode, "exact")) return 0;
     if (!strcmp(decode, "fast")) return 1;
     return kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
+}
+
+int backend_cache_elem(KvErr *err) {
+    const char *cache = getenv("KVBENCH_CACHE");
+    if (!cache || !*cache || !strcmp(cache, "f32")) return KV_ELEM_F32;
+    if (!strcmp(cache, "f16")) return KV_ELEM_F16;
+    return kv_fail(err, "KVBENCH_CACHE=%s: unknown KV cache type (f32, the default, or f16)", cache);
 }

@@ -67,5 +67,11 @@ const char *backend_available(void);
  * quantised to int8, so predictions may differ from the exact path. 1 when requested, 0 for exact, -1 (message
  * in err) for another value. Runs record it in their setup, so fast rows never pass for exact ones. */
 int backend_fast_decode(KvErr *err);
+/* The CPU backend's opt-in half-precision KV cache (environment KVBENCH_CACHE=f16; "f32", the default):
+ * keys and values stored as IEEE binary16 (rounded to nearest even), attention and the policies' observation
+ * reading them widened to f32 a layer at a time, so answers may differ from the exact path. KV_ELEM_F16 when
+ * requested, KV_ELEM_F32 for f32, -1 (message in err) for another value. Runs record it in their setup
+ * (`,cache=f16`). The CUDA backend keeps its own bf16 cache: opening it with KVBENCH_CACHE=f16 fails. */
+int backend_cache_elem(KvErr *err);
 
 #endif

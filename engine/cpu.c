@@ -19,6 +19,10 @@
  * model is held and the logits are those of the f32 weights bit for bit. Only a Model loaded with its f32
  * arena (model_load) is read from that arena too (nothing more to hold), the way it was before.
  * Parallel regions per decode layer: q/k/v together, attention, o, gate/up/SwiGLU together, down.
+ * KV cache: f32 rows by default (exact). KVBENCH_CACHE=f16 opts into binary16 rows (half the memory of the
+ * cache, rounded to nearest even when stored): each layer's attention widens the rows of that layer back to
+ * f32 into one scratch (s->kv_view, one layer of the batch's caches, never the whole cache) and runs the
+ * same kernels on it, which the policies' observation reads too.
  * Shape legend: B sequences, T new tokens, M rows (B * chunk), N layers, D hidden, H heads, K kv-heads,
  * G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
 #include <cblas.h>
@@ -80,6 +84,10 @@ typedef struct {
     int q4_tile_width;   /* K q4_tiles has room for */
     float *xn_parts;     /* [threads][M][D] each thread's normed rows in a decode step */
     size_t xn_part_floats;
+    float *kv_view;      /* f16 caches: one layer's keys and values of every sequence, widened to f32 */
+    size_t kv_view_floats;
+    const float **k_view, **v_view; /* [B*K] where sequence b's kv-head kh of that layer starts in kv_view */
+    int view_heads;      /* B*K the two arrays have room for */
 } CpuScratch;
 
 /* Matrices of one layer in LayerWeights order, for the packed copies. */
@@ -89,6 +97,7 @@ typedef struct {
     CpuScratch s;
     CpuSimd simd;        /* instruction set of the 4-bit kernels */
     int fast;            /* KVBENCH_DECODE=fast: single-sequence steps on int8-quantised activations */
+    KvElem cache_elem;   /* the caches it makes: KV_ELEM_F32, or KV_ELEM_F16 (KVBENCH_CACHE=f16) */
     /* Matrices by index: layer l's at l*W_PER_LAYER + W_Q.., then lm_head, then tok_embd (the lm_head's index
      * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else f32 only. */
     CpuQ4Block **q4;
@@ -151,6 +160,8 @@ static int scratch_q4_tiles(CpuScratch *s, const ModelConfig *c, KvErr *err) {
 }
 
 static void scratch_free(CpuScratch *s) {
+    free(s->kv_view);
+    free(s->k_view);
     free(s->code_tiles);
     free(s->wo);
     free(s->rows_arena);
@@ -356,6 +367,84 @@ static void embed_row(const CpuImpl *impl, const ModelConfig *c, float *x, int t
     else cpu_unpack_q8_rows(impl->simd, x, &impl->packed[i], token, token + 1, D);
 }
 
+/* --------------------------------------------------------------------------------------- f16 cache views */
+
+/* Room to widen one layer of the f16 caches among caches[B] after T more tokens: the largest layer's sum of
+ * (len + T) * d keys and as many values (nothing when every cache is f32). */
+static int scratch_views(CpuScratch *s, const ModelConfig *c, KvCache *const *caches, int B, int T, KvErr *err) {
+    int K = c->n_kv_heads;
+    size_t most = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        size_t rows = 0;
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; caches[b]->elem == KV_ELEM_F16 && kh < K; kh++)
+                rows += (size_t)caches[b]->len[l * K + kh] + (size_t)T;
+        most = rows > most ? rows : most;
+    }
+    if (!most) return 0;
+    if (B * K > s->view_heads) {
+        const float **views = kv_malloc(2 * (size_t)B * K * sizeof *views, err);
+        if (!views) return kv_wrap(err, "cpu backend: f16 cache views");
+        free(s->k_view);
+        s->k_view = views;
+        s->v_view = views + (size_t)B * K;
+        s->view_heads = B * K;
+    }
+    return scratch_floats(&s->kv_view, &s->kv_view_floats, 2 * most * (size_t)c->head_dim, "f16 cache views", err);
+}
+
+/* Where sequence b's kv-head kh of `layer` starts in kv_view (the heads of f16 caches laid out in (b, kh)
+ * order, keys then values, each len * d floats). */
+static size_t view_offset(KvCache *const *caches, int b, int kh, int layer, int K, int d) {
+    size_t at = 0;
+    for (int bb = 0; bb <= b; bb++)
+        for (int k = 0; caches[bb]->elem == KV_ELEM_F16 && k < (bb == b ? kh : K); k++)
+            at += 2 * (size_t)caches[bb]->len[layer * K + k] * d;
+    return at;
+}
+
+/* Widens this part's share of the (sequence, kv-head) heads of `layer` that are f16 into kv_view and points
+ * k_view / v_view at them: task t = b*K + kh goes to part t mod parts. */
+static void fill_views_part(CpuScratch *s, CpuSimd simd, KvCache *const *caches, int B, int K, int d, int layer,
+                            int part, int parts) {
+    for (int t = part; t < B * K; t += parts) {
+        int b = t / K, kh = t % K, i = layer * K + kh;
+        const KvCache *kc = caches[b];
+        if (kc->elem != KV_ELEM_F16) continue;
+        size_t n = (size_t)kc->len[i] * d;
+        float *keys = s->kv_view + view_offset(caches, b, kh, layer, K, d), *values = keys + n;
+        cpu_f16_to_f32_rows(simd, keys, kvcache_k16(kc, i), n);
+        cpu_f16_to_f32_rows(simd, values, kvcache_v16(kc, i), n);
+        s->k_view[t] = keys;
+        s->v_view[t] = values;
+    }
+}
+
+/* The f32 rows attention reads for sequence b's kv-head kh of the current layer (cache index i): the cache's
+ * own when it is f32, else its widened copy in kv_view. */
+static const float *key_rows(const CpuScratch *s, const KvCache *kc, int b, int kh, int K, int i) {
+    return kc->elem == KV_ELEM_F16 ? s->k_view[b * K + kh] : kc->k[i];
+}
+static const float *value_rows(const CpuScratch *s, const KvCache *kc, int b, int kh, int K, int i) {
+    return kc->elem == KV_ELEM_F16 ? s->v_view[b * K + kh] : kc->v[i];
+}
+
+/* Stores n keys and values (d floats each, rows `stride` floats apart) at entry `at` of cache head i, as the
+ * cache's element type. */
+static void cache_store(CpuSimd simd, KvCache *kc, int i, int at, const float *k, const float *v, size_t stride,
+                        int n, int d) {
+    for (int t = 0; t < n; t++) {
+        size_t dst = (size_t)(at + t) * d;
+        if (kc->elem == KV_ELEM_F16) {
+            cpu_f32_to_f16_rows(simd, kvcache_k16(kc, i) + dst, k + t * stride, (size_t)d);
+            cpu_f32_to_f16_rows(simd, kvcache_v16(kc, i) + dst, v + t * stride, (size_t)d);
+        } else {
+            memcpy(kc->k[i] + dst, k + t * stride, (size_t)d * sizeof(float));
+            memcpy(kc->v[i] + dst, v + t * stride, (size_t)d * sizeof(float));
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------ checks */
 
 static int check_inputs(const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
@@ -407,18 +496,21 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
     size_t hd = (size_t)H * d, kd = (size_t)K * d;
     float scale = 1.0f / sqrtf((float)d);
+    int any_half = 0;
     for (int b = 0; b < B; b++) {
         KvCache *kc = caches[b];
+        any_half |= kc->elem == KV_ELEM_F16;
         for (int kh = 0; kh < K; kh++) {
             int i = layer * K + kh, at = kc->len[i];
-            for (int t = 0; t < tc; t++) {
-                size_t row = (size_t)b * tc + t;
-                memcpy(kc->k[i] + (size_t)(at + t) * d, s->k + row * kd + (size_t)kh * d, (size_t)d * sizeof(float));
-                memcpy(kc->v[i] + (size_t)(at + t) * d, s->v + row * kd + (size_t)kh * d, (size_t)d * sizeof(float));
-                kc->pos[i][at + t] = kc->n_pos + pos0 + t;
-            }
+            size_t row = (size_t)b * tc;
+            cache_store(simd, kc, i, at, s->k + row * kd + (size_t)kh * d, s->v + row * kd + (size_t)kh * d, kd, tc, d);
+            for (int t = 0; t < tc; t++) kc->pos[i][at + t] = kc->n_pos + pos0 + t;
             kc->len[i] += tc;
         }
+    }
+    if (any_half) {
+#pragma omp parallel
+        fill_views_part(s, simd, caches, B, K, d, layer, omp_get_thread_num(), omp_get_num_threads());
     }
     if (tc >= CPU_BLOCK_MIN_ROWS) {
         /* one task per (sequence, head, tile of CPU_TILE query rows); a tile needs only the keys up to its
@@ -432,9 +524,10 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
                     int i = layer * K + h / G, t_lo = tile * CPU_TILE;
                     int rows = tc - t_lo < CPU_TILE ? tc - t_lo : CPU_TILE;
                     size_t row0 = (size_t)b * tc + t_lo;
+                    const KvCache *kc = caches[b];
                     cpu_attend_block(simd, s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
-                                     (int)hd, caches[b]->k[i], caches[b]->v[i], rows, caches[b]->len[i] - tc + t_lo, d,
-                                     scale, s->scores + stride * (size_t)omp_get_thread_num());
+                                     (int)hd, key_rows(s, kc, b, h / G, K, i), value_rows(s, kc, b, h / G, K, i), rows,
+                                     kc->len[i] - tc + t_lo, d, scale, s->scores + stride * (size_t)omp_get_thread_num());
                 }
         return;
     }
@@ -450,7 +543,7 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
                 size_t row = (size_t)b * tc + t;
                 float *probs = s->probs + stride * (size_t)omp_get_thread_num();
                 cpu_attend_row_simd(simd, s->att + row * hd + (size_t)h * d, probs, s->q + row * hd + (size_t)h * d,
-                                    kc->k[i], kc->v[i], n, d, scale);
+                                    key_rows(s, kc, b, h / G, K, i), value_rows(s, kc, b, h / G, K, i), n, d, scale);
                 if (trace) trace->on_attention(trace->user, b, layer, h, probs, kc->pos[i], n);
             }
 }
@@ -468,9 +561,9 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
             memcpy(s->q_win + ((size_t)h * w + i) * d, s->q + (size_t)(tc - w + i) * hd + (size_t)h * d,
                    (size_t)d * sizeof(float));
     const float *keys[K], *values[K];
-    for (int kh = 0; kh < K; kh++) {
-        keys[kh] = kc->k[layer * K + kh];
-        values[kh] = kc->v[layer * K + kh];
+    for (int kh = 0; kh < K; kh++) { /* an f16 cache: its rows widened to f32, what attention read */
+        keys[kh] = key_rows(s, kc, 0, kh, K, layer * K + kh);
+        values[kh] = value_rows(s, kc, 0, kh, K, layer * K + kh);
     }
     Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = kc->len[layer * K], .w = w, .H = H, .K = K,
                        .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
@@ -622,6 +715,8 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
     float scale = 1.0f / sqrtf((float)d);
     size_t prob_stride = s->prob_floats / (size_t)omp_get_max_threads();
     StepBarrier barrier = {0, 0, 0};
+    int any_half = 0;
+    for (int b = 0; b < B; b++) any_half |= caches[b]->elem == KV_ELEM_F16;
 #pragma omp parallel
     {
         int p = omp_get_thread_num(), P = omp_get_num_threads();
@@ -660,18 +755,23 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
                 KvCache *kc = caches[r];
                 for (int kh = 0; kh < K; kh++) {
                     int i = l * K + kh, at = kc->len[i];
-                    memcpy(kc->k[i] + (size_t)at * d, s->k + (size_t)r * kd + (size_t)kh * d, (size_t)d * sizeof(float));
-                    memcpy(kc->v[i] + (size_t)at * d, s->v + (size_t)r * kd + (size_t)kh * d, (size_t)d * sizeof(float));
+                    size_t row = (size_t)r * kd + (size_t)kh * d;
+                    cache_store(impl->simd, kc, i, at, s->k + row, s->v + row, kd, 1, d);
                     kc->pos[i][at] = kc->n_pos;
                     kc->len[i]++;
                 }
             }
             step_barrier(&barrier, P);
+            if (any_half) {
+                fill_views_part(s, impl->simd, caches, M, K, d, l, p, P);
+                step_barrier(&barrier, P);
+            }
             for (int task = p; task < M * H; task += P) {
                 int r = task / H, h = task % H, i = l * K + h / G;
+                const KvCache *kc = caches[r];
                 cpu_attend_row_simd(impl->simd, s->att + (size_t)r * hd + (size_t)h * d, probs,
-                                    s->q + (size_t)r * hd + (size_t)h * d, caches[r]->k[i], caches[r]->v[i],
-                                    caches[r]->len[i], d, scale);
+                                    s->q + (size_t)r * hd + (size_t)h * d, key_rows(s, kc, r, h / G, K, i),
+                                    value_rows(s, kc, r, h / G, K, i), kc->len[i], d, scale);
             }
             step_barrier(&barrier, P);
             matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
@@ -721,7 +821,8 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         (observe && !all_wo_f32(impl, c) &&
          scratch_floats(&s->wo, &s->wo_floats, (size_t)c->d_model * c->n_heads * c->head_dim,
                         "the observation's output projection", err)) ||
-        scratch_q4_tiles(s, c, err) || scratch_code_tiles(impl, c, B, rows, err))
+        scratch_q4_tiles(s, c, err) || scratch_code_tiles(impl, c, B, rows, err) ||
+        scratch_views(s, c, caches, B, T, err))
         return -1;
     if (T == 1 && !observe && !trace && all_packed(impl, c, B)) {
         if (scratch_floats(&s->xn_parts, &s->xn_part_floats, (size_t)omp_get_max_threads() * B * c->d_model,
@@ -751,7 +852,8 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
 
 static int cpu_cache_new(Backend *be, KvCache **out, int capacity, KvErr *err) {
     const ModelConfig *c = &be->model->cfg;
-    return kvcache_new(out, c->n_layers, c->n_kv_heads, c->head_dim, capacity, err);
+    return kvcache_new_elem(out, c->n_layers, c->n_kv_heads, c->head_dim, capacity,
+                            ((const CpuImpl *)be->impl)->cache_elem, err);
 }
 
 static int cpu_cache_gather(Backend *be, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
@@ -812,6 +914,15 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     if (impl->fast)
         fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast): activations quantised to int8 per 32 "
                         "weights, integer dot products; answers may differ from the exact path\n");
+    int elem = backend_cache_elem(err);
+    if (elem < 0) {
+        cpu_destroy(be);
+        return -1;
+    }
+    impl->cache_elem = (KvElem)elem;
+    if (impl->cache_elem == KV_ELEM_F16)
+        fprintf(stderr, "kvbench: cpu backend: f16 KV cache (KVBENCH_CACHE=f16): keys and values stored as IEEE "
+                        "binary16, half the cache memory; answers may differ from the exact f32 cache\n");
     if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) || take_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;

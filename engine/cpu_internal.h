@@ -127,6 +127,16 @@ void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const fl
 void cpu_matvec_q4_fast_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
                              float *tile, int part, int parts);
 
+/* ------------------------------------------------------------------------ binary16 (KVBENCH_CACHE=f16) */
+
+/* IEEE binary16 bits of x rounded to nearest, ties to even (subnormals, overflow to infinity, NaN stays a
+ * quiet NaN), and the exact f32 value of h: the portable reference (cpu_f16.c). */
+uint16_t cpu_f32_to_f16(float x);
+float cpu_f16_to_f32(uint16_t h);
+/* n values at a time: AVX-512F or F16C where simd allows, the same bits as the portable converters. */
+void cpu_f32_to_f16_rows(CpuSimd simd, uint16_t *dst, const float *src, size_t n);
+void cpu_f16_to_f32_rows(CpuSimd simd, float *dst, const uint16_t *src, size_t n);
+
 /* out = x / sqrt(mean(x^2) + eps) * w over one row of n. */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

@@ -16,18 +16,19 @@
 static size_t align_up(size_t n) { return (n + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN; }
 
 /* Carves an arena for N*K heads with the given per-head capacities; len = 0 everywhere. */
-static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim, const int *caps, KvErr *err) {
+static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim, const int *caps, KvElem elem,
+                       KvErr *err) {
     *out = NULL;
     if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0)
         return kv_fail(err, "kvcache: invalid shape %d layers x %d kv-heads x %d head dim", n_layers, n_kv_heads,
                        head_dim);
     size_t n_heads = (size_t)n_layers * (size_t)n_kv_heads;
     size_t index_bytes = align_up(n_heads * (2 * sizeof(int) + 2 * sizeof(float *) + sizeof(int *)));
-    size_t data_bytes = 0;
+    size_t data_bytes = 0, elem_bytes = kvcache_elem_bytes(elem);
     for (size_t i = 0; i < n_heads; i++) {
         if (caps[i] < 0) return kv_fail(err, "kvcache: negative capacity %d for head %zu", caps[i], i);
         size_t rows = (size_t)caps[i];
-        data_bytes += 2 * align_up(rows * (size_t)head_dim * sizeof(float)) + align_up(rows * sizeof(int));
+        data_bytes += 2 * align_up(rows * (size_t)head_dim * elem_bytes) + align_up(rows * sizeof(int));
     }
     KvCache *c = kv_calloc(1, sizeof *c, err);
     if (!c) return -1;
@@ -40,6 +41,7 @@ static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim
     c->n_layers = n_layers;
     c->n_kv_heads = n_kv_heads;
     c->head_dim = head_dim;
+    c->elem = elem;
     c->arena = arena;
     c->arena_bytes = index_bytes + data_bytes;
     /* Index arrays: pointers first (their alignment is the strictest), then the two int arrays. */
@@ -54,9 +56,9 @@ static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim
         c->len[i] = 0;
         c->cap[i] = caps[i];
         c->k[i] = (float *)p;
-        p += align_up(rows * (size_t)head_dim * sizeof(float));
+        p += align_up(rows * (size_t)head_dim * elem_bytes);
         c->v[i] = (float *)p;
-        p += align_up(rows * (size_t)head_dim * sizeof(float));
+        p += align_up(rows * (size_t)head_dim * elem_bytes);
         c->pos[i] = (int *)p;
         p += align_up(rows * sizeof(int));
     }
@@ -65,7 +67,13 @@ static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim
 }
 
 int kvcache_new(KvCache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, KvErr *err) {
+    return kvcache_new_elem(out, n_layers, n_kv_heads, head_dim, capacity, KV_ELEM_F32, err);
+}
+
+int kvcache_new_elem(KvCache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, KvElem elem,
+                     KvErr *err) {
     *out = NULL;
+    if (elem != KV_ELEM_F32 && elem != KV_ELEM_F16) return kv_fail(err, "kvcache: unknown element type %d", (int)elem);
     if (capacity <= 0) return kv_fail(err, "kvcache: capacity must be positive (got %d)", capacity);
     if (n_layers <= 0 || n_kv_heads <= 0)
         return kv_fail(err, "kvcache: invalid shape %d layers x %d kv-heads", n_layers, n_kv_heads);
@@ -73,7 +81,7 @@ int kvcache_new(KvCache **out, int n_layers, int n_kv_heads, int head_dim, int c
     int *caps = kv_malloc(n_heads * sizeof *caps, err);
     if (!caps) return -1;
     for (size_t i = 0; i < n_heads; i++) caps[i] = capacity;
-    int rc = cache_alloc(out, n_layers, n_kv_heads, head_dim, caps, err);
+    int rc = cache_alloc(out, n_layers, n_kv_heads, head_dim, caps, elem, err);
     free(caps);
     return rc;
 }
@@ -111,10 +119,11 @@ int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int e
         caps[i] = count + extra_capacity;
     }
     KvCache *c;
-    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, err);
+    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, src->elem, err);
     free(caps);
     if (rc) return rc;
-    size_t row = (size_t)src->head_dim;
+    size_t row = (size_t)src->head_dim * kvcache_elem_bytes(src->elem); /* bytes */
+    const char *const *src_k = (const char *const *)src->k, *const *src_v = (const char *const *)src->v;
     for (int i = 0; i < n_heads; i++) {
         const int *want = keep->positions + keep->offsets[i];
         for (int j = 0; j < keep->counts[i]; j++) {
@@ -125,8 +134,8 @@ int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int e
                                i % src->n_kv_heads, want[j],
                                at < 0 ? "is not in the cache" : "is out of ascending order in the keep-set");
             }
-            memcpy(c->k[i] + j * row, src->k[i] + (size_t)at * row, row * sizeof(float));
-            memcpy(c->v[i] + j * row, src->v[i] + (size_t)at * row, row * sizeof(float));
+            memcpy((char *)c->k[i] + j * row, src_k[i] + (size_t)at * row, row);
+            memcpy((char *)c->v[i] + j * row, src_v[i] + (size_t)at * row, row);
             c->pos[i][j] = want[j];
         }
         c->len[i] = keep->counts[i];

@@ -4,7 +4,9 @@
  * KeepSet; gathering it gives a head-variable cache holding only the kept entries, so AdaKV-style budgets
  * save real memory. Decoding appends one entry to every head. Keys are stored after RoPE; `n_pos` is the
  * position of the next token and continues from the uncompressed context length (spec policies.md §1.1).
- * The struct is the same for both backends; `on_device` says whether k/v point to GPU memory.
+ * The struct is the same for both backends; `on_device` says whether k/v point to GPU memory. A host cache
+ * holds f32 rows (the default, exact) or IEEE binary16 rows (`elem`, the CPU backend's opt-in
+ * KVBENCH_CACHE=f16: half the memory, keys and values rounded to nearest even when stored).
  * Shape legend: N layers, K kv-heads, d head dim. */
 #ifndef KVBENCH_KVCACHE_H
 #define KVBENCH_KVCACHE_H
@@ -27,22 +29,37 @@ int keepset_init(KeepSet *ks, int n_layers, int n_kv_heads, const int *counts, K
 int keepset_full(KeepSet *ks, int n_layers, int n_kv_heads, int context_len, KvErr *err);
 void keepset_free(KeepSet *ks);
 
+/* Element type of a host cache's k/v rows. */
+typedef enum { KV_ELEM_F32 = 0, KV_ELEM_F16 = 1 } KvElem;
+
 typedef struct {
     int n_layers, n_kv_heads, head_dim;  /* N, K, d */
     int n_pos;        /* tokens processed so far: the RoPE position of the next token */
     int on_device;    /* k/v live in GPU memory (CUDA backend; len, cap and pos stay on the host) */
     int *len;         /* [N*K] entries held (host memory, always) */
     int *cap;         /* [N*K] capacity (host memory, always) */
-    float **k, **v;   /* [N*K] -> [cap][d] (floats on the CPU; the CUDA backend stores its own element type) */
+    float **k, **v;   /* [N*K] -> [cap][d] (floats on the CPU, or binary16 bits when elem is KV_ELEM_F16: read
+                       * those through kvcache_k16 / kvcache_v16; the CUDA backend stores its own element type) */
     int **pos;        /* [N*K] -> [cap] original position of each entry */
     void *arena;      /* one allocation backing k/v/pos */
     size_t arena_bytes;
+    KvElem elem;      /* host caches: what k/v rows hold (0, f32, for the CUDA backend's, which say on_device) */
 } KvCache;
 
-/* Host (CPU backend) caches. kvcache_new: empty, `capacity` entries per head. */
+/* Head i's rows of an f16 cache as the binary16 bits they are. */
+static inline unsigned short *kvcache_k16(const KvCache *c, int i) { return (unsigned short *)(void *)c->k[i]; }
+static inline unsigned short *kvcache_v16(const KvCache *c, int i) { return (unsigned short *)(void *)c->v[i]; }
+/* Bytes of one element of a host cache. */
+static inline size_t kvcache_elem_bytes(KvElem e) { return e == KV_ELEM_F16 ? 2 : 4; }
+
+/* Host (CPU backend) caches. kvcache_new: empty f32, `capacity` entries per head; kvcache_new_elem: of
+ * element type `elem`. */
 int kvcache_new(KvCache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, KvErr *err);
+int kvcache_new_elem(KvCache **out, int n_layers, int n_kv_heads, int head_dim, int capacity, KvElem elem,
+                     KvErr *err);
 /* Gathers the kept entries of a uniform (or head-variable) cache into a new one with room for
- * `extra_capacity` more entries per head (question and answer tokens). n_pos is copied. */
+ * `extra_capacity` more entries per head (question and answer tokens). n_pos and the element type are
+ * copied (the rows as they are: gathering an f16 cache moves its bits, it never rounds again). */
 int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err);
 void kvcache_free(KvCache *c);
 /* Bytes of K and V actually held (sum of len * d * 2 * sizeof(element)); for the memory benchmark. */

@@ -716,6 +716,10 @@ static int check_inputs(const RunConfig *cfg, KvErr *err) {
         if (strcmp(m->backend, "cpu") && !strstr(backend_available(), m->backend))
             return kv_fail(err, "%s: models[%d].backend: '%s' is not in this build (available: %s)", cfg->file, i,
                            m->backend, backend_available());
+        if (strcmp(m->backend, "cpu") && backend_cache_elem(err) == KV_ELEM_F16)
+            return kv_fail(err, "%s: models[%d].backend: KVBENCH_CACHE=f16 is the cpu backend's half-precision cache; "
+                                "backend '%s' keeps its own (unset KVBENCH_CACHE or use backend cpu)", cfg->file, i,
+                           m->backend);
     }
     return 0;
 }
@@ -754,6 +758,8 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     if (check_inputs(cfg, err)) return -1;
     const int fast_decode = backend_fast_decode(err);
     if (fast_decode < 0) return -1;
+    const int cache_elem = backend_cache_elem(err);
+    if (cache_elem < 0) return -1;
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
         free(sw.setups);
@@ -779,7 +785,9 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
         if (!opt->trace && cfg->over_length_error) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
         /* the CPU backend's opt-in FAST decode changes predictions and traces alike */
-        if (fast_decode) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast");
+        if (fast_decode) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast");
+        /* so does its opt-in half-precision cache (every row it makes: prefill, observation and decode) */
+        if (cache_elem == KV_ELEM_F16) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",cache=f16");
     }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];

@@ -4,9 +4,11 @@
  * (16 steps), the cost of one 16-sequence step against one single-sequence step, and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
  * way; tests/run_bench.sh runs the two alternately and prints medians of the per-pair ratios.
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" per measurement (tests/bench_util.h), after a header.
- * Usage: bench_engine [MODEL] [--quick] [--max-prefill N] [--backend NAME]   (--quick: short decodes and
+ * Usage: bench_engine [MODEL] [--quick] [--max-prefill N] [--backend NAME] [--decode-context N]
+ * (--decode-context: the prompt length before the decodes, default 128; --quick: short decodes and
  * --max-prefill 512; the prefills are those of 512, 2048, 8192 up to N; backend default cpu; threads:
- * OMP_NUM_THREADS) */
+ * OMP_NUM_THREADS; the CPU backend's opt-in paths from the environment as in a run: KVBENCH_CACHE=f16 for
+ * the half-precision cache, KVBENCH_DECODE=fast; the header names them) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,13 +62,18 @@ static int bench_decode(Backend *be, int B, int context, int steps, BenchClock *
 
 int main(int argc, char **argv) {
     const char *spec = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    int quick = 0, max_prefill = 8192;
+    int quick = 0, max_prefill = 8192, decode_context = 128;
     const char *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1, max_prefill = 512;
         else if (!strcmp(argv[i], "--max-prefill") && i + 1 < argc) max_prefill = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
+        else if (!strcmp(argv[i], "--decode-context") && i + 1 < argc) decode_context = atoi(argv[++i]);
         else spec = argv[i];
+    }
+    if (decode_context < 1 || decode_context > 1 << 20) {
+        fprintf(stderr, "bench_engine: --decode-context must be 1..1048576\n");
+        return 2;
     }
     KvErr err = {{0}};
     Model *m;
@@ -75,7 +82,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
-    printf("# bench_engine: %s, %s backend, %d OpenMP threads\n", spec, backend, omp_get_max_threads());
+    const char *cache = getenv("KVBENCH_CACHE"), *decode = getenv("KVBENCH_DECODE");
+    printf("# bench_engine: %s, %s backend, %d OpenMP threads, cache %s, decode %s after %d tokens\n", spec, backend,
+           omp_get_max_threads(), cache && *cache ? cache : "f32", decode && *decode ? decode : "exact", decode_context);
     BenchClock spent;
     if (bench_prefill(be, 64, &spent, &err)) goto fail; /* first touch of weights and scratch */
     const int lens[] = {512, 2048, 8192};
@@ -90,9 +99,9 @@ int main(int argc, char **argv) {
     printf("peak_rss_mib %.0f\n", bench_peak_rss_mib());
     int steps = quick ? 16 : 64, steps_16 = quick ? 4 : 16;
     BenchClock one;
-    if (bench_decode(be, 1, 128, steps, &one, &err)) goto fail;
+    if (bench_decode(be, 1, decode_context, steps, &one, &err)) goto fail;
     bench_print_rate("decode_1", steps, one);
-    if (bench_decode(be, 16, 128, steps_16, &spent, &err)) goto fail;
+    if (bench_decode(be, 16, decode_context, steps_16, &spent, &err)) goto fail;
     bench_print_rate("decode_16", 16.0 * steps_16, spent);
     /* what one step of 16 sequences costs against one step of one (wall, CPU): 16 x the multiply-adds, the
      * weights read and converted once */
@@ -117,8 +126,9 @@ int main(int argc, char **argv) {
         for (int h = 0; h < n_heads; h++)
             for (int j = 0; j < counts[h]; j++) ks.positions[ks.offsets[h] + j] = j * 5;
         if (be->cache_gather(be, full, &ks, 0, &g, &err)) goto fail;
-        printf("cache_full_bytes %zu\ncache_20pct_bytes %zu\ncache_context %d\n", kvcache_bytes_used(full, 4),
-               kvcache_bytes_used(g, 4), L);
+        size_t elem = kvcache_elem_bytes(full->elem);
+        printf("cache_full_bytes %zu\ncache_20pct_bytes %zu\ncache_context %d\n", kvcache_bytes_used(full, elem),
+               kvcache_bytes_used(g, elem), L);
         keepset_free(&ks);
         free(counts);
         be->cache_free(be, g);

@@ -16,7 +16,8 @@
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
 # BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
 # prefills of 512 / 2048 / 8192 tokens up to it), BENCH_QUICK=1 (512-token prefill and short decodes only, no
-# policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers).
+# policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers);
+# KVBENCH_CACHE=f16 / KVBENCH_DECODE=fast reach kvbench's benches as they reach a run (opt-in paths, printed).
 # OMP_WAIT_POLICY is passed to both engines alike (both use OpenMP) and printed.
 set -euo pipefail
 build=${1:-build}
@@ -33,7 +34,8 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 echo "== make bench: kvbench $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC'),"\
      "$(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load average $(load)"
-echo "   OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset (libgomp default)}, model $model"
+echo "   OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset (libgomp default)}, model $model,"\
+     "kvbench cache ${KVBENCH_CACHE:-f32}, decode ${KVBENCH_DECODE:-exact}"
 
 # --- llama.cpp: built once from the PyPI sdist's vendored sources; any failure leaves kvbench's numbers alone ---
 llama_ok=0 llama_why=""

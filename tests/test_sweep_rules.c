@@ -147,6 +147,23 @@ static void test_runs(TestCounts *tc) {
     CHECK(tc, run(cmd_run, "c4", c) == 1 && log_contains("c4", "KVBENCH_DECODE=quick: unknown decode path"),
           "unknown decode path");
     unsetenv("KVBENCH_DECODE");
+    /* the opt-in half-precision cache likewise, alone and with the fast decode */
+    setenv("KVBENCH_CACHE", "f16", 1);
+    CHECK(tc, run(cmd_run, "c5", c) == 0 && !log_contains("c5", "nothing to do") && log_contains("c5", "f16 KV cache"),
+          "f16 cache run");
+    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,cache=f16'") == 2,
+          "f16 cache setup");
+    CHECK(tc, run(cmd_run, "c6", c) == 0 && log_contains("c6", "nothing to do"), "f16 cache resume");
+    setenv("KVBENCH_DECODE", "fast", 1);
+    CHECK(tc, run(cmd_run, "c7", c) == 0 && !log_contains("c7", "nothing to do"), "fast decode, f16 cache run");
+    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast,cache=f16'") == 2,
+          "fast decode, f16 cache setup");
+    unsetenv("KVBENCH_DECODE");
+    setenv("KVBENCH_CACHE", "f8", 1);
+    CHECK(tc, run(cmd_run, "c8", c) == 1 && log_contains("c8", "KVBENCH_CACHE=f8: unknown KV cache type"),
+          "unknown cache type");
+    unsetenv("KVBENCH_CACHE");
+    CHECK(tc, run(cmd_run, "c9", c) == 0 && log_contains("c9", "nothing to do"), "exact rows still resume");
 
     /* kvbench trace hands the pattern to duoattention too: 2 steps of retained importance per sample */
     char *t[] = {write_config("t.json", "\"trace\": {\"steps\": 2},", key), "--db", path_in("t.db"), "--limit", "1",
