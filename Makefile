@@ -57,6 +57,11 @@ info:
 LINK_FLAGS := $(BUILD)/link.flags
 LINK_CMD   := $(CC) $(CFLAGS) $(LDFLAGS) $(LDLIBS)
 $(shell mkdir -p $(BUILD) && echo '$(LINK_CMD)' | cmp -s - $(LINK_FLAGS) || echo '$(LINK_CMD)' > $(LINK_FLAGS))
+# The same for the compile command: an object compiled under other flags (`make CUDA=0` then `make`: without
+# -DKVBENCH_CUDA) is compiled again rather than linked into a binary that says it has no CUDA backend.
+COMPILE_FLAGS := $(BUILD)/compile.flags
+COMPILE_CMD   := $(CC) $(CFLAGS) | $(NVCC_PATH) $(CUFLAGS)
+$(shell mkdir -p $(BUILD) && echo '$(COMPILE_CMD)' | cmp -s - $(COMPILE_FLAGS) || echo '$(COMPILE_CMD)' > $(COMPILE_FLAGS))
 
 $(BIN): $(BUILD)/runs/main.o $(BUILD)/libkvbench.a $(LINK_FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter-out $(LINK_FLAGS),$^) $(LDFLAGS) $(LDLIBS)
@@ -65,11 +70,11 @@ $(BUILD)/libkvbench.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(COMPILE_FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(COMPILE_FLAGS)
 	@mkdir -p $(dir $@)
 	$(NVCC_PATH) $(CUFLAGS) -MMD -MP -c -o $@ $<
 
