@@ -596,17 +596,23 @@ static int all_packed(const CpuImpl *impl, const ModelConfig *c, int M) {
     return 1;
 }
 
+/* The fast kernel for M rows: AMX's tile products pay off from about 8 rows (measured on SmolLM2's
+ * matrices); below, its VNNI kernel, which gives the same bits. */
+static CpuFastKernel fast_kernel_rows(const CpuImpl *impl, int M) {
+    return impl->fast_kernel == CPU_FAST_AMX && M < 8 ? CPU_FAST_VNNI : impl->fast_kernel;
+}
+
 /* This thread's share of y = x W^T (+ bias) (+ y) from the packed copy of matrix `index`. */
 static void matmul_part(const CpuImpl *impl, int index, float *y, const float *x, const float *bias, int M, int N,
                         int K, int accumulate, float *tile, int part, int parts) {
     if (impl->q4[index]) {
         CpuQ4Job job = {y, impl->q4[index], bias, N};
         if (impl->fast)
-            cpu_matmul_q4_fast_part(impl->fast_kernel, &job, 1, x, M, K, accumulate, tile, part, parts);
+            cpu_matmul_q4_fast_part(fast_kernel_rows(impl, M), &job, 1, x, M, K, accumulate, tile, part, parts);
         else
             cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
     } else if (impl->fast) {
-        cpu_matmul_q8_fast_part(impl->fast_kernel, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part,
+        cpu_matmul_q8_fast_part(fast_kernel_rows(impl, M), y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part,
                                 parts);
     } else {
         cpu_matmul_q8_part(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
@@ -649,7 +655,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             if (q4[W_Q] && q4[W_K] && q4[W_V]) {
                 const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
                                          {s->v, q4[W_V], w->bv, (int)kd}};
-                if (impl->fast) cpu_matmul_q4_fast_part(impl->fast_kernel, qkv, 3, xn, M, D, 0, tile, p, P);
+                if (impl->fast) cpu_matmul_q4_fast_part(fast_kernel_rows(impl, M), qkv, 3, xn, M, D, 0, tile, p, P);
                 else cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
             } else {
                 matmul_part(impl, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
@@ -688,7 +694,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
                 matmul_part(impl, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
                 step_barrier(&barrier, P);
                 size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
-                cpu_swiglu(s->gate + lo, s->up + lo, hi - lo);
+                cpu_swiglu_simd(impl->simd, s->gate + lo, s->up + lo, hi - lo);
             }
             step_barrier(&barrier, P);
             matmul_part(impl, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);

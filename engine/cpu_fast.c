@@ -191,6 +191,24 @@ static FAST_512 inline void weights_16(const FastJob *job, int K, int n0, int b,
     }
 }
 
+/* The weights of the next 16 outputs are one contiguous run (rows n0+16..n0+31): at block b a kernel asks
+ * for the b-th slice of it, so the run is in cache when its turn comes (16 rows read side by side are too
+ * many streams for the hardware prefetcher). Inlined by force: gcc takes a function that only prefetches for
+ * one without effects and drops the call. */
+static FAST_512 inline __attribute__((always_inline)) void prefetch_next(const FastJob *job, int K, int n0, int b) {
+    int per_row = K / 32;
+    if (n0 + 2 * FAST_GROUP > job->N) return;
+    if (job->q4) {
+        const char *next = (const char *)(job->q4 + (size_t)(n0 + FAST_GROUP) * per_row);
+        for (int i = 0; i < (int)sizeof(CpuQ4Block) * FAST_GROUP; i += 64) __builtin_prefetch(next + b * sizeof(CpuQ4Block) * FAST_GROUP + i, 0, 3);
+    } else {
+        const char *next = (const char *)(job->q8->q + (size_t)(n0 + FAST_GROUP) * K);
+        for (int i = 0; i < 32 * FAST_GROUP; i += 64) __builtin_prefetch(next + b * 32 * FAST_GROUP + i, 0, 3);
+        __builtin_prefetch((const char *)(job->q8->scale + (size_t)(n0 + FAST_GROUP) * per_row + b * FAST_GROUP), 0, 3);
+        __builtin_prefetch((const char *)(job->q8->offset + (size_t)(n0 + FAST_GROUP) * per_row + b * FAST_GROUP), 0, 3);
+    }
+}
+
 static FAST_512 inline __m512 fast_step(__m512 acc, __m512i dot, __m512 scale, __m512 offset, const FastX *x, int b,
                                         int m) {
     acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale), _mm512_set1_ps(x->d[b * FAST_ROWS + m]), acc);
@@ -223,6 +241,7 @@ static FAST_512 void group_vnni(const FastJob *job, const FastX *x, int y_row0, 
     for (int b = 0; b < per_row; b++) {
         __m512i w[8];
         __m512 scale, offset;
+        prefetch_next(job, K, n0, b);
         weights_16(job, K, n0, b, 1, w, &scale, &offset);
         for (int m = 0; m < rows; m++) {
             const int8_t *xq = x->xq + (size_t)m * K + b * 32;
@@ -269,6 +288,7 @@ static FAST_AMX void group_amx(const FastJob *job, const FastX *x, int y_row0, i
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     for (int b = 0; b < per_row; b++) {
         __m512 scale, offset;
+        prefetch_next(job, K, n0, b);
         weights_16(job, K, n0, b, 0, wbuf, &scale, &offset);
         _tile_zero(0);
         _tile_loadd(1, x->xq + b * 32, K);
