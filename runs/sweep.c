@@ -778,8 +778,10 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
          * decodes without stop tokens and always refuses an over-long sample) */
         if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
         if (!opt->trace && cfg->over_length_error) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
-        /* the CPU backend's opt-in FAST decode changes predictions and traces alike */
-        if (fast_decode) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast");
+        /* the CPU backend's opt-in FAST decode changes predictions and traces alike; "fast2" is its arithmetic
+         * since the batched fast decode (one f32 chain per output over exact int32 block dots), so rows of the
+         * first fast arithmetic ("fast") never resume or average with it */
+        if (fast_decode) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast2");
     }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];
