@@ -22,6 +22,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -320,7 +321,12 @@ int cpu_fast_kernel_usable(CpuFastKernel k) {
     int vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     if (k == CPU_FAST_VNNI) return vnni;
-    if (k == CPU_FAST_AMX) return vnni && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-int8") && amx_permitted();
+    if (k == CPU_FAST_AMX) {
+        /* CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8 (clang 14's __builtin_cpu_supports knows no AMX) */
+        unsigned a, bx, c, d;
+        int amx = __get_cpuid_count(7, 0, &a, &bx, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1);
+        return vnni && amx && amx_permitted();
+    }
 #endif
     return k == CPU_FAST_SCALAR;
 }
