@@ -794,7 +794,7 @@ static void cpu_destroy(Backend *be) {
 }
 
 /* The fast path's kernel: the best this CPU runs at level simd (AMX when Linux grants the tile state, else
- * VNNI, else portable C), or the one `request` (KVBENCH_FAST_KERNEL) names, when usable. */
+ * VNNI, else AVX2, else portable C), or the one `request` (KVBENCH_FAST_KERNEL) names, when usable. */
 static int fast_kernel_choose(CpuFastKernel *out, CpuSimd simd, const char *request, KvErr *err) {
     *out = cpu_fast_kernel_for(simd);
     if (!request || !*request) return 0;
@@ -806,7 +806,7 @@ static int fast_kernel_choose(CpuFastKernel *out, CpuSimd simd, const char *requ
             *out = (CpuFastKernel)k;
             return 0;
         }
-    return kv_fail(err, "KVBENCH_FAST_KERNEL=%s: unknown fast kernel (scalar, vnni or amx)", request);
+    return kv_fail(err, "KVBENCH_FAST_KERNEL=%s: unknown fast kernel (scalar, avx2, vnni or amx)", request);
 }
 
 int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {

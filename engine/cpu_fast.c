@@ -9,8 +9,8 @@
  *     acc = 0;  for b in order:  acc = fma(fl(float(dot_b) * w_b), d_b, acc);  acc = fma(o_b, xo_b, acc)
  * then y = acc (+ bias) (+ the old y) as the exact path stores. Every (row, output) is its own chain of
  * rounded f32 steps in a fixed order, and the integer dots are exact whichever instructions sum them, so the
- * portable C, AVX-512 VNNI (16 outputs in the lanes of a vector) and AMX (16 rows x 16 outputs per tile
- * product) kernels give the same bits, and row r of an M-row call equals the 1-row call on that row: a
+ * portable C, AVX2 (8 outputs in the lanes of a vector), AVX-512 VNNI (16 outputs) and AMX (16 rows x 16
+ * outputs per tile product) kernels give the same bits, and row r of an M-row call equals the 1-row call on that row: a
  * batched fast decode equals B single fast decodes.
  *
  * Each thread takes a share of the outputs in groups of 16 and, per pass of up to 16 rows, reads each weight
@@ -196,7 +196,7 @@ static FAST_512 inline void weights_16(const FastJob *job, int K, int n0, int b,
  * for the b-th slice of it, so the run is in cache when its turn comes (16 rows read side by side are too
  * many streams for the hardware prefetcher). Inlined by force: gcc takes a function that only prefetches for
  * one without effects and drops the call. */
-static FAST_512 inline __attribute__((always_inline)) void prefetch_next(const FastJob *job, int K, int n0, int b) {
+static inline __attribute__((always_inline)) void prefetch_next(const FastJob *job, int K, int n0, int b) {
     int per_row = K / 32;
     if (n0 + 2 * FAST_GROUP > job->N) return;
     if (job->q4) {
@@ -312,7 +312,106 @@ static int amx_permitted(void) {
 }
 #endif
 
-static const char *const kernel_names[] = {"scalar", "vnni", "amx"};
+#if FAST_X86
+#define FAST_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* The AVX2 kernel: 8 outputs per vector, as the VNNI one with 16 (transpose_lanes on 128-bit lanes). */
+static FAST_AVX2 inline void weights_8(const FastJob *job, int K, int n0, int b, __m256i w[8], __m256 *scale,
+                                       __m256 *offset) {
+    int per_row = K / 32;
+    __m256i z[4], r[4];
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    if (job->q4) {
+        const CpuQ4Block *blk = job->q4 + (size_t)n0 * per_row + b;
+        size_t stride = sizeof(CpuQ4Block) * (size_t)per_row;
+        const char *p = (const char *)blk->codes;
+        for (int g = 0; g < 4; g++)
+            z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + g * stride))),
+                                           _mm_loadu_si128((const __m128i *)(p + (4 + g) * stride)), 1);
+        __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+        r[0] = _mm256_unpacklo_epi64(t0, t2), r[1] = _mm256_unpackhi_epi64(t0, t2);
+        r[2] = _mm256_unpacklo_epi64(t1, t3), r[3] = _mm256_unpackhi_epi64(t1, t3);
+        const __m256i low = _mm256_set1_epi8(15);
+        for (int j = 0; j < 4; j++) {
+            w[j] = _mm256_and_si256(r[j], low);
+            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(r[j], 4), low);
+        }
+        /* the 8 (scale, offset) f16 pairs: 16-bit halves packed to 8 values, then converted */
+        __m256i so = _mm256_i32gather_epi32((const int *)blk, _mm256_mullo_epi32(lanes, _mm256_set1_epi32((int)stride)), 1);
+        const __m256i mask = _mm256_set1_epi32(0xffff);
+        __m256i sp = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(so, mask), _mm256_setzero_si256()), 0xD8);
+        __m256i op = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(so, 16), _mm256_setzero_si256()), 0xD8);
+        *scale = _mm256_cvtph_ps(_mm256_castsi256_si128(sp));
+        *offset = _mm256_cvtph_ps(_mm256_castsi256_si128(op));
+    } else {
+        const int8_t *q = job->q8->q + (size_t)n0 * K + b * 32;
+        for (int h = 0; h < 2; h++) {
+            const char *p = (const char *)q + 16 * h;
+            for (int g = 0; g < 4; g++)
+                z[g] = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + (size_t)g * K))),
+                    _mm_loadu_si128((const __m128i *)(p + (size_t)(4 + g) * K)), 1);
+            __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+            __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+            w[4 * h] = _mm256_unpacklo_epi64(t0, t2), w[4 * h + 1] = _mm256_unpackhi_epi64(t0, t2);
+            w[4 * h + 2] = _mm256_unpacklo_epi64(t1, t3), w[4 * h + 3] = _mm256_unpackhi_epi64(t1, t3);
+        }
+        __m256i idx = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(per_row));
+        *scale = _mm256_i32gather_ps(job->q8->scale + (size_t)n0 * per_row + b, idx, 4);
+        *offset = _mm256_i32gather_ps(job->q8->offset + (size_t)n0 * per_row + b, idx, 4);
+    }
+}
+
+/* Outputs n0..n0+7, all rows of x. maddubs multiplies unsigned by signed bytes into saturating 16-bit pairs:
+ * 4-bit codes (pairs at most 2 * 15 * 127) sum 8 products per 16-bit lane exactly before widening; int8 codes
+ * go in as |code| times x with the code's sign (pairs at most 2 * 128 * 127) and widen at once. */
+static FAST_AVX2 void group_avx2(const FastJob *job, const FastX *x, int y_row0, int n0, int accumulate) {
+    int K = x->K, per_row = K / 32, rows = x->rows;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[FAST_ROWS];
+    for (int m = 0; m < rows; m++) acc[m] = _mm256_setzero_ps();
+    for (int b = 0; b < per_row; b++) {
+        __m256i w[8];
+        __m256 scale, offset;
+        if (n0 % FAST_GROUP == 0) prefetch_next(job, K, n0, b); /* the first half asks for the next 16 */
+        weights_8(job, K, n0, b, w, &scale, &offset);
+        for (int m = 0; m < rows; m++) {
+            const int8_t *xq = x->xq + (size_t)m * K + b * 32;
+            __m256i dot;
+            if (job->q4) {
+                __m256i pairs = _mm256_setzero_si256();
+                for (int r = 0; r < 8; r++) {
+                    int32_t v;
+                    memcpy(&v, xq + 4 * r, 4);
+                    pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[r], _mm256_set1_epi32(v)));
+                }
+                dot = _mm256_madd_epi16(pairs, ones);
+            } else {
+                dot = _mm256_setzero_si256();
+                for (int r = 0; r < 8; r++) {
+                    int32_t v;
+                    memcpy(&v, xq + 4 * r, 4);
+                    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w[r]), _mm256_sign_epi8(_mm256_set1_epi32(v), w[r]));
+                    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(p, ones));
+                }
+            }
+            acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), scale),
+                                     _mm256_set1_ps(x->d[b * FAST_ROWS + m]), acc[m]);
+            acc[m] = _mm256_fmadd_ps(offset, _mm256_set1_ps(x->xo[b * FAST_ROWS + m]), acc[m]);
+        }
+    }
+    for (int m = 0; m < rows; m++) {
+        __m256 t = acc[m];
+        float *y = job->y + (size_t)(y_row0 + m) * job->N + n0;
+        if (job->bias) t = _mm256_add_ps(t, _mm256_loadu_ps(job->bias + n0));
+        if (accumulate) t = _mm256_add_ps(_mm256_loadu_ps(y), t);
+        _mm256_storeu_ps(y, t);
+    }
+}
+#endif
+
+static const char *const kernel_names[] = {"scalar", "avx2", "vnni", "amx"};
 
 const char *cpu_fast_kernel_name(CpuFastKernel k) { return kernel_names[k]; }
 
@@ -320,10 +419,13 @@ int cpu_fast_kernel_usable(CpuFastKernel k) {
 #if FAST_X86
     int vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    unsigned a, bx, c, d;
+    if (k == CPU_FAST_AVX2) /* F16C: CPUID leaf 1, ECX bit 29 (clang 14 has no name for it) */
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &bx, &c, &d) &&
+               (c >> 29 & 1);
     if (k == CPU_FAST_VNNI) return vnni;
     if (k == CPU_FAST_AMX) {
         /* CPUID leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8 (clang 14's __builtin_cpu_supports knows no AMX) */
-        unsigned a, bx, c, d;
         int amx = __get_cpuid_count(7, 0, &a, &bx, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1);
         return vnni && amx && amx_permitted();
     }
@@ -332,9 +434,10 @@ int cpu_fast_kernel_usable(CpuFastKernel k) {
 }
 
 CpuFastKernel cpu_fast_kernel_for(CpuSimd simd) {
-    if (simd != CPU_SIMD_AVX512) return CPU_FAST_SCALAR;
-    if (cpu_fast_kernel_usable(CPU_FAST_AMX)) return CPU_FAST_AMX;
-    return cpu_fast_kernel_usable(CPU_FAST_VNNI) ? CPU_FAST_VNNI : CPU_FAST_SCALAR;
+    if (simd == CPU_SIMD_SCALAR) return CPU_FAST_SCALAR;
+    if (simd == CPU_SIMD_AVX512 && cpu_fast_kernel_usable(CPU_FAST_AMX)) return CPU_FAST_AMX;
+    if (simd == CPU_SIMD_AVX512 && cpu_fast_kernel_usable(CPU_FAST_VNNI)) return CPU_FAST_VNNI;
+    return cpu_fast_kernel_usable(CPU_FAST_AVX2) ? CPU_FAST_AVX2 : CPU_FAST_SCALAR;
 }
 
 static void fast_part(CpuFastKernel kernel, const FastJob *jobs, int n_jobs, const float *x, int M, int K,
@@ -351,7 +454,7 @@ static void fast_part(CpuFastKernel kernel, const FastJob *jobs, int n_jobs, con
         fx.rows = M - m0 < FAST_ROWS ? M - m0 : FAST_ROWS;
         for (int m = 0; m < fx.rows; m++) {
 #if FAST_X86
-            if (kernel != CPU_FAST_SCALAR) quantize_row_avx512(&fx, m, x + (size_t)(m0 + m) * K);
+            if (kernel >= CPU_FAST_VNNI) quantize_row_avx512(&fx, m, x + (size_t)(m0 + m) * K);
             else
 #endif
                 quantize_row_scalar(&fx, m, x + (size_t)(m0 + m) * K);
@@ -364,7 +467,11 @@ static void fast_part(CpuFastKernel kernel, const FastJob *jobs, int n_jobs, con
 #if FAST_X86
                 if (n1 - n0 == FAST_GROUP && kernel == CPU_FAST_AMX) group_amx(&jobs[j], &fx, m0, n0, accumulate);
                 else if (n1 - n0 == FAST_GROUP && kernel == CPU_FAST_VNNI) group_vnni(&jobs[j], &fx, m0, n0, accumulate);
-                else
+                else if (kernel == CPU_FAST_AVX2) {
+                    int n = n0;
+                    for (; n + 8 <= n1; n += 8) group_avx2(&jobs[j], &fx, m0, n, accumulate);
+                    if (n < n1) group_scalar(&jobs[j], &fx, m0, n, n1, accumulate);
+                } else
 #endif
                     group_scalar(&jobs[j], &fx, m0, n0, n1, accumulate);
             }

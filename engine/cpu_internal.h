@@ -124,12 +124,13 @@ void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg,
  * product; greedy answers may differ). One arithmetic in every kernel (cpu_fast.c states it): every kernel
  * gives the same bits, and row r of an M-row call equals the 1-row call on that row, so a batched fast decode
  * equals B single ones. Each weight block is read once per call for up to 16 rows. Kernels: the portable C
- * (the reference), AVX-512 VNNI (16 outputs per vector), AMX (TDPBSSD tiles of 16 rows x 16 outputs). */
-typedef enum { CPU_FAST_SCALAR, CPU_FAST_VNNI, CPU_FAST_AMX } CpuFastKernel;
+ * (the reference), AVX2 (maddubs, 8 outputs per vector), AVX-512 VNNI (16 outputs per vector), AMX (TDPBSSD
+ * tiles of 16 rows x 16 outputs). */
+typedef enum { CPU_FAST_SCALAR, CPU_FAST_AVX2, CPU_FAST_VNNI, CPU_FAST_AMX } CpuFastKernel;
 
 /* Whether this CPU (and, for AMX, the kernel: Linux grants the tile state on request) runs kernel k. */
 int cpu_fast_kernel_usable(CpuFastKernel k);
-/* The best usable kernel at SIMD level simd (VNNI and AMX need AVX-512; below it, the portable C). */
+/* The best usable kernel at SIMD level simd (VNNI and AMX need AVX-512, the AVX2 kernel AVX2). */
 CpuFastKernel cpu_fast_kernel_for(CpuSimd simd);
 const char *cpu_fast_kernel_name(CpuFastKernel k);
 

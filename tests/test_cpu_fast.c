@@ -1,5 +1,5 @@
 /* test_cpu_fast.c — the opt-in FAST products (engine/cpu_fast.c, KVBENCH_DECODE=fast) and the fast decode:
- *  - every kernel this CPU runs (VNNI, AMX; a kernel it lacks is skipped with a printed line) gives the
+ *  - every kernel this CPU runs (AVX2, VNNI, AMX; a kernel it lacks is skipped with a printed line) gives the
  *    portable C's outputs bit for bit (so the same exact int32 block dots and the same f32 chain), on random
  *    4-bit and int8 weights with edge blocks (codes all 0 / all 15, int8 -128 / 127, all-zero activation
  *    blocks, a block of +-max, one huge value among small ones), K = 32, 96, 576, N = 16, 37, 64 (tails past
@@ -118,8 +118,8 @@ static void check_products(TestCounts *tc) {
     static float code[MAXK], sc[MAXK / 32], off[MAXK / 32], w[MAXK];
     float *tile = aligned_alloc(64, sizeof(float) * CPU_Q4_TILE_FLOATS(MAXK));
     const int Ks[] = {32, 96, 576}, Ns[] = {16, 37, 64};
-    int usable[3];
-    for (int k = 0; k < 3; k++) {
+    int usable[4];
+    for (int k = 0; k < 4; k++) {
         usable[k] = cpu_fast_kernel_usable((CpuFastKernel)k);
         if (!usable[k]) printf("test_cpu_fast: SKIPPING the %s kernel: this CPU (or its kernel) does not run it\n",
                                cpu_fast_kernel_name((CpuFastKernel)k));
@@ -151,7 +151,7 @@ static void check_products(TestCounts *tc) {
                       fmt ? "q8" : "q4", K, N, worst_q / scale_q);
                 CHECK(tc, worst_f <= 2e-2 * scale_f, "%s K=%d N=%d: portable C vs the float64 product: %.3g",
                       fmt ? "q8" : "q4", K, N, worst_f / scale_f);
-                for (int k = 0; k < 3; k++) {
+                for (int k = 0; k < 4; k++) {
                     if (!usable[k]) continue;
                     const char *name = cpu_fast_kernel_name((CpuFastKernel)k);
                     for (int M = 1; M <= MAXM; M++)
