@@ -96,7 +96,8 @@ enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 typedef struct {
     CpuScratch s;
     CpuSimd simd;        /* instruction set of the 4-bit kernels */
-    int fast;            /* KVBENCH_DECODE=fast: single-sequence steps on int8-quantised activations */
+    int fast;            /* KVBENCH_DECODE=fast: decode steps on int8-quantised activations */
+    CpuFastKernel fast_kernel;
     KvElem cache_elem;   /* the caches it makes: KV_ELEM_F32, or KV_ELEM_F16 (KVBENCH_CACHE=f16) */
     /* Matrices by index: layer l's at l*W_PER_LAYER + W_Q.., then lm_head, then tok_embd (the lm_head's index
      * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else f32 only. */
@@ -688,15 +689,24 @@ static int all_packed(const CpuImpl *impl, const ModelConfig *c, int M) {
     return 1;
 }
 
+/* The fast kernel for M rows: AMX's tile products pay off from about 8 rows (measured on SmolLM2's
+ * matrices); below, its VNNI kernel, which gives the same bits. */
+static CpuFastKernel fast_kernel_rows(const CpuImpl *impl, int M) {
+    return impl->fast_kernel == CPU_FAST_AMX && M < 8 ? CPU_FAST_VNNI : impl->fast_kernel;
+}
+
 /* This thread's share of y = x W^T (+ bias) (+ y) from the packed copy of matrix `index`. */
 static void matmul_part(const CpuImpl *impl, int index, float *y, const float *x, const float *bias, int M, int N,
                         int K, int accumulate, float *tile, int part, int parts) {
     if (impl->q4[index]) {
         CpuQ4Job job = {y, impl->q4[index], bias, N};
-        if (impl->fast && M == 1)
-            cpu_matvec_q4_fast_part(impl->simd, &job, 1, x, K, accumulate, tile, part, parts);
+        if (impl->fast)
+            cpu_matmul_q4_fast_part(fast_kernel_rows(impl, M), &job, 1, x, M, K, accumulate, tile, part, parts);
         else
             cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
+    } else if (impl->fast) {
+        cpu_matmul_q8_fast_part(fast_kernel_rows(impl, M), y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part,
+                                parts);
     } else {
         cpu_matmul_q8_part(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
     }
@@ -740,7 +750,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             if (q4[W_Q] && q4[W_K] && q4[W_V]) {
                 const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
                                          {s->v, q4[W_V], w->bv, (int)kd}};
-                if (impl->fast && M == 1) cpu_matvec_q4_fast_part(impl->simd, qkv, 3, xn, D, 0, tile, p, P);
+                if (impl->fast) cpu_matmul_q4_fast_part(fast_kernel_rows(impl, M), qkv, 3, xn, M, D, 0, tile, p, P);
                 else cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
             } else {
                 matmul_part(impl, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
@@ -777,14 +787,14 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
             step_barrier(&barrier, P);
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-            if (q4[W_GATE] && q4[W_UP] && !(impl->fast && M == 1)) {
+            if (q4[W_GATE] && q4[W_UP] && !impl->fast) {
                 cpu_ffn_q4_part(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
             } else {
                 matmul_part(impl, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
                 matmul_part(impl, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
                 step_barrier(&barrier, P);
                 size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
-                cpu_swiglu(s->gate + lo, s->up + lo, hi - lo);
+                cpu_swiglu_simd(impl->simd, s->gate + lo, s->up + lo, hi - lo);
             }
             step_barrier(&barrier, P);
             matmul_part(impl, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);
@@ -885,6 +895,22 @@ static void cpu_destroy(Backend *be) {
     free(be);
 }
 
+/* The fast path's kernel: the best this CPU runs at level simd (AMX when Linux grants the tile state, else
+ * VNNI, else AVX2, else portable C), or the one `request` (KVBENCH_FAST_KERNEL) names, when usable. */
+static int fast_kernel_choose(CpuFastKernel *out, CpuSimd simd, const char *request, KvErr *err) {
+    *out = cpu_fast_kernel_for(simd);
+    if (!request || !*request) return 0;
+    for (int k = CPU_FAST_SCALAR; k <= CPU_FAST_AMX; k++)
+        if (!strcmp(request, cpu_fast_kernel_name((CpuFastKernel)k))) {
+            if (!cpu_fast_kernel_usable((CpuFastKernel)k))
+                return kv_fail(err, "KVBENCH_FAST_KERNEL=%s: this CPU (or its kernel) does not run it; best here: %s",
+                               request, cpu_fast_kernel_name(*out));
+            *out = (CpuFastKernel)k;
+            return 0;
+        }
+    return kv_fail(err, "KVBENCH_FAST_KERNEL=%s: unknown fast kernel (scalar, avx2, vnni or amx)", request);
+}
+
 int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     *out = NULL;
     const ModelConfig *c = &m->cfg;
@@ -911,9 +937,6 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
         cpu_destroy(be);
         return -1;
     }
-    if (impl->fast)
-        fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast): activations quantised to int8 per 32 "
-                        "weights, integer dot products; answers may differ from the exact path\n");
     int elem = backend_cache_elem(err);
     if (elem < 0) {
         cpu_destroy(be);
@@ -923,10 +946,16 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     if (impl->cache_elem == KV_ELEM_F16)
         fprintf(stderr, "kvbench: cpu backend: f16 KV cache (KVBENCH_CACHE=f16): keys and values stored as IEEE "
                         "binary16, half the cache memory; answers may differ from the exact f32 cache\n");
-    if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) || take_weights(impl, m, err)) {
+    if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) ||
+        (impl->fast && fast_kernel_choose(&impl->fast_kernel, impl->simd, getenv("KVBENCH_FAST_KERNEL"), err)) ||
+        take_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;
     }
+    if (impl->fast)
+        fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast, %s kernel): activations quantised to "
+                        "int8 per 32 weights, integer dot products; answers may differ from the exact path\n",
+                cpu_fast_kernel_name(impl->fast_kernel));
     *out = be;
     return 0;
 }

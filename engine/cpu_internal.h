@@ -88,8 +88,9 @@ typedef struct {
     int N;
 } CpuQ4Job;
 
-/* Per-thread scratch of the 4-bit kernels: this many floats for each OpenMP thread. */
-#define CPU_Q4_TILE_FLOATS(K) (4 * (size_t)(K))
+/* Per-thread scratch of the 4-bit kernels: this many floats for each OpenMP thread (4K for the exact path's
+ * rebuilt weights; the fast path's 16 quantised rows take 5.5K). */
+#define CPU_Q4_TILE_FLOATS(K) (6 * (size_t)(K))
 
 /* The products of jobs[n_jobs] with the same x, in one parallel region (threads split all jobs' output
  * features). Each weight block is read and converted to f32 once per call, whatever M is: the B sequences
@@ -118,14 +119,31 @@ void cpu_matmul_q8_part(CpuSimd simd, float *y, const float *x, const CpuPacked 
 void cpu_ffn_q4_part(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu, const float *x,
                      int M, int K, int F, float *tile, int part, int parts);
 
-/* The opt-in FAST path of a single-row product (KVBENCH_DECODE=fast): x quantised per 32-block to int8 and
- * integer dot products with the codes (AVX-512 VNNI where present, AVX2 maddubs, portable C), so NOT the
- * reference arithmetic: within ~1e-2 relative of the exact product, greedy answers may differ. One row of x;
- * jobs, tiles and parts as for cpu_matmul_q4 (the tile holds the quantised row). */
-void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
-                        float *tiles);
-void cpu_matvec_q4_fast_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
-                             float *tile, int part, int parts);
+/* The opt-in FAST products (KVBENCH_DECODE=fast; engine/cpu_fast.c): rows of x quantised per 32-block to int8
+ * and integer dot products with the codes, so NOT the reference arithmetic (within ~1e-2 relative of the exact
+ * product; greedy answers may differ). One arithmetic in every kernel (cpu_fast.c states it): every kernel
+ * gives the same bits, and row r of an M-row call equals the 1-row call on that row, so a batched fast decode
+ * equals B single ones. Each weight block is read once per call for up to 16 rows. Kernels: the portable C
+ * (the reference), AVX2 (maddubs, 8 outputs per vector), AVX-512 VNNI (16 outputs per vector), AMX (TDPBSSD
+ * tiles of 16 rows x 16 outputs). */
+typedef enum { CPU_FAST_SCALAR, CPU_FAST_AVX2, CPU_FAST_VNNI, CPU_FAST_AMX } CpuFastKernel;
+
+/* Whether this CPU (and, for AMX, the kernel: Linux grants the tile state on request) runs kernel k. */
+int cpu_fast_kernel_usable(CpuFastKernel k);
+/* The best usable kernel at SIMD level simd (VNNI and AMX need AVX-512, the AVX2 kernel AVX2). */
+CpuFastKernel cpu_fast_kernel_for(CpuSimd simd);
+const char *cpu_fast_kernel_name(CpuFastKernel k);
+
+/* The fast counterparts of cpu_matmul_q4 (at most 4 jobs) and cpu_matmul_q8, with the same tiles, parts and
+ * store semantics (bias, accumulate). */
+void cpu_matmul_q4_fast(CpuFastKernel kernel, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                        int accumulate, float *tiles);
+void cpu_matmul_q8_fast(CpuFastKernel kernel, float *y, const float *x, const CpuPacked *w, const float *bias, int M,
+                        int N, int K, int accumulate, float *tiles);
+void cpu_matmul_q4_fast_part(CpuFastKernel kernel, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                             int accumulate, float *tile, int part, int parts);
+void cpu_matmul_q8_fast_part(CpuFastKernel kernel, float *y, const float *x, const CpuPacked *w, const float *bias,
+                             int M, int N, int K, int accumulate, float *tile, int part, int parts);
 
 /* ------------------------------------------------------------------------ binary16 (KVBENCH_CACHE=f16) */
 

@@ -31,17 +31,6 @@
 
 #define Q4_GROUP 4 /* output features per register tile (and per unit of work between threads) */
 
-/* ---------------------------------------------------------------------------------------------- f16 bits */
-
-static float f16_to_f32(uint16_t h) {
-    int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
-    float v;
-    if (exp == 0) v = ldexpf((float)man, -24);                   /* zero and subnormals */
-    else if (exp == 31) v = man ? NAN : INFINITY;
-    else v = ldexpf((float)(man | 1024), exp - 25);
-    return sign ? -v : v;
-}
-
 /* f16 bits of x when x is exactly an f16 value, else returns 0 and leaves *out alone. */
 static int f32_to_f16_exact(float x, uint16_t *out) {
     if (!isfinite(x) || fabsf(x) > 65504.0f) return 0;
@@ -60,7 +49,7 @@ static int f32_to_f16_exact(float x, uint16_t *out) {
         bits = (uint16_t)(((e + 14) << 10) | ((int)m - 1024));
     }
     *out = sign | bits;
-    return f16_to_f32(*out | sign) == x;
+    return cpu_f16_to_f32(*out | sign) == x;
 }
 
 /* ---------------------------------------------------------------------------------------------- packing */
@@ -141,7 +130,7 @@ int cpu_pack_q4(CpuQ4Block *blocks, const float *w, int N, int K) {
 void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K) {
     const CpuQ4Block *row = blocks + (size_t)n * (K / 32);
     for (int b = 0; b < K / 32; b++) {
-        float s = f16_to_f32(row[b].scale), o = f16_to_f32(row[b].offset);
+        float s = cpu_f16_to_f32(row[b].scale), o = cpu_f16_to_f32(row[b].offset);
         for (int i = 0; i < 16; i++) {
             w[b * 32 + i] = (float)(row[b].codes[i] & 15) * s + o;
             w[b * 32 + i + 16] = (float)(row[b].codes[i] >> 4) * s + o;
@@ -802,127 +791,6 @@ void cpu_ffn_q4(CpuSimd simd, float *gate, float *up, const CpuQ4Block *wg, cons
 #pragma omp parallel
     cpu_ffn_q4_part(simd, gate, up, wg, wu, x, M, K, F, tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(),
                     omp_get_thread_num(), omp_get_num_threads());
-}
-
-/* ------------------------------------------------------------------------------------------ fast path */
-
-/* The opt-in fast path (KVBENCH_DECODE=fast): x quantised per 32-block to int8 (xq = round(x / d),
- * d = max|x| / 127), integer dot products with the 4-bit codes (exact), then per block
- * d * (scale * sum(code * xq) + offset * sum(xq)) in f32. Not the reference pipeline's arithmetic: answers
- * may differ from the exact path. The row's quantisation lives in the caller's tile:
- * K bytes of xq, then K/32 floats d * sum(xq) and K/32 floats d. */
-typedef struct {
-    int8_t *xq;
-    float *xo; /* d_b * sum(xq of block b) */
-    float *xd; /* d_b */
-} FastRow;
-
-static FastRow quantize_row(const float *x, int K, float *tile) {
-    FastRow r = {(int8_t *)tile, tile + K / 4, tile + K / 4 + K / 32};
-    for (int b = 0; b < K / 32; b++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
-        float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
-        int sum = 0;
-        for (int i = 0; i < 32; i++) {
-            int q = (int)rintf(x[b * 32 + i] * inv);
-            r.xq[b * 32 + i] = (int8_t)q;
-            sum += q;
-        }
-        r.xd[b] = d;
-        r.xo[b] = d * (float)sum;
-    }
-    return r;
-}
-
-static void fast_rows_scalar(float *y, const FastRow *x, int K, const CpuQ4Block *w, const float *bias, int n0, int n1,
-                             int accumulate) {
-    int per_row = K / 32;
-    for (int n = n0; n < n1; n++) {
-        float total = 0.0f;
-        for (int b = 0; b < per_row; b++) {
-            const CpuQ4Block *blk = w + (size_t)n * per_row + b;
-            int dot = 0;
-            for (int i = 0; i < 16; i++)
-                dot += (blk->codes[i] & 15) * x->xq[b * 32 + i] + (blk->codes[i] >> 4) * x->xq[b * 32 + i + 16];
-            total += (float)dot * (f16_to_f32(blk->scale) * x->xd[b]) + f16_to_f32(blk->offset) * x->xo[b];
-        }
-        store_out(y + n, total, bias, n, accumulate);
-    }
-}
-
-#if CPU_Q4_X86
-/* 32 codes (low nibbles then high, in xq's order) as unsigned bytes. */
-#define FAST_CODES(blk)                                                                                            \
-    ({                                                                                                             \
-        __m128i c_ = _mm_loadu_si128((const __m128i *)(blk)->codes), m_ = _mm_set1_epi8(15);                      \
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c_, 4), m_), _mm_and_si128(c_, m_));                        \
-    })
-
-/* One output: 8 lanes of int32 block dots (VNNI's dpbusd, or maddubs + madd: the same exact integers) scaled
- * into 8 f32 lanes; the offsets' term in a scalar. */
-#define FAST_ROWS_BODY(DOT)                                                                                        \
-    int per_row = K / 32;                                                                                          \
-    for (int n = n0; n < n1; n++) {                                                                                \
-        __m256 acc = _mm256_setzero_ps();                                                                          \
-        float off = 0.0f;                                                                                          \
-        for (int b = 0; b < per_row; b++) {                                                                        \
-            const CpuQ4Block *blk = w + (size_t)n * per_row + b;                                                   \
-            _mm_prefetch((const char *)(blk + 48), _MM_HINT_T0);                                                   \
-            __m256i q = FAST_CODES(blk), xv = _mm256_loadu_si256((const __m256i *)(x->xq + b * 32));               \
-            __m256i dot = DOT(q, xv);                                                                              \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(_cvtsh_ss(blk->scale) * x->xd[b]), acc); \
-            off += _cvtsh_ss(blk->offset) * x->xo[b];                                                              \
-        }                                                                                                          \
-        store_out(y + n, hsum_avx2(acc) + off, bias, n, accumulate);                                               \
-    }
-
-#define DOT_AVX2(q, xv) _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), _mm256_set1_epi16(1))
-#define DOT_VNNI(q, xv) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xv)
-
-static AVX2_TARGET void fast_rows_avx2(float *y, const FastRow *x, int K, const CpuQ4Block *w, const float *bias,
-                                       int n0, int n1, int accumulate) {
-    FAST_ROWS_BODY(DOT_AVX2)
-}
-
-static __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma,f16c"))) void
-fast_rows_vnni(float *y, const FastRow *x, int K, const CpuQ4Block *w, const float *bias, int n0, int n1,
-               int accumulate) {
-    FAST_ROWS_BODY(DOT_VNNI)
-}
-#endif
-
-void cpu_matvec_q4_fast_part(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
-                             float *tile, int part, int parts) {
-    FastRow row = quantize_row(x, K, tile);
-    long groups = 0;
-    for (int j = 0; j < n_jobs; j++) groups += (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP;
-    long g0 = groups * part / parts, g1 = groups * (part + 1) / parts, base = 0;
-#if CPU_Q4_X86
-    int vnni = simd == CPU_SIMD_AVX512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
-#endif
-    for (int j = 0; j < n_jobs; j++) {
-        long gj = (jobs[j].N + Q4_GROUP - 1) / Q4_GROUP, lo = g0 > base ? g0 : base, hi = g1 < base + gj ? g1 : base + gj;
-        if (lo < hi) {
-            int n0 = (int)(lo - base) * Q4_GROUP, n1 = (int)(hi - base) * Q4_GROUP;
-            n1 = n1 < jobs[j].N ? n1 : jobs[j].N;
-#if CPU_Q4_X86
-            if (vnni) fast_rows_vnni(jobs[j].y, &row, K, jobs[j].w, jobs[j].bias, n0, n1, accumulate);
-            else if (simd != CPU_SIMD_SCALAR) fast_rows_avx2(jobs[j].y, &row, K, jobs[j].w, jobs[j].bias, n0, n1, accumulate);
-            else
-#endif
-                fast_rows_scalar(jobs[j].y, &row, K, jobs[j].w, jobs[j].bias, n0, n1, accumulate);
-        }
-        base += gj;
-    }
-}
-
-void cpu_matvec_q4_fast(CpuSimd simd, const CpuQ4Job *jobs, int n_jobs, const float *x, int K, int accumulate,
-                        float *tiles) {
-#pragma omp parallel
-    cpu_matvec_q4_fast_part(simd, jobs, n_jobs, x, K, accumulate,
-                            tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
-                            omp_get_num_threads());
 }
 
 /* ---------------------------------------------------------------------------------------- rebuilt rows */

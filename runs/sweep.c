@@ -784,8 +784,10 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
          * decodes without stop tokens and always refuses an over-long sample) */
         if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
         if (!opt->trace && cfg->over_length_error) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
-        /* the CPU backend's opt-in FAST decode changes predictions and traces alike */
-        if (fast_decode) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast");
+        /* the CPU backend's opt-in FAST decode changes predictions and traces alike; "fast2" is its arithmetic
+         * since the batched fast decode (one f32 chain per output over exact int32 block dots), so rows of the
+         * first fast arithmetic ("fast") never resume or average with it */
+        if (fast_decode) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast2");
         /* so does its opt-in half-precision cache (every row it makes: prefill, observation and decode) */
         if (cache_elem == KV_ELEM_F16) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",cache=f16");
     }

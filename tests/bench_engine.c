@@ -1,7 +1,8 @@
 /* bench_engine.c — speed and memory of kvbench's CPU backend on one model (SmolLM2-135M by default), in the
  * style of llama-bench: one prefill each of 512, 2048 and 8192 random tokens on an empty cache, peak RSS after
  * the longest, single-sequence decode (64 steps after a 128-token prompt) and 16 sequences decoding together
- * (16 steps), the cost of one 16-sequence step against one single-sequence step, and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
+ * (16 steps), the cost of one 16-sequence step against one single-sequence step, the same decodes on the opt-in
+ * FAST path (KVBENCH_DECODE=fast; its 16-sequence step against its own and the exact single step), and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
  * way; tests/run_bench.sh runs the two alternately and prints medians of the per-pair ratios.
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" per measurement (tests/bench_util.h), after a header.
  * Usage: bench_engine [MODEL] [--quick] [--max-prefill N] [--backend NAME] [--decode-context N]
@@ -107,6 +108,25 @@ int main(int argc, char **argv) {
      * weights read and converted once */
     printf("decode_16_step_vs_1 %.2f %.2f\n", (spent.wall_s / steps_16) / (one.wall_s / steps),
            (spent.cpu_s / steps_16) / (one.cpu_s / steps));
+    /* the same decodes on the opt-in FAST path (KVBENCH_DECODE=fast, read at backend open: a second backend),
+     * and a fast 16-sequence step against the fast and the exact single-sequence steps */
+    {
+        Backend *fast;
+        BenchClock one_fast;
+        setenv("KVBENCH_DECODE", "fast", 1);
+        int rc = backend_open(&fast, backend, m, &err);
+        unsetenv("KVBENCH_DECODE");
+        if (rc) goto fail;
+        rc = bench_decode(fast, 1, 128, steps, &one_fast, &err) || bench_decode(fast, 16, 128, steps_16, &spent, &err);
+        backend_close(fast);
+        if (rc) goto fail;
+        bench_print_rate("decode_1_fast", steps, one_fast);
+        bench_print_rate("decode_16_fast", 16.0 * steps_16, spent);
+        printf("decode_16_fast_step_vs_1 %.2f %.2f\n", (spent.wall_s / steps_16) / (one_fast.wall_s / steps),
+               (spent.cpu_s / steps_16) / (one_fast.cpu_s / steps));
+        printf("decode_16_fast_step_vs_exact_1 %.2f %.2f\n", (spent.wall_s / steps_16) / (one.wall_s / steps),
+               (spent.cpu_s / steps_16) / (one.cpu_s / steps));
+    }
     /* memory of a head-variable cache: 20% of an 8k context per head vs all of it */
     {
         const ModelConfig *c = &m->cfg;

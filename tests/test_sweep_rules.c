@@ -141,7 +141,7 @@ static void test_runs(TestCounts *tc) {
      * never resumed from (or averaged with) the exact rows; an unknown value stops the run */
     setenv("KVBENCH_DECODE", "fast", 1);
     CHECK(tc, run(cmd_run, "c3", c) == 0 && !log_contains("c3", "nothing to do"), "fast run");
-    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast'") == 2,
+    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast2'") == 2,
           "fast setup");
     setenv("KVBENCH_DECODE", "quick", 1);
     CHECK(tc, run(cmd_run, "c4", c) == 1 && log_contains("c4", "KVBENCH_DECODE=quick: unknown decode path"),
@@ -156,7 +156,7 @@ static void test_runs(TestCounts *tc) {
     CHECK(tc, run(cmd_run, "c6", c) == 0 && log_contains("c6", "nothing to do"), "f16 cache resume");
     setenv("KVBENCH_DECODE", "fast", 1);
     CHECK(tc, run(cmd_run, "c7", c) == 0 && !log_contains("c7", "nothing to do"), "fast decode, f16 cache run");
-    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast,cache=f16'") == 2,
+    CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast2,cache=f16'") == 2,
           "fast decode, f16 cache setup");
     unsetenv("KVBENCH_DECODE");
     setenv("KVBENCH_CACHE", "f8", 1);

@@ -1,0 +1,268 @@
+/* test_cpu_fast.c — the opt-in FAST products (engine/cpu_fast.c, KVBENCH_DECODE=fast) and the fast decode:
+ *  - every kernel this CPU runs (AVX2, VNNI, AMX; a kernel it lacks is skipped with a printed line) gives the
+ *    portable C's outputs bit for bit (so the same exact int32 block dots and the same f32 chain), on random
+ *    4-bit and int8 weights with edge blocks (codes all 0 / all 15, int8 -128 / 127, all-zero activation
+ *    blocks, a block of +-max, one huge value among small ones), K = 32, 96, 576, N = 16, 37, 64 (tails past
+ *    the 16-output vectors), M = 1..17, with bias and accumulation, made in 1..3 shares as threads make them;
+ *  - row r of an M-row call equals the 1-row call on that row, bit for bit;
+ *  - the portable C against this file's own float64 evaluation of the stated arithmetic (quantise, integer
+ *    dots, then the per-block terms): relative 1e-5 (f32 rounding over K/32 steps), and against the float64
+ *    product of the unquantised activations: relative 2e-2 (int8 activations);
+ *  - SmolLM2 (models/, skipped when absent) under KVBENCH_DECODE=fast: B = 1, 2, 3, 16, 17 sequences with different
+ *    cache lengths decoding together give each sequence's single fast decode bit for bit, for each kernel,
+ *    and every kernel gives the same logits;
+ *  - KVBENCH_FAST_KERNEL rejects an unknown name. */
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../engine/backend.h"
+#include "../engine/cpu_internal.h"
+#include "../engine/kvcache.h"
+#include "test.h"
+
+#define GGUF_PATH "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+enum { MAXK = 576, MAXN = 64, MAXM = 17 };
+
+static unsigned state = 11;
+static unsigned next(void) { return (state = state * 1664525u + 1013904223u) >> 8; }
+static float uniform(void) { return (float)next() / 16777216.0f; }
+
+static void make_q4(CpuQ4Block *w, int N, int K) {
+    for (int i = 0; i < N * K / 32; i++) {
+        w[i].scale = (uint16_t)(0x1000 + next() % 0x1000); /* positive normal f16, about 2^-11 .. 2^-7 */
+        w[i].offset = (uint16_t)(0x9000 + next() % 0x1800);
+        for (int j = 0; j < 16; j++) w[i].codes[j] = (uint8_t)(next() & 0xff);
+        if (i % 7 == 3) memset(w[i].codes, 0xff, 16); /* every code 15 */
+        if (i % 11 == 5) memset(w[i].codes, 0, 16);
+    }
+}
+
+static void make_q8(CpuPacked *p, int N, int K) {
+    for (int i = 0; i < N * K; i++) p->q[i] = (int8_t)(next() & 0xff);
+    for (int i = 0; i < N * K / 32; i++) {
+        p->scale[i] = 0.001f + 0.01f * uniform();
+        p->offset[i] = i % 3 ? 0.0f : 0.02f * uniform() - 0.01f;
+        if (i % 5 == 2) memset(p->q + (size_t)i * 32, 0x80, 32); /* every code -128 */
+        if (i % 5 == 4) memset(p->q + (size_t)i * 32, 0x7f, 32);
+    }
+}
+
+static void make_x(float *x, int M, int K) {
+    for (int i = 0; i < M * K; i++) x[i] = 4 * uniform() - 2;
+    for (int m = 0; m < M; m++)
+        for (int b = 0; b < K / 32; b++) {
+            float *v = x + (size_t)m * K + b * 32;
+            switch ((m + b) % 6) {
+            case 1: memset(v, 0, sizeof(float) * 32); break;                   /* all zero */
+            case 2: for (int i = 0; i < 32; i++) v[i] = i % 2 ? 3.5f : -3.5f; break; /* every value +-max */
+            case 3: v[5] = 1e6f; break;                                         /* one huge value */
+            case 4: memset(v, 0, sizeof(float) * 32), v[31] = -0.25f; break;    /* one value */
+            default: break;
+            }
+        }
+}
+
+/* The stated arithmetic in float64 from this file's own quantisation (weights given as f32 code, scale, offset). */
+static double fast_reference(const float *x, int K, const float *code, const float *scale, const float *offset) {
+    double total = 0;
+    for (int b = 0; b < K / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        double d = amax / 127.0f;
+        long dot = 0, sum = 0;
+        for (int i = 0; i < 32; i++) {
+            long q = amax > 0 ? lrintf(x[b * 32 + i] * (127.0f / amax)) : 0;
+            dot += q * (long)code[b * 32 + i];
+            sum += q;
+        }
+        total += (double)dot * scale[b] * d + (double)offset[b] * (d * (double)sum);
+    }
+    return total;
+}
+
+static void weights_row(int fmt, const CpuQ4Block *q4, const CpuPacked *q8, int n, int K, float *code, float *scale,
+                        float *offset, float *w) {
+    for (int b = 0; b < K / 32; b++) {
+        if (fmt == 0) {
+            const CpuQ4Block *blk = q4 + (size_t)n * (K / 32) + b;
+            scale[b] = cpu_f16_to_f32(blk->scale);
+            offset[b] = cpu_f16_to_f32(blk->offset);
+            for (int i = 0; i < 16; i++) code[b * 32 + i] = blk->codes[i] & 15, code[b * 32 + i + 16] = blk->codes[i] >> 4;
+        } else {
+            scale[b] = q8->scale[(size_t)n * (K / 32) + b];
+            offset[b] = q8->offset[(size_t)n * (K / 32) + b];
+            for (int i = 0; i < 32; i++) code[b * 32 + i] = q8->q[(size_t)n * K + b * 32 + i];
+        }
+        for (int i = 0; i < 32; i++) w[b * 32 + i] = code[b * 32 + i] * scale[b] + offset[b];
+    }
+}
+
+/* The product in `parts` shares made one after another (what the threads of a decode step each make), so
+ * the split is checked without thousands of parallel regions. */
+static void run(CpuFastKernel k, int fmt, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
+                const float *bias, int M, int N, int K, int accumulate, int parts, float *tile) {
+    CpuQ4Job job = {y, q4, bias, N};
+    for (int p = 0; p < parts; p++) {
+        if (fmt == 0) cpu_matmul_q4_fast_part(k, &job, 1, x, M, K, accumulate, tile, p, parts);
+        else cpu_matmul_q8_fast_part(k, y, x, q8, bias, M, N, K, accumulate, tile, p, parts);
+    }
+}
+
+static void check_products(TestCounts *tc) {
+    static CpuQ4Block q4[MAXN * MAXK / 32];
+    static int8_t codes[MAXN * MAXK];
+    static float scales[MAXN * MAXK / 32], offsets[MAXN * MAXK / 32];
+    CpuPacked q8 = {codes, scales, offsets};
+    static float x[MAXM * MAXK], y0[MAXM * MAXN], want[MAXM * MAXN], got[MAXM * MAXN], one[MAXN], bias[MAXN];
+    static float code[MAXK], sc[MAXK / 32], off[MAXK / 32], w[MAXK];
+    float *tile = aligned_alloc(64, sizeof(float) * CPU_Q4_TILE_FLOATS(MAXK));
+    const int Ks[] = {32, 96, 576}, Ns[] = {16, 37, 64};
+    int usable[4];
+    for (int k = 0; k < 4; k++) {
+        usable[k] = cpu_fast_kernel_usable((CpuFastKernel)k);
+        if (!usable[k]) printf("test_cpu_fast: SKIPPING the %s kernel: this CPU (or its kernel) does not run it\n",
+                               cpu_fast_kernel_name((CpuFastKernel)k));
+    }
+    for (int i = 0; i < MAXN; i++) bias[i] = uniform() - 0.5f;
+    for (int ki = 0; ki < 3; ki++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int fmt = 0; fmt < 2; fmt++) {
+                int K = Ks[ki], N = Ns[ni];
+                make_q4(q4, N, K);
+                make_q8(&q8, N, K);
+                make_x(x, MAXM, K);
+                for (int i = 0; i < MAXM * N; i++) y0[i] = uniform() - 0.5f;
+                /* the portable C against the float64 evaluations */
+                run(CPU_FAST_SCALAR, fmt, want, x, q4, &q8, NULL, MAXM, N, K, 0, 1, tile);
+                double worst_q = 0, worst_f = 0, scale_q = 0, scale_f = 0;
+                for (int n = 0; n < N; n++) {
+                    weights_row(fmt, q4, &q8, n, K, code, sc, off, w);
+                    for (int m = 0; m < MAXM; m++) {
+                        double r = fast_reference(x + (size_t)m * K, K, code, sc, off), f = 0;
+                        for (int i = 0; i < K; i++) f += (double)x[(size_t)m * K + i] * w[i];
+                        worst_q = fmax(worst_q, fabs(want[m * N + n] - r));
+                        worst_f = fmax(worst_f, fabs(want[m * N + n] - f));
+                        scale_q = fmax(scale_q, fabs(r));
+                        scale_f = fmax(scale_f, fabs(f));
+                    }
+                }
+                CHECK(tc, worst_q <= 1e-5 * scale_q, "%s K=%d N=%d: portable C vs float64 of the same arithmetic: %.3g",
+                      fmt ? "q8" : "q4", K, N, worst_q / scale_q);
+                CHECK(tc, worst_f <= 2e-2 * scale_f, "%s K=%d N=%d: portable C vs the float64 product: %.3g",
+                      fmt ? "q8" : "q4", K, N, worst_f / scale_f);
+                for (int k = 0; k < 4; k++) {
+                    if (!usable[k]) continue;
+                    const char *name = cpu_fast_kernel_name((CpuFastKernel)k);
+                    for (int M = 1; M <= MAXM; M++)
+                        for (int variant = 0; variant < 3; variant++) {
+                            const float *b = variant ? bias : NULL;
+                            int accumulate = variant == 2;
+                            memcpy(want, y0, sizeof(float) * M * N);
+                            memcpy(got, y0, sizeof(float) * M * N);
+                            run(CPU_FAST_SCALAR, fmt, want, x, q4, &q8, b, M, N, K, accumulate, 1, tile);
+                            run((CpuFastKernel)k, fmt, got, x, q4, &q8, b, M, N, K, accumulate, 1 + M % 3, tile);
+                            CHECK(tc, !memcmp(want, got, sizeof(float) * M * N),
+                                  "%s %s K=%d N=%d M=%d variant %d: equals the portable C bit for bit", name,
+                                  fmt ? "q8" : "q4", K, N, M, variant);
+                            int same = 1;
+                            for (int m = 0; m < M; m++) {
+                                memcpy(one, y0 + m * N, sizeof(float) * N);
+                                run((CpuFastKernel)k, fmt, one, x + (size_t)m * K, q4, &q8, b, 1, N, K, accumulate, 1, tile);
+                                same &= !memcmp(one, got + m * N, sizeof(float) * N);
+                            }
+                            CHECK(tc, same, "%s %s K=%d N=%d M=%d variant %d: rows equal 1-row calls bit for bit", name,
+                                  fmt ? "q8" : "q4", K, N, M, variant);
+                        }
+                }
+            }
+    free(tile);
+}
+
+/* B sequences with caches of different lengths, 3 decode steps together, against each one's own fast decode;
+ * returns the batch's last logits (B x V) for comparing kernels. */
+static float *check_batch(TestCounts *tc, Backend *be, int B, const char *kernel) {
+    int V = be->model->cfg.vocab_size;
+    KvErr err = {{0}};
+    KvCache *bc[MAXM], *sc;
+    int ids[64], step_tok[3][MAXM];
+    for (int i = 0; i < 64; i++) ids[i] = (int)(next() % (unsigned)V);
+    float *batch = malloc(sizeof(float) * (size_t)B * V), *solo = malloc(sizeof(float) * V);
+    for (int b = 0; b < B; b++) {
+        CHECK(tc, be->cache_new(be, &bc[b], 40, &err) == 0 && be->forward(be, &bc[b], 1, ids + b, 1 + b, NULL,
+                                                                      NULL, NULL, &err) == 0, "%s", err.msg);
+    }
+    for (int s = 0; s < 3; s++) {
+        for (int b = 0; b < B; b++) step_tok[s][b] = (int)(next() % (unsigned)V);
+        CHECK(tc, be->forward(be, bc, B, step_tok[s], 1, batch, NULL, NULL, &err) == 0, "%s", err.msg);
+    }
+    int same = 1;
+    for (int b = 0; b < B; b++) {
+        int rc = be->cache_new(be, &sc, 40, &err) || be->forward(be, &sc, 1, ids + b, 1 + b, NULL, NULL, NULL, &err);
+        for (int s = 0; !rc && s < 3; s++) rc = be->forward(be, &sc, 1, &step_tok[s][b], 1, solo, NULL, NULL, &err);
+        CHECK(tc, rc == 0, "%s", err.msg);
+        same &= !memcmp(solo, batch + (size_t)b * V, sizeof(float) * V);
+        be->cache_free(be, sc);
+        be->cache_free(be, bc[b]);
+    }
+    CHECK(tc, same, "%s kernel, B=%d (caches of 1..%d tokens): the batched fast decode equals B single fast decodes bit for bit",
+          kernel, B, B);
+    free(solo);
+    return batch;
+}
+
+static void check_decode(TestCounts *tc) {
+    FILE *f = fopen(GGUF_PATH, "rb");
+    if (!f) {
+        printf("test_cpu_fast: SKIPPING the SmolLM2 decode checks: %s not found (make model)\n", GGUF_PATH);
+        return;
+    }
+    fclose(f);
+    KvErr err = {{0}};
+    Model *m = NULL;
+    CHECK(tc, backend_load_model(&m, "cpu", GGUF_PATH, &err) == 0, "%s", err.msg);
+    float *first = NULL;
+    const int sizes[] = {1, 2, 3, 16, 17};
+    setenv("KVBENCH_DECODE", "fast", 1);
+    for (int k = CPU_FAST_SCALAR; m && k <= CPU_FAST_AMX; k++) {
+        const char *name = cpu_fast_kernel_name((CpuFastKernel)k);
+        if (!cpu_fast_kernel_usable((CpuFastKernel)k)) {
+            printf("test_cpu_fast: SKIPPING the %s kernel's decode: this CPU (or its kernel) does not run it\n", name);
+            continue;
+        }
+        setenv("KVBENCH_FAST_KERNEL", name, 1);
+        Backend *be = NULL;
+        CHECK(tc, backend_open(&be, "cpu", m, &err) == 0, "%s", err.msg);
+        if (!be) continue;
+        for (int i = 0; i < 5; i++) {
+            /* the portable C only on one batch: it is slow at SmolLM2's size */
+            if (k == CPU_FAST_SCALAR && sizes[i] != 3) continue;
+            state = 5 + (unsigned)i; /* the same sequences for every kernel */
+            float *logits = check_batch(tc, be, sizes[i], name);
+            if (sizes[i] == 3 && !first) first = logits;
+            else if (sizes[i] == 3) {
+                CHECK(tc, !memcmp(first, logits, sizeof(float) * 3 * m->cfg.vocab_size),
+                      "%s kernel: the decode's logits equal the portable C's bit for bit", name);
+                free(logits);
+            } else {
+                free(logits);
+            }
+        }
+        backend_close(be);
+    }
+    setenv("KVBENCH_FAST_KERNEL", "tiles", 1);
+    Backend *be = NULL;
+    CHECK(tc, m && backend_open(&be, "cpu", m, &err) == -1 && strstr(err.msg, "unknown fast kernel"),
+          "KVBENCH_FAST_KERNEL=tiles is refused: %s", err.msg);
+    unsetenv("KVBENCH_FAST_KERNEL");
+    unsetenv("KVBENCH_DECODE");
+    free(first);
+    model_free(m);
+}
+
+int main(void) {
+    TestCounts tc = {"test_cpu_fast", 0, 0};
+    check_products(&tc);
+    check_decode(&tc);
+    return test_finish(&tc);
+}
