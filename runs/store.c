@@ -109,6 +109,20 @@ static int exec(Store *s, const char *sql, KvErr *err) {
     return 0;
 }
 
+/* Switches the database to WAL. Two processes opening one new database at once can deadlock on it, each holding
+ * a read lock the other must see go; SQLite then answers SQLITE_BUSY to one of them at once, without calling
+ * its busy handler (sqlite3_busy_handler's documentation), so that one waits and tries again, up to the busy
+ * timeout's 30 s. */
+static int set_wal(Store *s, KvErr *err) {
+    int rc;
+    for (int waited_ms = 0; ((rc = sqlite3_exec(s->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL)) & 0xff) ==
+                                SQLITE_BUSY && waited_ms < 30000;
+         waited_ms += 20)
+        sqlite3_sleep(20);
+    if (rc != SQLITE_OK) return kv_fail(err, "%s: cannot switch to WAL: %s", s->path, sqlite3_errmsg(s->db));
+    return 0;
+}
+
 /* The value of a one-row, one-column text query into out ("" if no row); -1 on an SQL error. */
 static int query_text(Store *s, const char *sql, char *out, size_t n, KvErr *err) {
     sqlite3_stmt *st;
@@ -238,7 +252,7 @@ int store_open(Store **out, const char *path, int readonly, KvErr *err) {
         return -1;
     }
     if (check_damage(s, "main", path, err) || exec(s, "PRAGMA foreign_keys = ON", err) ||
-        (!readonly && (exec(s, "PRAGMA journal_mode = WAL", err) || exec(s, "PRAGMA synchronous = NORMAL", err))) ||
+        (!readonly && (set_wal(s, err) || exec(s, "PRAGMA synchronous = NORMAL", err))) ||
         check_schema(s, "main", path, !readonly, err)) {
         store_close(s);
         return -1;

@@ -14,7 +14,8 @@
 #     process, with the decode steps each side ran (tests/bench_sweep.sh).
 # If llama.cpp cannot be built or run, kvbench's absolute numbers are printed and the reason said.
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
-# BENCH_POLICY_ROUNDS (3), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
+# BENCH_POLICY_ROUNDS (3), BENCH_F16 (1: each pair also runs kvbench with its opt-in f16 cache, KVBENCH_CACHE=f16,
+# for its prefill and peak RSS; 0 skips it), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
 # prefills of 512 / 2048 / 8192 tokens up to it), BENCH_QUICK=1 (512-token prefill and short decodes only, no
 # policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers);
 # KVBENCH_CACHE=f16 / KVBENCH_DECODE=fast reach kvbench's benches as they reach a run (opt-in paths, printed).
@@ -85,6 +86,11 @@ for threads in $thread_list; do
         echo "-- pair $i: kvbench (load average $(load))"
         OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick --max-prefill "$max_prefill" >"$out/kv.$threads.$i"
         grep -v '^cache_' "$out/kv.$threads.$i" | sed 's/^/   /'
+        if [ "${BENCH_F16:-1}" = 1 ]; then
+            echo "-- pair $i: kvbench, KVBENCH_CACHE=f16 (load average $(load))"
+            KVBENCH_CACHE=f16 OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick --max-prefill "$max_prefill" >"$out/kvh.$threads.$i" 2>/dev/null
+            grep -E '^(#|prefill_|peak_rss)' "$out/kvh.$threads.$i" | sed 's/^/   /'
+        fi
         if [ "$llama_ok" = 1 ]; then
             echo "-- pair $i: llama.cpp (load average $(load))"
             if run_llama "$threads" "$out/ll.$threads.$i"; then
@@ -114,6 +120,41 @@ for threads in $thread_list; do
         fi
         echo "$line"
     done
+    # kvbench alone: the opt-in FAST decode (KVBENCH_DECODE=fast) in the same processes, and the cost of a
+    # 16-sequence step against a 1-sequence one (per wall-second | per CPU-second)
+    for key in decode_1_fast decode_16_fast; do
+        [ -n "$(field "$key" 2 "$out/kv.$threads.1")" ] || continue
+        printf "%-13s kvbench %8.1f | %8.1f   (KVBENCH_DECODE=fast, same processes)\n" "$key" \
+            "$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)" \
+            "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)"
+    done
+    for key in decode_16_step_vs_1 decode_16_fast_step_vs_1 decode_16_fast_step_vs_exact_1; do
+        [ -n "$(field "$key" 2 "$out/kv.$threads.1")" ] || continue
+        printf "%-31s %5.2fx | %5.2fx (pairs per CPU-s: %s)\n" "$key" \
+            "$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)" \
+            "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)" \
+            "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | tr '\n' ' ')"
+    done
+    if [ "${BENCH_F16:-1}" = 1 ]; then
+        for key in $(for n in 512 2048 8192; do if [ "$n" -le "$max_prefill" ]; then echo "prefill_$n"; fi; done); do
+            line=$(printf "%-13s f16 cache %6.1f | %6.1f" "$key" \
+                "$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kvh.$threads.$i"; done | median)" \
+                "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kvh.$threads.$i"; done | median)")
+            if [ "$llama_ok" = 1 ]; then
+                line+=$(printf "   ratio to llama.cpp %.2fx per CPU-s (pairs: %s)" \
+                    "$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kvh.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ print $1 / $2 }' | median)" \
+                    "$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kvh.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ printf "%.2f ", $1 / $2 }')")
+            fi
+            echo "$line"
+        done
+        kvh_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/kvh.$threads.$i"; done | median)
+        line=$(printf "%-13s f16 cache %6.0f MiB" peak_rss "$kvh_rss")
+        if [ "$llama_ok" = 1 ]; then
+            line+=$(awk -v a="$kvh_rss" -v b="$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/ll.$threads.$i"; done | median)" \
+                'BEGIN { printf "   ratio to llama.cpp %.2fx", a / b }')
+        fi
+        echo "$line (KVBENCH_CACHE=f16, after the longest prefill; whole process)"
+    fi
     kv_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/kv.$threads.$i"; done | median)
     line=$(printf "%-13s kvbench %6.0f MiB" peak_rss "$kv_rss")
     if [ "$llama_ok" = 1 ]; then
