@@ -11,7 +11,29 @@
 #include "test.h"
 
 #ifdef KVBENCH_CUDA
+#include <cublas_api.h>
+
 #include "../engine/cuda/cuda_api.h"
+
+/* Whether this process has libcublas mapped (/proc/self/maps). */
+static int cublas_mapped(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, "libcublas") != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
+/* cuBLAS is not linked but opened on first use (engine/cuda/cublas_load.cu; linked, it cost every process about
+ * 155 MiB of resident memory at start): absent until then, and the first call reaches the real library, whose
+ * own status string comes back. */
+static void check_cublas_on_demand(TestCounts *tc) {
+    CHECK(tc, !cublas_mapped(), "libcublas is mapped before the CUDA backend asked for it");
+    const char *s = cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED);
+    CHECK(tc, s && !strcmp(s, "the requested functionality is not supported"), "cuBLAS opened on demand answered '%s'", s ? s : "(null)");
+    CHECK(tc, cublas_mapped(), "libcublas is not mapped after its first call");
+}
 
 /* The message is one line that names the backend and points to the CPU fallback. */
 static void check_message(TestCounts *tc, const char *msg) {
@@ -97,6 +119,7 @@ int main(void) {
     }
     check_message(&tc, err.msg);
     check_library(&tc, err.msg);
+    check_cublas_on_demand(&tc);
     check_command(&tc);
     return test_finish(&tc);
 }

@@ -792,9 +792,12 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
         cuda_destroy(b);
         return -1;
     }
-    if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(cu->blas, cu->st) != CUBLAS_STATUS_SUCCESS) {
+    cublasStatus_t bs = cublasCreate(&cu->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS && (bs = cublasSetStream(cu->blas, cu->st)) != CUBLAS_STATUS_SUCCESS)
+        cublasDestroy(cu->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
         cu->blas = NULL;
-        kv_fail(err, "backend 'cuda': cuBLAS could not be initialised");
+        kv_fail(err, "backend 'cuda': cuBLAS could not be initialised: %s", cublasGetStatusString(bs));
         cuda_destroy(b);
         return -1;
     }
