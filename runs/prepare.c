@@ -85,7 +85,9 @@ static int on_layer(void *user, Observation *obs, KvErr *err) {
     Prefill *p = c->p;
     float *attn = NULL, *q = NULL;
     int rc = 0;
+    double shared_start = util_now_ms();
     if ((c->want_attention || p->value_norm) && observation_prepare(obs, c->want_value_norm, err)) return -1;
+    p->shared_ms += util_now_ms() - shared_start;
     if (p->value_norm)
         memcpy(p->value_norm + (size_t)obs->layer * obs->K * obs->L, obs->value_norm,
                sizeof(float) * (size_t)obs->K * obs->L);

@@ -46,7 +46,9 @@ typedef struct {
     int context_len;     /* L */
     KvCache *cache;      /* the full cache of the context, with the extra capacity asked for */
     float *value_norm;   /* [N][K][L] the observation's ν per layer when env->keep_value_norm, else NULL */
-    double prefill_ms;   /* the forward, policy time excluded */
+    double prefill_ms;   /* the forward, policy time excluded (the shared observation included) */
+    double shared_ms;    /* of which the shared observation: window attention and value norms, computed once per
+                          * layer for every policy (observation_prepare) */
 } Prefill;
 
 /* Prefills ctx into a fresh cache with `extra_capacity` more entries per head, every distinct policy of
