@@ -1,0 +1,96 @@
+/* forward_checks.h — checks of the CPU forward shared by test_forward.c (the exact f32 cache) and
+ * test_forward_f16.c (the opt-in f16 cache): a prefill split into pieces against one prefill, and sequences of
+ * different cache lengths decoded as one batch against each run alone. Header-only, static, as test.h. */
+#ifndef KVBENCH_FORWARD_CHECKS_H
+#define KVBENCH_FORWARD_CHECKS_H
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/backend.h"
+#include "../engine/kvcache.h"
+#include "test.h"
+
+static double rel_err(const float *a, const float *ref, int n) {
+    double md = 0, mr = 0;
+    for (int i = 0; i < n; i++) {
+        double df = fabs((double)a[i] - ref[i]);
+        md = df > md ? df : md;
+        mr = fabs(ref[i]) > mr ? fabs(ref[i]) : mr;
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+static int *json_ids(const cJSON *arr, int *n) {
+    *n = cJSON_GetArraySize(arr);
+    int *ids = malloc(sizeof(int) * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++) ids[i] = cJSON_GetArrayItem(arr, i)->valueint;
+    return ids;
+}
+
+/* Prefills ids on a fresh cache with room for `extra` more; returns the cache, logits in out[V]. */
+static KvCache *prefill(TestCounts *tc, Backend *be, const int *ids, int n, int extra, float *out) {
+    KvErr err = {{0}};
+    KvCache *c = NULL;
+    int rc = be->cache_new(be, &c, n + extra, &err);
+    if (!rc) rc = be->forward(be, &c, 1, ids, n, out, NULL, NULL, &err);
+    CHECK(tc, rc == 0, "prefill of %d tokens: %s", n, err.msg);
+    return c;
+}
+
+/* A prefill of n tokens in a prefill of `split` then pieces of `step` against one prefill (relative 1e-4: only
+ * f32 summation orders differ across chunk boundaries). */
+static void check_split_prefill(TestCounts *tc, Backend *be, const int *ids, int n, int split, int step) {
+    int V = be->model->cfg.vocab_size;
+    KvErr err = {{0}};
+    float *one = malloc(sizeof(float) * V), *parts = malloc(sizeof(float) * V);
+    KvCache *a = prefill(tc, be, ids, n, 0, one);
+    KvCache *b = prefill(tc, be, ids, split, n - split, parts);
+    for (int t = split; t < n; t += step) {
+        int len = n - t < step ? n - t : step;
+        CHECK(tc, be->forward(be, &b, 1, ids + t, len, parts, NULL, NULL, &err) == 0, "%s", err.msg);
+    }
+    double e = rel_err(parts, one, V);
+    CHECK(tc, e <= 1e-4 && b->n_pos == n && b->len[0] == n, "prefill %d then pieces of %d vs one prefill of %d: %.3g",
+          split, step, n, e);
+    be->cache_free(be, a);
+    be->cache_free(be, b);
+    free(one);
+    free(parts);
+}
+
+/* Three sequences with different cache lengths decode together; each must match its own run within relative
+ * `tol` (0: bit for bit). */
+static void check_batch(TestCounts *tc, Backend *be, const int *ids, double tol) {
+    int V = be->model->cfg.vocab_size;
+    KvErr err = {{0}};
+    const int lens[3] = {20, 33, 7}, feed = 9, steps = 4;
+    float *batch_logits = malloc(sizeof(float) * 3 * V), *solo = malloc(sizeof(float) * V);
+    KvCache *bc[3], *sc[3];
+    for (int s = 0; s < 3; s++) bc[s] = prefill(tc, be, ids + 5 * s, lens[s], feed + steps, solo);
+    /* a batched multi-token feed (same tokens for all), then batched single steps with different tokens */
+    int toks[3 * 9];
+    for (int s = 0; s < 3; s++) memcpy(toks + 9 * s, ids + 40, sizeof(int) * feed);
+    CHECK(tc, be->forward(be, bc, 3, toks, feed, batch_logits, NULL, NULL, &err) == 0, "%s", err.msg);
+    int step_tok[4][3];
+    for (int k = 0; k < steps; k++) {
+        for (int s = 0; s < 3; s++) step_tok[k][s] = ids[60 + 3 * k + s];
+        CHECK(tc, be->forward(be, bc, 3, step_tok[k], 1, batch_logits, NULL, NULL, &err) == 0, "%s", err.msg);
+    }
+    for (int s = 0; s < 3; s++) {
+        sc[s] = prefill(tc, be, ids + 5 * s, lens[s], feed + steps, solo);
+        CHECK(tc, be->forward(be, &sc[s], 1, ids + 40, feed, solo, NULL, NULL, &err) == 0, "%s", err.msg);
+        for (int k = 0; k < steps; k++)
+            CHECK(tc, be->forward(be, &sc[s], 1, &step_tok[k][s], 1, solo, NULL, NULL, &err) == 0, "%s", err.msg);
+        double e = rel_err(batch_logits + (size_t)s * V, solo, V);
+        CHECK(tc, e <= tol, "batch sequence %d (cache %d) vs its own run: %.3g (tolerance %g)", s, lens[s], e, tol);
+        be->cache_free(be, bc[s]);
+        be->cache_free(be, sc[s]);
+    }
+    free(batch_logits);
+    free(solo);
+}
+
+#endif
