@@ -78,6 +78,11 @@ run_llama() { # threads output_file
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # field KEY COLUMN FILE: column COLUMN (2 = per wall-second, 3 = per CPU-second) of line KEY.
 field() { awk -v k="$1" -v c="$2" '$1 == k { print $c }' "$3"; }
+# per_pair KEY COLUMN SIDE: that field in each pair's output of SIDE (kv: kvbench, kvh: kvbench with the f16
+# cache, ll: llama.cpp) at the current thread count, one line per pair.
+per_pair() { for i in $(seq 1 "$pairs"); do field "$1" "$2" "$out/$3.$threads.$i"; done; }
+# ratios KEY COLUMN SIDE_A SIDE_B: SIDE_A / SIDE_B of that field, one line per pair.
+ratios() { paste -d' ' <(per_pair "$1" "$2" "$3") <(per_pair "$1" "$2" "$4") | awk '{ print $1 / $2 }'; }
 
 for threads in $thread_list; do
     echo
@@ -105,15 +110,15 @@ for threads in $thread_list; do
     echo "== summary, $threads threads: medians over $pairs pairs (tokens per wall-second | per CPU-second)"
     keys="$(for n in 512 2048 8192; do if [ "$n" -le "$max_prefill" ]; then echo "prefill_$n"; fi; done) decode_1 decode_16"
     for key in $keys; do
-        kv_wall=$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)
-        kv_cpu=$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)
+        kv_wall=$(per_pair "$key" 2 kv | median)
+        kv_cpu=$(per_pair "$key" 3 kv | median)
         line=$(printf "%-13s kvbench %8.1f | %8.1f" "$key" "$kv_wall" "$kv_cpu")
         if [ "$llama_ok" = 1 ] && [ -n "$(field "$key" 2 "$out/ll.$threads.1")" ]; then
-            ll_wall=$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/ll.$threads.$i"; done | median)
-            ll_cpu=$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/ll.$threads.$i"; done | median)
-            r_wall=$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 2 "$out/kv.$threads.$i") $(field "$key" 2 "$out/ll.$threads.$i")"; done | awk '{ print $1 / $2 }' | median)
-            r_cpu=$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kv.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ print $1 / $2 }' | median)
-            r_all=$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kv.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ printf "%.2f ", $1 / $2 }')
+            ll_wall=$(per_pair "$key" 2 ll | median)
+            ll_cpu=$(per_pair "$key" 3 ll | median)
+            r_wall=$(ratios "$key" 2 kv ll | median)
+            r_cpu=$(ratios "$key" 3 kv ll | median)
+            r_all=$(ratios "$key" 3 kv ll | awk '{ printf "%.2f ", $1 }')
             line+=$(printf "   llama.cpp %8.1f | %8.1f   ratio %.2fx | %.2fx per CPU-s (pairs: %s)" "$ll_wall" "$ll_cpu" "$r_wall" "$r_cpu" "$r_all")
         elif [ "$key" = decode_16 ]; then
             line+="   (16 sequences decoding together)"
@@ -125,40 +130,40 @@ for threads in $thread_list; do
     for key in decode_1_fast decode_16_fast; do
         [ -n "$(field "$key" 2 "$out/kv.$threads.1")" ] || continue
         printf "%-13s kvbench %8.1f | %8.1f   (KVBENCH_DECODE=fast, same processes)\n" "$key" \
-            "$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)" \
-            "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)"
+            "$(per_pair "$key" 2 kv | median)" \
+            "$(per_pair "$key" 3 kv | median)"
     done
     for key in decode_16_step_vs_1 decode_16_fast_step_vs_1 decode_16_fast_step_vs_exact_1; do
         [ -n "$(field "$key" 2 "$out/kv.$threads.1")" ] || continue
         printf "%-31s %5.2fx | %5.2fx (pairs per CPU-s: %s)\n" "$key" \
-            "$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kv.$threads.$i"; done | median)" \
-            "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | median)" \
-            "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kv.$threads.$i"; done | tr '\n' ' ')"
+            "$(per_pair "$key" 2 kv | median)" \
+            "$(per_pair "$key" 3 kv | median)" \
+            "$(per_pair "$key" 3 kv | tr '\n' ' ')"
     done
     if [ "${BENCH_F16:-1}" = 1 ]; then
         for key in $(for n in 512 2048 8192; do if [ "$n" -le "$max_prefill" ]; then echo "prefill_$n"; fi; done); do
             line=$(printf "%-13s f16 cache %6.1f | %6.1f" "$key" \
-                "$(for i in $(seq 1 "$pairs"); do field "$key" 2 "$out/kvh.$threads.$i"; done | median)" \
-                "$(for i in $(seq 1 "$pairs"); do field "$key" 3 "$out/kvh.$threads.$i"; done | median)")
+                "$(per_pair "$key" 2 kvh | median)" \
+                "$(per_pair "$key" 3 kvh | median)")
             if [ "$llama_ok" = 1 ]; then
                 line+=$(printf "   ratio to llama.cpp %.2fx per CPU-s (pairs: %s)" \
-                    "$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kvh.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ print $1 / $2 }' | median)" \
-                    "$(for i in $(seq 1 "$pairs"); do echo "$(field "$key" 3 "$out/kvh.$threads.$i") $(field "$key" 3 "$out/ll.$threads.$i")"; done | awk '{ printf "%.2f ", $1 / $2 }')")
+                    "$(ratios "$key" 3 kvh ll | median)" \
+                    "$(ratios "$key" 3 kvh ll | awk '{ printf "%.2f ", $1 }')")
             fi
             echo "$line"
         done
-        kvh_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/kvh.$threads.$i"; done | median)
+        kvh_rss=$(per_pair peak_rss_mib 2 kvh | median)
         line=$(printf "%-13s f16 cache %6.0f MiB" peak_rss "$kvh_rss")
         if [ "$llama_ok" = 1 ]; then
-            line+=$(awk -v a="$kvh_rss" -v b="$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/ll.$threads.$i"; done | median)" \
+            line+=$(awk -v a="$kvh_rss" -v b="$(per_pair peak_rss_mib 2 ll | median)" \
                 'BEGIN { printf "   ratio to llama.cpp %.2fx", a / b }')
         fi
         echo "$line (KVBENCH_CACHE=f16, after the longest prefill; whole process)"
     fi
-    kv_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/kv.$threads.$i"; done | median)
+    kv_rss=$(per_pair peak_rss_mib 2 kv | median)
     line=$(printf "%-13s kvbench %6.0f MiB" peak_rss "$kv_rss")
     if [ "$llama_ok" = 1 ]; then
-        ll_rss=$(for i in $(seq 1 "$pairs"); do field peak_rss_mib 2 "$out/ll.$threads.$i"; done | median)
+        ll_rss=$(per_pair peak_rss_mib 2 ll | median)
         line+=$(awk -v a="$kv_rss" -v b="$ll_rss" 'BEGIN { printf "   llama.cpp %6.0f MiB   ratio %.2fx", b, a / b }')
     fi
     echo "$line (after the longest prefill; whole process)"
