@@ -259,8 +259,12 @@ static FAST_512 void group_vnni(const FastJob *job, const FastX *x, int y_row0, 
     store_16(job, acc, rows, y_row0, n0, accumulate);
 }
 
-/* Tile registers: 0 = C [16 rows][16 outputs] int32, 1 = A = xq [16 rows][32 bytes], 2 = B = the weights
- * [8 dwords][16 outputs]: TDPBSSD, signed bytes on both sides (4-bit codes 0..15 and int8 codes alike). */
+/* Tile registers: 0..3 = C [16 rows][16 outputs] int32 of four blocks in flight, 4 and 5 = A = xq
+ * [16 rows][32 bytes], 6 and 7 = B = the weights [8 dwords][16 outputs]: TDPBSSD, signed bytes on both
+ * sides (4-bit codes 0..15 and int8 codes alike). Four blocks at a time because one block's chain (tile
+ * loads, product, store, vector loads) is mostly latency: with four C tiles the products overlap. */
+#define AMX_BLOCKS 4
+
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -271,9 +275,9 @@ static FAST_AMX void amx_begin(void) {
     AmxConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    cfg.rows[0] = FAST_ROWS, cfg.colsb[0] = 64;
-    cfg.rows[1] = FAST_ROWS, cfg.colsb[1] = 32;
-    cfg.rows[2] = 8, cfg.colsb[2] = 64;
+    for (int t = 0; t < AMX_BLOCKS; t++) cfg.rows[t] = FAST_ROWS, cfg.colsb[t] = 64;
+    cfg.rows[4] = cfg.rows[5] = FAST_ROWS, cfg.colsb[4] = cfg.colsb[5] = 32;
+    cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;
     /* gcc's _tile_loadconfig tells the compiler it reads 8 bytes only: make all 64 stores happen first */
     __asm__ __volatile__("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
@@ -281,23 +285,54 @@ static FAST_AMX void amx_begin(void) {
 
 static FAST_AMX void amx_end(void) { _tile_release(); }
 
+/* Block b's product into C tile c (tile numbers are immediates, hence a macro), A and B tiles a and w. */
+#define AMX_PRODUCT(c, a, w, b, i)                                                                                     \
+    do {                                                                                                               \
+        _tile_zero(c);                                                                                                 \
+        _tile_loadd(a, x->xq + (b) * 32, K);                                                                           \
+        _tile_loadd(w, wbuf[i], 64);                                                                                   \
+        _tile_dpbssd(c, a, w);                                                                                         \
+    } while (0)
+
 static FAST_AMX void group_amx(const FastJob *job, const FastX *x, int y_row0, int n0, int accumulate) {
     int K = x->K, per_row = K / 32, rows = x->rows;
-    __m512 acc[FAST_ROWS];
-    __m512i wbuf[8];
-    int32_t dots[FAST_ROWS][16] __attribute__((aligned(64)));
+    __m512 acc[FAST_ROWS], scale[AMX_BLOCKS], offset[AMX_BLOCKS];
+    __m512i wbuf[AMX_BLOCKS][8];
+    int32_t dots[AMX_BLOCKS][FAST_ROWS][16] __attribute__((aligned(64)));
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
-    for (int b = 0; b < per_row; b++) {
-        __m512 scale, offset;
-        prefetch_next(job, K, n0, b);
-        weights_16(job, K, n0, b, 0, wbuf, &scale, &offset);
-        _tile_zero(0);
-        _tile_loadd(1, x->xq + b * 32, K);
-        _tile_loadd(2, wbuf, 64);
-        _tile_dpbssd(0, 1, 2);
-        _tile_stored(0, dots, 64);
-        for (int m = 0; m < rows; m++)
-            acc[m] = fast_step(acc[m], _mm512_load_si512(dots[m]), scale, offset, x, b, m);
+    for (int b0 = 0; b0 < per_row; b0 += AMX_BLOCKS) {
+        int n_blocks = per_row - b0 < AMX_BLOCKS ? per_row - b0 : AMX_BLOCKS;
+        for (int i = 0; i < n_blocks; i++) {
+            prefetch_next(job, K, n0, b0 + i);
+            weights_16(job, K, n0, b0 + i, 0, wbuf[i], &scale[i], &offset[i]);
+        }
+        if (n_blocks == AMX_BLOCKS) {
+            AMX_PRODUCT(0, 4, 6, b0, 0);
+            AMX_PRODUCT(1, 5, 7, b0 + 1, 1);
+            AMX_PRODUCT(2, 4, 6, b0 + 2, 2);
+            AMX_PRODUCT(3, 5, 7, b0 + 3, 3);
+            _tile_stored(0, dots[0], 64);
+            _tile_stored(1, dots[1], 64);
+            _tile_stored(2, dots[2], 64);
+            _tile_stored(3, dots[3], 64);
+        } else {
+            for (int i = 0; i < n_blocks; i++) {
+                AMX_PRODUCT(0, 4, 6, b0 + i, i);
+                _tile_stored(0, dots[i], 64);
+            }
+        }
+        /* the blocks in order within each row's chain, as every kernel adds them; all 16 rows' chains side by
+         * side (unrolled: the accumulators stay in registers) */
+        for (int i = 0; i < n_blocks; i++) {
+            if (rows == FAST_ROWS) {
+#pragma GCC unroll 16
+                for (int m = 0; m < FAST_ROWS; m++)
+                    acc[m] = fast_step(acc[m], _mm512_load_si512(dots[i][m]), scale[i], offset[i], x, b0 + i, m);
+            } else {
+                for (int m = 0; m < rows; m++)
+                    acc[m] = fast_step(acc[m], _mm512_load_si512(dots[i][m]), scale[i], offset[i], x, b0 + i, m);
+            }
+        }
     }
     store_16(job, acc, rows, y_row0, n0, accumulate);
 }
