@@ -42,6 +42,11 @@ struct Backend {
     /* A head-variable cache of the kept entries of src, with `extra_capacity` more per head. */
     int (*cache_gather)(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
                         KvErr *err);
+    /* cache_gather that shares src's kept rows instead of copying them (a kvcache_view: src must outlive it and
+     * keep its first len entries; decoding on it is the same arithmetic as on the gathered copy); NULL when
+     * the backend has none (the CUDA backend), then callers gather. */
+    int (*cache_view)(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
+                      KvErr *err);
     void (*cache_free)(Backend *b, KvCache *c);
     /* tokens[B*T] (sequence-major); logits[B*V] receives each sequence's last-position logits (may be NULL).
      * observe may be non-NULL only when B == 1; trace only when T == 1. */

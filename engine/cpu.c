@@ -72,7 +72,7 @@ typedef struct {
     float *gate, *up;    /* [M][F] */
     float *cos_t, *sin_t;/* [M][d/2] RoPE angles of each row's position */
     float *scores;       /* [threads][CPU_TILE][n] blocked attention */
-    float *probs;        /* [threads][n] per-row attention */
+    float *probs;        /* [threads][G][n] per-row attention of a key head's G query heads */
     float *q_win;        /* [H][w][d] observation queries */
     float *q4_tiles;     /* [threads][CPU_Q4_TILE_FLOATS(widest K)], 64-byte aligned */
     float *code_tiles;   /* [threads][code_tile_floats] f32 weights rebuilt for a prefill GEMM */
@@ -368,66 +368,99 @@ static void embed_row(const CpuImpl *impl, const ModelConfig *c, float *x, int t
     else cpu_unpack_q8_rows(impl->simd, x, &impl->packed[i], token, token + 1, D);
 }
 
-/* --------------------------------------------------------------------------------------- f16 cache views */
+/* ------------------------------------------------------------------------------------------- cache views */
 
-/* Room to widen one layer of the f16 caches among caches[B] after T more tokens: the largest layer's sum of
- * (len + T) * d keys and as many values (nothing when every cache is f32). */
+/* Whether attention that wants one block of f32 rows per head (the BLAS prefill, the portable kernels) must
+ * first copy this cache's rows into kv_view: an f16 cache (widened) or a view (its shared rows gathered). */
+static int needs_view(const KvCache *kc) { return kc->elem == KV_ELEM_F16 || kc->base; }
+
+/* Room to copy one layer of those caches among caches[B] after T more tokens: the largest layer's sum of
+ * (len + T) * d keys and as many values (nothing when no cache needs it). */
 static int scratch_views(CpuScratch *s, const ModelConfig *c, KvCache *const *caches, int B, int T, KvErr *err) {
     int K = c->n_kv_heads;
     size_t most = 0;
     for (int l = 0; l < c->n_layers; l++) {
         size_t rows = 0;
         for (int b = 0; b < B; b++)
-            for (int kh = 0; caches[b]->elem == KV_ELEM_F16 && kh < K; kh++)
+            for (int kh = 0; needs_view(caches[b]) && kh < K; kh++)
                 rows += (size_t)caches[b]->len[l * K + kh] + (size_t)T;
         most = rows > most ? rows : most;
     }
     if (!most) return 0;
     if (B * K > s->view_heads) {
         const float **views = kv_malloc(2 * (size_t)B * K * sizeof *views, err);
-        if (!views) return kv_wrap(err, "cpu backend: f16 cache views");
+        if (!views) return kv_wrap(err, "cpu backend: cache views");
         free(s->k_view);
         s->k_view = views;
         s->v_view = views + (size_t)B * K;
         s->view_heads = B * K;
     }
-    return scratch_floats(&s->kv_view, &s->kv_view_floats, 2 * most * (size_t)c->head_dim, "f16 cache views", err);
+    return scratch_floats(&s->kv_view, &s->kv_view_floats, 2 * most * (size_t)c->head_dim, "cache views", err);
 }
 
-/* Where sequence b's kv-head kh of `layer` starts in kv_view (the heads of f16 caches laid out in (b, kh)
- * order, keys then values, each len * d floats). */
+/* Where sequence b's kv-head kh of `layer` starts in kv_view (the heads of the caches that need a view laid
+ * out in (b, kh) order, keys then values, each len * d floats). */
 static size_t view_offset(KvCache *const *caches, int b, int kh, int layer, int K, int d) {
     size_t at = 0;
     for (int bb = 0; bb <= b; bb++)
-        for (int k = 0; caches[bb]->elem == KV_ELEM_F16 && k < (bb == b ? kh : K); k++)
+        for (int k = 0; needs_view(caches[bb]) && k < (bb == b ? kh : K); k++)
             at += 2 * (size_t)caches[bb]->len[layer * K + k] * d;
     return at;
 }
 
-/* Widens this part's share of the (sequence, kv-head) heads of `layer` that are f16 into kv_view and points
- * k_view / v_view at them: task t = b*K + kh goes to part t mod parts. */
+/* All len entries of head i's keys (values when `values`) as f32 rows at dst, in order: the shared rows one
+ * by one from the base, the own rows in one piece (widened when the cache is f16). */
+static void copy_rows(CpuSimd simd, float *dst, const KvCache *kc, int i, int values, int d) {
+    int shared = kvcache_n_shared(kc, i), n = kc->len[i];
+    for (int e = 0; e < n;) {
+        int run = e < shared ? 1 : n - e; /* a shared row alone; the own rows in one piece */
+        const void *src = values ? kvcache_value(kc, i, e) : kvcache_key(kc, i, e);
+        size_t count = (size_t)run * d;
+        if (kc->elem == KV_ELEM_F16) cpu_f16_to_f32_rows(simd, dst + (size_t)e * d, src, count);
+        else memcpy(dst + (size_t)e * d, src, count * sizeof(float));
+        e += run;
+    }
+}
+
+/* Copies this part's share of the (sequence, kv-head) heads of `layer` that need a view into kv_view and
+ * points k_view / v_view at them: task t = b*K + kh goes to part t mod parts. */
 static void fill_views_part(CpuScratch *s, CpuSimd simd, KvCache *const *caches, int B, int K, int d, int layer,
                             int part, int parts) {
     for (int t = part; t < B * K; t += parts) {
         int b = t / K, kh = t % K, i = layer * K + kh;
         const KvCache *kc = caches[b];
-        if (kc->elem != KV_ELEM_F16) continue;
-        size_t n = (size_t)kc->len[i] * d;
-        float *keys = s->kv_view + view_offset(caches, b, kh, layer, K, d), *values = keys + n;
-        cpu_f16_to_f32_rows(simd, keys, kvcache_k16(kc, i), n);
-        cpu_f16_to_f32_rows(simd, values, kvcache_v16(kc, i), n);
+        if (!needs_view(kc)) continue;
+        float *keys = s->kv_view + view_offset(caches, b, kh, layer, K, d), *values = keys + (size_t)kc->len[i] * d;
+        copy_rows(simd, keys, kc, i, 0, d);
+        copy_rows(simd, values, kc, i, 1, d);
         s->k_view[t] = keys;
         s->v_view[t] = values;
     }
 }
 
 /* The f32 rows attention reads for sequence b's kv-head kh of the current layer (cache index i): the cache's
- * own when it is f32, else its widened copy in kv_view. */
+ * own when it holds them as one f32 block, else their copy in kv_view. */
 static const float *key_rows(const CpuScratch *s, const KvCache *kc, int b, int kh, int K, int i) {
-    return kc->elem == KV_ELEM_F16 ? s->k_view[b * K + kh] : kc->k[i];
+    return needs_view(kc) ? s->k_view[b * K + kh] : kc->k[i];
 }
 static const float *value_rows(const CpuScratch *s, const KvCache *kc, int b, int kh, int K, int i) {
-    return kc->elem == KV_ELEM_F16 ? s->v_view[b * K + kh] : kc->v[i];
+    return needs_view(kc) ? s->v_view[b * K + kh] : kc->v[i];
+}
+
+/* One query row of the G query heads of sequence b's kv-head kh (cache index i) over its first n entries:
+ * the rows read where they are when the kernel can (`direct`: cpu_attend_direct), else the f32 block of
+ * key_rows / value_rows (kv_view filled for caches that need one). */
+static void attend_heads(const CpuScratch *s, CpuSimd simd, const KvCache *kc, int b, int kh, int K, int i, int n,
+                         const float *q, float *out, float *probs, int d, float scale, int G, int direct) {
+    if (direct && needs_view(kc)) {
+        int shared = kvcache_n_shared(kc, i), half = kc->elem == KV_ELEM_F16;
+        CpuRows keys = {shared ? kc->base->k[i] : NULL, shared ? kc->shared[i] : NULL, shared, kc->k[i], half};
+        CpuRows values = {shared ? kc->base->v[i] : NULL, shared ? kc->shared[i] : NULL, shared, kc->v[i], half};
+        cpu_attend_heads_rows(simd, out, probs, q, &keys, &values, n, d, scale, G);
+    } else {
+        cpu_attend_heads_simd(simd, out, probs, q, key_rows(s, kc, b, kh, K, i), value_rows(s, kc, b, kh, K, i), n, d,
+                              scale, G);
+    }
 }
 
 /* Stores n keys and values (d floats each, rows `stride` floats apart) at entry `at` of cache head i, as the
@@ -435,7 +468,7 @@ static const float *value_rows(const CpuScratch *s, const KvCache *kc, int b, in
 static void cache_store(CpuSimd simd, KvCache *kc, int i, int at, const float *k, const float *v, size_t stride,
                         int n, int d) {
     for (int t = 0; t < n; t++) {
-        size_t dst = (size_t)(at + t) * d;
+        size_t dst = (size_t)(at - kvcache_n_shared(kc, i) + t) * d; /* a view's own rows follow its shared ones */
         if (kc->elem == KV_ELEM_F16) {
             cpu_f32_to_f16_rows(simd, kvcache_k16(kc, i) + dst, k + t * stride, (size_t)d);
             cpu_f32_to_f16_rows(simd, kvcache_v16(kc, i) + dst, v + t * stride, (size_t)d);
@@ -473,6 +506,7 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
     if (observe) {
         const KvCache *kc = caches[0];
         int L = kc->len[0] + T;
+        if (kc->base) return kv_fail(err, "cpu forward: an observation needs a cache of its own, not a view");
         if (observe->window < 1) return kv_fail(err, "cpu forward: observation window %d must be positive", observe->window);
         if (observe->window > L)
             return kv_fail(err, "cpu forward: observation window %d is larger than the context of %d tokens",
@@ -491,16 +525,17 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
 /* ------------------------------------------------------------------------------------------------ forward */
 
 /* Attention of one layer for rows [b*tc + t]: appends this chunk's keys and values to every cache head, then
- * each query head attends over its kv-head's entries, causal over the chunk. */
+ * each query head attends over its kv-head's entries, causal over the chunk. `observed`: layer_observe reads
+ * this layer's rows next, as one f32 block per head. */
 static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, KvCache *const *caches, int B, int tc,
-                            int layer, int pos0, const TraceHook *trace) {
+                            int layer, int pos0, const TraceHook *trace, int observed) {
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
     size_t hd = (size_t)H * d, kd = (size_t)K * d;
     float scale = 1.0f / sqrtf((float)d);
-    int any_half = 0;
+    int any_view = 0, direct = cpu_attend_direct(simd, d);
     for (int b = 0; b < B; b++) {
         KvCache *kc = caches[b];
-        any_half |= kc->elem == KV_ELEM_F16;
+        any_view |= needs_view(kc);
         for (int kh = 0; kh < K; kh++) {
             int i = layer * K + kh, at = kc->len[i];
             size_t row = (size_t)b * tc;
@@ -509,7 +544,8 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
             kc->len[i] += tc;
         }
     }
-    if (any_half) {
+    /* the BLAS blocks, the portable kernels and the observation read one f32 block per head */
+    if (any_view && (tc >= CPU_BLOCK_MIN_ROWS || !direct || observed)) {
 #pragma omp parallel
         fill_views_part(s, simd, caches, B, K, d, layer, omp_get_thread_num(), omp_get_num_threads());
     }
@@ -532,20 +568,20 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
                 }
         return;
     }
-    /* Few rows (decode, short feeds): one task per (sequence, head, row); serial when a trace wants the
-     * probabilities in order. */
+    /* Few rows (decode, short feeds): one task per (sequence, key head, row), its G query heads together;
+     * serial when a trace wants the probabilities in order. */
     size_t stride = s->prob_floats / (size_t)omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic) collapse(3) if (!trace)
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
+        for (int kh = 0; kh < K; kh++)
             for (int t = 0; t < tc; t++) {
                 KvCache *kc = caches[b];
-                int i = layer * K + h / G, n = kc->len[i] - tc + t + 1;
-                size_t row = (size_t)b * tc + t;
+                int i = layer * K + kh, n = kc->len[i] - tc + t + 1;
+                size_t at = ((size_t)b * tc + t) * hd + (size_t)kh * G * d;
                 float *probs = s->probs + stride * (size_t)omp_get_thread_num();
-                cpu_attend_row_simd(simd, s->att + row * hd + (size_t)h * d, probs, s->q + row * hd + (size_t)h * d,
-                                    key_rows(s, kc, b, h / G, K, i), value_rows(s, kc, b, h / G, K, i), n, d, scale);
-                if (trace) trace->on_attention(trace->user, b, layer, h, probs, kc->pos[i], n);
+                attend_heads(s, simd, kc, b, kh, K, i, n, s->q + at, s->att + at, probs, d, scale, G, direct);
+                for (int g = 0; trace && g < G; g++)
+                    trace->on_attention(trace->user, b, layer, kh * G + g, probs + (size_t)g * n, kc->pos[i], n);
             }
 }
 
@@ -619,8 +655,9 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
             cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
         }
-        layer_attention(s, impl->simd, c, caches, B, tc, l, t0, trace);
-        if (observe && t0 + tc == T && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
+        int observed = observe && t0 + tc == T;
+        layer_attention(s, impl->simd, c, caches, B, tc, l, t0, trace, observed);
+        if (observed && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
         matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
@@ -725,8 +762,10 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
     float scale = 1.0f / sqrtf((float)d);
     size_t prob_stride = s->prob_floats / (size_t)omp_get_max_threads();
     StepBarrier barrier = {0, 0, 0};
-    int any_half = 0;
-    for (int b = 0; b < B; b++) any_half |= caches[b]->elem == KV_ELEM_F16;
+    /* f16 caches and views: attention reads their rows where they are when it can (no copy of the layer),
+     * else from kv_view */
+    int any_view = 0, direct = cpu_attend_direct(impl->simd, d);
+    for (int b = 0; b < B; b++) any_view |= needs_view(caches[b]);
 #pragma omp parallel
     {
         int p = omp_get_thread_num(), P = omp_get_num_threads();
@@ -772,16 +811,15 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
                 }
             }
             step_barrier(&barrier, P);
-            if (any_half) {
+            if (any_view && !direct) {
                 fill_views_part(s, impl->simd, caches, M, K, d, l, p, P);
                 step_barrier(&barrier, P);
             }
-            for (int task = p; task < M * H; task += P) {
-                int r = task / H, h = task % H, i = l * K + h / G;
-                const KvCache *kc = caches[r];
-                cpu_attend_row_simd(impl->simd, s->att + (size_t)r * hd + (size_t)h * d, probs,
-                                    s->q + (size_t)r * hd + (size_t)h * d, key_rows(s, kc, r, h / G, K, i),
-                                    value_rows(s, kc, r, h / G, K, i), kc->len[i], d, scale);
+            for (int task = p; task < M * K; task += P) {
+                int r = task / K, kh = task % K, i = l * K + kh;
+                size_t at = (size_t)r * hd + (size_t)kh * G * d;
+                attend_heads(s, impl->simd, caches[r], r, kh, K, i, caches[r]->len[i], s->q + at, s->att + at, probs,
+                             d, scale, G, direct);
             }
             step_barrier(&barrier, P);
             matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
@@ -823,7 +861,9 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         for (int i = 0; i < c->n_layers * c->n_kv_heads; i++)
             if (caches[b]->len[i] + T > max_keys) max_keys = caches[b]->len[i] + T;
     if (scratch_rows(s, c, rows, err) ||
-        scratch_floats(&s->probs, &s->prob_floats, (size_t)omp_get_max_threads() * max_keys, "attention rows", err) ||
+        scratch_floats(&s->probs, &s->prob_floats,
+                       (size_t)omp_get_max_threads() * (size_t)(c->n_heads / c->n_kv_heads) * max_keys, "attention rows",
+                       err) ||
         scratch_floats(&s->scores, &s->score_floats, (size_t)omp_get_max_threads() * CPU_TILE * max_keys,
                        "attention scores", err) ||
         (observe && scratch_floats(&s->q_win, &s->qwin_floats, (size_t)c->n_heads * observe->window * c->head_dim,
@@ -870,6 +910,12 @@ static int cpu_cache_gather(Backend *be, const KvCache *src, const KeepSet *keep
                             KvErr *err) {
     (void)be;
     return kvcache_gather(out, src, keep, extra_capacity, err);
+}
+
+static int cpu_cache_view(Backend *be, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
+                          KvErr *err) {
+    (void)be;
+    return kvcache_view(out, src, keep, extra_capacity, err);
 }
 
 static void cpu_cache_free(Backend *be, KvCache *c) {
@@ -929,6 +975,7 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     be->impl = impl;
     be->cache_new = cpu_cache_new;
     be->cache_gather = cpu_cache_gather;
+    be->cache_view = cpu_cache_view;
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;

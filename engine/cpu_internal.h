@@ -177,10 +177,29 @@ void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n);
 /* One query row against n keys: probs[n] receives the softmax of q·k_j * scale, out[d] = sum_j probs_j v_j. */
 void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
                     float scale);
-/* cpu_attend_row on 16 lanes where simd is AVX-512 and d is a multiple of 16 (bit for bit its values, for
- * scores that are not NaN), else cpu_attend_row itself (cpu_q4.c; the decode step's attention). */
-void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
-                         int n, int d, float scale);
+/* cpu_attend_row for G query heads that share k and v (grouped-query attention): head g's query at q + g*d,
+ * its output at out + g*d, its probabilities at probs + g*n. On 16 lanes where simd is AVX-512 and d is a
+ * multiple of 16, the heads side by side (bit for bit cpu_attend_row's values for each head, for scores that
+ * are not NaN), else cpu_attend_row per head (cpu_q4.c; the decode step's attention). */
+void cpu_attend_heads_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
+                           int n, int d, float scale, int G);
+/* A head's keys or values where they are: entries [0, n_shared) are rows shared[j] of base, the rest rows
+ * of own (a KvCache view's layout; a plain cache is n_shared 0, own its rows); binary16 when half. */
+typedef struct {
+    const void *base;
+    const int *shared;
+    int n_shared;
+    const void *own;
+    int half;
+} CpuRows;
+/* Whether cpu_attend_heads_rows runs at this level and head dim (AVX-512, d a multiple of 16); elsewhere the
+ * caller copies (and widens) the rows into one f32 block and calls cpu_attend_heads_simd. */
+int cpu_attend_direct(CpuSimd simd, int d);
+/* cpu_attend_heads_simd on rows read in place (a view's shared rows, binary16 rows widened in registers,
+ * exactly): bit for bit cpu_attend_heads_simd on the same rows copied into one f32 block, without the copy.
+ * Only where cpu_attend_direct(simd, d). */
+void cpu_attend_heads_rows(CpuSimd simd, float *out, float *probs, const float *q, const CpuRows *k,
+                           const CpuRows *v, int n, int d, float scale, int G);
 
 /* T query rows (row t at q + t*ldq) against n = n_past + T keys, causal: row t sees keys j <= n_past + t.
  * Two BLAS products through scores[T][n] (the caller's buffer, so a long prefill is tiled into blocks of

@@ -643,81 +643,193 @@ void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n) {
 /* ------------------------------------------------------------------------------------- decode attention */
 
 #if CPU_Q4_X86
-/* cpu_softmax bit for bit: the maximum (exact in any order), the exps 16 at a time, their sum one by one in
- * index order as cpu_softmax adds them, the scaling elementwise. */
-static AVX512_TARGET void softmax_avx512(float *x, int n) {
-    __m512 mxv = _mm512_set1_ps(-INFINITY);
-    int j = 0;
-    for (; j + 16 <= n; j += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(x + j));
-    float mx = _mm512_reduce_max_ps(mxv);
-    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
-    float total = 0.0f;
-    for (j = 0; j < n; j += 16) {
-        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        __m512 e = exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, x + j), _mm512_set1_ps(mx)));
-        _mm512_mask_storeu_ps(x + j, live, e);
-        for (int i = j; i < j + 16 && i < n; i++) total += x[i];
+/* cpu_softmax bit for bit on G (constant) rows of n, row g at x + g*n: the maximum (exact in any order), the
+ * exps 16 at a time, each row's sum one by one in index order as cpu_softmax adds them (the rows' sums side
+ * by side, so their chains of additions overlap), the scaling elementwise. */
+static inline __attribute__((always_inline)) AVX512_TARGET void softmax_rows(float *x, int n, const int G) {
+    float mx[4], total[4];
+    #pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        const float *row = x + (size_t)g * n;
+        __m512 mxv = _mm512_set1_ps(-INFINITY);
+        int i = 0;
+        for (; i + 16 <= n; i += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(row + i));
+        mx[g] = _mm512_reduce_max_ps(mxv);
+        for (; i < n; i++) mx[g] = row[i] > mx[g] ? row[i] : mx[g];
+        total[g] = 0.0f;
     }
-    __m512 inv = _mm512_set1_ps(1.0f / total);
-    for (j = 0; j < n; j += 16) {
-        __mmask16 live = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
-        _mm512_mask_storeu_ps(x + j, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + j), inv));
+    for (int i0 = 0; i0 < n; i0 += 16) {
+        __mmask16 live = n - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i0)) - 1);
+        #pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            float *row = x + (size_t)g * n + i0;
+            _mm512_mask_storeu_ps(row, live, exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, row), _mm512_set1_ps(mx[g]))));
+        }
+        for (int i = i0; i < i0 + 16 && i < n; i++)
+            #pragma GCC unroll 4
+            for (int g = 0; g < G; g++) total[g] += x[(size_t)g * n + i];
+    }
+    #pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        float *row = x + (size_t)g * n;
+        __m512 inv = _mm512_set1_ps(1.0f / total[g]);
+        for (int i0 = 0; i0 < n; i0 += 16) {
+            __mmask16 live = n - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i0)) - 1);
+            _mm512_mask_storeu_ps(row + i0, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row + i0), inv));
+        }
     }
 }
 
-/* cpu_attend_row for d a multiple of 16, bit for bit (cpu_kernels.c fixes its orders in the source):
- *  - q.k_j: four keys at a time, one per 128-bit quarter; quarter lanes are cpu_attend_row's four lanes
- *    (products i = l mod 4 added in order), the 16-float blocks of the four keys transposed by quarters, then
- *    ((0 + lane 0) + lane 1 + lane 2) + lane 3 per quarter; leftover keys as cpu_attend_row does them;
- *  - softmax: softmax_avx512;
- *  - probs . v: elementwise over d, keys in order, multiply then add (no fused multiply-add). */
-static AVX512_TARGET void attend_row_avx512(float *out, float *probs, const float *q, const float *k,
-                                            const float *v, int n, int d, float scale) {
+static AVX512_TARGET void softmax_avx512(float *x, int n) { softmax_rows(x, n, 1); }
+
+/* Row j of a head's keys or values as attention reads them in place (CpuRows): a shared row of the base or
+ * an own row. */
+static inline __attribute__((always_inline)) const char *row_at(const CpuRows *r, int j, size_t row_bytes) {
+    if (j < r->n_shared) return (const char *)r->base + (size_t)r->shared[j] * row_bytes;
+    return (const char *)r->own + (size_t)(j - r->n_shared) * row_bytes;
+}
+
+/* Rows are asked for this many keys ahead: a view's shared rows are scattered in its base, where the
+ * hardware's stream prefetchers do not find them. */
+#define ROWS_AHEAD 8
+static inline __attribute__((always_inline)) void prefetch_row(const char *row, size_t row_bytes) {
+    for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(row + at, 0, 3);
+}
+
+/* 16 floats at float index i of a row: f32, or binary16 widened (exactly) when HALF. */
+static inline __attribute__((always_inline)) AVX512_TARGET __m512 row_load(const char *row, int i, const int HALF) {
+    if (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(const void *)row + i)));
+    return _mm512_loadu_ps((const float *)(const void *)row + i);
+}
+
+/* The 4x4 transposes of q.k: 16-float block i of keys r0..r3 as t[0..3], where t[c] holds floats i+4c..i+4c+3
+ * of each key, key by 128-bit quarter. */
+static inline __attribute__((always_inline)) AVX512_TARGET void key_quarters(const char *const r[4], int i, __m512 t[4],
+                                                                             const int HALF) {
+    __m512 a0 = row_load(r[0], i, HALF), a1 = row_load(r[1], i, HALF), a2 = row_load(r[2], i, HALF),
+           a3 = row_load(r[3], i, HALF);
+    __m512 lo01 = _mm512_shuffle_f32x4(a0, a1, 0x44), hi01 = _mm512_shuffle_f32x4(a0, a1, 0xEE);
+    __m512 lo23 = _mm512_shuffle_f32x4(a2, a3, 0x44), hi23 = _mm512_shuffle_f32x4(a2, a3, 0xEE);
+    t[0] = _mm512_shuffle_f32x4(lo01, lo23, 0x88), t[1] = _mm512_shuffle_f32x4(lo01, lo23, 0xDD);
+    t[2] = _mm512_shuffle_f32x4(hi01, hi23, 0x88), t[3] = _mm512_shuffle_f32x4(hi01, hi23, 0xDD);
+}
+
+/* probs . v for output floats [i, i + 16 NV) of G heads: keys in order, multiply then add (no fused
+ * multiply-add), each head's NV accumulators in registers (constant G and NV). */
+static inline __attribute__((always_inline)) AVX512_TARGET void values_block(float *out, const float *probs,
+                                                                             const CpuRows *v, int n, int d, int i,
+                                                                             const int G, const int NV, const int HALF) {
+    size_t row_bytes = (size_t)d * (HALF ? 2 : 4);
+    __m512 o[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) o[g][c] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const char *row = row_at(v, j, row_bytes);
+        if (i == 0 && j + ROWS_AHEAD < n) prefetch_row(row_at(v, j + ROWS_AHEAD, row_bytes), row_bytes);
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) vv[c] = row_load(row, i + 16 * c, HALF);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 p = _mm512_set1_ps(probs[(size_t)g * n + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) o[g][c] = _mm512_add_ps(o[g][c], _mm512_mul_ps(p, vv[c]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) _mm512_storeu_ps(out + (size_t)g * d + i + 16 * c, o[g][c]);
+}
+
+/* cpu_attend_row for G (constant, 1..4) query heads that share the keys and values, d a multiple of 16, bit
+ * for bit cpu_attend_row's values for each head on the rows in order (cpu_kernels.c fixes its orders in the
+ * source):
+ *  - q.k_j: four keys at a time, one per 128-bit quarter (key_quarters, once for all heads); quarter lanes
+ *    are cpu_attend_row's four lanes (products i = l mod 4 added in order), then ((0 + lane 0) + lane 1 +
+ *    lane 2) + lane 3 per quarter; leftover keys as cpu_attend_row does them;
+ *  - softmax: softmax_rows;
+ *  - probs . v: values_block.
+ * Each head's operations are those of one head alone; the heads only share loads and shuffles, and their
+ * independent chains of additions fill each other's latencies. Rows are read where they are (a view's shared
+ * rows in its base) and binary16 rows widened in registers (exact), so a view and an f16 cache need no copy. */
+static inline __attribute__((always_inline)) AVX512_TARGET void attend_heads_body(float *out, float *probs,
+                                                                                  const float *q, const CpuRows *k,
+                                                                                  const CpuRows *v, int n, int d,
+                                                                                  float scale, const int G,
+                                                                                  const int HALF) {
     const __m512 zero = _mm512_setzero_ps();
+    size_t row_bytes = (size_t)d * (HALF ? 2 : 4);
     int j = 0;
     for (; j + 4 <= n; j += 4) {
-        const float *k0 = k + (size_t)j * d;
-        __m512 acc = zero;
+        const char *r[4] = {row_at(k, j, row_bytes), row_at(k, j + 1, row_bytes), row_at(k, j + 2, row_bytes),
+                            row_at(k, j + 3, row_bytes)};
+        if (j + ROWS_AHEAD + 4 <= n)
+            for (int a = 0; a < 4; a++) prefetch_row(row_at(k, j + ROWS_AHEAD + a, row_bytes), row_bytes);
+        __m512 acc[4] = {zero, zero, zero, zero};
         for (int i = 0; i < d; i += 16) {
-            __m512 a0 = _mm512_loadu_ps(k0 + i), a1 = _mm512_loadu_ps(k0 + d + i), a2 = _mm512_loadu_ps(k0 + 2 * d + i),
-                   a3 = _mm512_loadu_ps(k0 + 3 * d + i);
-            __m512 lo01 = _mm512_shuffle_f32x4(a0, a1, 0x44), hi01 = _mm512_shuffle_f32x4(a0, a1, 0xEE);
-            __m512 lo23 = _mm512_shuffle_f32x4(a2, a3, 0x44), hi23 = _mm512_shuffle_f32x4(a2, a3, 0xEE);
-            /* t-th 4 floats of the block from each key: keys in quarters */
-            __m512 t0 = _mm512_shuffle_f32x4(lo01, lo23, 0x88), t1 = _mm512_shuffle_f32x4(lo01, lo23, 0xDD);
-            __m512 t2 = _mm512_shuffle_f32x4(hi01, hi23, 0x88), t3 = _mm512_shuffle_f32x4(hi01, hi23, 0xDD);
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(t0, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i))));
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(t1, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i + 4))));
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(t2, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i + 8))));
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(t3, _mm512_broadcast_f32x4(_mm_loadu_ps(q + i + 12))));
+            __m512 t[4];
+            key_quarters(r, i, t, HALF);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(t[c], _mm512_broadcast_f32x4(_mm_loadu_ps(q + (size_t)g * d + i + 4 * c))));
         }
-        __m512 sum = _mm512_add_ps(zero, acc);
-        sum = _mm512_add_ps(sum, _mm512_permute_ps(acc, _MM_SHUFFLE(1, 1, 1, 1)));
-        sum = _mm512_add_ps(sum, _mm512_permute_ps(acc, _MM_SHUFFLE(2, 2, 2, 2)));
-        sum = _mm512_add_ps(sum, _mm512_permute_ps(acc, _MM_SHUFFLE(3, 3, 3, 3)));
-        sum = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
-        __m512 firsts = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), sum);
-        _mm_storeu_ps(probs + j, _mm512_castps512_ps128(firsts));
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 sum = _mm512_add_ps(zero, acc[g]);
+            sum = _mm512_add_ps(sum, _mm512_permute_ps(acc[g], _MM_SHUFFLE(1, 1, 1, 1)));
+            sum = _mm512_add_ps(sum, _mm512_permute_ps(acc[g], _MM_SHUFFLE(2, 2, 2, 2)));
+            sum = _mm512_add_ps(sum, _mm512_permute_ps(acc[g], _MM_SHUFFLE(3, 3, 3, 3)));
+            sum = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+            __m512 firsts = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), sum);
+            _mm_storeu_ps(probs + (size_t)g * n + j, _mm512_castps512_ps128(firsts));
+        }
     }
     for (; j < n; j++) {
-        const float *kj = k + (size_t)j * d;
-        __m128 lane = _mm_setzero_ps();
-        for (int i = 0; i < d; i += 4) lane = _mm_add_ps(lane, _mm_mul_ps(_mm_loadu_ps(q + i), _mm_loadu_ps(kj + i)));
-        float l[4];
-        _mm_storeu_ps(l, lane);
-        probs[j] = (((0.0f + l[0]) + l[1]) + l[2]) + l[3];
-        probs[j] *= scale;
-    }
-    softmax_avx512(probs, n);
-    for (int i = 0; i < d; i += 64) { /* up to 4 output vectors in registers */
-        int w = d - i < 64 ? d - i : 64;
-        __m512 o[4] = {zero, zero, zero, zero};
-        for (int jj = 0; jj < n; jj++) {
-            const float *vj = v + (size_t)jj * d + i;
-            __m512 p = _mm512_set1_ps(probs[jj]);
-            for (int c = 0; c < w / 16; c++) o[c] = _mm512_add_ps(o[c], _mm512_mul_ps(p, _mm512_loadu_ps(vj + 16 * c)));
+        const char *row = row_at(k, j, row_bytes);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m128 lane = _mm_setzero_ps();
+            for (int i = 0; i < d; i += 4) {
+                __m128 kj = HALF ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)(row + 2 * (size_t)i)))
+                                 : _mm_loadu_ps((const float *)(const void *)row + i);
+                lane = _mm_add_ps(lane, _mm_mul_ps(_mm_loadu_ps(q + (size_t)g * d + i), kj));
+            }
+            float l[4];
+            _mm_storeu_ps(l, lane);
+            float *pj = probs + (size_t)g * n + j;
+            *pj = (((0.0f + l[0]) + l[1]) + l[2]) + l[3];
+            *pj *= scale;
         }
-        for (int c = 0; c < w / 16; c++) _mm512_storeu_ps(out + i + 16 * c, o[c]);
+    }
+    softmax_rows(probs, n, G);
+    for (int i = 0; i < d; i += 64) {
+        switch ((d - i < 64 ? d - i : 64) / 16) {
+        case 4: values_block(out, probs, v, n, d, i, G, 4, HALF); break;
+        case 3: values_block(out, probs, v, n, d, i, G, 3, HALF); break;
+        case 2: values_block(out, probs, v, n, d, i, G, 2, HALF); break;
+        default: values_block(out, probs, v, n, d, i, G, 1, HALF); break;
+        }
+    }
+}
+
+static AVX512_TARGET void attend_heads_avx512(float *out, float *probs, const float *q, const CpuRows *k,
+                                              const CpuRows *v, int n, int d, float scale, int G) {
+    for (int g0 = 0; g0 < G; g0 += 4) { /* four heads at a time: their accumulators fill the registers */
+        float *o = out + (size_t)g0 * d, *p = probs + (size_t)g0 * n;
+        const float *qg = q + (size_t)g0 * d;
+        int heads = G - g0 < 4 ? G - g0 : 4;
+#define ATTEND_HEADS(h)                                                                                                \
+    (k->half ? attend_heads_body(o, p, qg, k, v, n, d, scale, h, 1) : attend_heads_body(o, p, qg, k, v, n, d, scale, h, 0))
+        if (heads == 4) ATTEND_HEADS(4);
+        else if (heads == 3) ATTEND_HEADS(3);
+        else if (heads == 2) ATTEND_HEADS(2);
+        else ATTEND_HEADS(1);
+#undef ATTEND_HEADS
     }
 }
 #endif
@@ -733,16 +845,26 @@ void cpu_softmax_simd(CpuSimd simd, float *x, int n) {
     cpu_softmax(x, n);
 }
 
-void cpu_attend_row_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
-                         int n, int d, float scale) {
-#if CPU_Q4_X86
-    if (simd == CPU_SIMD_AVX512 && d % 16 == 0 && n > 0) {
-        attend_row_avx512(out, probs, q, k, v, n, d, scale);
+void cpu_attend_heads_simd(CpuSimd simd, float *out, float *probs, const float *q, const float *k, const float *v,
+                           int n, int d, float scale, int G) {
+    if (cpu_attend_direct(simd, d) && n > 0) {
+        CpuRows keys = {NULL, NULL, 0, k, 0}, values = {NULL, NULL, 0, v, 0};
+        cpu_attend_heads_rows(simd, out, probs, q, &keys, &values, n, d, scale, G);
         return;
     }
+    for (int g = 0; g < G; g++)
+        cpu_attend_row(out + (size_t)g * d, probs + (size_t)g * n, q + (size_t)g * d, k, v, n, d, scale);
+}
+
+int cpu_attend_direct(CpuSimd simd, int d) { return CPU_Q4_X86 && simd == CPU_SIMD_AVX512 && d % 16 == 0; }
+
+void cpu_attend_heads_rows(CpuSimd simd, float *out, float *probs, const float *q, const CpuRows *k,
+                           const CpuRows *v, int n, int d, float scale, int G) {
+#if CPU_Q4_X86
+    if (cpu_attend_direct(simd, d) && n > 0) attend_heads_avx512(out, probs, q, k, v, n, d, scale, G);
+#else
+    (void)simd, (void)out, (void)probs, (void)q, (void)k, (void)v, (void)n, (void)d, (void)scale, (void)G;
 #endif
-    (void)simd;
-    cpu_attend_row(out, probs, q, k, v, n, d, scale);
 }
 
 /* ---------------------------------------------------------------------------------------------- threads */

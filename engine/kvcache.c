@@ -3,7 +3,8 @@
  *
  * One arena per cache (DESIGN habit 7): the per-head index arrays first, then for each head its key rows,
  * value rows and positions at a fixed offset, each 64-byte aligned so the attention loops stream whole
- * cache lines. Heads never move once carved, so a gathered cache with a 20% budget really holds 20%.
+ * cache lines. Heads never move once carved, so a gathered cache with a 20% budget really holds 20%. A view
+ * carves only its own rows (the question and answer), its positions and its indices into the base.
  * Shape legend: N layers, K kv-heads, d head dim. */
 #include "kvcache.h"
 
@@ -15,20 +16,25 @@
 
 static size_t align_up(size_t n) { return (n + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN; }
 
-/* Carves an arena for N*K heads with the given per-head capacities; len = 0 everywhere. */
-static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim, const int *caps, KvElem elem,
-                       KvErr *err) {
+/* Carves an arena for N*K heads: head i gets rows[i] key and value rows of its own and, for a view
+ * (shared not NULL), shared[i] row indices into the base; positions for all of them. len = 0 everywhere,
+ * cap = shared + own rows. */
+static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim, const int *rows, const int *shared,
+                       KvElem elem, KvErr *err) {
     *out = NULL;
     if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0)
         return kv_fail(err, "kvcache: invalid shape %d layers x %d kv-heads x %d head dim", n_layers, n_kv_heads,
                        head_dim);
     size_t n_heads = (size_t)n_layers * (size_t)n_kv_heads;
-    size_t index_bytes = align_up(n_heads * (2 * sizeof(int) + 2 * sizeof(float *) + sizeof(int *)));
+    size_t per_head = 2 * sizeof(int) + 2 * sizeof(float *) + sizeof(int *) + (shared ? sizeof(int) + sizeof(int *) : 0);
+    size_t index_bytes = align_up(n_heads * per_head);
     size_t data_bytes = 0, elem_bytes = kvcache_elem_bytes(elem);
     for (size_t i = 0; i < n_heads; i++) {
-        if (caps[i] < 0) return kv_fail(err, "kvcache: negative capacity %d for head %zu", caps[i], i);
-        size_t rows = (size_t)caps[i];
-        data_bytes += 2 * align_up(rows * (size_t)head_dim * elem_bytes) + align_up(rows * sizeof(int));
+        int n_shared = shared ? shared[i] : 0;
+        if (rows[i] < 0 || n_shared < 0) return kv_fail(err, "kvcache: negative capacity %d for head %zu", rows[i] < 0 ? rows[i] : n_shared, i);
+        size_t entries = (size_t)rows[i] + (size_t)n_shared;
+        data_bytes += 2 * align_up((size_t)rows[i] * (size_t)head_dim * elem_bytes) + align_up(entries * sizeof(int)) +
+                      align_up((size_t)n_shared * sizeof(int));
     }
     KvCache *c = kv_calloc(1, sizeof *c, err);
     if (!c) return -1;
@@ -44,23 +50,31 @@ static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim
     c->elem = elem;
     c->arena = arena;
     c->arena_bytes = index_bytes + data_bytes;
-    /* Index arrays: pointers first (their alignment is the strictest), then the two int arrays. */
+    /* Index arrays: pointers first (their alignment is the strictest), then the int arrays. */
     c->k = (float **)arena;
     c->v = c->k + n_heads;
     c->pos = (int **)(c->v + n_heads);
-    c->len = (int *)(c->pos + n_heads);
+    int **next_ptr = c->pos + n_heads;
+    if (shared) c->shared = next_ptr, next_ptr += n_heads;
+    c->len = (int *)next_ptr;
     c->cap = c->len + n_heads;
+    if (shared) c->n_shared = c->cap + n_heads;
     uint8_t *p = arena + index_bytes;
     for (size_t i = 0; i < n_heads; i++) {
-        size_t rows = (size_t)caps[i];
+        int n_shared = shared ? shared[i] : 0;
         c->len[i] = 0;
-        c->cap[i] = caps[i];
+        c->cap[i] = rows[i] + n_shared;
         c->k[i] = (float *)p;
-        p += align_up(rows * (size_t)head_dim * elem_bytes);
+        p += align_up((size_t)rows[i] * (size_t)head_dim * elem_bytes);
         c->v[i] = (float *)p;
-        p += align_up(rows * (size_t)head_dim * elem_bytes);
+        p += align_up((size_t)rows[i] * (size_t)head_dim * elem_bytes);
         c->pos[i] = (int *)p;
-        p += align_up(rows * sizeof(int));
+        p += align_up((size_t)c->cap[i] * sizeof(int));
+        if (shared) {
+            c->n_shared[i] = n_shared;
+            c->shared[i] = (int *)p;
+            p += align_up((size_t)n_shared * sizeof(int));
+        }
     }
     *out = c;
     return 0;
@@ -81,7 +95,7 @@ int kvcache_new_elem(KvCache **out, int n_layers, int n_kv_heads, int head_dim, 
     int *caps = kv_malloc(n_heads * sizeof *caps, err);
     if (!caps) return -1;
     for (size_t i = 0; i < n_heads; i++) caps[i] = capacity;
-    int rc = cache_alloc(out, n_layers, n_kv_heads, head_dim, caps, elem, err);
+    int rc = cache_alloc(out, n_layers, n_kv_heads, head_dim, caps, NULL, elem, err);
     free(caps);
     return rc;
 }
@@ -98,45 +112,99 @@ static int find_position(const int *pos, int n, int position) {
     return -1;
 }
 
-int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
-    *out = NULL;
-    if (src->on_device) return kv_fail(err, "kvcache_gather: source cache lives on the GPU (use the backend's gather)");
+/* Checks a keep-set against src and returns each head's capacity: count + extra_capacity (or, for a view,
+ * counts and extra_capacity separately). */
+static int keep_capacities(const KvCache *src, const KeepSet *keep, int extra_capacity, int **counts_out,
+                           const char *who, KvErr *err) {
+    *counts_out = NULL;
+    if (src->on_device) return kv_fail(err, "%s: source cache lives on the GPU (use the backend's gather)", who);
     if (keep->n_layers != src->n_layers || keep->n_kv_heads != src->n_kv_heads)
-        return kv_fail(err, "kvcache_gather: keep-set shape %d layers x %d kv-heads does not match the cache's %d x %d",
+        return kv_fail(err, "%s: keep-set shape %d layers x %d kv-heads does not match the cache's %d x %d", who,
                        keep->n_layers, keep->n_kv_heads, src->n_layers, src->n_kv_heads);
-    if (extra_capacity < 0) return kv_fail(err, "kvcache_gather: negative extra capacity %d", extra_capacity);
+    if (extra_capacity < 0) return kv_fail(err, "%s: negative extra capacity %d", who, extra_capacity);
     int n_heads = src->n_layers * src->n_kv_heads;
-    int *caps = kv_malloc((size_t)n_heads * sizeof *caps, err);
-    if (!caps) return -1;
+    int *counts = kv_malloc((size_t)n_heads * sizeof *counts, err);
+    if (!counts) return -1;
     for (int i = 0; i < n_heads; i++) {
         int count = keep->counts[i];
         if (count < 0 || count > src->len[i] || keep->offsets[i] < 0 || keep->offsets[i] + count > keep->total) {
-            free(caps);
-            return kv_fail(err, "kvcache_gather: layer %d kv-head %d keeps %d entries at offset %d, but the cache "
-                                "holds %d and the keep-set %d in all",
-                           i / src->n_kv_heads, i % src->n_kv_heads, count, keep->offsets[i], src->len[i], keep->total);
+            free(counts);
+            return kv_fail(err, "%s: layer %d kv-head %d keeps %d entries at offset %d, but the cache holds %d and "
+                                "the keep-set %d in all",
+                           who, i / src->n_kv_heads, i % src->n_kv_heads, count, keep->offsets[i], src->len[i],
+                           keep->total);
         }
-        caps[i] = count + extra_capacity;
+        counts[i] = count;
     }
+    *counts_out = counts;
+    return 0;
+}
+
+/* Entry of src's head i that holds the j-th kept position (ascending), or -1 with err set. */
+static int kept_entry(const KvCache *src, const KeepSet *keep, int i, int j, const char *who, KvErr *err) {
+    const int *want = keep->positions + keep->offsets[i];
+    int at = find_position(src->pos[i], src->len[i], want[j]);
+    if (at < 0 || (j > 0 && want[j] <= want[j - 1])) {
+        kv_fail(err, "%s: layer %d kv-head %d: position %d %s", who, i / src->n_kv_heads, i % src->n_kv_heads,
+                want[j], at < 0 ? "is not in the cache" : "is out of ascending order in the keep-set");
+        return -1;
+    }
+    return at;
+}
+
+int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
+    *out = NULL;
+    int *caps;
+    if (keep_capacities(src, keep, extra_capacity, &caps, "kvcache_gather", err)) return -1;
+    int n_heads = src->n_layers * src->n_kv_heads;
+    for (int i = 0; i < n_heads; i++) caps[i] += extra_capacity;
     KvCache *c;
-    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, src->elem, err);
+    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, NULL, src->elem, err);
     free(caps);
     if (rc) return rc;
     size_t row = (size_t)src->head_dim * kvcache_elem_bytes(src->elem); /* bytes */
-    const char *const *src_k = (const char *const *)src->k, *const *src_v = (const char *const *)src->v;
     for (int i = 0; i < n_heads; i++) {
-        const int *want = keep->positions + keep->offsets[i];
         for (int j = 0; j < keep->counts[i]; j++) {
-            int at = find_position(src->pos[i], src->len[i], want[j]);
-            if (at < 0 || (j > 0 && want[j] <= want[j - 1])) {
+            int at = kept_entry(src, keep, i, j, "kvcache_gather", err);
+            if (at < 0) {
                 kvcache_free(c);
-                return kv_fail(err, "kvcache_gather: layer %d kv-head %d: position %d %s", i / src->n_kv_heads,
-                               i % src->n_kv_heads, want[j],
-                               at < 0 ? "is not in the cache" : "is out of ascending order in the keep-set");
+                return -1;
             }
-            memcpy((char *)c->k[i] + j * row, src_k[i] + (size_t)at * row, row);
-            memcpy((char *)c->v[i] + j * row, src_v[i] + (size_t)at * row, row);
-            c->pos[i][j] = want[j];
+            memcpy((char *)c->k[i] + j * row, kvcache_key(src, i, at), row);
+            memcpy((char *)c->v[i] + j * row, kvcache_value(src, i, at), row);
+            c->pos[i][j] = src->pos[i][at];
+        }
+        c->len[i] = keep->counts[i];
+    }
+    c->n_pos = src->n_pos;
+    *out = c;
+    return 0;
+}
+
+int kvcache_view(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
+    *out = NULL;
+    if (src->base) return kv_fail(err, "kvcache_view: the source cache is itself a view (gather it instead)");
+    int *counts;
+    if (keep_capacities(src, keep, extra_capacity, &counts, "kvcache_view", err)) return -1;
+    int n_heads = src->n_layers * src->n_kv_heads;
+    int *own = kv_malloc((size_t)n_heads * sizeof *own, err);
+    KvCache *c = NULL;
+    int rc = own ? 0 : -1;
+    for (int i = 0; !rc && i < n_heads; i++) own[i] = extra_capacity;
+    if (!rc) rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, own, counts, src->elem, err);
+    free(own);
+    free(counts);
+    if (rc) return rc;
+    c->base = src;
+    for (int i = 0; i < n_heads; i++) {
+        for (int j = 0; j < keep->counts[i]; j++) {
+            int at = kept_entry(src, keep, i, j, "kvcache_view", err);
+            if (at < 0) {
+                kvcache_free(c);
+                return -1;
+            }
+            c->shared[i][j] = at;
+            c->pos[i][j] = src->pos[i][at];
         }
         c->len[i] = keep->counts[i];
     }

@@ -4,9 +4,10 @@
  * Why the shape (DESIGN.md §1): every policy compresses after each layer's full attention over the context,
  * so the prefill does not depend on the policy. The prefill runs once (runs/prepare.c, shared with `kvbench
  * trace`) with every policy state observing each layer; each state then selects a keep-set per budget; each
- * keep-set is gathered into its own cache; and all variants decode as one batch, reading the weights once per
- * step. The `full` variant decodes on the prefill cache itself (allocated with room for the question and
- * answer), so it costs no copy.
+ * keep-set becomes a cache of its own (on the CPU backend a view that reads the kept rows in the prefill
+ * cache, so the variants hold no copies of the context; on the GPU a gathered copy); and all variants decode
+ * as one batch, reading the weights once per step. The `full` variant decodes on the prefill cache itself
+ * (allocated with room for the question and answer), so it costs no copy.
  *
  * Resume: the plan is built from the database (rows already there are skipped, failed rows are retried), and a
  * sample's rows are written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the
@@ -311,8 +312,10 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         double t = util_now_ms();
         const Budget *b = &r->v->budget;
         r->budget_tokens = b->tokens > 0 ? b->tokens : (int)(ctx.n * (1.0 - budget_compression_ratio(b, ctx.n)));
-        if (prefill_select(&pf, i, b, &keep, &r->err) ||
-            sw->be->cache_gather(sw->be, pf.cache, &keep, q.n + max_new, &r->cache, &r->err))
+        /* a view shares the prefill's rows (the CPU backend): 15 variants hold no copies of the context */
+        int (*compress)(Backend *, const KvCache *, const KeepSet *, int, KvCache **, KvErr *) =
+            sw->be->cache_view ? sw->be->cache_view : sw->be->cache_gather;
+        if (prefill_select(&pf, i, b, &keep, &r->err) || compress(sw->be, pf.cache, &keep, q.n + max_new, &r->cache, &r->err))
             r->failed = 1;
         else {
             r->kept = (double)keep.total / (N * K);

@@ -1,6 +1,7 @@
 /* forward_checks.h — checks of the CPU forward shared by test_forward.c (the exact f32 cache) and
- * test_forward_f16.c (the opt-in f16 cache): a prefill split into pieces against one prefill, and sequences of
- * different cache lengths decoded as one batch against each run alone. Header-only, static, as test.h. */
+ * test_forward_f16.c (the opt-in f16 cache): a prefill split into pieces against one prefill, sequences of
+ * different cache lengths decoded as one batch against each run alone, and views against gathered copies.
+ * Header-only, static, as test.h. */
 #ifndef KVBENCH_FORWARD_CHECKS_H
 #define KVBENCH_FORWARD_CHECKS_H
 
@@ -91,6 +92,62 @@ static void check_batch(TestCounts *tc, Backend *be, const int *ids, double tol)
     }
     free(batch_logits);
     free(solo);
+}
+
+/* The sweep's shape on views (Backend.cache_view) against gathered copies: three keep-sets of one prefill
+ * (evicting differently per head, keeping all, keeping a few) plus the full variant decoding on the prefill
+ * cache itself, fed a question of 9 tokens (the blocked attention), then 3 (the row path), then single steps,
+ * as one batch; the same with gathered copies and a second prefill. Logits equal bit for bit: a view is the
+ * same arithmetic on the same rows. */
+static void check_views(TestCounts *tc, Backend *be, const int *ids) {
+    const ModelConfig *c = &be->model->cfg;
+    int V = c->vocab_size, NK = c->n_layers * c->n_kv_heads, n = 60, extra = 16;
+    KvErr err = {{0}};
+    if (!be->cache_view) {
+        printf("%s: backend has no views, not checked\n", tc->name);
+        return;
+    }
+    float *a = malloc(sizeof(float) * 4 * V), *b = malloc(sizeof(float) * 4 * V);
+    KvCache *base = prefill(tc, be, ids, n, extra, a), *copy_base = prefill(tc, be, ids, n, extra, b);
+    KvCache *views[4], *copies[4];
+    for (int set = 0; set < 3; set++) {
+        /* set 0: head h drops the positions p with (p + h) % 3 == 0; set 1 keeps all; set 2 the last 5..8 */
+        int *counts = malloc(sizeof(int) * NK);
+        for (int h = 0; h < NK; h++) {
+            counts[h] = set == 1 ? n : 5 + h % 4;
+            if (set == 0)
+                for (int p = counts[h] = 0; p < n; p++) counts[h] += (p + h) % 3 != 0;
+        }
+        KeepSet ks;
+        CHECK(tc, keepset_init(&ks, c->n_layers, c->n_kv_heads, counts, &err) == 0, "%s", err.msg);
+        for (int h = 0; h < NK; h++)
+            for (int p = set == 2 ? n - counts[h] : 0, j = 0; p < n; p++)
+                if (set != 0 || (p + h) % 3 != 0) ks.positions[ks.offsets[h] + j++] = p;
+        CHECK(tc, be->cache_view(be, base, &ks, extra, &views[set], &err) == 0, "view %d: %s", set, err.msg);
+        CHECK(tc, be->cache_gather(be, copy_base, &ks, extra, &copies[set], &err) == 0, "gather %d: %s", set, err.msg);
+        keepset_free(&ks);
+        free(counts);
+    }
+    views[3] = base, copies[3] = copy_base;
+    int toks[4 * 9];
+    for (int s = 0; s < 4; s++) memcpy(toks + 9 * s, ids + 70, sizeof(int) * 9);
+    int same = 1;
+    const int feeds[] = {9, 3, 1, 1, 1};
+    for (int f = 0, at = 0; f < 5; at += feeds[f], f++) {
+        for (int s = 0; s < 4; s++) memcpy(toks + feeds[f] * s, ids + 70 + at + s * (feeds[f] == 1), sizeof(int) * feeds[f]);
+        CHECK(tc, be->forward(be, views, 4, toks, feeds[f], a, NULL, NULL, &err) == 0, "views: %s", err.msg);
+        CHECK(tc, be->forward(be, copies, 4, toks, feeds[f], b, NULL, NULL, &err) == 0, "copies: %s", err.msg);
+        same &= !memcmp(a, b, sizeof(float) * 4 * V);
+    }
+    CHECK(tc, same, "3 views and the full cache they share decode as their gathered copies, bit for bit");
+    for (int s = 0; s < 3; s++) {
+        be->cache_free(be, views[s]);
+        be->cache_free(be, copies[s]);
+    }
+    be->cache_free(be, base);
+    be->cache_free(be, copy_base);
+    free(a);
+    free(b);
 }
 
 #endif

@@ -8,9 +8,12 @@
  *    decode equals B single decodes), for M = 1..6 and 17; the fused gate/up/SwiGLU equals the separate
  *    products and cpu_swiglu bit for bit; several jobs in one call equal one call each; the SIMD SwiGLU
  *    equals cpu_swiglu bit for bit, special values included, the SIMD softmax cpu_softmax, and the decode
- *    attention cpu_attend_row;
+ *    attention cpu_attend_row, for 1 to 9 query heads per key head; the attention that reads rows in place
+ *    (cpu_attend_heads_rows: binary16 rows, a view's rows shared from a base then rows of its own) equals
+ *    cpu_attend_row on the same rows copied into one f32 block, bit for bit;
  *  - the SIMD levels agree with the portable path within 1e-5 (summation order only);
  *  - cpu_simd_choose rejects an unknown name with a message. */
+#include <stdint.h>
 #include <string.h>
 
 #include "../engine/cpu_internal.h"
@@ -184,26 +187,31 @@ static void check_swiglu(TestCounts *tc, CpuSimd simd, const char *name) {
     CHECK(tc, same, "%s: SwiGLU equals cpu_swiglu bit for bit over %d values", name, LEN);
 }
 
-/* cpu_attend_row_simd against cpu_attend_row bit for bit: key counts around the 4-key and 16-lane blocks,
- * head dims of 1 to 8 vectors (80: a last partial group of the output registers), scores from small to
- * large enough that most probabilities underflow. */
+/* cpu_attend_heads_simd against cpu_attend_row per head, bit for bit: key counts around the 4-key and 16-lane
+ * blocks, head dims of 1 to 8 vectors (80: a last partial group of the output registers), 1 to 9 query
+ * heads per key head (past 4: a second pass of up to four), scores from small to large enough that most
+ * probabilities underflow. */
 static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
-    enum { MAXN = 300, MAXD = 128 };
-    static float q[MAXD], k[MAXN * MAXD], v[MAXN * MAXD], out[MAXD], want[MAXD], probs[MAXN], want_p[MAXN];
-    const int ns[] = {1, 2, 3, 4, 5, 7, 15, 16, 17, 33, 37, 300}, ds[] = {16, 64, 80, 128};
+    enum { MAXN = 300, MAXD = 128, MAXG = 9 };
+    static float q[MAXG * MAXD], k[MAXN * MAXD], v[MAXN * MAXD], out[MAXG * MAXD], want[MAXD], probs[MAXG * MAXN],
+        want_p[MAXN];
+    const int ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33, 37, 300}, ds[] = {16, 64, 80, 128}, gs[] = {1, 2, 3, 4, 5, 9};
     const float spread[] = {0.1f, 1.0f, 12.0f};
     int same = 1, cases = 0;
     state = 11;
     for (int di = 0; di < 4; di++)
-        for (int ni = 0; ni < 12; ni++)
+        for (int ni = 0; ni < 14; ni++)
             for (int si = 0; si < 3; si++) {
-                int n = ns[ni], d = ds[di];
-                for (int i = 0; i < d; i++) q[i] = spread[si] * (2 * uniform() - 1);
+                int n = ns[ni], d = ds[di], G = gs[(di * 14 + ni + si) % 6];
+                for (int i = 0; i < G * d; i++) q[i] = spread[si] * (2 * uniform() - 1);
                 for (int i = 0; i < n * d; i++) k[i] = 2 * uniform() - 1, v[i] = 2 * uniform() - 1;
-                cpu_attend_row(want, want_p, q, k, v, n, d, 0.125f);
-                cpu_attend_row_simd(simd, out, probs, q, k, v, n, d, 0.125f);
-                same &= !memcmp(out, want, sizeof(float) * d) && !memcmp(probs, want_p, sizeof(float) * n);
-                cases++;
+                cpu_attend_heads_simd(simd, out, probs, q, k, v, n, d, 0.125f, G);
+                for (int g = 0; g < G; g++) {
+                    cpu_attend_row(want, want_p, q + g * d, k, v, n, d, 0.125f);
+                    same &= !memcmp(out + g * d, want, sizeof(float) * d) &&
+                            !memcmp(probs + g * n, want_p, sizeof(float) * n);
+                    cases++;
+                }
             }
     CHECK(tc, same, "%s: decode attention equals cpu_attend_row bit for bit (%d cases)", name, cases);
     /* the softmax alone, over rows whose spread reaches exp's clamp (differences below -87) */
@@ -218,6 +226,54 @@ static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
             same &= !memcmp(x, y, sizeof(float) * n);
         }
     CHECK(tc, same, "%s: softmax equals cpu_softmax bit for bit", name);
+}
+
+/* cpu_attend_heads_rows against cpu_attend_row on the rows copied (widened) into one block, bit for bit: f32
+ * and binary16 rows, held in one piece or as a view (every other row of a base, then rows of its own), key
+ * counts around the 4-key blocks, head dims 16..128, 1 to 5 query heads. */
+static void check_rows_in_place(TestCounts *tc) {
+    enum { MAXN = 200, MAXD = 128, MAXG = 5 };
+    static float q[MAXG * MAXD], kw[MAXN * MAXD], vw[MAXN * MAXD], kb[2 * MAXN * MAXD], vb[2 * MAXN * MAXD],
+        out[MAXG * MAXD], want[MAXD], probs[MAXG * MAXN], want_p[MAXN];
+    static uint16_t kb16[2 * MAXN * MAXD], vb16[2 * MAXN * MAXD];
+    static int shared[MAXN];
+    const int ns[] = {1, 3, 4, 5, 8, 17, 136, 200}, ds[] = {16, 64, 80, 128};
+    int same = 1, cases = 0;
+    state = 29;
+    for (int half = 0; half < 2; half++)
+        for (int view = 0; view < 2; view++)
+            for (int di = 0; di < 4; di++)
+                for (int ni = 0; ni < 8; ni++) {
+                    int n = ns[ni], d = ds[di], G = 1 + (di + ni) % MAXG;
+                    int n_shared = view ? n - n / 4 : 0; /* a view: 3/4 shared, the rest its own */
+                    for (int i = 0; i < G * d; i++) q[i] = 4 * uniform() - 2;
+                    /* the base: 2n rows; a view shares rows 0, 2, 4, ... and keeps its own rows after the base's */
+                    for (int i = 0; i < 2 * n * d; i++) {
+                        kb[i] = 2 * uniform() - 1, vb[i] = 2 * uniform() - 1;
+                        if (half) kb16[i] = cpu_f32_to_f16(kb[i]), vb16[i] = cpu_f32_to_f16(vb[i]),
+                                  kb[i] = cpu_f16_to_f32(kb16[i]), vb[i] = cpu_f16_to_f32(vb16[i]);
+                    }
+                    for (int j = 0; j < n_shared; j++) shared[j] = 2 * j;
+                    size_t own_at = view ? (size_t)n * d : 0; /* a plain head: its rows are the base's first n */
+                    for (int j = 0; j < n; j++) {
+                        size_t from = j < n_shared ? (size_t)shared[j] * d : own_at + (size_t)(j - n_shared) * d;
+                        memcpy(kw + (size_t)j * d, kb + from, sizeof(float) * d);
+                        memcpy(vw + (size_t)j * d, vb + from, sizeof(float) * d);
+                    }
+                    const void *kbase = half ? (const void *)kb16 : kb, *vbase = half ? (const void *)vb16 : vb;
+                    size_t own_bytes = own_at * (half ? 2 : 4);
+                    CpuRows keys = {kbase, shared, n_shared, (const char *)kbase + own_bytes, half};
+                    CpuRows values = {vbase, shared, n_shared, (const char *)vbase + own_bytes, half};
+                    cpu_attend_heads_rows(CPU_SIMD_AVX512, out, probs, q, &keys, &values, n, d, 0.125f, G);
+                    for (int g = 0; g < G; g++) {
+                        cpu_attend_row(want, want_p, q + g * d, kw, vw, n, d, 0.125f);
+                        same &= !memcmp(out + g * d, want, sizeof(float) * d) &&
+                                !memcmp(probs + g * n, want_p, sizeof(float) * n);
+                        cases++;
+                    }
+                }
+    CHECK(tc, same, "attention on rows in place (f32/f16, whole/view) equals cpu_attend_row on their copy (%d heads)",
+          cases);
 }
 
 int main(void) {
@@ -239,6 +295,7 @@ int main(void) {
         check_level(&tc, simd, w4, w8, scalar_out);
         check_swiglu(&tc, simd, levels[i]);
         check_attention(&tc, simd, levels[i]);
+        if (simd == CPU_SIMD_AVX512 && cpu_attend_direct(simd, 64)) check_rows_in_place(&tc);
         printf("test_cpu_kernels: %s checked\n", levels[i]);
     }
     return test_finish(&tc);

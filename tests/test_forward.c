@@ -524,6 +524,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
          * for bit where every matrix is packed (the tiny Llama); OpenBLAS's GEMM need not (the tiny Qwen2) */
         check_batch(tc, be, ids, strcmp(ref_name, "tiny-qwen2") != 0 ? 0.0 : 1e-4);
         check_gather(tc, be, ids, 50);
+        check_views(tc, be, ids);
         check_hooks(tc, be, ids, 40);
         free(ids);
     }

@@ -144,7 +144,7 @@ static void check_observation(TestCounts *tc, Backend *be, const int *ids, int n
     KvCache *c;
     CHECK(tc, be->cache_new(be, &c, n, &err) == 0, "%s", err.msg);
     ObsCheck oc = {c, CPU_SIMD_SCALAR, 0, 1};
-    ObserveHook obs = {.window = 8, .on_layer = observe_rows, .user = &oc};
+    ObserveHook obs = {.window = n < 8 ? n : 8, .on_layer = observe_rows, .user = &oc};
     CHECK(tc, be->forward(be, &c, 1, ids, n, NULL, &obs, NULL, &err) == 0, "observed prefill: %s", err.msg);
     CHECK(tc, oc.layers == be->model->cfg.n_layers && oc.same,
           "f16: the observation's keys and values are the cache's binary16 rows widened (%d layers)", oc.layers);
@@ -174,6 +174,8 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
     for (int i = 0; i < n; i++) ids[i] = (int)((state = state * 1103515245u + 12345u) >> 8) % m->cfg.vocab_size;
     check_batch(tc, half, ids, packed ? 0.0 : 1e-4);
     check_observation(tc, half, ids, 40);
+    check_observation(tc, half, ids, 6); /* a prefill too short for the blocked attention */
+    check_views(tc, half, ids);
     if (deep) {
         check_split_prefill(tc, half, ids, 91, 60, 1);
         check_split_prefill(tc, half, ids, n, 300, 333);

@@ -1,5 +1,6 @@
 /* test_kvcache.c — the head-variable KV cache: arena layout, gather from keep-sets (uniform and
- * head-variable sources), positions, bytes used, and the errors of bad keep-sets. Hand-derived cases. */
+ * head-variable sources), views that share the kept rows of their base, positions, bytes used, and the
+ * errors of bad keep-sets. Hand-derived cases. */
 #include <stdint.h>
 #include <string.h>
 
@@ -56,6 +57,32 @@ int main(void) {
           kvcache_bytes_used(g, 2));
     CHECK(&tc, g->arena_bytes < full->arena_bytes + 4096, "gathered arena %zu is not larger than needed", g->arena_bytes);
 
+    /* a view of the same keep-set: the same entries in the same order, read in place (the base's rows, no
+     * copy), positions its own; its own rows follow the shared ones */
+    KvCache *view;
+    CHECK(&tc, kvcache_view(&view, full, &ks, 5, &err) == 0, "%s", err.msg);
+    ok = view->base == full;
+    for (int h = 0; h < N * K; h++) {
+        ok &= view->len[h] == counts[h] && view->cap[h] == counts[h] + 5 && kvcache_n_shared(view, h) == counts[h];
+        for (int j = 0; j < counts[h]; j++)
+            ok &= view->pos[h][j] == g->pos[h][j] && !memcmp(kvcache_key(view, h, j), g->k[h] + j * d, sizeof(float) * d) &&
+                  !memcmp(kvcache_value(view, h, j), g->v[h] + j * d, sizeof(float) * d) &&
+                  kvcache_key(view, h, j) == full->k[h] + (size_t)g->pos[h][j] * d;
+        ok &= kvcache_key(view, h, counts[h]) == view->k[h] && kvcache_value(view, h, counts[h] + 1) == view->v[h] + d;
+    }
+    CHECK(&tc, ok, "view entries equal the gathered ones and are the base's rows");
+    CHECK(&tc, view->n_pos == L, "view n_pos %d continues from the context length", view->n_pos);
+    /* gathering a view copies its rows out (kept positions looked up as in any cache) */
+    KvCache *from_view, *v2;
+    CHECK(&tc, kvcache_gather(&from_view, view, &ks, 0, &err) == 0, "%s", err.msg);
+    ok = 1;
+    for (int h = 0; h < N * K; h++) ok &= !memcmp(from_view->k[h], g->k[h], sizeof(float) * counts[h] * d);
+    CHECK(&tc, ok, "a gather of a view copies the shared rows");
+    CHECK(&tc, kvcache_view(&v2, view, &ks, 0, &err) == -1 && strstr(err.msg, "itself a view"), "view of a view: %s",
+          err.msg);
+    kvcache_free(from_view);
+    kvcache_free(view);
+
     /* gathering from a head-variable cache looks positions up, not indices: keep the last entry of each head */
     int ones[N * K];
     for (int h = 0; h < N * K; h++) ones[h] = 1;
@@ -81,6 +108,8 @@ int main(void) {
     keepset_free(&wrong);
     CHECK(&tc, keepset_full(&wrong, N, K, L + 1, &err) == 0, "%s", err.msg);
     CHECK(&tc, kvcache_gather(&g2, full, &wrong, 0, &err) == -1 && strstr(err.msg, "holds 10"), "count: %s", err.msg);
+    CHECK(&tc, kvcache_view(&g2, full, &wrong, 0, &err) == -1 && strstr(err.msg, "kvcache_view") && strstr(err.msg, "holds 10"),
+          "view count: %s", err.msg);
     keepset_free(&wrong);
     CHECK(&tc, kvcache_new(&g2, N, K, d, 0, &err) == -1 && strstr(err.msg, "capacity"), "zero capacity: %s", err.msg);
 
