@@ -1,15 +1,20 @@
 /* bench_engine.c — speed and memory of kvbench's CPU backend on one model (SmolLM2-135M by default), in the
  * style of llama-bench: one prefill each of 512, 2048 and 8192 random tokens on an empty cache, peak RSS after
  * the longest, single-sequence decode (64 steps after a 128-token prompt) and 16 sequences decoding together
- * (16 steps), the cost of one 16-sequence step against one single-sequence step, the same decodes on the opt-in
- * FAST path (KVBENCH_DECODE=fast; its 16-sequence step against its own and the exact single step), and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c measures llama.cpp the same
- * way; tests/run_bench.sh runs the two alternately and prints medians of the per-pair ratios.
+ * (16 steps), the cost of one 16-sequence step against one single-sequence step; the sweep's shape: 16
+ * variants (20% and 40% of a 1024-token prefill, views of it) decoding together against the full cache
+ * alone; the same decodes on the opt-in FAST path (KVBENCH_DECODE=fast; its 16-sequence step against its own
+ * and the exact single step), and the head-variable cache bytes at a 20% budget vs full. tests/peer_llama.c
+ * measures llama.cpp the same way; tests/run_bench.sh runs the two alternately and prints medians of the
+ * per-pair ratios.
  * Output: "key tokens_per_wall_s tokens_per_cpu_s" per measurement (tests/bench_util.h), after a header.
  * Usage: bench_engine [MODEL] [--quick] [--max-prefill N] [--backend NAME] [--decode-context N]
- * (--decode-context: the prompt length before the decodes, default 128; --quick: short decodes and
- * --max-prefill 512; the prefills are those of 512, 2048, 8192 up to N; backend default cpu; threads:
- * OMP_NUM_THREADS; the CPU backend's opt-in paths from the environment as in a run: KVBENCH_CACHE=f16 for
- * the half-precision cache, KVBENCH_DECODE=fast; the header names them) */
+ *                     [--variants-context N]
+ * (--decode-context: the prompt length before the decodes, default 128; --variants-context: the prefill the
+ * 16 variants share, default 1024; --quick: short decodes and --max-prefill 512; the prefills are those of
+ * 512, 2048, 8192 up to N; backend default cpu; threads: OMP_NUM_THREADS; the CPU backend's opt-in paths from
+ * the environment as in a run: KVBENCH_CACHE=f16 for the half-precision cache, KVBENCH_DECODE=fast; the
+ * header names them) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,19 +66,80 @@ static int bench_decode(Backend *be, int B, int context, int steps, BenchClock *
     return rc;
 }
 
+/* The sweep's decode: one prefill of `context` tokens; 16 variants that keep 20% (8 of them) and 40% (8) of
+ * every head's entries, each head a different scattered subset (as a policy's keep-set is), as views of the
+ * prefill (Backend.cache_view, what the sweep decodes on; gathered copies where the backend has no views);
+ * `steps` single-token steps of the full cache alone (one), then of the 16 variants together (sixteen). */
+static int bench_decode_variants(Backend *be, int context, int steps, BenchClock *one, BenchClock *sixteen,
+                                 KvErr *err) {
+    const ModelConfig *c = &be->model->cfg;
+    int V = c->vocab_size, n_heads = c->n_layers * c->n_kv_heads, made = 0, rc = 0, tok[16];
+    int *ids = malloc(sizeof(int) * context), *counts = malloc(sizeof(int) * n_heads);
+    float *logits = malloc(sizeof(float) * 16 * V);
+    KvCache *full = NULL, *variants[16];
+    if (!ids || !counts || !logits) rc = kv_fail(err, "out of memory");
+    if (!rc) bench_random_ids(ids, context, V, 13);
+    if (!rc) rc = be->cache_new(be, &full, context + steps, err) || be->forward(be, &full, 1, ids, context, NULL, NULL, NULL, err);
+    unsigned state = 5;
+    for (; !rc && made < 16; made++) {
+        KeepSet ks;
+        for (int h = 0; h < n_heads; h++) counts[h] = (int)(context * (made < 8 ? 0.2 : 0.4));
+        if (keepset_init(&ks, c->n_layers, c->n_kv_heads, counts, err)) {
+            rc = -1;
+            break;
+        }
+        for (int h = 0; h < n_heads; h++) /* an ascending random subset: position p kept with odds needed/left */
+            for (int p = 0, j = 0; j < counts[h]; p++) {
+                state = state * 1664525u + 1013904223u;
+                if ((int)((state >> 8) % (unsigned)(context - p)) < counts[h] - j) ks.positions[ks.offsets[h] + j++] = p;
+            }
+        rc = (be->cache_view ? be->cache_view : be->cache_gather)(be, full, &ks, steps, &variants[made], err);
+        keepset_free(&ks);
+        if (rc) break;
+        tok[made] = ids[made];
+    }
+    BenchClock t = bench_clock();
+    for (int s = 0; !rc && s < steps; s++) rc = be->forward(be, &full, 1, tok, 1, logits, NULL, NULL, err);
+    *one = bench_since(t);
+    t = bench_clock();
+    for (int s = 0; !rc && s < steps; s++) rc = be->forward(be, variants, 16, tok, 1, logits, NULL, NULL, err);
+    *sixteen = bench_since(t);
+    for (int b = 0; b < made; b++) be->cache_free(be, variants[b]);
+    if (full) be->cache_free(be, full);
+    free(ids);
+    free(counts);
+    free(logits);
+    return rc;
+}
+
+/* Prints the variants' decode (bench_decode_variants) as rates and the step ratio (wall, CPU), under `tag`. */
+static int report_variants(Backend *be, const char *tag, int context, int steps, KvErr *err) {
+    BenchClock one, sixteen;
+    if (bench_decode_variants(be, context, steps, &one, &sixteen, err)) return -1;
+    char key[64];
+    snprintf(key, sizeof key, "decode_full_1%s", tag);
+    bench_print_rate(key, steps, one);
+    snprintf(key, sizeof key, "decode_variants_16%s", tag);
+    bench_print_rate(key, 16.0 * steps, sixteen);
+    printf("decode_variants_16%s_step_vs_full_1 %.2f %.2f\n", tag, (sixteen.wall_s / steps) / (one.wall_s / steps),
+           (sixteen.cpu_s / steps) / (one.cpu_s / steps));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *spec = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    int quick = 0, max_prefill = 8192, decode_context = 128;
+    int quick = 0, max_prefill = 8192, decode_context = 128, variants_context = 1024;
     const char *backend = "cpu";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1, max_prefill = 512;
         else if (!strcmp(argv[i], "--max-prefill") && i + 1 < argc) max_prefill = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
         else if (!strcmp(argv[i], "--decode-context") && i + 1 < argc) decode_context = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--variants-context") && i + 1 < argc) variants_context = atoi(argv[++i]);
         else spec = argv[i];
     }
-    if (decode_context < 1 || decode_context > 1 << 20) {
-        fprintf(stderr, "bench_engine: --decode-context must be 1..1048576\n");
+    if (decode_context < 1 || decode_context > 1 << 20 || variants_context < 5 || variants_context > 1 << 20) {
+        fprintf(stderr, "bench_engine: --decode-context must be 1..1048576, --variants-context 5..1048576\n");
         return 2;
     }
     KvErr err = {{0}};
@@ -108,6 +174,7 @@ int main(int argc, char **argv) {
      * weights read and converted once */
     printf("decode_16_step_vs_1 %.2f %.2f\n", (spent.wall_s / steps_16) / (one.wall_s / steps),
            (spent.cpu_s / steps_16) / (one.cpu_s / steps));
+    if (report_variants(be, "", variants_context, steps_16, &err)) goto fail;
     /* the same decodes on the opt-in FAST path (KVBENCH_DECODE=fast, read at backend open: a second backend),
      * and a fast 16-sequence step against the fast and the exact single-sequence steps */
     {
@@ -118,6 +185,9 @@ int main(int argc, char **argv) {
         unsetenv("KVBENCH_DECODE");
         if (rc) goto fail;
         rc = bench_decode(fast, 1, 128, steps, &one_fast, &err) || bench_decode(fast, 16, 128, steps_16, &spent, &err);
+        BenchClock fast_spent = spent;
+        if (!rc) rc = report_variants(fast, "_fast", variants_context, steps_16, &err);
+        spent = fast_spent;
         backend_close(fast);
         if (rc) goto fail;
         bench_print_rate("decode_1_fast", steps, one_fast);

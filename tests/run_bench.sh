@@ -11,7 +11,8 @@
 #     vendored in PyPI's llama-cpp-python sdist (scripts/build_llama_cpp.sh, cached under BUILD_DIR/llama.cpp);
 #   - the policies' share of an 8192-token prefill, all timed within tests/bench_policies.c;
 #   - a sweep (8 policies x 2 budgets from one prefill) against one full-cache run, per sample and per whole
-#     process, with the decode steps each side ran (tests/bench_sweep.sh).
+#     process, with the decode steps each side ran (tests/bench_sweep.sh); and its decode step alone: 16
+#     variants of one prefill (views of it, as the sweep decodes them) against the full cache alone.
 # If llama.cpp cannot be built or run, kvbench's absolute numbers are printed and the reason said.
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
 # BENCH_POLICY_ROUNDS (3), BENCH_F16 (1: each pair also runs kvbench with its opt-in f16 cache, KVBENCH_CACHE=f16,
@@ -94,7 +95,7 @@ for threads in $thread_list; do
         if [ "${BENCH_F16:-1}" = 1 ]; then
             echo "-- pair $i: kvbench, KVBENCH_CACHE=f16 (load average $(load))"
             KVBENCH_CACHE=f16 OMP_NUM_THREADS=$threads "$build/tests/bench_engine" "$model" --backend "${BENCH_BACKEND:-cpu}" $quick --max-prefill "$max_prefill" >"$out/kvh.$threads.$i" 2>/dev/null
-            grep -E '^(#|prefill_|peak_rss)' "$out/kvh.$threads.$i" | sed 's/^/   /'
+            grep -E '^(#|prefill_|peak_rss|decode_.*step)' "$out/kvh.$threads.$i" | sed 's/^/   /'
         fi
         if [ "$llama_ok" = 1 ]; then
             echo "-- pair $i: llama.cpp (load average $(load))"
@@ -133,12 +134,19 @@ for threads in $thread_list; do
             "$(per_pair "$key" 2 kv | median)" \
             "$(per_pair "$key" 3 kv | median)"
     done
-    for key in decode_16_step_vs_1 decode_16_fast_step_vs_1 decode_16_fast_step_vs_exact_1; do
-        [ -n "$(field "$key" 2 "$out/kv.$threads.1")" ] || continue
-        printf "%-31s %5.2fx | %5.2fx (pairs per CPU-s: %s)\n" "$key" \
-            "$(per_pair "$key" 2 kv | median)" \
-            "$(per_pair "$key" 3 kv | median)" \
-            "$(per_pair "$key" 3 kv | tr '\n' ' ')"
+    # ... and the sweep's shape: 16 variants (views of one 1024-token prefill) against the full cache alone;
+    # with the f16 cache too (its processes)
+    for side in kv kvh; do
+        [ -f "$out/$side.$threads.1" ] || continue
+        for key in decode_16_step_vs_1 decode_16_fast_step_vs_1 decode_16_fast_step_vs_exact_1 \
+            decode_variants_16_step_vs_full_1 decode_variants_16_fast_step_vs_full_1; do
+            [ -n "$(field "$key" 2 "$out/$side.$threads.1")" ] || continue
+            printf "%-39s %5.2fx | %5.2fx (pairs per CPU-s: %s)%s\n" "$key" \
+                "$(per_pair "$key" 2 "$side" | median)" \
+                "$(per_pair "$key" 3 "$side" | median)" \
+                "$(per_pair "$key" 3 "$side" | tr '\n' ' ')" \
+                "$([ "$side" = kvh ] && echo "  KVBENCH_CACHE=f16")"
+        done
     done
     if [ "${BENCH_F16:-1}" = 1 ]; then
         for key in $(for n in 512 2048 8192; do if [ "$n" -le "$max_prefill" ]; then echo "prefill_$n"; fi; done); do
