@@ -197,7 +197,7 @@ typedef struct {
 int cpu_attend_direct(CpuSimd simd, int d);
 /* cpu_attend_heads_simd on rows read in place (a view's shared rows, binary16 rows widened in registers,
  * exactly): bit for bit cpu_attend_heads_simd on the same rows copied into one f32 block, without the copy.
- * Only where cpu_attend_direct(simd, d). */
+ * Only where cpu_attend_direct(simd, d), and for n >= 1 (a decoded token always sees its own key). */
 void cpu_attend_heads_rows(CpuSimd simd, float *out, float *probs, const float *q, const CpuRows *k,
                            const CpuRows *v, int n, int d, float scale, int G);
 

@@ -648,7 +648,7 @@ void cpu_swiglu_simd(CpuSimd simd, float *g, const float *u, size_t n) {
  * by side, so their chains of additions overlap), the scaling elementwise. */
 static inline __attribute__((always_inline)) AVX512_TARGET void softmax_rows(float *x, int n, const int G) {
     float mx[4], total[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
         const float *row = x + (size_t)g * n;
         __m512 mxv = _mm512_set1_ps(-INFINITY);
@@ -660,16 +660,17 @@ static inline __attribute__((always_inline)) AVX512_TARGET void softmax_rows(flo
     }
     for (int i0 = 0; i0 < n; i0 += 16) {
         __mmask16 live = n - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i0)) - 1);
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             float *row = x + (size_t)g * n + i0;
             _mm512_mask_storeu_ps(row, live, exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, row), _mm512_set1_ps(mx[g]))));
         }
-        for (int i = i0; i < i0 + 16 && i < n; i++)
-            #pragma GCC unroll 4
+        for (int i = i0; i < i0 + 16 && i < n; i++) {
+#pragma GCC unroll 4
             for (int g = 0; g < G; g++) total[g] += x[(size_t)g * n + i];
+        }
     }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
         float *row = x + (size_t)g * n;
         __m512 inv = _mm512_set1_ps(1.0f / total[g]);

@@ -31,7 +31,8 @@ static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim
     size_t data_bytes = 0, elem_bytes = kvcache_elem_bytes(elem);
     for (size_t i = 0; i < n_heads; i++) {
         int n_shared = shared ? shared[i] : 0;
-        if (rows[i] < 0 || n_shared < 0) return kv_fail(err, "kvcache: negative capacity %d for head %zu", rows[i] < 0 ? rows[i] : n_shared, i);
+        if (rows[i] < 0 || n_shared < 0)
+            return kv_fail(err, "kvcache: negative capacity %d for head %zu", rows[i] < 0 ? rows[i] : n_shared, i);
         size_t entries = (size_t)rows[i] + (size_t)n_shared;
         data_bytes += 2 * align_up((size_t)rows[i] * (size_t)head_dim * elem_bytes) + align_up(entries * sizeof(int)) +
                       align_up((size_t)n_shared * sizeof(int));
@@ -112,10 +113,9 @@ static int find_position(const int *pos, int n, int position) {
     return -1;
 }
 
-/* Checks a keep-set against src and returns each head's capacity: count + extra_capacity (or, for a view,
- * counts and extra_capacity separately). */
-static int keep_capacities(const KvCache *src, const KeepSet *keep, int extra_capacity, int **counts_out,
-                           const char *who, KvErr *err) {
+/* Checks a keep-set (and the extra capacity) against src; *counts_out receives each head's kept count. */
+static int keep_counts(const KvCache *src, const KeepSet *keep, int extra_capacity, int **counts_out,
+                       const char *who, KvErr *err) {
     *counts_out = NULL;
     if (src->on_device) return kv_fail(err, "%s: source cache lives on the GPU (use the backend's gather)", who);
     if (keep->n_layers != src->n_layers || keep->n_kv_heads != src->n_kv_heads)
@@ -155,7 +155,7 @@ static int kept_entry(const KvCache *src, const KeepSet *keep, int i, int j, con
 int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
     *out = NULL;
     int *caps;
-    if (keep_capacities(src, keep, extra_capacity, &caps, "kvcache_gather", err)) return -1;
+    if (keep_counts(src, keep, extra_capacity, &caps, "kvcache_gather", err)) return -1;
     int n_heads = src->n_layers * src->n_kv_heads;
     for (int i = 0; i < n_heads; i++) caps[i] += extra_capacity;
     KvCache *c;
@@ -185,7 +185,7 @@ int kvcache_view(KvCache **out, const KvCache *src, const KeepSet *keep, int ext
     *out = NULL;
     if (src->base) return kv_fail(err, "kvcache_view: the source cache is itself a view (gather it instead)");
     int *counts;
-    if (keep_capacities(src, keep, extra_capacity, &counts, "kvcache_view", err)) return -1;
+    if (keep_counts(src, keep, extra_capacity, &counts, "kvcache_view", err)) return -1;
     int n_heads = src->n_layers * src->n_kv_heads;
     int *own = kv_malloc((size_t)n_heads * sizeof *own, err);
     KvCache *c = NULL;

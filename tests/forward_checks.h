@@ -129,12 +129,11 @@ static void check_views(TestCounts *tc, Backend *be, const int *ids) {
         free(counts);
     }
     views[3] = base, copies[3] = copy_base;
-    int toks[4 * 9];
-    for (int s = 0; s < 4; s++) memcpy(toks + 9 * s, ids + 70, sizeof(int) * 9);
-    int same = 1;
+    int toks[4 * 9], same = 1;
     const int feeds[] = {9, 3, 1, 1, 1};
     for (int f = 0, at = 0; f < 5; at += feeds[f], f++) {
-        for (int s = 0; s < 4; s++) memcpy(toks + feeds[f] * s, ids + 70 + at + s * (feeds[f] == 1), sizeof(int) * feeds[f]);
+        for (int s = 0; s < 4; s++) /* the same question for all; then each its own token per step */
+            memcpy(toks + feeds[f] * s, ids + 70 + at + s * (feeds[f] == 1), sizeof(int) * feeds[f]);
         CHECK(tc, be->forward(be, views, 4, toks, feeds[f], a, NULL, NULL, &err) == 0, "views: %s", err.msg);
         CHECK(tc, be->forward(be, copies, 4, toks, feeds[f], b, NULL, NULL, &err) == 0, "copies: %s", err.msg);
         same &= !memcmp(a, b, sizeof(float) * 4 * V);
