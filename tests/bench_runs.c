@@ -11,7 +11,8 @@
  *    seconds (getrusage of the child: model load, tokenizer, data, prefill, policies, decode, database),
  *    wall seconds and peak RSS of each, and the median of the per-pair CPU ratios.
  * 3. Decode throughput of 15 sequences in one batch against one sequence, on equal caches (one prefill of the
- *    same context gathered 15 times), 32 forced steps each (no stop tokens), from generate's own timings.
+ *    same context, kept whole by each: views of it, as the sweep's variants are, or gathered copies where the
+ *    backend has no views), 32 forced steps each (no stop tokens), from generate's own timings.
  * Usage: bench_runs [MODEL.gguf] [CONTEXT_TOKENS] [ROUNDS] [KVBENCH]   (defaults: SmolLM2-135M, 1024, 3,
  * ./kvbench); run from the project root. */
 #include <sqlite3.h>
@@ -186,7 +187,8 @@ static int per_process(const char *kvbench, const char *full, const char *sweep,
 }
 
 /* Decode tokens per wall-second (generate's own step timer) and per CPU-second (this process, the whole
- * generate call: one prompt token and `steps` steps) of n_seqs sequences on copies of one prefilled cache. */
+ * generate call: one prompt token and `steps` steps) of n_seqs sequences on views (or copies) of one prefilled
+ * cache. */
 static int decode_rate(Backend *be, const KvCache *prefill, int n_seqs, int steps, double *tok_s, double *tok_cpu_s,
                        KvErr *err) {
     const ModelConfig *c = &be->model->cfg;
@@ -195,7 +197,8 @@ static int decode_rate(Backend *be, const KvCache *prefill, int n_seqs, int step
     TokenIds out[16];
     GenerateStats gs;
     int prompt = 13, rc = keepset_full(&all, c->n_layers, c->n_kv_heads, prefill->n_pos, err);
-    for (int i = 0; i < n_seqs && !rc; i++) rc = be->cache_gather(be, prefill, &all, steps + 1, &caches[i], err);
+    for (int i = 0; i < n_seqs && !rc; i++)
+        rc = (be->cache_view ? be->cache_view : be->cache_gather)(be, prefill, &all, steps + 1, &caches[i], err);
     GenerateOptions go = {steps, NULL, 0, NULL, GEN_STOP_REFERENCE};
     BenchClock t = bench_clock();
     if (!rc) rc = generate_greedy(be, caches, n_seqs, &prompt, 1, &go, out, &gs, err);
