@@ -152,31 +152,41 @@ static int kept_entry(const KvCache *src, const KeepSet *keep, int i, int j, con
     return at;
 }
 
-int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
-    *out = NULL;
-    int *caps;
-    if (keep_counts(src, keep, extra_capacity, &caps, "kvcache_gather", err)) return -1;
-    int n_heads = src->n_layers * src->n_kv_heads;
-    for (int i = 0; i < n_heads; i++) caps[i] += extra_capacity;
-    KvCache *c;
-    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, NULL, src->elem, err);
-    free(caps);
-    if (rc) return rc;
+/* The kept entries of src into c (carved for them): rows copied, or for a view (c->base set) their indices in
+ * src; positions and n_pos either way. */
+static int fill_kept(KvCache *c, const KvCache *src, const KeepSet *keep, const char *who, KvErr *err) {
     size_t row = (size_t)src->head_dim * kvcache_elem_bytes(src->elem); /* bytes */
-    for (int i = 0; i < n_heads; i++) {
+    for (int i = 0; i < src->n_layers * src->n_kv_heads; i++) {
         for (int j = 0; j < keep->counts[i]; j++) {
-            int at = kept_entry(src, keep, i, j, "kvcache_gather", err);
-            if (at < 0) {
-                kvcache_free(c);
-                return -1;
+            int at = kept_entry(src, keep, i, j, who, err);
+            if (at < 0) return -1;
+            if (c->base) {
+                c->shared[i][j] = at;
+            } else {
+                memcpy((char *)c->k[i] + j * row, kvcache_key(src, i, at), row);
+                memcpy((char *)c->v[i] + j * row, kvcache_value(src, i, at), row);
             }
-            memcpy((char *)c->k[i] + j * row, kvcache_key(src, i, at), row);
-            memcpy((char *)c->v[i] + j * row, kvcache_value(src, i, at), row);
             c->pos[i][j] = src->pos[i][at];
         }
         c->len[i] = keep->counts[i];
     }
     c->n_pos = src->n_pos;
+    return 0;
+}
+
+int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err) {
+    *out = NULL;
+    int *caps;
+    if (keep_counts(src, keep, extra_capacity, &caps, "kvcache_gather", err)) return -1;
+    for (int i = 0; i < src->n_layers * src->n_kv_heads; i++) caps[i] += extra_capacity;
+    KvCache *c;
+    int rc = cache_alloc(&c, src->n_layers, src->n_kv_heads, src->head_dim, caps, NULL, src->elem, err);
+    free(caps);
+    if (rc) return rc;
+    if (fill_kept(c, src, keep, "kvcache_gather", err)) {
+        kvcache_free(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
@@ -196,19 +206,10 @@ int kvcache_view(KvCache **out, const KvCache *src, const KeepSet *keep, int ext
     free(counts);
     if (rc) return rc;
     c->base = src;
-    for (int i = 0; i < n_heads; i++) {
-        for (int j = 0; j < keep->counts[i]; j++) {
-            int at = kept_entry(src, keep, i, j, "kvcache_view", err);
-            if (at < 0) {
-                kvcache_free(c);
-                return -1;
-            }
-            c->shared[i][j] = at;
-            c->pos[i][j] = src->pos[i][at];
-        }
-        c->len[i] = keep->counts[i];
+    if (fill_kept(c, src, keep, "kvcache_view", err)) {
+        kvcache_free(c);
+        return -1;
     }
-    c->n_pos = src->n_pos;
     *out = c;
     return 0;
 }

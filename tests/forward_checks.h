@@ -41,6 +41,32 @@ static KvCache *prefill(TestCounts *tc, Backend *be, const int *ids, int n, int 
     return c;
 }
 
+/* The reference cases of tests/data/reference/NAME.json (run from the project root) and their prompt logits
+ * ([n_cases][V] floats, checked for size). Returns the parsed cases and *logits, or NULL after a failed check
+ * (nothing to free). */
+static cJSON *load_reference(TestCounts *tc, const char *name, int V, float **logits) {
+    KvErr err = {{0}};
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/reference/%s.json", name);
+    char *text = kv_read_file(path, NULL, &err);
+    cJSON *ref = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    *logits = NULL;
+    CHECK(tc, ref != NULL, "%s: %s", path, err.msg);
+    if (!ref) return NULL;
+    snprintf(path, sizeof path, "tests/data/reference/%s", cJSON_GetObjectItem(ref, "logits")->valuestring);
+    size_t bytes = 0;
+    *logits = (float *)kv_read_file(path, &bytes, &err);
+    int n_cases = cJSON_GetObjectItem(ref, "n_cases")->valueint;
+    CHECK(tc, *logits && bytes == (size_t)n_cases * V * sizeof(float), "%s: %zu bytes for %d x %d", path, bytes,
+          n_cases, V);
+    if (!*logits) {
+        cJSON_Delete(ref);
+        return NULL;
+    }
+    return ref;
+}
+
 /* A prefill of n tokens in a prefill of `split` then pieces of `step` against one prefill (relative 1e-4: only
  * f32 summation orders differ across chunk boundaries). */
 static void check_split_prefill(TestCounts *tc, Backend *be, const int *ids, int n, int split, int step) {

@@ -47,22 +47,10 @@ static int open_cpu(Backend **be, const Model *m, const char *cache, KvErr *err)
  * against the reference. */
 static void check_reference(TestCounts *tc, Backend *exact, Backend *half, const char *name) {
     KvErr err = {{0}};
-    char path[256];
-    snprintf(path, sizeof path, "tests/data/reference/%s.json", name);
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *ref = text ? cJSON_Parse(text) : NULL;
-    CHECK(tc, ref != NULL, "%s: %s", path, err.msg);
+    int V = exact->model->cfg.vocab_size;
+    float *ref_logits;
+    cJSON *ref = load_reference(tc, name, V, &ref_logits);
     if (!ref) return;
-    snprintf(path, sizeof path, "tests/data/reference/%s", cJSON_GetObjectItem(ref, "logits")->valuestring);
-    size_t bytes = 0;
-    float *ref_logits = (float *)kv_read_file(path, &bytes, &err);
-    int V = exact->model->cfg.vocab_size, n_cases = cJSON_GetObjectItem(ref, "n_cases")->valueint;
-    CHECK(tc, ref_logits && bytes == (size_t)n_cases * V * sizeof(float), "%s: %zu bytes", path, bytes);
-    if (!ref_logits) {
-        cJSON_Delete(ref);
-        free(text);
-        return;
-    }
     float *le = malloc(sizeof(float) * V), *lh = malloc(sizeof(float) * V);
     int ci = 0, agree_exact = 0, agree_ref = 0, steps = 0, top1 = 0;
     double worst = 0;
@@ -110,7 +98,6 @@ static void check_reference(TestCounts *tc, Backend *exact, Backend *half, const
     free(lh);
     free(ref_logits);
     cJSON_Delete(ref);
-    free(text);
 }
 
 /* The keys and values of the last layer observed in a prefill vs the cache's rows widened. */
