@@ -218,6 +218,7 @@ static FAST_512 inline __m512 fast_step(__m512 acc, __m512i dot, __m512 scale, _
 
 static FAST_512 inline void store_16(const FastJob *job, const __m512 *acc, int rows, int y_row0, int n0,
                                      int accumulate) {
+#pragma GCC unroll 16
     for (int m = 0; m < rows; m++) {
         __m512 t = acc[m];
         float *y = job->y + (size_t)(y_row0 + m) * job->N + n0;
@@ -234,10 +235,14 @@ static FAST_512 inline __m512i bcast4(const int8_t *p) {
 }
 
 /* Outputs n0..n0+15, all rows of x: VNNI's dpbusd takes unsigned bytes times signed ones, so q8 codes are
- * biased by 128 and 128 * s_b taken off (exact). */
-static FAST_512 void group_vnni(const FastJob *job, const FastX *x, int y_row0, int n0, int accumulate) {
-    int K = x->K, per_row = K / 32, rows = x->rows;
+ * biased by 128 and 128 * s_b taken off (exact). Inlined with a constant row count (1, the single-sequence
+ * decode) the weights and accumulators stay in registers. */
+static inline __attribute__((always_inline)) FAST_512 void group_vnni_rows(const FastJob *job, const FastX *x,
+                                                                          int y_row0, int n0, int accumulate,
+                                                                          const int rows) {
+    int K = x->K, per_row = K / 32;
     __m512 acc[FAST_ROWS];
+#pragma GCC unroll 16
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     for (int b = 0; b < per_row; b++) {
         __m512i w[8];
@@ -247,6 +252,7 @@ static FAST_512 void group_vnni(const FastJob *job, const FastX *x, int y_row0, 
         for (int m = 0; m < rows; m++) {
             const int8_t *xq = x->xq + (size_t)m * K + b * 32;
             __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 d0 = _mm512_dpbusd_epi32(d0, w[r], bcast4(xq + 4 * r));
                 d1 = _mm512_dpbusd_epi32(d1, w[4 + r], bcast4(xq + 16 + 4 * r));
@@ -257,6 +263,11 @@ static FAST_512 void group_vnni(const FastJob *job, const FastX *x, int y_row0, 
         }
     }
     store_16(job, acc, rows, y_row0, n0, accumulate);
+}
+
+static FAST_512 void group_vnni(const FastJob *job, const FastX *x, int y_row0, int n0, int accumulate) {
+    if (x->rows == 1) group_vnni_rows(job, x, y_row0, n0, accumulate, 1);
+    else group_vnni_rows(job, x, y_row0, n0, accumulate, x->rows);
 }
 
 /* Tile registers: 0..3 = C [16 rows][16 outputs] int32 of four blocks in flight, 4 and 5 = A = xq
@@ -294,11 +305,17 @@ static FAST_AMX void amx_end(void) { _tile_release(); }
         _tile_dpbssd(c, a, w);                                                                                         \
     } while (0)
 
-static FAST_AMX void group_amx(const FastJob *job, const FastX *x, int y_row0, int n0, int accumulate) {
-    int K = x->K, per_row = K / 32, rows = x->rows;
+/* group_amx for `rows` rows; inlined with rows = FAST_ROWS, every loop over the rows unrolls and the
+ * accumulators live in registers (with a variable count gcc keeps them on the stack: a store and a reload
+ * per row and block). */
+static inline __attribute__((always_inline)) FAST_AMX void group_amx_rows(const FastJob *job, const FastX *x,
+                                                                         int y_row0, int n0, int accumulate,
+                                                                         const int rows) {
+    int K = x->K, per_row = K / 32;
     __m512 acc[FAST_ROWS], scale[AMX_BLOCKS], offset[AMX_BLOCKS];
     __m512i wbuf[AMX_BLOCKS][8];
     int32_t dots[AMX_BLOCKS][FAST_ROWS][16] __attribute__((aligned(64)));
+#pragma GCC unroll 16
     for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
     for (int b0 = 0; b0 < per_row; b0 += AMX_BLOCKS) {
         int n_blocks = per_row - b0 < AMX_BLOCKS ? per_row - b0 : AMX_BLOCKS;
@@ -321,20 +338,19 @@ static FAST_AMX void group_amx(const FastJob *job, const FastX *x, int y_row0, i
                 _tile_stored(0, dots[i], 64);
             }
         }
-        /* the blocks in order within each row's chain, as every kernel adds them; all 16 rows' chains side by
-         * side (unrolled: the accumulators stay in registers) */
+        /* the blocks in order within each row's chain, as every kernel adds them; all rows' chains side by side */
         for (int i = 0; i < n_blocks; i++) {
-            if (rows == FAST_ROWS) {
 #pragma GCC unroll 16
-                for (int m = 0; m < FAST_ROWS; m++)
-                    acc[m] = fast_step(acc[m], _mm512_load_si512(dots[i][m]), scale[i], offset[i], x, b0 + i, m);
-            } else {
-                for (int m = 0; m < rows; m++)
-                    acc[m] = fast_step(acc[m], _mm512_load_si512(dots[i][m]), scale[i], offset[i], x, b0 + i, m);
-            }
+            for (int m = 0; m < rows; m++)
+                acc[m] = fast_step(acc[m], _mm512_load_si512(dots[i][m]), scale[i], offset[i], x, b0 + i, m);
         }
     }
     store_16(job, acc, rows, y_row0, n0, accumulate);
+}
+
+static FAST_AMX void group_amx(const FastJob *job, const FastX *x, int y_row0, int n0, int accumulate) {
+    if (x->rows == FAST_ROWS) group_amx_rows(job, x, y_row0, n0, accumulate, FAST_ROWS);
+    else group_amx_rows(job, x, y_row0, n0, accumulate, x->rows);
 }
 
 /* The kernel may use AMX's tiles: asks Linux once per call (granted per process; the answer does not change). */
