@@ -26,16 +26,21 @@ static int aligned32(size_t bytes) { return bytes % 32 == 0; }
 static void check_layout(TestCounts *tc, int d) {
     FlashLayout f = flash_layout(d);
     int ok = aligned32(f.q) && aligned32(f.k) && aligned32(f.v) && aligned32(f.s) && aligned32(f.p) &&
-             aligned32(f.o) && f.m % 16 == 0 && f.l % 16 == 0 && f.alpha % 16 == 0;
+             f.m % 16 == 0 && f.l % 16 == 0 && f.alpha % 16 == 0;
     CHECK(tc, ok, "d=%d: a tile base is not 32-byte aligned", d);
-    CHECK(tc, f.ld_qkv * 2 % 16 == 0 && f.ld_s * 4 % 16 == 0 && f.ld_p * 2 % 16 == 0 && f.ld_o * 4 % 16 == 0,
+    CHECK(tc, f.ld_qkv * 2 % 16 == 0 && f.ld_s * 4 % 16 == 0 && f.ld_p * 2 % 16 == 0,
           "d=%d: a leading dimension is not a multiple of 16 bytes", d);
-    CHECK(tc, f.ld_qkv >= d && f.ld_s >= FA_BK && f.ld_p >= FA_BK && f.ld_o >= d, "d=%d: a row is too short", d);
+    CHECK(tc, f.ld_qkv >= d && f.ld_s >= FA_BK && f.ld_p >= FA_BK, "d=%d: a row is too short", d);
+    /* P overwrites S in place: each P row must sit inside its own S row's bytes, so a warp's P never touches
+     * another warp's S. */
+    CHECK(tc, f.p == f.s && f.ld_p * 2 == f.ld_s * 4, "d=%d: P rows do not coincide with S rows", d);
     CHECK(tc, f.total <= FA_SMEM_LIMIT, "d=%d: %zu bytes of shared memory, limit %d", d, f.total, FA_SMEM_LIMIT);
+    if (d == 128) /* the paper's models: three blocks (twelve warps) per multiprocessor */
+        CHECK(tc, 3 * (f.total + 1024) <= FA_SMEM_PER_SM, "d=128: %zu bytes per block leave room for fewer than 3 "
+              "blocks per multiprocessor", f.total);
     /* Regions must not overlap: each ends where the next begins. */
     CHECK(tc, f.k == f.q + (size_t)FA_BQ * f.ld_qkv * 2 && f.v == f.k + (size_t)FA_BK * f.ld_qkv * 2 &&
-              f.s == f.v + (size_t)FA_BK * f.ld_qkv * 2 && f.p == f.s + (size_t)FA_BQ * f.ld_s * 4 &&
-              f.o == f.p + (size_t)FA_BQ * f.ld_p * 2 && f.m == f.o + (size_t)FA_BQ * f.ld_o * 4 &&
+              f.s == f.v + (size_t)FA_BK * f.ld_qkv * 2 && f.m == f.s + (size_t)FA_BQ * f.ld_s * 4 &&
               f.total == f.alpha + FA_BQ * 4,
           "d=%d: regions overlap or leave gaps", d);
     /* Every fragment pointer of the kernel: warp rows r0, key blocks j (of 16), dim blocks kk (of 16). */
@@ -50,7 +55,7 @@ static void check_layout(TestCounts *tc, int d) {
             bad += !aligned32(f.p + (size_t)(r0 * f.ld_p + j * 16) * 2);
             for (int dj = 0; dj < d / 16; dj++) bad += !aligned32(f.v + (size_t)(j * 16 * f.ld_qkv + dj * 16) * 2);
         }
-        for (int dj = 0; dj < d / 16; dj++) bad += !aligned32(f.o + (size_t)(r0 * f.ld_o + dj * 16) * 4);
+        /* O's passes through S: FA_BK / 16 fragments at a time, each at S's own fragment pointers (above). */
     }
     CHECK(tc, bad == 0, "d=%d: %d WMMA fragment pointers not 32-byte aligned", d, bad);
     /* ldmatrix reads 8 rows of 16 bytes per phase: distinct bank groups need distinct (row stride / 16) mod 8. */

@@ -34,12 +34,19 @@ static float lab_uniform(void) { /* in [-1, 1) */
     return (float)((lcg_state >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
 
-static int upload_random(DevPool &pool, bf16 **out, size_t n, float amplitude, KvErr *err) {
+/* n values uniform in [-a, a) where a = amplitude · (1 + growth · i / row): rows of `row` values whose scale
+ * grows along the sequence (growth 0: one amplitude for all). */
+static int upload_ramp(DevPool &pool, bf16 **out, size_t n, size_t row, float amplitude, float growth, KvErr *err) {
     std::vector<bf16> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(amplitude * lab_uniform());
+    for (size_t i = 0; i < n; i++)
+        h[i] = __float2bfloat16(amplitude * (1.0f + growth * (float)(i / row)) * lab_uniform());
     if (pool.alloc((void **)out, n * sizeof(bf16), err)) return -1;
     CU_CHECK(cudaMemcpy(*out, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
     return 0;
+}
+
+static int upload_random(DevPool &pool, bf16 **out, size_t n, float amplitude, KvErr *err) {
+    return upload_ramp(pool, out, n, 1, amplitude, 0.0f, err);
 }
 
 /* The larger of two errors, NaN when either is (fmax and a plain comparison would let a NaN slip through). */
@@ -61,14 +68,14 @@ static int max_abs_diff(const bf16 *a, const bf16 *b, size_t n, double *out, KvE
 /* One shape: B sequences, K kv-heads of G query heads, head dim d, Tc new tokens over caches whose heads held
  * lens[b*K + kh] entries before (one layer). Runs the chunk through flash and naive, then one decode token
  * through split-K and naive. */
-static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, double *flash_err, double *decode_err,
-                    KvErr *err) {
+static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, float key_growth, double *flash_err,
+                    double *decode_err, KvErr *err) {
     DevPool pool;
     std::vector<DevHead> heads(B * K);
     int max_n = 0;
     for (int i = 0; i < B * K; i++) {
         int cap = lens[i] + Tc;
-        if (upload_random(pool, &heads[i].k, (size_t)cap * d, 2.0f, err) ||
+        if (upload_ramp(pool, &heads[i].k, (size_t)cap * d, d, 2.0f, key_growth, err) ||
             upload_random(pool, &heads[i].v, (size_t)cap * d, 1.0f, err))
             return -1;
         heads[i].len = lens[i];
@@ -161,15 +168,22 @@ extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
     static const int lens_d[2 * 2] = {1, 513, 256, 0};
     static const int lens_e[1 * 2] = {260, 7};
     static const int lens_f[1 * 2] = {0, 1};
+    /* Keys whose scale grows along the sequence (last two cases): each key tile's largest logit passes the row's
+     * running max by more than FA_SLACK, so the flash kernel's rescale passes run (at d = 128: two passes of 64
+     * columns through S; at d = 256: four). */
+    static const int lens_g[1 * 2] = {0, 200};
     struct {
         int B, H, K, d, Tc;
         const int *lens;
-    } cases[] = {{2, 9, 3, 64, 100, lens_a}, {3, 32, 8, 128, 130, lens_b}, {2, 9, 3, 64, 2, lens_a},
-                 {3, 32, 8, 128, 64, lens_b}, {1, 4, 4, 96, 70, lens_c},   {2, 16, 2, 256, 65, lens_d},
-                 {1, 6, 2, 48, 33, lens_e},   {1, 4, 2, 64, 1, lens_f}};
+        float key_growth;
+    } cases[] = {{2, 9, 3, 64, 100, lens_a, 0},  {3, 32, 8, 128, 130, lens_b, 0}, {2, 9, 3, 64, 2, lens_a, 0},
+                 {3, 32, 8, 128, 64, lens_b, 0}, {1, 4, 4, 96, 70, lens_c, 0},    {2, 16, 2, 256, 65, lens_d, 0},
+                 {1, 6, 2, 48, 33, lens_e, 0},   {1, 4, 2, 64, 1, lens_f, 0},     {1, 8, 2, 128, 300, lens_g, 0.05f},
+                 {1, 4, 2, 256, 200, lens_g, 0.05f}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double fe = 0, de = 0;
-        if (lab_case(cases[i].B, cases[i].H, cases[i].K, cases[i].d, cases[i].Tc, cases[i].lens, &fe, &de, err))
+        if (lab_case(cases[i].B, cases[i].H, cases[i].K, cases[i].d, cases[i].Tc, cases[i].lens, cases[i].key_growth,
+                     &fe, &de, err))
             return kv_wrap(err, "kernel lab case %zu (B=%d H=%d K=%d d=%d Tc=%d)", i, cases[i].B, cases[i].H,
                            cases[i].K, cases[i].d, cases[i].Tc);
         fprintf(stderr, "kernel lab case %zu: B=%d H=%d K=%d d=%d Tc=%d: flash %.2e, decode %.2e\n", i, cases[i].B,

@@ -5,8 +5,13 @@
  * backend accepts (multiples of 16 up to 256), and the tile walk with its online softmax equals a direct one.
  *
  * A block of FA_WARPS warps owns FA_BQ query rows (16 per warp) and walks the keys in tiles of FA_BK. Rows of
- * Q, K, V, S, P and O are padded by 16 bytes: unpadded rows of 128 or 256 bytes would put the 8 rows one
- * ldmatrix phase reads in the same banks (an 8-way conflict on every fragment load). */
+ * Q, K, V and S are padded by 16 bytes: unpadded rows of 128 or 256 bytes would put the 8 rows one ldmatrix
+ * phase reads in the same banks (an 8-way conflict on every fragment load).
+ *
+ * A warp's 16 rows of S are its own scratch: P (bf16) overwrites them once the softmax has read S into
+ * registers (ld_p = 2 ld_s), and O passes through them FA_BK columns at a time when rows are rescaled and at the
+ * end. Without separate P and O regions a block at d = 128 needs 70 KB instead of 112 KB, so three blocks
+ * (twelve warps) share a multiprocessor instead of two. */
 #ifndef KVBENCH_CUDA_FLASH_PLAN_H
 #define KVBENCH_CUDA_FLASH_PLAN_H
 
@@ -23,6 +28,7 @@ enum {
     FA_BK = 64,              /* keys per tile */
     FA_WARPS = 4,            /* 16 query rows each */
     FA_SMEM_LIMIT = 232448,  /* sm_90's opt-in dynamic shared memory per block (227 KiB) */
+    FA_SMEM_PER_SM = 233472, /* sm_90's shared memory per multiprocessor (228 KiB), 1 KiB of it reserved per block */
 };
 
 /* The running max of a row moves only when a tile's max passes it by this much (log2 units): exponents stay
@@ -30,8 +36,8 @@ enum {
 #define FA_SLACK 8.0f
 
 typedef struct {
-    int ld_qkv, ld_s, ld_p, ld_o; /* leading dimensions in elements: Q/K/V bf16, S f32, P bf16, O f32 */
-    size_t q, k, v, s, p, o;      /* byte offsets of the tiles */
+    int ld_qkv, ld_s, ld_p;       /* leading dimensions in elements: Q/K/V bf16, S (and O's passes) f32, P bf16 */
+    size_t q, k, v, s, p;         /* byte offsets of the tiles (p == s: P overwrites S row by row) */
     size_t m, l, alpha;           /* byte offsets of the per-row running max, sum and last rescale factor */
     size_t total;                 /* bytes */
 } FlashLayout;
@@ -40,15 +46,12 @@ FLASH_FN FlashLayout flash_layout(int d) {
     FlashLayout f;
     f.ld_qkv = d + 8;
     f.ld_s = FA_BK + 4;
-    f.ld_p = FA_BK + 8;
-    f.ld_o = d + 4;
+    f.ld_p = 2 * f.ld_s;
     size_t at = 0;
     f.q = at, at += (size_t)FA_BQ * f.ld_qkv * 2;
     f.k = at, at += (size_t)FA_BK * f.ld_qkv * 2;
     f.v = at, at += (size_t)FA_BK * f.ld_qkv * 2;
-    f.s = at, at += (size_t)FA_BQ * f.ld_s * 4;
-    f.p = at, at += (size_t)FA_BQ * f.ld_p * 2;
-    f.o = at, at += (size_t)FA_BQ * f.ld_o * 4;
+    f.s = f.p = at, at += (size_t)FA_BQ * f.ld_s * 4;
     f.m = at, at += (size_t)FA_BQ * 4;
     f.l = at, at += (size_t)FA_BQ * 4;
     f.alpha = at, at += (size_t)FA_BQ * 4;

@@ -260,10 +260,11 @@ int window_attention(cublasHandle_t h, const bf16 *q, const bf16 *const *keys, f
 /* ------------------------------------------------------------------------------------------------------ */
 /* Flash prefill: one block of 4 warps per (64-query tile, head, sequence); each warp owns 16 query rows.  */
 /* Per 64-key tile: S = Q K^T on tensor cores into shared memory, online softmax by rows (running max and  */
-/* sum per row in shared memory), O += P V on tensor cores into accumulators that stay in registers for    */
-/* the whole key walk. Rows whose max moves need O rescaled: the warp then passes O through shared memory  */
-/* (rare, see FA_SLACK). Shared memory layout and row arithmetic: flash_plan.h. NJ is the largest d / 16   */
-/* an instantiation serves (the accumulators need a size known at compile time).                           */
+/* sum per row in shared memory), P written over S, O += P V on tensor cores into accumulators that stay    */
+/* in registers for the whole key walk. Rows whose max moves need O rescaled: the warp then passes O        */
+/* through its own S rows, 64 columns at a time (rare, see FA_SLACK). Shared memory layout and row          */
+/* arithmetic: flash_plan.h. NJ is the largest d / 16 an instantiation serves (the accumulators need a size */
+/* known at compile time).                                                                                  */
 
 template <int NJ>
 __global__ static void __launch_bounds__(FA_WARPS * 32)
@@ -271,13 +272,12 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
                     float scale_log2) {
     extern __shared__ __align__(128) unsigned char sh_flash[];
     const FlashLayout lay = flash_layout(d);
-    const int ldq = lay.ld_qkv, lds = lay.ld_s, ldp = lay.ld_p, ldo = lay.ld_o;
+    const int ldq = lay.ld_qkv, lds = lay.ld_s, ldp = lay.ld_p;
     bf16 *sQ = reinterpret_cast<bf16 *>(sh_flash + lay.q);
     bf16 *sK = reinterpret_cast<bf16 *>(sh_flash + lay.k);
     bf16 *sV = reinterpret_cast<bf16 *>(sh_flash + lay.v);
     float *sS = reinterpret_cast<float *>(sh_flash + lay.s);
-    bf16 *sP = reinterpret_cast<bf16 *>(sh_flash + lay.p);
-    float *sO = reinterpret_cast<float *>(sh_flash + lay.o);
+    bf16 *sP = reinterpret_cast<bf16 *>(sh_flash + lay.p); /* the same bytes as sS, row by row */
     float *sM = reinterpret_cast<float *>(sh_flash + lay.m);
     float *sL = reinterpret_cast<float *>(sh_flash + lay.l);
     float *sA = reinterpret_cast<float *>(sh_flash + lay.alpha);
@@ -343,11 +343,11 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             wmma::store_matrix_sync(sS + r0 * lds + j * 16, fs[j], lds, wmma::mem_row_major);
         __syncwarp();
 
-        bool rescale;
+        bool rescale, empty;
+        float sv[FA_BK / 2]; /* my half of my row: logits, then probabilities */
         { /* online softmax of my_row over this tile, in log2 units */
             const float *srow = sS + my_row * lds;
-            bf16 *prow = sP + my_row * ldp;
-            float sv[FA_BK / 2], tmax = -INFINITY;
+            float tmax = -INFINITY;
 #pragma unroll
             for (int u = 0; u < FA_BK / 2; u++) {
                 int c = 2 * u + half;
@@ -358,22 +358,19 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             float m_old = sM[my_row];
             float m_new = flash_next_max(m_old, tmax);
             float alpha = 1.0f, tsum = 0.0f;
-            if (m_new == -INFINITY) { /* nothing visible yet (or a padding row): P = 0 */
-#pragma unroll
-                for (int u = 0; u < FA_BK / 2; u++) prow[2 * u + half] = __float2bfloat16(0.0f);
-            } else {
+            empty = m_new == -INFINITY; /* nothing visible yet (or a padding row): P = 0 */
+            if (!empty) {
                 alpha = exp2f(m_old - m_new); /* exactly 1 when the max stays, 0 on the row's first keys */
 #pragma unroll
                 for (int u = 0; u < FA_BK / 2; u++) {
-                    float p = exp2f(sv[u] - m_new);
-                    tsum += p;
-                    prow[2 * u + half] = __float2bfloat16(p);
+                    sv[u] = exp2f(sv[u] - m_new);
+                    tsum += sv[u];
                 }
             }
             tsum += __shfl_xor_sync(0xffffffffu, tsum, 1);
             /* O's factor: on the row's first keys O is still zero, so it needs none. */
             float o_scale = m_old == -INFINITY ? 1.0f : alpha;
-            __syncwarp(); /* both lanes of the pair have read sM[my_row] */
+            __syncwarp(); /* both lanes of the pair have read sM[my_row]; every lane has read its S values */
             if (!half) {
                 sM[my_row] = m_new;
                 sL[my_row] = sL[my_row] * alpha + tsum;
@@ -381,20 +378,34 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             }
             rescale = __any_sync(0xffffffffu, o_scale != 1.0f); /* sA is read after the next __syncwarp */
         }
-        if (rescale) { /* rare: O through shared memory, each row times its factor, and back */
-#pragma unroll
-            for (int j = 0; j < NJ; j++)
-                if (j < nj) wmma::store_matrix_sync(sO + r0 * ldo + j * 16, fo[j], ldo, wmma::mem_row_major);
+        if (rescale) { /* rare: O through the warp's S rows, FA_BK columns at a time, each row times its factor */
             __syncwarp();
-            for (int r = r0; r < r0 + 16; r++) {
-                float a = sA[r];
-                if (a != 1.0f) /* warp-uniform */
-                    for (int c = lane; c < d; c += 32) sO[r * ldo + c] *= a;
+#pragma unroll
+            for (int j0 = 0; j0 < NJ; j0 += FA_BK / 16) {
+                if (j0 >= nj) break;
+#pragma unroll
+                for (int jj = 0; jj < FA_BK / 16; jj++)
+                    if (j0 + jj < nj) wmma::store_matrix_sync(sS + r0 * lds + jj * 16, fo[j0 + jj], lds,
+                                                              wmma::mem_row_major);
+                __syncwarp();
+                int cols = min(FA_BK, d - j0 * 16);
+                for (int r = r0; r < r0 + 16; r++) {
+                    float a = sA[r];
+                    if (a != 1.0f) /* warp-uniform */
+                        for (int c = lane; c < cols; c += 32) sS[r * lds + c] *= a;
+                }
+                __syncwarp();
+#pragma unroll
+                for (int jj = 0; jj < FA_BK / 16; jj++)
+                    if (j0 + jj < nj) wmma::load_matrix_sync(fo[j0 + jj], sS + r0 * lds + jj * 16, lds,
+                                                             wmma::mem_row_major);
+                __syncwarp(); /* loaded before the next pass or P overwrites these rows */
             }
-            __syncwarp();
+        }
+        { /* P over my row's S bytes (every lane of the warp has read its S values: the __syncwarp above) */
+            bf16 *prow = sP + my_row * ldp;
 #pragma unroll
-            for (int j = 0; j < NJ; j++)
-                if (j < nj) wmma::load_matrix_sync(fo[j], sO + r0 * ldo + j * 16, ldo, wmma::mem_row_major);
+            for (int u = 0; u < FA_BK / 2; u++) prow[2 * u + half] = __float2bfloat16(empty ? 0.0f : sv[u]);
         }
         __syncwarp(); /* P complete before any lane loads it */
 
@@ -411,13 +422,23 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             }
         }
     }
+    /* O / l through the warp's S rows, FA_BK columns at a time; the warp's rows are its own to write. */
+    __syncwarp(); /* the last tile's P is loaded, its sL written */
 #pragma unroll
-    for (int j = 0; j < NJ; j++)
-        if (j < nj) wmma::store_matrix_sync(sO + r0 * ldo + j * 16, fo[j], ldo, wmma::mem_row_major);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nq * d; idx += blockDim.x) {
-        int row = idx / d, c = idx % d;
-        out[((size_t)(b * Tc + q0 + row) * H + h) * d + c] = __float2bfloat16(sO[row * ldo + c] / sL[row]);
+    for (int j0 = 0; j0 < NJ; j0 += FA_BK / 16) {
+        if (j0 >= nj) break;
+#pragma unroll
+        for (int jj = 0; jj < FA_BK / 16; jj++)
+            if (j0 + jj < nj) wmma::store_matrix_sync(sS + r0 * lds + jj * 16, fo[j0 + jj], lds, wmma::mem_row_major);
+        __syncwarp();
+        int cols = min(FA_BK, d - j0 * 16);
+        for (int idx = lane; idx < 16 * cols; idx += 32) {
+            int row = r0 + idx / cols, c = idx % cols;
+            if (row < nq)
+                out[((size_t)(b * Tc + q0 + row) * H + h) * d + j0 * 16 + c] =
+                    __float2bfloat16(sS[row * lds + c] / sL[row]);
+        }
+        __syncwarp(); /* read before the next pass overwrites the rows */
     }
 }
 

@@ -113,15 +113,19 @@ int main(int argc, char **argv) {
         static const int ld[1 * 1] = {130};
         static const int le[1 * 2] = {3, 0};
         static const int lf[1 * 2] = {0, 1};
+        static const int lg[1 * 2] = {100, 0};
+        /* The last two: keys whose scale grows along the sequence, so the flash kernel's rescale passes run. */
         const struct {
             int B, H, K, d, Tc;
             const int *lens;
-        } cases[] = {{2, 9, 3, 64, 70, la}, {1, 8, 2, 128, 66, lb}, {1, 2, 2, 96, 2, lc}, {1, 8, 1, 256, 20, ld},
-                     {1, 6, 2, 48, 33, le}, {1, 4, 2, 64, 1, lf}};
+            float key_growth;
+        } cases[] = {{2, 9, 3, 64, 70, la, 0},  {1, 8, 2, 128, 66, lb, 0},   {1, 2, 2, 96, 2, lc, 0},
+                     {1, 8, 1, 256, 20, ld, 0}, {1, 6, 2, 48, 33, le, 0},    {1, 4, 2, 64, 1, lf, 0},
+                     {1, 4, 2, 128, 130, lg, 0.05f}, {1, 2, 1, 256, 70, lg, 0.05f}};
         memset(&lab, 0, sizeof lab);
         for (const auto &c : cases) {
             double fe = 0, de = 0;
-            if (lab_case(c.B, c.H, c.K, c.d, c.Tc, c.lens, &fe, &de, &err)) {
+            if (lab_case(c.B, c.H, c.K, c.d, c.Tc, c.lens, c.key_growth, &fe, &de, &err)) {
                 printf("FAIL  lab case: %s\n", err.msg);
                 return 1;
             }
