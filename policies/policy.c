@@ -189,7 +189,8 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
     return 0;
 }
 
-int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
+/* What every observed layer must satisfy for st. */
+static int check_observation(const PolicyState *st, const Observation *obs, KvErr *err) {
     const char *name = st->row->name;
     if (st->observed >= st->n_layers)
         return kv_fail(err, "policy %s: layer %d observed after all %d layers", name, obs->layer, st->n_layers);
@@ -205,8 +206,40 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
     if (policy_needs_attention(&st->cfg) && obs->w != st->cfg.window)
         return kv_fail(err, "policy %s: layer %d was observed with a %d-token window, the policy uses %d", name,
                        obs->layer, obs->w, st->cfg.window);
-    if (score_layer(st->row, &st->cfg, obs, &st->layers[st->observed], err)) return -1;
+    return 0;
+}
+
+int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
+    if (check_observation(st, obs, err) || score_layer(st->row, &st->cfg, obs, &st->layers[st->observed], err))
+        return -1;
     layer_scores_trim(&st->layers[st->observed]);
+    st->observed++;
+    return 0;
+}
+
+int policy_scores_equal(const PolicyState *a, const PolicyState *b) {
+    const PolicyRow *x = a->row, *y = b->row;
+    const PolicyConfig *p = &a->cfg, *q = &b->cfg;
+    return x->scoring == y->scoring && (x->scoring == SCORE_SNAPKV || x->scoring == SCORE_CAKE ||
+                                        x->scoring == SCORE_DEFENSIVE) &&
+           x->needs_value_norm == y->needs_value_norm && x->gamma == y->gamma && x->tau1 == y->tau1 &&
+           x->tau2 == y->tau2 && x->mass_threshold == y->mass_threshold && p->aggregation == q->aggregation &&
+           p->window == q->window && p->pool_kernel == q->pool_kernel &&
+           p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped &&
+           a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads && a->context_len == b->context_len;
+}
+
+int policy_observe_copy(PolicyState *st, const PolicyState *from, const Observation *obs, KvErr *err) {
+    if (check_observation(st, obs, err)) return -1;
+    if (!policy_scores_equal(st, from))
+        return kv_fail(err, "policy %s: cannot take the scores of %s, which scores differently", st->row->name,
+                       from->row->name);
+    if (from->observed != st->observed + 1)
+        return kv_fail(err, "policy %s: layer %d copied from %s, which has observed %d layers", st->row->name,
+                       obs->layer, from->row->name, from->observed);
+    if (layer_scores_copy(st->row, &from->layers[st->observed], st->n_kv_heads, st->context_len, obs->w,
+                          &st->layers[st->observed], err))
+        return -1;
     st->observed++;
     return 0;
 }

@@ -72,6 +72,9 @@ int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation
 /* Drops the intermediates selection does not read (abar, delta, nu_prefix): a PolicyState keeps every
  * layer until the last budget is selected. */
 void layer_scores_trim(LayerScores *ls);
+/* A deep copy of trimmed scores of one layer of K kv-heads, L context tokens and window w, as `row` scores. */
+int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L, int w, LayerScores *dst,
+                      KvErr *err);
 void layer_scores_free(LayerScores *ls);
 
 /* The k largest of score[0..n) under the order (score desc, index asc), written to out[0..k) in no

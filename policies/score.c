@@ -320,6 +320,36 @@ void layer_scores_trim(LayerScores *ls) {
     ls->abar = ls->delta = ls->nu_prefix = NULL;
 }
 
+/* n bytes of src in a new buffer into *dst (NULL for NULL); -1 when out of memory. */
+static int dup_bytes(void **dst, const void *src, size_t n, KvErr *err) {
+    *dst = NULL;
+    if (!src) return 0;
+    if (!(*dst = kv_malloc(n ? n : 1, err))) return -1;
+    memcpy(*dst, src, n);
+    return 0;
+}
+
+int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L, int w, LayerScores *dst,
+                      KvErr *err) {
+    const size_t KL = (size_t)K * L, KP = (size_t)K * (L - w);
+    if (src->abar || src->delta || src->nu_prefix)
+        return kv_fail(err, "policy %s: scores copied before they were trimmed", row->name);
+    *dst = *src; /* the scalars; every buffer is replaced below, none is shared with src */
+    dst->score = dst->value_norm = NULL;
+    dst->mass_order = dst->n_mass = NULL;
+    dst->clamped = NULL;
+    size_t n_score = row->scoring == SCORE_SNAPKV ? KL : KP;
+    if (dup_bytes((void **)&dst->score, src->score, sizeof(float) * n_score, err) ||
+        dup_bytes((void **)&dst->value_norm, src->value_norm, sizeof(float) * KL, err) ||
+        dup_bytes((void **)&dst->mass_order, src->mass_order, sizeof(int) * KP, err) ||
+        dup_bytes((void **)&dst->n_mass, src->n_mass, sizeof(int) * (size_t)K, err) ||
+        dup_bytes((void **)&dst->clamped, src->clamped, KP, err)) {
+        layer_scores_free(dst);
+        return -1;
+    }
+    return 0;
+}
+
 void layer_scores_free(LayerScores *ls) {
     free(ls->score);
     free(ls->value_norm);

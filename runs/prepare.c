@@ -106,7 +106,10 @@ static int on_layer(void *user, Observation *obs, KvErr *err) {
             sub = narrow_window(obs, s->cfg.window, attn, q);
             seen = &sub;
         }
-        if (policy_observe(s->state, seen, &s->err)) s->failed = 1;
+        const PolicySlot *from = s->scores_from >= 0 ? &p->slots[s->scores_from] : NULL;
+        if (from && !from->failed ? policy_observe_copy(s->state, from->state, seen, &s->err)
+                                  : policy_observe(s->state, seen, &s->err))
+            s->failed = 1;
         s->ms += util_now_ms() - t;
         c->policy_ms += util_now_ms() - t;
     }
@@ -154,6 +157,15 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         s->cfg = *pc;
         if (policy_needs_duo_pattern(pc) && !pc->duo_pattern) s->cfg.duo_pattern = env->duo_pattern;
         if (policy_begin(&s->state, &s->cfg, N, K, ctx->n, &s->err)) s->failed = 1;
+        /* Policies that differ only in allocation (layer-defensivekv after defensivekv, adakv after snapkv) score
+         * each layer once: the later one copies the earlier one's scores, the same bits. */
+        s->scores_from = -1;
+        for (int j = 0; j < p->n_slots - 1 && !s->failed; j++)
+            if (!p->slots[j].failed && p->slots[j].scores_from < 0 &&
+                policy_scores_equal(s->state, p->slots[j].state)) {
+                s->scores_from = j;
+                break;
+            }
         if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);

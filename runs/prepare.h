@@ -32,7 +32,9 @@ int prepare_stop_ids(const PrepareEnv *env, const Sample *s, TokenIds *out, KvEr
 typedef struct {
     PolicyState *state;
     PolicyConfig cfg;
-    double ms;      /* time in policy_observe */
+    double ms;      /* time in policy_observe (or policy_observe_copy) */
+    int scores_from; /* an earlier slot that scores each layer the same way (policy_scores_equal), whose scores
+                      * this one copies; -1: scores its own */
     int failed;     /* policy_begin or policy_observe failed: err says why */
     KvErr err;
 } PolicySlot;

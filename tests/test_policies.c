@@ -587,8 +587,94 @@ static void test_prior_ties(TestCounts *tc) {
     }
 }
 
+static int keepsets_equal(const KeepSet *a, const KeepSet *b) {
+    if (a->n_layers != b->n_layers || a->n_kv_heads != b->n_kv_heads || a->total != b->total) return 0;
+    for (int s = 0; s < a->n_layers * a->n_kv_heads; s++) {
+        if (a->counts[s] != b->counts[s]) return 0;
+        if (memcmp(a->positions + a->offsets[s], b->positions + b->offsets[s], sizeof(int) * (size_t)a->counts[s]))
+            return 0;
+    }
+    return 1;
+}
+
+/* Scores copied from a policy that scores the same way (what a sweep does: runs/prepare.c) select the same
+ * keep-sets, entry for entry, as scores computed by the policy itself; policies that score differently are
+ * never paired, and a copy between them is refused. */
+static void test_shared_scores(TestCounts *tc) {
+    enum { N = 3, H = 4, K = 2, LR = 96, WR = 8 };
+    static float attn[N * H * WR * LR], nu[N * K * LR];
+    Observation obs[N];
+    unsigned seed = 777;
+    random_obs(&seed, N, H, K, LR, WR, attn, nu, obs);
+    /* {copying policy, source policy, aggregation (NULL: default), equal?} */
+    static const struct {
+        const char *name, *from, *agg;
+        int equal;
+    } pairs[] = {{"adakv", "snapkv", NULL, 1},          {"layer-defensivekv", "defensivekv", NULL, 1},
+                 {"adakv", "snapkv", "max+prior", 1},   {"layer-defensivekv", "defensivekv", "mean", 1},
+                 {"criticalkv", "snapkv", NULL, 0},     {"cake", "snapkv", NULL, 0},
+                 {"defensivekv", "snapkv", "max+prior", 0}, {"snapkv", "snapkv", NULL, 1}};
+    static const char *const budgets[] = {"0.2", "0.4", "40tok"};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        KvErr err;
+        PolicyConfig cs, cf;
+        PolicyState *own = NULL, *copy = NULL, *from = NULL;
+        int ok = !policy_config(&cs, pairs[i].name, pairs[i].agg, &err) &&
+                 !policy_config(&cf, pairs[i].from, pairs[i].agg, &err);
+        cs.window = cf.window = WR;
+        ok = ok && !policy_begin(&own, &cs, N, K, LR, &err) && !policy_begin(&copy, &cs, N, K, LR, &err) &&
+             !policy_begin(&from, &cf, N, K, LR, &err);
+        CHECK(tc, ok, "%s from %s: %s", pairs[i].name, pairs[i].from, err.msg);
+        if (!ok) goto next;
+        CHECK(tc, policy_scores_equal(copy, from) == pairs[i].equal, "%s and %s (%s): scores_equal should be %d",
+              pairs[i].name, pairs[i].from, pairs[i].agg ? pairs[i].agg : "default", pairs[i].equal);
+        if (!pairs[i].equal) {
+            int rc = policy_observe(from, &obs[0], &err) || policy_observe_copy(copy, from, &obs[0], &err);
+            CHECK(tc, rc && strstr(err.msg, "scores differently"), "%s from %s: copy refused: %s", pairs[i].name,
+                  pairs[i].from, rc ? err.msg : "accepted");
+            goto next;
+        }
+        for (int l = 0; l < N && ok; l++) {
+            ok = !policy_observe(own, &obs[l], &err) && !policy_observe(from, &obs[l], &err) &&
+                 !policy_observe_copy(copy, from, &obs[l], &err);
+            CHECK(tc, ok, "%s from %s, layer %d: %s", pairs[i].name, pairs[i].from, l, err.msg);
+        }
+        for (int b = 0; b < 3 && ok; b++) {
+            Budget budget;
+            KeepSet a, c;
+            budget_parse(budgets[b], &budget, &err);
+            if (policy_select(own, &budget, &a, &err) || policy_select(copy, &budget, &c, &err)) {
+                CHECK(tc, 0, "%s %s: %s", pairs[i].name, budgets[b], err.msg);
+                break;
+            }
+            long long ck_a, k_a, ck_c, k_c;
+            policy_clamped_kept(own, &a, &ck_a, &k_a);
+            policy_clamped_kept(copy, &c, &ck_c, &k_c);
+            CHECK(tc, keepsets_equal(&a, &c) && ck_a == ck_c && k_a == k_c,
+                  "%s (%s) at %s: the keep-set from copied scores differs from its own", pairs[i].name,
+                  pairs[i].agg ? pairs[i].agg : "default", budgets[b]);
+            keepset_free(&a);
+            keepset_free(&c);
+        }
+        /* the source one layer ahead is required */
+        if (ok) {
+            PolicyState *late = NULL;
+            ok = !policy_begin(&late, &cs, N, K, LR, &err);
+            int rc = ok && policy_observe_copy(late, from, &obs[0], &err);
+            CHECK(tc, rc && strstr(err.msg, "has observed 3 layers"), "copy from a source not one layer ahead: %s",
+                  rc ? err.msg : "accepted");
+            policy_end(late);
+        }
+    next:
+        policy_end(own);
+        policy_end(copy);
+        policy_end(from);
+    }
+}
+
 int main(void) {
     TestCounts tc = {"policies", 0, 0};
+    test_shared_scores(&tc);
     test_streamingllm(&tc);
     test_snapkv(&tc);
     test_prior_ties(&tc);
