@@ -33,6 +33,7 @@
 #include "../../engine/model.h"
 #include "../../engine/observation.h"
 #include "../../policies/policy.h"
+#include "../../runs/prepare.h"
 
 /* Tolerances (bf16 weights and activations against the f32 CPU reference). */
 #define TOL_LOGITS 2e-2    /* max |a-b| / max |a| */
@@ -536,19 +537,9 @@ static void random_tokens(int *t, int n, int V) {
     for (int i = 0; i < n; i++) t[i] = random_token(V);
 }
 
-typedef struct {
-    PolicyState *st[N_POLICIES]; /* NULL: the layer is only received (the device's share of the observation) */
-    double observe_s[N_POLICIES]; /* host time in each policy's policy_observe, summed over layers */
-} SelectCtx;
-
-static int on_layer_select(void *user, Observation *obs, KvErr *err) {
-    SelectCtx *c = user;
-    for (int p = 0; p < N_POLICIES; p++) {
-        if (!c->st[p]) continue;
-        double t0 = now_s();
-        if (policy_observe(c->st[p], obs, err)) return -1;
-        c->observe_s[p] += now_s() - t0;
-    }
+/* A layer's observation received and dropped: what the device costs without the host's scoring. */
+static int on_layer_received(void *user, Observation *obs, KvErr *err) {
+    (void)user, (void)obs, (void)err;
     return 0;
 }
 
@@ -600,63 +591,63 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
         if (T == 32768)
             target(s, tf >= 0.5 * gemm_tflops, "prefill at 32k tokens: %.1f TFLOP/s >= 50%% of %.1f", tf, gemm_tflops);
     }
-    {   /* observation + selection cost at the largest prefill, as a sweep of the 8 policies observes it */
-        int T = max_T;
-        SelectCtx sc = {{NULL}, {0}}, received = {{NULL}, {0}};
+    {   /* observation + selection cost at the largest prefill: the sweep's own prefill (runs/prepare.c) with the
+         * 8 policies observing, then the 7 budgeted ones selecting at 20% and 40% */
+        int T = max_T, rc = 0, want_value_norm = 0;
         PolicyConfig pc[N_POLICIES];
-        KvCache *kc = NULL;
-        KeepSet ks[N_POLICIES];
-        memset(ks, 0, sizeof ks);
-        Budget budget;
-        int rc = budget_parse("0.2", &budget, &err), want_value_norm = 0;
+        const PolicyConfig *pcs[N_POLICIES];
         for (int p = 0; p < N_POLICIES && !rc; p++) {
-            rc = policy_config(&pc[p], POLICIES[p], NULL, &err) ||
-                 policy_begin(&sc.st[p], &pc[p], c->n_layers, c->n_kv_heads, T, &err);
+            rc = policy_config(&pc[p], POLICIES[p], NULL, &err);
+            pcs[p] = &pc[p];
             want_value_norm |= !rc && policy_needs_value_norm(&pc[p]);
         }
         /* The device's share alone: the same observed prefill, its layers received and not scored. */
         double t_received = 0;
+        KvCache *kc = NULL;
         if (!rc) rc = gpu->cache_new(gpu, &kc, T, &err);
         if (!rc) {
-            ObserveHook bare = {.window = pc[0].window, .want_value_norm = want_value_norm,
-                                .on_layer = on_layer_select, .user = &received, .derived_only = 1};
+            ObserveHook bare = {.window = pc[2].window, .want_value_norm = want_value_norm,
+                                .on_layer = on_layer_received, .user = NULL, .derived_only = 1};
             double t0 = now_s();
             rc = gpu->forward(gpu, &kc, 1, tokens, T, logits, &bare, NULL, &err);
             t_received = now_s() - t0;
-            gpu->cache_free(gpu, kc);
-            kc = NULL;
         }
-        if (!rc) rc = gpu->cache_new(gpu, &kc, T, &err);
-        double t0 = now_s(), t_observed = 0;
-        /* As a run observes (runs/prepare.c): the policies read attn and value_norm only, no raw tensors. All 8
-         * share the default window, so one observation serves them as it does in a sweep. */
-        ObserveHook hook = {.window = pc[0].window, .want_value_norm = want_value_norm, .on_layer = on_layer_select,
-                            .user = &sc, .derived_only = 1};
-        if (!rc) rc = gpu->forward(gpu, &kc, 1, tokens, T, logits, &hook, NULL, &err);
-        t_observed = now_s() - t0;
-        for (int p = 0; p < N_POLICIES && !rc; p++) rc = policy_select(sc.st[p], &budget, &ks[p], &err);
-        double t = now_s() - t0;
         if (kc) gpu->cache_free(gpu, kc);
-        for (int p = 0; p < N_POLICIES; p++) {
-            if (sc.st[p]) policy_end(sc.st[p]);
-            keepset_free(&ks[p]);
-        }
+        PrepareEnv env = {.model = m, .be = gpu};
+        TokenIds ctx = {.ids = tokens, .n = T, .cap = T};
+        Prefill pf;
+        memset(&pf, 0, sizeof pf);
+        double t0 = now_s(), t_observed = 0, t_select = 0;
+        if (!rc) rc = prefill_run(&pf, &env, &ctx, pcs, N_POLICIES, 0, &err);
+        t_observed = now_s() - t0;
+        for (int p = 1; p < N_POLICIES && !rc; p++) /* full (p = 0) keeps everything */
+            for (int bi = 0; bi < 2 && !rc; bi++) {
+                Budget budget = {.keep_fraction = bi ? 0.4 : 0.2};
+                KeepSet ks;
+                double ts = now_s();
+                rc = prefill_select(&pf, p, &budget, &ks, &err);
+                t_select += now_s() - ts;
+                keepset_free(&ks);
+            }
         if (rc) {
             verdict(s, 0, "observed prefill %d: %s", T, err.msg);
         } else {
-            double extra = t - t_plain_max;
-            printf("prefill %d tokens with observation + the 8 policies' scoring and selection: %.3f s (+%.3f s: "
-                   "observation and scoring %.3f s, selection %.3f s)\n", T, t, extra, t_observed - t_plain_max,
-                   t - t_observed);
+            double extra = t_observed + t_select - t_plain_max, scoring = 0;
+            for (int p = 0; p < N_POLICIES; p++) scoring += prefill_observe_ms(&pf, p) / 1e3;
+            printf("prefill %d tokens as a sweep of the 8 policies runs it, then 14 selections (7 policies x 20%%, "
+                   "40%%): %.3f s + %.3f s (+%.3f s, %.1f%% of the prefill)\n", T, t_observed, t_select, extra,
+                   100 * extra / t_plain_max);
             printf("  the device's share (window attention, value norms, copies to the host; layers received, not "
                    "scored): %.3f s (+%.3f s, %.1f%% of the prefill)\n", t_received, t_received - t_plain_max,
                    100 * (t_received - t_plain_max) / t_plain_max);
-            printf("  host scoring per policy, summed over %d layers (overlaps the next layer's GPU work):", c->n_layers);
-            for (int p = 0; p < N_POLICIES; p++) printf(" %s %.3f s%s", POLICIES[p], sc.observe_s[p],
-                                                        p + 1 < N_POLICIES ? "," : "\n");
+            printf("  host scoring %.3f s over %d layers (overlapping the next layer's GPU work); per policy:", scoring,
+                   c->n_layers);
+            for (int p = 0; p < N_POLICIES; p++)
+                printf(" %s %.3f s%s", POLICIES[p], prefill_observe_ms(&pf, p) / 1e3, p + 1 < N_POLICIES ? "," : "\n");
             target(s, extra <= 0.05 * t_plain_max, "observation and selection of 8 policies at %d tokens: %.1f%% of "
                    "prefill <= 5%%", T, 100 * extra / t_plain_max);
         }
+        prefill_free(&pf);
     }
     {   /* decode: B sequences with full caches of `ctx` entries, gathered from one prefill */
         double weight_bytes = 2.0 * (c->n_layers * matrix_params(c) + (double)c->d_model * V);
