@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "../engine/err.h"
+#include "escape.h"
 #include "stats.h"
 
 typedef struct {
@@ -108,8 +109,6 @@ int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const 
 /* Output files shared by the renderers: open DIR/NAME for writing; close, checking for write errors, and log. */
 FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err);
 int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err);
-/* A CSV field, double-quoted (inner quotes doubled). */
-void report_put_csv(FILE *f, const char *s);
 
 /* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot in DIR,
  * so the script names its files relative to its own folder and can be re-run there. */
@@ -122,18 +121,19 @@ typedef struct {
     KvErr *err;
     int width, height;  /* of the figure being written */
     int own_svg;        /* the script draws its SVG itself (a multiplot cannot replot): set before closing */
+    char name[300];     /* the figure being written: its file-name stem (report_file_stem) */
 } FigureCtx;
-/* Opens both files; the script starts with the PNG terminal; dat_path receives the data file's name as the
- * script refers to it. */
+/* Opens both files, named by NAME made a file-name stem (c->name); the script starts with the PNG terminal;
+ * dat_path receives the data file's name as the script refers to it (through report_put_gp_string, as every
+ * string a script holds). */
 int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n);
 /* Same, with the canvas size in pixels (small-multiple panels need more room). */
 int report_figure_open_sized(FigureCtx *c, const char *name, int width, int height, FILE **dat, FILE **gp,
                              char *dat_path, size_t n);
 /* Finishes the script (the same plot again as SVG unless own_svg), closes both files and renders. */
-int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp);
-/* A double-quoted string for gnuplot; report_put_tic for a tic label (a format string: % doubled). */
-void report_put_quoted(FILE *f, const char *s);
-void report_put_tic(FILE *f, const char *s);
+int report_figure_close(FigureCtx *c, FILE *dat, FILE *gp);
+/* "set terminal svg ...; set output 'NAME.svg'" for the figure being written (no newline). */
+void report_put_svg_terminal(const FigureCtx *c, FILE *gp);
 
 /* The fixed look of a method in every figure: colour by policy name (a table; other names get a colour from a
  * hash of the name, so it is stable too), dash type, point type and fill pattern by aggregation. */

@@ -54,34 +54,10 @@ typedef struct {
     TRow rows[MAX_ROWS];
 } Table;
 
-/* The non-ASCII characters the report writes, in LaTeX (pdflatex without extra packages). */
-static const struct {
-    const char *utf8, *tex;
-} TEX_CHARS[] = {{"†", "$^\\dagger$"}, {"×", "$\\times$"}, {"−", "$-$"}, {"Δ", "$\\Delta$"}, {"—", "---"},
-                 {"–", "--"},
-                 {"≥", "$\\geq$"}, {"≈", "$\\approx$"}, {">", "$>$"}, {"<", "$<$"}};
-
+/* Text from anywhere (names from the database included) through the format's one escaper (escape.h). */
 static void put_text(FILE *f, Format fmt, const char *s) {
-    for (; *s; s++) {
-        if (fmt == FMT_MD) {
-            if (*s == '|') fputc('\\', f);
-            fputc(*s, f);
-            continue;
-        }
-        size_t i, n = sizeof TEX_CHARS / sizeof TEX_CHARS[0];
-        for (i = 0; i < n && strncmp(s, TEX_CHARS[i].utf8, strlen(TEX_CHARS[i].utf8)); i++) {}
-        if (i < n) {
-            fputs(TEX_CHARS[i].tex, f);
-            s += strlen(TEX_CHARS[i].utf8) - 1;
-            continue;
-        }
-        if (strchr("_%&#$", *s)) fputc('\\', f);
-        else if (*s == '~' || *s == '^' || *s == '\\') {
-            fprintf(f, "\\text%s{}", *s == '~' ? "asciitilde" : *s == '^' ? "asciicircum" : "backslash");
-            continue;
-        }
-        fputc(*s, f);
-    }
+    if (fmt == FMT_MD) report_put_md(f, s);
+    else report_put_tex(f, s);
 }
 
 static Table *table_new(const char *unit) {
@@ -269,18 +245,26 @@ static void emit(FILE *f, Format fmt, const Table *t) {
 
 /* ---------------------------------------------------------------- a section */
 
+/* A paragraph of Markdown, a comment in LaTeX. */
 static void note(FILE *f, Format fmt, const char *text) {
-    if (fmt == FMT_MD) fprintf(f, "\n%s\n", text);
-    else {
-        fputs("\n% ", f);
-        for (const char *p = text; *p; p++) fputc(*p == '\n' ? ' ' : *p, f);
-        fputc('\n', f);
+    fputc('\n', f);
+    if (fmt == FMT_TEX) {
+        report_put_tex_comment(f, text);
+        return;
     }
+    report_put_md(f, text);
+    fputc('\n', f);
 }
 
 static const char *task_name(const ReportSection *s, int t, char *buf, size_t n) {
     snprintf(buf, n, "%s%s", s->tasks[t], s->task_substitute[t] ? "†" : "");
     return buf;
+}
+
+/* A Markdown line: escaped, then a newline. */
+static void put_line(FILE *f, const char *text) {
+    report_put_md(f, text);
+    fputc('\n', f);
 }
 
 /* What is missing and why: failed rows counted by message, samples without a row, cells not run. */
@@ -298,24 +282,28 @@ static void coverage(FILE *f, Format fmt, const ReportSection *s) {
     if (fmt == FMT_TEX) return;
     for (int i = 0; i < s->n_failures; i++) {
         const ReportFailure *x = &s->failures[i];
-        fprintf(f, "- failed: %s at %s, %d row%s: ", x->method < 0 ? "full" : s->methods[x->method].label,
-                x->budget < 0 ? "full" : s->budgets[x->budget].label, x->count, x->count == 1 ? "" : "s");
-        put_text(f, FMT_MD, x->error);
-        fputc('\n', f);
+        char line[2048];
+        snprintf(line, sizeof line, "- failed: %s at %s, %d row%s: %s",
+                 x->method < 0 ? "full" : s->methods[x->method].label,
+                 x->budget < 0 ? "full" : s->budgets[x->budget].label, x->count, x->count == 1 ? "" : "s", x->error);
+        put_line(f, line);
     }
     for (int c = -1; c < s->n_methods * s->n_budgets; c++) {
         const ReportCell *x = c < 0 ? &s->full : &s->cells[c];
         const char *who = c < 0 ? "full" : s->methods[c / s->n_budgets].label;
         const char *at = c < 0 ? "full" : s->budgets[c % s->n_budgets].label;
+        char line[1024];
         if (!x->ran) {
-            if (c >= 0) fprintf(f, "- not run: %s at %s\n", who, at);
-            else if (s->n_methods) fputs("- not run: the full cache (no change or ratio without it)\n", f);
+            if (c >= 0) snprintf(line, sizeof line, "- not run: %s at %s", who, at);
+            else snprintf(line, sizeof line, "- not run: the full cache (no change or ratio without it)");
+            if (c >= 0 || s->n_methods) put_line(f, line);
             continue;
         }
         int n = 0;
         for (int t = 0; t < s->n_tasks; t++) n += x->n_missing[t];
-        if (n) fprintf(f, "- missing: %s at %s, %d sample%s without a row (run interrupted or limited)\n", who, at, n,
-                       n == 1 ? "" : "s");
+        snprintf(line, sizeof line, "- missing: %s at %s, %d sample%s without a row (run interrupted or limited)",
+                 who, at, n, n == 1 ? "" : "s");
+        if (n) put_line(f, line);
     }
 }
 
@@ -541,8 +529,16 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
 }
 
 static void render_section(FILE *f, Format fmt, const ReportSection *s) {
-    if (fmt == FMT_MD) fprintf(f, "\n## %s — %s (%s)\n", s->model, s->suite, s->setup);
-    else fprintf(f, "\n%% ---- %s / %s / %s\n", s->model, s->suite, s->setup);
+    char head[1200];
+    if (fmt == FMT_MD) {
+        snprintf(head, sizeof head, "## %s — %s (%s)", s->model, s->suite, s->setup);
+        fputc('\n', f);
+        put_line(f, head);
+    } else {
+        snprintf(head, sizeof head, "---- %s / %s / %s", s->model, s->suite, s->setup);
+        fputc('\n', f);
+        report_put_tex_comment(f, head);
+    }
     coverage(f, fmt, s);
     if (report_has_substitute(s, -1)) note(f, fmt, "† " SUBSTITUTE_NOTE ".");
     int any_score = report_has_scores(s, &s->full);
@@ -580,7 +576,7 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
             kv_fail(err, "out of memory");
             goto fail;
         }
-        char buf[200];
+        char buf[200], head[1200];
         for (int k = 0; k < x.n_domains; k++) {
             snprintf(buf, sizeof buf, "%s%s", x.domains[k], x.domain_substitute[k] ? "†" : "");
             table_col(t, buf, NULL, 0);
@@ -603,8 +599,14 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
                 r->cells[x.n_domains].sig = stats_excludes(&x.mean[m], 0);
             }
         }
-        if (fmt == FMT_MD) fprintf(f, "\n## %s — cross-domain change at %s\n\nSuites and setups: %s.\n", x.model,
-                                   x.budget, x.setup);
+        if (fmt == FMT_MD) {
+            snprintf(head, sizeof head, "## %s — cross-domain change at %s", x.model, x.budget);
+            fputc('\n', f);
+            put_line(f, head);
+            fputc('\n', f);
+            snprintf(head, sizeof head, "Suites and setups: %s.", x.setup);
+            put_line(f, head);
+        }
         emit(f, fmt, t);
         free(t);
         report_crossdomain_free(&x);
@@ -618,15 +620,6 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
 }
 
 /* ---------------------------------------------------------------- CSV */
-
-void report_put_csv(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
 
 static void put_csv_number(FILE *f, double v) {
     fputc(',', f);

@@ -285,7 +285,7 @@ static int is_png(const char *dir_, const char *name) {
 /* The colour a figure script gives the series titled `title` (the "lc rgb '#......'" of its clause). */
 static int colour_of(const char *script, const char *title, char *out) {
     char needle[200];
-    snprintf(needle, sizeof needle, "title \"%s\"", title);
+    snprintf(needle, sizeof needle, "title '%s'", title);
     const char *t = script ? strstr(script, needle) : NULL;
     if (!t) return 0;
     const char *line = t;
@@ -415,10 +415,10 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, colour_of(budget, "defensivekv (mean)", c1) && colour_of(budget, "defensivekv (max+prior)", c2) &&
                   !strcmp(c1, c2) && colour_of(tasks, "defensivekv (max+prior)", c3) && !strcmp(c1, c3),
           "defensivekv one colour over its aggregations");
-    CHECK(tc, budget && strstr(budget, "title \"defensivekv (mean)\"") &&
-                  strstr(budget, "dt 4 pt 9 title \"defensivekv (max+prior)\"") &&
-                  strstr(budget, "dt 1 pt 7 title \"defensivekv (mean)\""), "dash/point per aggregation");
-    CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics (\"20%%\" 20.0000"),
+    CHECK(tc, budget && strstr(budget, "title 'defensivekv (mean)'") &&
+                  strstr(budget, "dt 4 pt 9 title 'defensivekv (max+prior)'") &&
+                  strstr(budget, "dt 1 pt 7 title 'defensivekv (mean)'"), "dash/point per aggregation");
+    CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics ('20%%' 20.0000"),
           "budget axis spans the budgets run");
     CHECK(tc, tasks && strstr(tasks, "($2 == 0 ? 0 : NaN)") && strstr(tasks, "with vectors nohead"), "zero marks, error bars");
     CHECK(tc, budget && !strstr(budget, dir), "scripts name files relative to their folder");
