@@ -51,6 +51,7 @@ void report_crossdomain_free(CrossDomain *x) {
 
 int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err) {
     memset(x, 0, sizeof *x);
+    x->min_n = d->min_n;
     const ReportSection *s0 = &d->sections[first_section];
     x->model = s0->model;
     for (int i = first_section; i < d->n_sections; i++) {
@@ -180,11 +181,10 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     for (int k = 0; k < x->n_methods; k++) {
         report_put_dat_comment(dat, x->methods[k].label);
         fprintf(dat, "%d", k);
-        report_put_value(dat, x->mean[k].value);
-        report_put_value(dat, x->mean[k].lo);
-        report_put_value(dat, x->mean[k].hi);
+        report_put_ci(dat, &x->mean[k], x->min_n);
         fputs("\n\n\n", dat);
-        if (!isnan(x->mean[k].lo)) lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
+        if (!isnan(x->mean[k].lo) && x->mean[k].n >= x->min_n)
+            lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
     }
     for (int k = 0; k < x->n_methods; k++)
         for (int j = 0; j < x->n_domains; j++) {
@@ -200,9 +200,9 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
     char title[1200];
     snprintf(title, sizeof title, "%s: relative change vs the full cache at %s, mean over %d domains\n(bars with 95%% "
-             "paired bootstrap intervals) and per domain (dots)\nDomains: LongBench's task families + one "
+             "paired bootstrap intervals, none from fewer than %d samples: too few samples) and per domain (dots)\nDomains: LongBench's task families + one "
              "synthetic-retrieval domain (RULER, needle)%s\nour grouping, not the paper's 7-domain definition",
-             x->model, x->budget, x->n_domains, sub ? "; includes a substituted task" : "");
+             x->model, x->budget, x->n_domains, x->min_n, sub ? "; includes a substituted task" : "");
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fputc('\n', gp);

@@ -147,13 +147,17 @@ void report_put_fill(FILE *gp, const char *aggregation) {
     else fprintf(gp, "fs pattern %d border", p);
 }
 
-static void put_ci(FILE *f, const StatsInterval *ci) {
+void report_put_ci(FILE *f, const StatsInterval *ci, int min_n) {
+    int few = ci->n < min_n;
     report_put_value(f, ci->value);
-    report_put_value(f, ci->lo);
-    report_put_value(f, ci->hi);
+    report_put_value(f, few ? NAN : ci->lo);
+    report_put_value(f, few ? NAN : ci->hi);
 }
 
 /* ---------------------------------------------------------------- the figures */
+
+/* Said in every title with error bars (%d: min_n). */
+#define NO_BAR "none from fewer than %d samples: too few samples)"
 
 /* Lines against the budget, one per method, with 95% error bars: the average score (ratio = 0) or the score as
  * a percentage of the full cache (ratio = 1, the paper's Figure 4). */
@@ -181,16 +185,15 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
             const ReportCell *x = report_cell(s, m, b);
             if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
             fprintf(dat, "%.4f", 100.0 * s->budgets[b].keep_fraction + dx);
-            if (!ratio) put_ci(dat, &x->domain[s->n_domains]);
-            else put_ci(dat, &x->ratio);
+            report_put_ci(dat, ratio ? &x->ratio : &x->domain[s->n_domains], c->min_n);
             fputc('\n', dat);
         }
         fputs("\n\n", dat);
     }
     const char *dagger = report_has_substitute(s, -1) ? " († includes a substituted task)" : "";
     char title[800];
-    snprintf(title, sizeof title, "%s — %s: %s against the KV budget\n(95%% %sbootstrap intervals)%s", s->model,
-             s->suite, ratio ? "score as % of the full cache" : "average score", ratio ? "paired " : "", dagger);
+    snprintf(title, sizeof title, "%s — %s: %s against the KV budget\n(95%% %sbootstrap intervals; " NO_BAR "%s", s->model,
+             s->suite, ratio ? "score as % of the full cache" : "average score", ratio ? "paired " : "", c->min_n, dagger);
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fprintf(gp, "\nset ylabel '%s'\n", ratio ? "average score / full-cache average (%)" : "average score");
@@ -256,7 +259,7 @@ static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_gr
         report_put_dat_comment(dat, series[j].label);
         for (int g = 0; g < n_groups; g++) {
             fprintf(dat, "%.4f", g + (j - (n_series - 1) / 2.0) * w);
-            put_ci(dat, &series[j].values[(size_t)g * series[j].stride]);
+            report_put_ci(dat, &series[j].values[(size_t)g * series[j].stride], c->min_n);
             fputc('\n', dat);
         }
         fputs("\n\n", dat);
@@ -306,8 +309,8 @@ static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
         groups[t] = names[t];
     }
     snprintf(name, sizeof name, "%s_tasks_%s", s->stem, s->budgets[b].label);
-    snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals%s)", s->model, s->suite,
-             s->budgets[b].label, report_has_substitute(s, -1) ? "; † substituted task" : "");
+    snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals; " NO_BAR "%s", s->model,
+             s->suite, s->budgets[b].label, c->min_n, report_has_substitute(s, -1) ? "\n† substituted task" : "");
     return plot_bars(c, name, title, nt, groups, series, n);
 }
 
@@ -349,7 +352,7 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     }
     snprintf(name, sizeof name, "%s_aggregation", s->stem);
     snprintf(title, sizeof title, "%s — %s: aggregation ablation, average score per budget\n(95%% bootstrap "
-             "intervals; colour = policy, fill = aggregation)", s->model, s->suite);
+             "intervals; " NO_BAR "\ncolour = policy, fill = aggregation", s->model, s->suite, c->min_n);
     int rc = plot_bars(c, name, title, n_used, groups, series, n);
     free(vals);
     return rc;
@@ -492,7 +495,7 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
 
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
                    KvErr *err) {
-    FigureCtx c = {out_dir, gnuplot, log, -1, 0, 0, err, 0, 0, 0, ""};
+    FigureCtx c = {.dir = out_dir, .gnuplot = gnuplot, .log = log, .have_gnuplot = -1, .err = err, .min_n = d->min_n};
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         if (plot_budget_lines(&c, s, 0) || plot_budget_lines(&c, s, 1) || plot_aggregation(&c, s)) return -1;

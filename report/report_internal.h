@@ -34,7 +34,8 @@ typedef struct {
     StatsInterval *domain;  /* [D + 1] domain averages (mean of task averages), then the overall average */
     StatsInterval ratio;    /* 100 * avg / avg(full), paired over the samples both scored */
     StatsInterval diff_full;/* avg - avg(full), paired */
-    StatsInterval diff_best;/* avg - avg(best baseline at this budget), paired; n = 0 when there is none */
+    StatsInterval diff_best;/* avg - avg(best baseline at this budget), paired; n = 0 when there is none or the
+                             * method is an ablation variant */
 } ReportCell;
 
 /* Failed rows of one (method, budget) sharing one error message (method -1: the full cache). */
@@ -81,19 +82,24 @@ typedef struct {
     int n_failures;
     int n_rows, n_failed_rows;
     int has_needle;       /* samples carry a depth percent: draw heatmaps */
+    int min_n;            /* ReportData.min_n */
 } ReportSection;
 
 typedef struct {
     ReportSection *sections;
     int n_sections;
     double outlier;      /* the fragility outlier threshold (ReportOptions.outlier, resolved) */
+    int min_n;           /* fewest samples behind an interval or a verdict (ReportOptions.min_n, resolved) */
     int n_rows, n_failed_rows; /* over every section */
 } ReportData;
 
 /* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
 int report_is_proposed(const char *policy);
+/* Whether the method runs its policy at the policy's default aggregation (ordering.c); the others are ablation
+ * variants, compared with their own policy only (never picked as, or compared with, the best baseline). */
+int report_is_default_aggregation(const ReportMethod *m);
 
-int report_load(ReportData *d, sqlite3 *db, const char *db_path, KvErr *err);
+int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, KvErr *err);
 void report_data_free(ReportData *d);
 
 ReportCell *report_cell(const ReportSection *s, int method, int budget);
@@ -121,6 +127,7 @@ typedef struct {
     KvErr *err;
     int width, height;  /* of the figure being written */
     int own_svg;        /* the script draws its SVG itself (a multiplot cannot replot): set before closing */
+    int min_n;          /* no error bar from fewer samples (ReportData.min_n) */
     char name[300];     /* the figure being written: its file-name stem (report_file_stem) */
 } FigureCtx;
 /* Opens both files, named by NAME made a file-name stem (c->name); the script starts with the PNG terminal;
@@ -145,6 +152,8 @@ int report_agg_pattern(const char *aggregation);
 void report_put_fill(FILE *gp, const char *aggregation);
 /* A number for a .dat file (" NaN" when absent). */
 void report_put_value(FILE *f, double v);
+/* " value lo hi" for a .dat file, the bounds NaN (no error bar) from fewer than min_n samples. */
+void report_put_ci(FILE *f, const StatsInterval *ci, int min_n);
 
 /* The cross-domain change of one model at the budget nearest 20% (crossdomain.c, where the domain grouping is
  * stated): per method, the change against the full cache in each domain and their unweighted mean. */
@@ -161,6 +170,7 @@ typedef struct {
                                * paired interval; value NaN where the domain has no score */
     StatsInterval *mean;      /* [M] the unweighted mean over the domains with a value (STATS_DOMAIN_CHANGE) */
     int *n_used;              /* [M] those domains */
+    int min_n;                /* ReportData.min_n */
 } CrossDomain;
 #define REPORT_CROSSDOMAIN_GROUPING                                                                              \
     "LongBench's six task families as LongBench assigns its datasets (single-doc QA, multi-doc QA, "             \
