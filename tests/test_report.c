@@ -9,7 +9,10 @@
  * errors, the ablation pivoted, the LaTeX (labels, bold, no \resizebox; compiled when pdflatex is present), one
  * colour per method across figures, Figure 4 / Figure 2 values, every figure rendered; an all-failed database
  * (a report saying there are no scores), gnuplot missing, an empty and a missing database; the command line
- * (--help on every command, `report CONFIG.json`); the paper's ordering link by link (CSV, Markdown, LaTeX). */
+ * (--help on every command, `report CONFIG.json`); the paper's ordering link by link (CSV, Markdown, LaTeX), a
+ * zero-width interval never significant; n = 1, 2 and 10 samples against the default min_n of 10 (the value with
+ * its n and "too few samples", no interval, *, bold, verdict or error bar below it) and `--min-n 2`; the best
+ * baseline never an ablation variant. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,6 +619,121 @@ static void test_ordering(TestCounts *tc) {
     free(tex);
 }
 
+static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
+
+/* ---------------------------------------------------------------- no verdict from too few samples */
+
+/* One LongBench task with n samples whose scores vary: full 60 + 2·(i mod 3), snapkv 40 + 3·(i mod 4), adakv at
+ * its default mean 45 + 2·(i mod 5) and at max 90 (an ablation variant that beats every baseline), criticalkv
+ * 42 + (i mod 3), defensivekv at max+prior 55 + 2·(i mod 2). */
+static void fill_n(const char *path, int n) {
+    Store *s;
+    long long run;
+    open_db(path, &s, &run);
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "longbench:qasper:%d", i);
+        StoreSample m = {"m", "cq=0", key, "longbench", "qasper", "single-doc QA", "qa_f1", i, -1, 0, 100, 10, "[]",
+                         NULL, "m", "d", 0};
+        StoreResult r[] = {row("full", "mean", "full", 1, 0.60 + 0.02 * (i % 3)),
+                           row("snapkv", "mean", "20%", 0.2, 0.40 + 0.03 * (i % 4)),
+                           row("adakv", "mean", "20%", 0.2, 0.45 + 0.02 * (i % 5)),
+                           row("adakv", "max", "20%", 0.2, 0.90),
+                           row("criticalkv", "mean", "20%", 0.2, 0.42 + 0.01 * (i % 3)),
+                           row("defensivekv", "max+prior", "20%", 0.2, 0.55 + 0.02 * (i % 2))};
+        write_sample(s, run, &m, r, 6);
+    }
+    store_close(s);
+}
+
+/* The line of md that starts with `start`, copied into line[n] ("" when there is none). */
+static const char *line_of(const char *md, const char *start, char *line, size_t n) {
+    line[0] = 0;
+    const char *at = md ? strstr(md, start) : NULL;
+    if (at) snprintf(line, n, "%.*s", (int)strcspn(at, "\n"), at);
+    return line;
+}
+
+/* Table rows of report.md (lines "| ...", the header, separator and n rows aside) holding `what`. */
+static int rows_with(const char *md, const char *what) {
+    int count = 0;
+    for (const char *p = md; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        if (!strncmp(p, "| ", 2) && strncmp(p, "| Method", 8) && strncmp(p, "| n |", 5)) {
+            char line[4096];
+            snprintf(line, sizeof line, "%.*s", (int)len, p);
+            count += strstr(line, what) != NULL;
+        }
+        p += len + (p[len] == '\n');
+    }
+    return count;
+}
+
+static void test_min_n(TestCounts *tc) {
+    static const int ns[] = {1, 2, 10};
+    for (int k = 0; k < 3; k++) {
+        int n = ns[k];
+        char db[128], out[128], line[4096], want[200];
+        snprintf(db, sizeof db, "%s/n%d.db", dir, n);
+        snprintf(out, sizeof out, "%s/n%d_out", dir, n);
+        fill_n(db, n);
+        KvErr err = {{0}};
+        ReportOptions opt = {db, out, NULL, NULL, 0, 0}; /* the default min_n, 10 */
+        CHECK(tc, report_write(&opt, &err) == 0, "n=%d: %s", n, err.msg);
+        char *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex"), *csv = read_in(out, "task_scores.csv");
+        char *order = read_in(out, "ordering.csv"), *dat = read_in(out, "m_longbench_budget.dat");
+        /* the best baseline is adakv at its default aggregation, never its max variant */
+        CHECK(tc, md && strstr(md, "Best baseline per budget: 20% adakv (mean);"), "n=%d: best baseline", n);
+        line_of(md, "| adakv (max) |", line, sizeof line);
+        CHECK(tc, strstr(line, "| – |") && !strstr(line, "| – | –"), "n=%d: the ablation variant has no Δ best: %s", n,
+              line);
+        if (n < 10) {
+            /* snapkv at n=1: 40, change 100 × (40 / 60 − 1) = −33.33, Δ best 40 − 45 = −5 */
+            if (n == 1)
+                CHECK(tc, strstr(md, "| snapkv | 40.00 (n=1, too few samples) | -33.33 (n=1, too few samples) | "
+                                     "-5.00 (n=1, too few samples) |"), "n=1 summary row:\n%s", md);
+            snprintf(want, sizeof want, "(n=%d, too few samples)", n);
+            CHECK(tc, rows_with(md, " [") == 0 && rows_with(md, "\\*") == 0 && rows_with(md, "**") == 0 &&
+                          rows_with(md, want) > 0, "n=%d: no interval, * or bold in any table row", n);
+            CHECK(tc, tex && strstr(tex, want) && !strstr(tex, "\\textbf") && !strstr(tex, "$^{*}$") &&
+                          !strstr(tex, "\\scriptsize["), "n=%d: LaTeX likewise", n);
+            snprintf(want, sizeof want, "\"snapkv\",\"mean\",\"w=32,k=5\",\"20%%\",0.2,0,%d,", n);
+            const char *r = csv ? strstr(csv, want) : NULL;
+            line_of(r, want, line, sizeof line);
+            CHECK(tc, strstr(line, ",,,") && strstr(line, ",\"too few samples\""), "n=%d: CSV bounds empty, noted: %s", n,
+                  line);
+            int links = 0;
+            for (const char *p = order; p && (p = strstr(p, "\"too few samples\"")); p++) links++;
+            CHECK(tc, links == 3, "n=%d: the 3 links that ran say too few samples (%d):\n%s", n, links, order);
+            CHECK(tc, order && !strstr(order, "\"holds") && !strstr(order, "\"reversed"), "n=%d: no verdict", n);
+            CHECK(tc, dat && strstr(dat, n == 1 ? " 40.0000 NaN NaN\n" : " 41.5000 NaN NaN\n"), "n=%d: no error bar:\n%s", n,
+                  dat ? dat : "-");
+        } else {
+            line_of(md, "| snapkv |", line, sizeof line);
+            CHECK(tc, strstr(line, " [") && strstr(line, "\\*") && !strstr(line, "too few"), "n=10 snapkv: %s", line);
+            CHECK(tc, rows_with(md, "**") > 0 && rows_with(md, "too few samples") == 0, "n=10: bold, no 'too few'");
+            CHECK(tc, order && strstr(order, "\"adakv\",\"mean\",\"snapkv\",\"mean\",10,") &&
+                          !strstr(order, "too few"), "n=10: verdicts:\n%s", order);
+            CHECK(tc, dat && !strstr(dat, "NaN"), "n=10: error bars");
+        }
+        free(md), free(tex), free(csv), free(order), free(dat);
+    }
+    /* --min-n on the command line: the n=2 database with intervals */
+    static char text[4096];
+    char db[128], out[128], line[4096];
+    snprintf(db, sizeof db, "%s/n2.db", dir);
+    snprintf(out, sizeof out, "%s/n2_min2", dir);
+    char *argv[] = {"kvbench", "report", "--db", db, "--out", out, "--min-n", "2", NULL};
+    CHECK(tc, test_run_command(run_cli, 8, argv, text, NULL, sizeof text) == 0, "report --min-n 2: %s", text);
+    char *md = read_in(out, "report.md");
+    line_of(md, "| snapkv |", line, sizeof line);
+    CHECK(tc, strstr(line, "| snapkv | 41.50 [40.00, 43.00] |") && !strstr(line, "too few"), "--min-n 2: %s", line);
+    free(md);
+    char *bad[] = {"kvbench", "report", "--db", db, "--min-n", "0", NULL};
+    CHECK(tc, test_run_command(run_cli, 6, bad, text, NULL, sizeof text) == 2 && strstr(text, "--min-n '0'"),
+          "--min-n 0 refused: %s", text);
+}
+
 static void test_errors(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -631,7 +749,6 @@ static void test_errors(TestCounts *tc) {
     CHECK(tc, report_write(&opt, &err) == -1 && strstr(err.msg, "none.db"), "missing: %s", err.msg);
 }
 
-static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
 
 static void test_cli(TestCounts *tc) {
     static char out[8192];
@@ -709,6 +826,7 @@ int main(void) {
     test_all_failed(&tc);
     test_crossdomain_setups(&tc);
     test_ordering(&tc);
+    test_min_n(&tc);
     test_errors(&tc);
     test_cli(&tc);
     char cmd[128];
