@@ -5,25 +5,35 @@
 
 static int is_control(char c) { return (unsigned char)c < 0x20 || c == 0x7f; }
 
-void report_put_gp_string(FILE *f, const char *s) {
-    fputc('\'', f);
+/* Text as gnuplot string pieces joined by '.': runs of plain characters in single quotes (where nothing is special
+ * but the quote itself), a quote as "'" and a newline as "\n" (or a space on one line), each in double quotes.
+ * No single-quoted piece holds a quote: gnuplot 5.4 reads a literal that starts with a doubled quote as an empty
+ * string followed by a stray token. */
+static void put_gp(FILE *f, const char *s, int one_line, int format) {
+    int first = 1, open = 0;
     for (; *s; s++) {
-        if (*s == '\n') fputs("' . \"\\n\" . '", f);
-        else if (*s == '\'') fputs("''", f);
-        else fputc(is_control(*s) ? ' ' : *s, f);
+        char c = *s == '\n' && one_line ? ' ' : *s;
+        if (c == '\'' || c == '\n') {
+            if (open) fputc('\'', f);
+            fputs(first ? "" : " . ", f);
+            fputs(c == '\'' ? "\"'\"" : "\"\\n\"", f);
+            open = first = 0;
+            continue;
+        }
+        if (!open) {
+            fputs(first ? "'" : " . '", f);
+            open = 1, first = 0;
+        }
+        if (c == '%' && format) fputc('%', f);
+        fputc(is_control(c) ? ' ' : c, f);
     }
-    fputc('\'', f);
+    if (open) fputc('\'', f);
+    if (first) fputs("''", f);
 }
 
-void report_put_gp_tic(FILE *f, const char *s) {
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'') fputs("''", f);
-        else if (*s == '%') fputs("%%", f);
-        else fputc(is_control(*s) ? ' ' : *s, f);
-    }
-    fputc('\'', f);
-}
+void report_put_gp_string(FILE *f, const char *s) { put_gp(f, s, 0, 0); }
+
+void report_put_gp_tic(FILE *f, const char *s) { put_gp(f, s, 1, 1); }
 
 static void put_line(FILE *f, const char *lead, const char *s) {
     fputs(lead, f);

@@ -10,11 +10,11 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* A gnuplot string expression: single-quoted literals (inside them only ' is special, written ''), joined by
- * . "\n" where the text has a newline (a line break in a title). Usable wherever gnuplot takes a string. */
+/* A gnuplot string expression: single-quoted literals holding no quote, joined by . "'" where the text has a
+ * quote and . "\n" where it has a newline (a line break in a title). Usable wherever gnuplot takes a string. */
 void report_put_gp_string(FILE *f, const char *s);
-/* The same as one literal on one line (newlines become spaces) with % doubled: a tic label, which gnuplot uses
- * as a format string. */
+/* The same on one line (newlines become spaces) with % doubled: a tic label, which gnuplot uses as a format
+ * string. */
 void report_put_gp_tic(FILE *f, const char *s);
 /* A comment line of a gnuplot data file: "# " and the text on one line, then a newline. */
 void report_put_dat_comment(FILE *f, const char *s);
