@@ -51,6 +51,7 @@ void report_crossdomain_free(CrossDomain *x) {
 
 int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err) {
     memset(x, 0, sizeof *x);
+    x->min_n = d->min_n;
     const ReportSection *s0 = &d->sections[first_section];
     x->model = s0->model;
     for (int i = first_section; i < d->n_sections; i++) {
@@ -165,19 +166,12 @@ int report_first_of_model(const ReportData *d, int i) {
 }
 
 static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
-    char name[300], dat_path[1200], stem[200];
+    char name[300], dat_path[1200];
     FILE *dat, *gp;
     int any = 0;
     for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k].value);
     if (!any) return 0;
-    snprintf(stem, sizeof stem, "%s", x->model);
-    for (char *p = stem; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-              *p == '.'))
-            *p = '_';
-    snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", stem, x->budget);
-    for (char *p = name; *p; p++)
-        if (*p == '%') *p = 'p';
+    snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", x->model, x->budget);
     if (report_figure_open_sized(c, name, 1000, 200 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
         return -1;
     /* blocks 0..M-1: "row mean lo hi" per method; block M: "row change" per (method, domain) */
@@ -185,12 +179,12 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
           "per-domain change_pct\n", dat);
     double lo = 0, hi = 0;
     for (int k = 0; k < x->n_methods; k++) {
-        fprintf(dat, "# %s\n%d", x->methods[k].label, k);
-        report_put_value(dat, x->mean[k].value);
-        report_put_value(dat, x->mean[k].lo);
-        report_put_value(dat, x->mean[k].hi);
+        report_put_dat_comment(dat, x->methods[k].label);
+        fprintf(dat, "%d", k);
+        report_put_ci(dat, &x->mean[k], x->min_n);
         fputs("\n\n\n", dat);
-        if (!isnan(x->mean[k].lo)) lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
+        if (!isnan(x->mean[k].lo) && x->mean[k].n >= x->min_n)
+            lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
     }
     for (int k = 0; k < x->n_methods; k++)
         for (int j = 0; j < x->n_domains; j++) {
@@ -204,24 +198,30 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     fputs("\n\n", dat);
     int sub = 0;
     for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
-    fprintf(gp, "set title \"%s: relative change vs the full cache at %s, mean over %d domains\\n(bars with 95%% "
-                "paired bootstrap intervals) and per domain (dots)\\nDomains: LongBench's task families + one synthetic-retrieval domain (RULER, needle)%s\\n"
-                "our grouping, not the paper's 7-domain definition\"\n", x->model, x->budget, x->n_domains,
-            sub ? "; includes a substituted task" : "");
+    char title[1200];
+    snprintf(title, sizeof title, "%s: relative change vs the full cache at %s, mean over %d domains\n(bars with 95%% "
+             "paired bootstrap intervals, none from fewer than %d samples: too few samples) and per domain (dots)\nDomains: LongBench's task families + one "
+             "synthetic-retrieval domain (RULER, needle)%s\nour grouping, not the paper's 7-domain definition",
+             x->model, x->budget, x->n_domains, x->min_n, sub ? "; includes a substituted task" : "");
+    fputs("set title ", gp);
+    report_put_gp_string(gp, title);
+    fputc('\n', gp);
     double pad = (hi - lo) * 0.08 + 1;
     fprintf(gp, "set xlabel 'change = 100 × (avg / avg(full) − 1), %%'\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\n"
                 "set grid x\nset key outside right top\nset ytics (",
             lo - pad, hi + pad, x->n_methods - 1);
     for (int k = 0; k < x->n_methods; k++) {
         fputs(k ? ", " : "", gp);
-        report_put_tic(gp, x->methods[k].label);
+        report_put_gp_tic(gp, x->methods[k].label);
         fprintf(gp, " %d", k);
     }
     fputs(") scale 0\nset arrow from 0, graph 0 to 0, graph 1 nohead lc rgb 'black' lw 1.5\nplot ", gp);
     for (int k = 0; k < x->n_methods; k++) {
         const ReportMethod *m = &x->methods[k];
-        fprintf(gp, "%s'%s' index %d using ($2 / 2):1:(abs($2) / 2):(0.35) with boxxyerror lc rgb '%s' ", k ? ", \\\n  " : "",
-                dat_path, k, report_policy_colour(m->policy));
+        fputs(k ? ", \\\n  " : "", gp);
+        report_put_gp_string(gp, dat_path);
+        fprintf(gp, " index %d using ($2 / 2):1:(abs($2) / 2):(0.35) with boxxyerror lc rgb '%s' ", k,
+                report_policy_colour(m->policy));
         report_put_fill(gp, m->aggregation);
         fputs(" notitle", gp);
         fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", k);
@@ -233,7 +233,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     }
     fprintf(gp, ", \\\n  '' index %d using 2:1 with points pt 7 ps 0.6 lc rgb 'gray30' title 'one domain'\n",
             x->n_methods);
-    return report_figure_close(c, name, dat, gp);
+    return report_figure_close(c, dat, gp);
 }
 
 int report_crossdomain_figures(FigureCtx *c, const ReportData *d) {

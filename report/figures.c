@@ -23,22 +23,15 @@
 
 extern char **environ;
 
-/* Runs `gnuplot [-e "cd 'DIR'"] ARG` and waits; returns its exit status, or 127 when it could not be started. */
+/* Runs `gnuplot ARG` in DIR (NULL: here) and waits; returns its exit status, or 127 when it could not be started.
+ * The folder is the child's working directory, never part of a gnuplot command. */
 static int run_gnuplot(const char *gnuplot, const char *dir, const char *arg) {
     pid_t pid;
-    char cd[1400];
-    /* a single quote inside a gnuplot single-quoted string is written twice */
-    size_t k = (size_t)snprintf(cd, sizeof cd, "cd '");
-    for (const char *p = dir ? dir : ""; *p && k < sizeof cd - 4; p++) {
-        if (*p == '\'') cd[k++] = '\'';
-        cd[k++] = *p;
-    }
-    snprintf(cd + k, sizeof cd - k, "'");
-    char *with_dir[] = {(char *)gnuplot, "-e", cd, (char *)arg, NULL}, *plain[] = {(char *)gnuplot, (char *)arg, NULL};
-    char **argv = dir ? with_dir : plain;
+    char *argv[] = {(char *)gnuplot, (char *)arg, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    if (dir) posix_spawn_file_actions_addchdir_np(&fa, dir);
     int rc = posix_spawnp(&pid, gnuplot, &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc) return 127;
@@ -48,31 +41,20 @@ static int run_gnuplot(const char *gnuplot, const char *dir, const char *arg) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-void report_put_quoted(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '\n') {
-            fputs("\\n", f);
-            continue;
-        }
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 void report_put_value(FILE *f, double v) {
     if (isnan(v)) fputs(" NaN", f);
     else fprintf(f, " %.4f", v);
 }
 
-/* Opens DIR/NAME.dat and DIR/NAME.gp; the script starts with the PNG terminal. */
+/* Opens DIR/NAME.dat and DIR/NAME.gp under NAME made a file-name stem (c->name); the script starts with the
+ * PNG terminal. */
 int report_figure_open_sized(FigureCtx *c, const char *name, int width, int height, FILE **dat, FILE **gp,
                              char *dat_path, size_t n) {
-    char gp_path[1200], full_dat[1200];
-    snprintf(dat_path, n, "%s.dat", name);
-    snprintf(full_dat, sizeof full_dat, "%s/%s.dat", c->dir, name);
-    snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, name);
+    char gp_path[1200], full_dat[1200], file[sizeof c->name + 8];
+    report_file_stem(c->name, sizeof c->name, name);
+    snprintf(dat_path, n, "%s.dat", c->name);
+    snprintf(full_dat, sizeof full_dat, "%s/%s.dat", c->dir, c->name);
+    snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, c->name);
     *dat = fopen(full_dat, "w");
     *gp = *dat ? fopen(gp_path, "w") : NULL;
     if (!*gp) {
@@ -80,9 +62,11 @@ int report_figure_open_sized(FigureCtx *c, const char *name, int width, int heig
         return kv_fail(c->err, "%s: cannot write", *dat ? gp_path : full_dat);
     }
     fprintf(*gp, "# %s.gp — written by kvbench report; `gnuplot %s.gp` in this folder redraws %s.png and .svg\n",
-            name, name, name);
-    fprintf(*gp, "set terminal pngcairo size %d,%d noenhanced font 'sans,10'\nset output '%s.png'\n", width, height,
-            name);
+            c->name, c->name, c->name);
+    snprintf(file, sizeof file, "%s.png", c->name);
+    fprintf(*gp, "set terminal pngcairo size %d,%d noenhanced font 'sans,10'\nset output ", width, height);
+    report_put_gp_string(*gp, file);
+    fputc('\n', *gp);
     c->width = width;
     c->height = height;
     c->own_svg = 0;
@@ -93,26 +77,34 @@ int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, ch
     return report_figure_open_sized(c, name, 1000, 620, dat, gp, dat_path, n);
 }
 
+void report_put_svg_terminal(const FigureCtx *c, FILE *gp) {
+    char file[sizeof c->name + 8];
+    snprintf(file, sizeof file, "%s.svg", c->name);
+    fprintf(gp, "set terminal svg size %d,%d noenhanced font 'sans,10'; set output ", c->width, c->height);
+    report_put_gp_string(gp, file);
+}
+
 /* Finishes the script (the same plot again as SVG), closes both files and renders. */
-int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp) {
+int report_figure_close(FigureCtx *c, FILE *dat, FILE *gp) {
     char gp_path[1200];
-    if (!c->own_svg)
-        fprintf(gp, "set terminal svg size %d,%d noenhanced font 'sans,10'\nset output '%s.svg'\nreplot\n", c->width,
-                c->height, name);
+    if (!c->own_svg) {
+        report_put_svg_terminal(c, gp);
+        fputs("\nreplot\n", gp);
+    }
     int bad = ferror(dat) | ferror(gp);
     bad |= fclose(dat) | fclose(gp);
-    snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, name);
+    snprintf(gp_path, sizeof gp_path, "%s/%s.gp", c->dir, c->name);
     if (bad) return kv_fail(c->err, "%s: write failed (disk full?)", gp_path);
     if (c->have_gnuplot < 0) c->have_gnuplot = run_gnuplot(c->gnuplot, NULL, "--version") == 0;
     if (!c->have_gnuplot) return 0;
-    snprintf(gp_path, sizeof gp_path, "%s.gp", name);
+    snprintf(gp_path, sizeof gp_path, "%s.gp", c->name);
     if (run_gnuplot(c->gnuplot, c->dir, gp_path)) {
         c->n_failed++;
         if (c->log) fprintf(c->log, "gnuplot failed on %s/%s\n", c->dir, gp_path);
         return 0;
     }
     c->n_rendered++;
-    if (c->log) fprintf(c->log, "wrote %s/%s.png and .svg\n", c->dir, name);
+    if (c->log) fprintf(c->log, "wrote %s/%s.png and .svg\n", c->dir, c->name);
     return 0;
 }
 
@@ -155,23 +147,17 @@ void report_put_fill(FILE *gp, const char *aggregation) {
     else fprintf(gp, "fs pattern %d border", p);
 }
 
-void report_put_tic(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if (*s == '%') fputc('%', f); /* tic labels are format strings */
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-static void put_ci(FILE *f, const StatsInterval *ci) {
+void report_put_ci(FILE *f, const StatsInterval *ci, int min_n) {
+    int few = ci->n < min_n;
     report_put_value(f, ci->value);
-    report_put_value(f, ci->lo);
-    report_put_value(f, ci->hi);
+    report_put_value(f, few ? NAN : ci->lo);
+    report_put_value(f, few ? NAN : ci->hi);
 }
 
 /* ---------------------------------------------------------------- the figures */
+
+/* Said in every title with error bars (%d: min_n). */
+#define NO_BAR "none from fewer than %d samples: too few samples)"
 
 /* Lines against the budget, one per method, with 95% error bars: the average score (ratio = 0) or the score as
  * a percentage of the full cache (ratio = 1, the paper's Figure 4). */
@@ -192,27 +178,25 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("# one block per method: budget_percent value lo hi (95% bootstrap interval)\n", dat);
     for (int m = 0; m < s->n_methods; m++) {
-        fprintf(dat, "# %s\n", s->methods[m].label);
+        report_put_dat_comment(dat, s->methods[m].label);
         /* a small sideways offset per method keeps overlapping error bars apart */
         double dx = span * 0.006 * (m - (s->n_methods - 1) / 2.0);
         for (int b = 0; b < s->n_budgets; b++) {
             const ReportCell *x = report_cell(s, m, b);
             if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
             fprintf(dat, "%.4f", 100.0 * s->budgets[b].keep_fraction + dx);
-            if (!ratio) put_ci(dat, &x->domain[s->n_domains]);
-            else put_ci(dat, &x->ratio);
+            report_put_ci(dat, ratio ? &x->ratio : &x->domain[s->n_domains], c->min_n);
             fputc('\n', dat);
         }
         fputs("\n\n", dat);
     }
     const char *dagger = report_has_substitute(s, -1) ? " († includes a substituted task)" : "";
-    if (ratio)
-        fprintf(gp, "set title \"%s — %s: score as %% of the full cache against the KV budget\\n(95%% paired "
-                    "bootstrap intervals)%s\"\nset ylabel 'average score / full-cache average (%%)'\n", s->model,
-                s->suite, dagger);
-    else
-        fprintf(gp, "set title \"%s — %s: average score against the KV budget\\n(95%% bootstrap intervals)%s\"\n"
-                    "set ylabel 'average score'\n", s->model, s->suite, dagger);
+    char title[800];
+    snprintf(title, sizeof title, "%s — %s: %s against the KV budget\n(95%% %sbootstrap intervals; " NO_BAR "%s", s->model,
+             s->suite, ratio ? "score as % of the full cache" : "average score", ratio ? "paired " : "", c->min_n, dagger);
+    fputs("set title ", gp);
+    report_put_gp_string(gp, title);
+    fprintf(gp, "\nset ylabel '%s'\n", ratio ? "average score / full-cache average (%)" : "average score");
     /* the y axis up to the highest interval bound (gnuplot's autoscale leaves error bars out) */
     double ymax = ratio ? 100 : s->full.domain[s->n_domains].value;
     for (int m = 0; m < s->n_methods; m++)
@@ -230,7 +214,7 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     for (int b = 0; b < s->n_budgets; b++)
         if (s->budgets[b].keep_fraction > 0) {
             fputs(first ? "" : ", ", gp);
-            report_put_tic(gp, s->budgets[b].label);
+            report_put_gp_tic(gp, s->budgets[b].label);
             fprintf(gp, " %.4f", 100 * s->budgets[b].keep_fraction);
             first = 0;
         }
@@ -243,14 +227,15 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
         const ReportMethod *x = &s->methods[m];
         const char *colour = report_policy_colour(x->policy);
         /* thin interval lines under the method's line */
-        fprintf(gp, ", \\\n  '%s' index %d using 1:3:(0):($4 - $3) with vectors nohead lw 1 lc rgb '%s' notitle",
-                dat_path, m, colour);
+        fputs(", \\\n  ", gp);
+        report_put_gp_string(gp, dat_path);
+        fprintf(gp, " index %d using 1:3:(0):($4 - $3) with vectors nohead lw 1 lc rgb '%s' notitle", m, colour);
         fprintf(gp, ", \\\n  '' index %d using 1:2 with linespoints lw 2 ps 1.2 lc rgb '%s' dt %d pt %d title ", m,
                 colour, report_agg_dash(x->aggregation), report_agg_point(x->aggregation));
-        report_put_quoted(gp, x->label);
+        report_put_gp_string(gp, x->label);
     }
     fputc('\n', gp);
-    return report_figure_close(c, name, dat, gp);
+    return report_figure_close(c, dat, gp);
 }
 
 typedef struct {
@@ -271,37 +256,39 @@ static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_gr
     double w = 0.8 / n_series;
     fputs("# one block per series: x value lo hi (95% bootstrap interval)\n", dat);
     for (int j = 0; j < n_series; j++) {
-        fprintf(dat, "# %s\n", series[j].label);
+        report_put_dat_comment(dat, series[j].label);
         for (int g = 0; g < n_groups; g++) {
             fprintf(dat, "%.4f", g + (j - (n_series - 1) / 2.0) * w);
-            put_ci(dat, &series[j].values[(size_t)g * series[j].stride]);
+            report_put_ci(dat, &series[j].values[(size_t)g * series[j].stride], c->min_n);
             fputc('\n', dat);
         }
         fputs("\n\n", dat);
     }
     fputs("set title ", gp);
-    report_put_quoted(gp, title);
+    report_put_gp_string(gp, title);
     fprintf(gp, "\nset ylabel 'score'\nset yrange [0:*]\nset offsets 0, 0, graph 0.06, 0\nset xrange [-0.6:%d.6]\nset grid y\nset key outside right top\n"
                 "set boxwidth %.4f absolute\nset xtics rotate by -35 scale 0 (", n_groups - 1, w * 0.95);
     for (int g = 0; g < n_groups; g++) {
         fputs(g ? ", " : "", gp);
-        report_put_tic(gp, groups[g]);
+        report_put_gp_tic(gp, groups[g]);
         fprintf(gp, " %d", g);
     }
     fputs(")\nplot ", gp);
     for (int j = 0; j < n_series; j++) {
         const char *colour = report_policy_colour(series[j].policy);
-        fprintf(gp, "%s'%s' index %d using 1:2 with boxes lc rgb '%s' ", j ? ", \\\n  " : "", dat_path, j, colour);
+        fputs(j ? ", \\\n  " : "", gp);
+        report_put_gp_string(gp, dat_path);
+        fprintf(gp, " index %d using 1:2 with boxes lc rgb '%s' ", j, colour);
         report_put_fill(gp, series[j].aggregation);
         fputs(" title ", gp);
-        report_put_quoted(gp, series[j].label);
+        report_put_gp_string(gp, series[j].label);
         /* the interval as a thin black line (inside a black bar only its part above the bar shows) */
         fprintf(gp, ", \\\n  '' index %d using 1:3:(0):($4 - $3) with vectors nohead lc rgb 'black' lw 1 notitle"
                     ", \\\n  '' index %d using 1:($2 == 0 ? 0 : NaN) with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle",
                 j, j, colour);
     }
     fputs(", \\\n  NaN with points pt 2 ps 1.5 lw 2 lc rgb 'black' title '× = score 0'\n", gp);
-    return report_figure_close(c, name, dat, gp);
+    return report_figure_close(c, dat, gp);
 }
 
 static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
@@ -322,10 +309,8 @@ static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
         groups[t] = names[t];
     }
     snprintf(name, sizeof name, "%s_tasks_%s", s->stem, s->budgets[b].label);
-    for (char *p = name; *p; p++)
-        if (*p == '%') *p = 'p';
-    snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals%s)", s->model, s->suite,
-             s->budgets[b].label, report_has_substitute(s, -1) ? "; † substituted task" : "");
+    snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals; " NO_BAR "%s", s->model,
+             s->suite, s->budgets[b].label, c->min_n, report_has_substitute(s, -1) ? "\n† substituted task" : "");
     return plot_bars(c, name, title, nt, groups, series, n);
 }
 
@@ -367,7 +352,7 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     }
     snprintf(name, sizeof name, "%s_aggregation", s->stem);
     snprintf(title, sizeof title, "%s — %s: aggregation ablation, average score per budget\n(95%% bootstrap "
-             "intervals; colour = policy, fill = aggregation)", s->model, s->suite);
+             "intervals; " NO_BAR "\ncolour = policy, fill = aggregation", s->model, s->suite, c->min_n);
     int rc = plot_bars(c, name, title, n_used, groups, series, n);
     free(vals);
     return rc;
@@ -464,15 +449,13 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
     int cols = n < 4 ? n : 4, rows = (n + cols - 1) / cols;
     int pw = 90 + 60 * a->n_len, ph = 90 + 34 * a->n_dep;
     snprintf(name, sizeof name, "%s_needle_%s", s->stem, b < 0 ? "full" : s->budgets[b].label);
-    for (char *p = name; *p; p++)
-        if (*p == '%') *p = 'p';
     FILE *dat, *gp;
     if (report_figure_open_sized(c, name, cols * (pw < 300 ? 300 : pw) + 120, rows * (ph < 240 ? 240 : ph) + 60, &dat,
                                  &gp, dat_path, sizeof dat_path))
         return -1;
     fputs("# one block per panel: length_index depth_index score (lengths and depths in the tics of the .gp)\n", dat);
     for (int i = 0; i < n; i++) {
-        fprintf(dat, "# %s\n", labels[i]);
+        report_put_dat_comment(dat, labels[i]);
         if (needle_block(dat, db, s, a, policies[i], aggs[i], params[i], b < 0 ? NULL : s->budgets[b].label, c->err)) {
             fclose(dat);
             fclose(gp);
@@ -489,28 +472,30 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
     fprintf(gp, ")\nset xrange [-0.5:%d.5]\nset yrange [%d.5:-0.5]\nset style fill solid 1.0 noborder\n", a->n_len - 1,
             a->n_dep - 1);
     c->own_svg = 1;
-    fprintf(gp, "do for [out = 1:2] {\n  if (out == 2) { set terminal svg size %d,%d noenhanced font 'sans,10'; "
-                "set output '%s.svg' }\n  set multiplot layout %d,%d title ",
-            c->width, c->height, name, rows, cols);
+    fputs("do for [out = 1:2] {\n  if (out == 2) { ", gp);
+    report_put_svg_terminal(c, gp);
+    fprintf(gp, " }\n  set multiplot layout %d,%d title ", rows, cols);
     char title[400];
     snprintf(title, sizeof title, "%s — needle score (%%) per context length and depth, %s", s->model,
              b < 0 ? "full cache" : s->budgets[b].label);
-    report_put_quoted(gp, title);
+    report_put_gp_string(gp, title);
     fputc('\n', gp);
     for (int i = 0; i < n; i++) {
         fputs("  set title ", gp);
-        report_put_quoted(gp, labels[i]);
-        fprintf(gp, "\n  plot '%s' index %d using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle, \\\n"
+        report_put_gp_string(gp, labels[i]);
+        fputs("\n  plot ", gp);
+        report_put_gp_string(gp, dat_path);
+        fprintf(gp, " index %d using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle, \\\n"
                     "    '' index %d using 1:2:($3 == $3 ? sprintf('%%.0f', $3) : '') with labels font ',9' notitle\n",
-                dat_path, i, i);
+                i, i);
     }
     fputs("  unset multiplot\n}\n", gp);
-    return report_figure_close(c, name, dat, gp);
+    return report_figure_close(c, dat, gp);
 }
 
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
                    KvErr *err) {
-    FigureCtx c = {out_dir, gnuplot, log, -1, 0, 0, err, 0, 0, 0};
+    FigureCtx c = {.dir = out_dir, .gnuplot = gnuplot, .log = log, .have_gnuplot = -1, .err = err, .min_n = d->min_n};
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         if (plot_budget_lines(&c, s, 0) || plot_budget_lines(&c, s, 1) || plot_aggregation(&c, s)) return -1;

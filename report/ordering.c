@@ -5,7 +5,8 @@
  * with its stratified bootstrap interval (stats.h), each policy at its own default aggregation (the paper's
  * configuration; an ablation's other aggregations are not what the paper ranks). The verdict reads the interval:
  * a ">" holds only when the interval lies above 0, a ">=" fails only when it lies below 0, a "~" holds while
- * the interval includes 0. AdaKV ~ CAKE > SnapKV is two links to SnapKV, one from each. */
+ * the interval includes 0. AdaKV ~ CAKE > SnapKV is two links to SnapKV, one from each. No verdict at all comes
+ * from fewer than min_n pairs ("too few samples") or from a zero-width interval (stats_resolved). */
 #include <math.h>
 #include <string.h>
 
@@ -26,28 +27,33 @@ const char *report_order_symbol(OrderKind kind) {
     return kind == ORDER_GE ? "≥" : kind == ORDER_GT ? ">" : "≈";
 }
 
+int report_is_default_aggregation(const ReportMethod *m) {
+    PolicyConfig cfg;
+    KvErr err;
+    if (policy_config(&cfg, m->policy, NULL, &err)) return 0;
+    return !strcmp(m->aggregation, aggregation_name(cfg.aggregation)) || !strcmp(m->aggregation, "default") ||
+           !strcmp(m->aggregation, "none");
+}
+
 /* The section's method for a policy at its default aggregation: its index, -1 when absent, -2 when it ran with
  * several parameter sets (which one the paper means is not ours to pick). */
 static int default_method(const ReportSection *s, const char *policy) {
-    PolicyConfig cfg;
-    KvErr err;
-    if (policy_config(&cfg, policy, NULL, &err)) return -1;
-    const char *agg = aggregation_name(cfg.aggregation);
     int found = -1;
     for (int m = 0; m < s->n_methods; m++) {
         const ReportMethod *x = &s->methods[m];
-        if (strcmp(x->policy, policy)) continue;
-        if (strcmp(x->aggregation, agg) && strcmp(x->aggregation, "default") && strcmp(x->aggregation, "none"))
-            continue;
+        if (strcmp(x->policy, policy) || !report_is_default_aggregation(x)) continue;
         if (found >= 0) return -2;
         found = m;
     }
     return found;
 }
 
-static const char *verdict(OrderKind kind, const StatsInterval *d) {
+/* The verdict of a link; none from fewer than min_n pairs or from a zero-width interval (stats_resolved). */
+static const char *verdict(OrderKind kind, const StatsInterval *d, int min_n) {
     if (d->n == 0) return "not compared (no sample scored by both)";
-    int above = !isnan(d->lo) && d->lo > 0, below = !isnan(d->hi) && d->hi < 0;
+    if (d->n < min_n) return "too few samples";
+    if (!stats_resolved(d, min_n)) return "not resolved (zero-width interval: the samples do not vary)";
+    int above = stats_significant(d, 0, min_n) && d->lo > 0, below = stats_significant(d, 0, min_n) && d->hi < 0;
     switch (kind) {
     case ORDER_GT: return above ? "holds" : below ? "reversed" : "not resolved (the interval includes 0)";
     case ORDER_GE: return above ? "holds (strictly)" : below ? "fails (reversed)" : "holds (equal within the interval)";
@@ -73,7 +79,7 @@ int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT
         if (stats_bootstrap(STATS_DIFF, a->x, b->x, s->sample_task, s->n_samples, s->n_tasks, STATS_RESAMPLES,
                             STATS_SEED, &r->diff, err))
             return -1;
-        r->verdict = verdict(r->kind, &r->diff);
+        r->verdict = verdict(r->kind, &r->diff, s->min_n);
     }
     return 0;
 }

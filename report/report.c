@@ -354,19 +354,23 @@ static int section_stats(ReportSection *s, KvErr *err) {
     if (groups_make(&g, s, err) || cell_stats(s, &s->full, &g, 0, err)) goto done;
     for (int c = 0; c < s->n_methods * s->n_budgets; c++)
         if (cell_stats(s, &s->cells[c], &g, s->full.ran, err)) goto done;
-    /* The best baseline per budget: the highest overall average among methods the paper does not propose. */
+    /* The best baseline per budget: the highest overall average among the methods the paper does not propose,
+     * each at its policy's default aggregation (an ablation variant is no baseline, and is not compared with one).
+     * The highest average is only a pick, not a verdict: the comparisons with it carry their own intervals. */
     for (int b = 0; b < s->n_budgets; b++) {
         int best = -1;
         for (int m = 0; m < s->n_methods; m++) {
             const ReportCell *c = report_cell(s, m, b);
-            if (report_is_proposed(s->methods[m].policy) || !report_has_scores(s, c)) continue;
+            if (report_is_proposed(s->methods[m].policy) || !report_is_default_aggregation(&s->methods[m]) ||
+                !report_has_scores(s, c))
+                continue;
             if (best < 0 || c->domain[s->n_domains].value > report_cell(s, best, b)->domain[s->n_domains].value)
                 best = m;
         }
         s->best_baseline[b] = best;
         for (int m = 0; best >= 0 && m < s->n_methods; m++) {
             ReportCell *c = report_cell(s, m, b);
-            if (m != best && c->ran &&
+            if (m != best && c->ran && report_is_default_aggregation(&s->methods[m]) &&
                 boot(STATS_DIFF, c->x, report_cell(s, best, b)->x, g.all, s, s->n_tasks, &c->diff_best, err))
                 goto done;
         }
@@ -417,12 +421,15 @@ static int count_needle(ReportSection *s, sqlite3 *db, const char *db_path, KvEr
     return 0;
 }
 
-int report_load(ReportData *d, sqlite3 *db, const char *db_path, KvErr *err) {
+int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, KvErr *err) {
     memset(d, 0, sizeof *d);
+    d->min_n = min_n > 0 ? min_n : STATS_MIN_N;
     if (run_pass(d, db, db_path, 0, err)) goto fail;
     int with_setup = setups_differ(d);
-    for (int i = 0; i < d->n_sections; i++)
+    for (int i = 0; i < d->n_sections; i++) {
+        d->sections[i].min_n = d->min_n;
         if (section_setup(&d->sections[i], with_setup, err)) goto fail;
+    }
     if (run_pass(d, db, db_path, 1, err)) goto fail;
     for (int i = 0; i < d->n_sections; i++)
         if (section_stats(&d->sections[i], err) || count_needle(&d->sections[i], db, db_path, err)) goto fail;
@@ -472,7 +479,7 @@ int report_write(const ReportOptions *opt, KvErr *err) {
     Store *store;
     ReportData data;
     if (store_open(&store, opt->db_path, 1, err)) return -1;
-    if (report_load(&data, store_handle(store), opt->db_path, err)) {
+    if (report_load(&data, store_handle(store), opt->db_path, opt->min_n, err)) {
         store_close(store);
         return -1;
     }

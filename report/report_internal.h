@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "../engine/err.h"
+#include "escape.h"
 #include "stats.h"
 
 typedef struct {
@@ -33,7 +34,8 @@ typedef struct {
     StatsInterval *domain;  /* [D + 1] domain averages (mean of task averages), then the overall average */
     StatsInterval ratio;    /* 100 * avg / avg(full), paired over the samples both scored */
     StatsInterval diff_full;/* avg - avg(full), paired */
-    StatsInterval diff_best;/* avg - avg(best baseline at this budget), paired; n = 0 when there is none */
+    StatsInterval diff_best;/* avg - avg(best baseline at this budget), paired; n = 0 when there is none or the
+                             * method is an ablation variant */
 } ReportCell;
 
 /* Failed rows of one (method, budget) sharing one error message (method -1: the full cache). */
@@ -80,19 +82,24 @@ typedef struct {
     int n_failures;
     int n_rows, n_failed_rows;
     int has_needle;       /* samples carry a depth percent: draw heatmaps */
+    int min_n;            /* ReportData.min_n */
 } ReportSection;
 
 typedef struct {
     ReportSection *sections;
     int n_sections;
     double outlier;      /* the fragility outlier threshold (ReportOptions.outlier, resolved) */
+    int min_n;           /* fewest samples behind an interval or a verdict (ReportOptions.min_n, resolved) */
     int n_rows, n_failed_rows; /* over every section */
 } ReportData;
 
 /* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
 int report_is_proposed(const char *policy);
+/* Whether the method runs its policy at the policy's default aggregation (ordering.c); the others are ablation
+ * variants, compared with their own policy only (never picked as, or compared with, the best baseline). */
+int report_is_default_aggregation(const ReportMethod *m);
 
-int report_load(ReportData *d, sqlite3 *db, const char *db_path, KvErr *err);
+int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, KvErr *err);
 void report_data_free(ReportData *d);
 
 ReportCell *report_cell(const ReportSection *s, int method, int budget);
@@ -108,8 +115,6 @@ int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const 
 /* Output files shared by the renderers: open DIR/NAME for writing; close, checking for write errors, and log. */
 FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err);
 int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err);
-/* A CSV field, double-quoted (inner quotes doubled). */
-void report_put_csv(FILE *f, const char *s);
 
 /* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot in DIR,
  * so the script names its files relative to its own folder and can be re-run there. */
@@ -122,18 +127,20 @@ typedef struct {
     KvErr *err;
     int width, height;  /* of the figure being written */
     int own_svg;        /* the script draws its SVG itself (a multiplot cannot replot): set before closing */
+    int min_n;          /* no error bar from fewer samples (ReportData.min_n) */
+    char name[300];     /* the figure being written: its file-name stem (report_file_stem) */
 } FigureCtx;
-/* Opens both files; the script starts with the PNG terminal; dat_path receives the data file's name as the
- * script refers to it. */
+/* Opens both files, named by NAME made a file-name stem (c->name); the script starts with the PNG terminal;
+ * dat_path receives the data file's name as the script refers to it (through report_put_gp_string, as every
+ * string a script holds). */
 int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n);
 /* Same, with the canvas size in pixels (small-multiple panels need more room). */
 int report_figure_open_sized(FigureCtx *c, const char *name, int width, int height, FILE **dat, FILE **gp,
                              char *dat_path, size_t n);
 /* Finishes the script (the same plot again as SVG unless own_svg), closes both files and renders. */
-int report_figure_close(FigureCtx *c, const char *name, FILE *dat, FILE *gp);
-/* A double-quoted string for gnuplot; report_put_tic for a tic label (a format string: % doubled). */
-void report_put_quoted(FILE *f, const char *s);
-void report_put_tic(FILE *f, const char *s);
+int report_figure_close(FigureCtx *c, FILE *dat, FILE *gp);
+/* "set terminal svg ...; set output 'NAME.svg'" for the figure being written (no newline). */
+void report_put_svg_terminal(const FigureCtx *c, FILE *gp);
 
 /* The fixed look of a method in every figure: colour by policy name (a table; other names get a colour from a
  * hash of the name, so it is stable too), dash type, point type and fill pattern by aggregation. */
@@ -145,6 +152,8 @@ int report_agg_pattern(const char *aggregation);
 void report_put_fill(FILE *gp, const char *aggregation);
 /* A number for a .dat file (" NaN" when absent). */
 void report_put_value(FILE *f, double v);
+/* " value lo hi" for a .dat file, the bounds NaN (no error bar) from fewer than min_n samples. */
+void report_put_ci(FILE *f, const StatsInterval *ci, int min_n);
 
 /* The cross-domain change of one model at the budget nearest 20% (crossdomain.c, where the domain grouping is
  * stated): per method, the change against the full cache in each domain and their unweighted mean. */
@@ -161,6 +170,7 @@ typedef struct {
                                * paired interval; value NaN where the domain has no score */
     StatsInterval *mean;      /* [M] the unweighted mean over the domains with a value (STATS_DOMAIN_CHANGE) */
     int *n_used;              /* [M] those domains */
+    int min_n;                /* ReportData.min_n */
 } CrossDomain;
 #define REPORT_CROSSDOMAIN_GROUPING                                                                              \
     "LongBench's six task families as LongBench assigns its datasets (single-doc QA, multi-doc QA, "             \

@@ -31,6 +31,18 @@ int stats_excludes(const StatsInterval *ci, double v) {
     return !isnan(ci->lo) && !isnan(ci->hi) && (ci->lo > v || ci->hi < v);
 }
 
+int stats_resolved(const StatsInterval *ci, int min_n) {
+    if (ci->n < min_n || ci->n == 0 || isnan(ci->lo) || isnan(ci->hi)) return 0;
+    /* zero width up to rounding: the same per-sample shift summed over different samples differs in its last
+     * bits (15 points as 15.000000000000002 and 14.999999999999998) */
+    double scale = fmax(1.0, fmax(fabs(ci->lo), fabs(ci->hi)));
+    return ci->hi - ci->lo > 1e-9 * scale;
+}
+
+int stats_significant(const StatsInterval *ci, double v, int min_n) {
+    return stats_resolved(ci, min_n) && stats_excludes(ci, v);
+}
+
 typedef struct {
     StatsKind kind;
     int n_groups, n_domains;

@@ -53,8 +53,21 @@ int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, co
                             const int *group_domain, int n_domains, int resamples, uint64_t seed,
                             StatsInterval *out, KvErr *err);
 
-/* Whether the interval excludes v (0 for a difference, 100 for a ratio): a difference the data support. */
+/* Whether the interval excludes v (0 for a difference, 100 for a ratio), whatever it rests on. */
 int stats_excludes(const StatsInterval *ci, double v);
+
+/* The fewest values an interval or a paired comparison is reported from (`kvbench report --min-n N`). A
+ * percentile bootstrap from fewer samples is too unstable to act on: it only reshuffles the few values there are
+ * (n = 1 always gives a zero-width interval, n = 2 at most three distinct means), so its bounds swing with each
+ * sample and its real coverage falls well below the nominal 95%. At 10 a task's or a comparison's interval is
+ * drawn from 92,378 distinct resamples; below it the report shows the value with its n and "too few samples". */
+#define STATS_MIN_N 10
+
+/* Whether the interval can carry a verdict: it rests on at least min_n values and has a nonzero width, beyond
+ * rounding (a zero-width interval says the resamples never varied, not that the statistic is known exactly). */
+int stats_resolved(const StatsInterval *ci, int min_n);
+/* A difference the data support: a resolved interval that excludes v. */
+int stats_significant(const StatsInterval *ci, double v, int min_n);
 
 /* The q-quantile (0..1) of sorted[n] by linear interpolation between order statistics, as numpy.quantile. */
 double stats_quantile_sorted(const double *sorted, int n, double q);

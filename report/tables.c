@@ -31,7 +31,9 @@ enum { MAX_COLS = 512, MAX_ROWS = 256 };
 typedef struct {
     double v, lo, hi;   /* NaN: no value; lo/hi NaN: no interval */
     int n;              /* values behind it; shown when short of the column's count (0: not shown) */
-    int sig;            /* a paired interval that excludes the null value: marked * */
+    int sig;            /* a paired interval that excludes the null value: marked * (stats_significant) */
+    int few;            /* from fewer than min_n samples: the value with its n and "too few samples", no
+                         * interval, never bold */
     const char *text;   /* printed instead of a number when set */
 } TCell;
 
@@ -54,34 +56,10 @@ typedef struct {
     TRow rows[MAX_ROWS];
 } Table;
 
-/* The non-ASCII characters the report writes, in LaTeX (pdflatex without extra packages). */
-static const struct {
-    const char *utf8, *tex;
-} TEX_CHARS[] = {{"†", "$^\\dagger$"}, {"×", "$\\times$"}, {"−", "$-$"}, {"Δ", "$\\Delta$"}, {"—", "---"},
-                 {"–", "--"},
-                 {"≥", "$\\geq$"}, {"≈", "$\\approx$"}, {">", "$>$"}, {"<", "$<$"}};
-
+/* Text from anywhere (names from the database included) through the format's one escaper (escape.h). */
 static void put_text(FILE *f, Format fmt, const char *s) {
-    for (; *s; s++) {
-        if (fmt == FMT_MD) {
-            if (*s == '|') fputc('\\', f);
-            fputc(*s, f);
-            continue;
-        }
-        size_t i, n = sizeof TEX_CHARS / sizeof TEX_CHARS[0];
-        for (i = 0; i < n && strncmp(s, TEX_CHARS[i].utf8, strlen(TEX_CHARS[i].utf8)); i++) {}
-        if (i < n) {
-            fputs(TEX_CHARS[i].tex, f);
-            s += strlen(TEX_CHARS[i].utf8) - 1;
-            continue;
-        }
-        if (strchr("_%&#$", *s)) fputc('\\', f);
-        else if (*s == '~' || *s == '^' || *s == '\\') {
-            fprintf(f, "\\text%s{}", *s == '~' ? "asciitilde" : *s == '^' ? "asciicircum" : "backslash");
-            continue;
-        }
-        fputc(*s, f);
-    }
+    if (fmt == FMT_MD) report_put_md(f, s);
+    else report_put_tex(f, s);
 }
 
 static Table *table_new(const char *unit) {
@@ -104,11 +82,22 @@ static TRow *table_row(Table *t, const char *label, int reference) {
     TRow *r = &t->rows[t->n_rows++];
     snprintf(r->label, sizeof r->label, "%s", label);
     r->reference = reference;
-    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, NULL};
+    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, NULL};
     return r;
 }
 
-static TCell cell_of(const StatsInterval *ci) { return (TCell){ci->value, ci->lo, ci->hi, ci->n, 0, NULL}; }
+/* A value with its interval, which is left out below min_n samples (stats.h, STATS_MIN_N). */
+static TCell cell_of(const StatsInterval *ci, int min_n) {
+    int few = ci->n > 0 && ci->n < min_n;
+    return (TCell){ci->value, few ? NAN : ci->lo, few ? NAN : ci->hi, ci->n, 0, few, NULL};
+}
+
+/* A paired comparison: the same, marked * where the data support a difference from `null`. */
+static TCell compared(const StatsInterval *ci, double null, int min_n) {
+    TCell c = cell_of(ci, min_n);
+    c.sig = stats_significant(ci, null, min_n);
+    return c;
+}
 
 /* A value to 2 decimals; in LaTeX a minus sign, not a hyphen. */
 static void put_number(FILE *f, Format fmt, double v, const char *unit) {
@@ -125,7 +114,7 @@ static double column_best(const Table *t, int i) {
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
         double v = t->rows[r].cells[i].v;
-        if (t->rows[r].reference || isnan(v)) continue;
+        if (t->rows[r].reference || isnan(v) || t->rows[r].cells[i].few) continue;
         n++;
         if (isnan(best) || v > best) best = v;
         if (isnan(worst) || v < worst) worst = v;
@@ -176,6 +165,10 @@ static void emit_md(FILE *f, const Table *t) {
             if (bold) fputs("**", f);
             put_number(f, FMT_MD, c->v, t->unit);
             if (bold) fputs("**", f);
+            if (c->few) {
+                fprintf(f, " (n=%d, too few samples)", c->n);
+                continue;
+            }
             if (c->sig) fputs("\\*", f); /* escaped: a bare * after bold reads as emphasis */
             if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", c->lo, c->hi);
             if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, " (n=%d)", c->n);
@@ -240,6 +233,10 @@ static void emit_tex(FILE *f, const Table *t) {
             if (bold) fputs("\\textbf{", f);
             put_number(f, FMT_TEX, c->v, t->unit);
             if (bold) fputs("}", f);
+            if (c->few) {
+                fprintf(f, " {\\scriptsize (n=%d, too few samples)}", c->n);
+                continue;
+            }
             if (c->sig) fputs("$^{*}$", f);
             if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, "$_{n=%d}$", c->n);
             any_ci |= !isnan(c->lo);
@@ -269,18 +266,26 @@ static void emit(FILE *f, Format fmt, const Table *t) {
 
 /* ---------------------------------------------------------------- a section */
 
+/* A paragraph of Markdown, a comment in LaTeX. */
 static void note(FILE *f, Format fmt, const char *text) {
-    if (fmt == FMT_MD) fprintf(f, "\n%s\n", text);
-    else {
-        fputs("\n% ", f);
-        for (const char *p = text; *p; p++) fputc(*p == '\n' ? ' ' : *p, f);
-        fputc('\n', f);
+    fputc('\n', f);
+    if (fmt == FMT_TEX) {
+        report_put_tex_comment(f, text);
+        return;
     }
+    report_put_md(f, text);
+    fputc('\n', f);
 }
 
 static const char *task_name(const ReportSection *s, int t, char *buf, size_t n) {
     snprintf(buf, n, "%s%s", s->tasks[t], s->task_substitute[t] ? "†" : "");
     return buf;
+}
+
+/* A Markdown line: escaped, then a newline. */
+static void put_line(FILE *f, const char *text) {
+    report_put_md(f, text);
+    fputc('\n', f);
 }
 
 /* What is missing and why: failed rows counted by message, samples without a row, cells not run. */
@@ -298,24 +303,28 @@ static void coverage(FILE *f, Format fmt, const ReportSection *s) {
     if (fmt == FMT_TEX) return;
     for (int i = 0; i < s->n_failures; i++) {
         const ReportFailure *x = &s->failures[i];
-        fprintf(f, "- failed: %s at %s, %d row%s: ", x->method < 0 ? "full" : s->methods[x->method].label,
-                x->budget < 0 ? "full" : s->budgets[x->budget].label, x->count, x->count == 1 ? "" : "s");
-        put_text(f, FMT_MD, x->error);
-        fputc('\n', f);
+        char line[2048];
+        snprintf(line, sizeof line, "- failed: %s at %s, %d row%s: %s",
+                 x->method < 0 ? "full" : s->methods[x->method].label,
+                 x->budget < 0 ? "full" : s->budgets[x->budget].label, x->count, x->count == 1 ? "" : "s", x->error);
+        put_line(f, line);
     }
     for (int c = -1; c < s->n_methods * s->n_budgets; c++) {
         const ReportCell *x = c < 0 ? &s->full : &s->cells[c];
         const char *who = c < 0 ? "full" : s->methods[c / s->n_budgets].label;
         const char *at = c < 0 ? "full" : s->budgets[c % s->n_budgets].label;
+        char line[1024];
         if (!x->ran) {
-            if (c >= 0) fprintf(f, "- not run: %s at %s\n", who, at);
-            else if (s->n_methods) fputs("- not run: the full cache (no change or ratio without it)\n", f);
+            if (c >= 0) snprintf(line, sizeof line, "- not run: %s at %s", who, at);
+            else snprintf(line, sizeof line, "- not run: the full cache (no change or ratio without it)");
+            if (c >= 0 || s->n_methods) put_line(f, line);
             continue;
         }
         int n = 0;
         for (int t = 0; t < s->n_tasks; t++) n += x->n_missing[t];
-        if (n) fprintf(f, "- missing: %s at %s, %d sample%s without a row (run interrupted or limited)\n", who, at, n,
-                       n == 1 ? "" : "s");
+        snprintf(line, sizeof line, "- missing: %s at %s, %d sample%s without a row (run interrupted or limited)",
+                 who, at, n, n == 1 ? "" : "s");
+        if (n) put_line(f, line);
     }
 }
 
@@ -335,11 +344,14 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
     snprintf(t->caption, sizeof t->caption,
              "%s, %s: average score per budget with 95%% bootstrap intervals (%d samples, %d tasks); change = "
              "100 × (avg / avg(full) − 1); Δ best baseline = avg − avg of the best baseline at that budget, in "
-             "points; * marks a paired interval that excludes 0", s->model, s->suite, s->n_samples, s->n_tasks);
+             "points (none for an ablation variant: a policy at another than its default aggregation is compared "
+             "with its own policy only, in the ablation table); * marks a paired interval that excludes 0 (see "
+             "the method: from at least %d samples, never a zero-width one)", s->model, s->suite, s->n_samples,
+             s->n_tasks, s->min_n);
     set_labels(t, s, "summary", NULL);
     if (s->full.ran) {
         TRow *r = table_row(t, "full", 1);
-        for (int b = 0; r && b < s->n_budgets; b++) r->cells[3 * b] = cell_of(&s->full.domain[s->n_domains]);
+        for (int b = 0; r && b < s->n_budgets; b++) r->cells[3 * b] = cell_of(&s->full.domain[s->n_domains], s->min_n);
     }
     for (int m = 0; m < s->n_methods; m++) {
         int any = 0;
@@ -348,12 +360,11 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
         for (int b = 0; r && b < s->n_budgets; b++) {
             const ReportCell *c = report_cell(s, m, b);
             if (!c->ran) continue;
-            r->cells[3 * b] = cell_of(&c->domain[s->n_domains]);
-            StatsInterval ch = c->ratio;
-            r->cells[3 * b + 1] = (TCell){ch.value - 100, ch.lo - 100, ch.hi - 100, 0, stats_excludes(&ch, 100), NULL};
-            r->cells[3 * b + 2] = cell_of(&c->diff_best);
-            r->cells[3 * b + 2].sig = stats_excludes(&c->diff_best, 0);
-            if (s->best_baseline[b] == m) r->cells[3 * b + 2].v = NAN;
+            r->cells[3 * b] = cell_of(&c->domain[s->n_domains], s->min_n);
+            TCell *ch = &r->cells[3 * b + 1];
+            *ch = compared(&c->ratio, 100, s->min_n);
+            ch->v -= 100, ch->lo -= 100, ch->hi -= 100;
+            if (c->diff_best.n) r->cells[3 * b + 2] = compared(&c->diff_best, 0, s->min_n);
         }
     }
     emit(f, fmt, t);
@@ -395,7 +406,8 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
     if (s->full.ran && kind != 2) {
         TRow *r = table_row(t, "full", 1);
         for (int i = 0; r && i <= n; i++)
-            r->cells[i] = cell_of(i == n ? &s->full.domain[s->n_domains] : kind == 0 ? &s->full.task[i] : &s->full.domain[i]);
+            r->cells[i] = cell_of(i == n ? &s->full.domain[s->n_domains] : kind == 0 ? &s->full.task[i] : &s->full.domain[i],
+                                  s->min_n);
     }
     for (int m = 0; b >= 0 && m < s->n_methods; m++) {
         const ReportCell *c = report_cell(s, m, b);
@@ -404,17 +416,24 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
         if (!r) break;
         if (kind < 2) {
             for (int i = 0; i <= n; i++)
-                r->cells[i] = cell_of(i == n ? &c->domain[s->n_domains] : kind == 0 ? &c->task[i] : &c->domain[i]);
+                r->cells[i] = cell_of(i == n ? &c->domain[s->n_domains] : kind == 0 ? &c->task[i] : &c->domain[i],
+                                      s->min_n);
             continue;
         }
+        /* a ratio rests on the fewer of its two task averages' samples; the mean on its shortest task */
         double sum = 0;
-        int cnt = 0;
+        int cnt = 0, fewest = 0;
         for (int u = 0; u < n; u++) {
             double full = s->full.task[u].value, v = c->task[u].value;
-            r->cells[u].v = full > 0 ? 100.0 * v / full : NAN;
-            if (!isnan(r->cells[u].v)) sum += r->cells[u].v, cnt++;
+            TCell *x = &r->cells[u];
+            x->v = full > 0 ? 100.0 * v / full : NAN;
+            x->n = c->task[u].n < s->full.task[u].n ? c->task[u].n : s->full.task[u].n;
+            x->few = !isnan(x->v) && x->n < s->min_n;
+            if (isnan(x->v)) continue;
+            sum += x->v, cnt++;
+            if (!fewest || x->n < fewest) fewest = x->n;
         }
-        r->cells[n].v = cnt ? sum / cnt : NAN;
+        r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, 0, cnt && fewest < s->min_n, NULL};
     }
     emit(f, fmt, t);
     free(t);
@@ -491,7 +510,7 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
             for (k = 0; k < n_aggs && strcmp(aggs[k], s->methods[o].aggregation); k++) {}
             for (int i = 0; k < n_aggs && i < n_budgets; i++)
                 if (report_cell(s, o, budgets[i])->ran)
-                    r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains]);
+                    r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains], s->min_n);
         }
     }
     emit(f, fmt, t);
@@ -518,8 +537,9 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
              "%s, %s: the paper's ordering at 20%% (Layer-DefensiveKV ≥ DefensiveKV > CriticalKV > AdaKV ≈ CAKE > "
              "SnapKV > StreamingLLM), link by link, each policy at its default aggregation: Δ = avg(left) − "
              "avg(right)%s in points with its 95%% paired bootstrap interval (* excludes 0); a > holds when the "
-             "interval lies above 0, a ≥ fails only when it lies below 0, a ≈ holds while it includes 0",
-             s->model, s->suite, report_has_substitute(s, -1) ? "†" : "");
+             "interval lies above 0, a ≥ fails only when it lies below 0, a ≈ holds while it includes 0; no verdict "
+             "from fewer than %d pairs (too few samples) or from a zero-width interval",
+             s->model, s->suite, report_has_substitute(s, -1) ? "†" : "", s->min_n);
     set_labels(t, s, "ordering", NULL);
     for (int i = 0; i < REPORT_N_ORDER; i++) {
         const OrderRelation *o = &s->order[i];
@@ -530,8 +550,7 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
         for (int b = 0; r && b < s->n_budgets; b++) {
             const OrderRelation *x = &s->order[(size_t)b * REPORT_N_ORDER + i];
             if (x->diff.n) {
-                r->cells[2 * b] = cell_of(&x->diff);
-                r->cells[2 * b].sig = stats_excludes(&x->diff, 0);
+                r->cells[2 * b] = compared(&x->diff, 0, s->min_n);
             }
             r->cells[2 * b + 1].text = x->verdict;
         }
@@ -541,8 +560,16 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
 }
 
 static void render_section(FILE *f, Format fmt, const ReportSection *s) {
-    if (fmt == FMT_MD) fprintf(f, "\n## %s — %s (%s)\n", s->model, s->suite, s->setup);
-    else fprintf(f, "\n%% ---- %s / %s / %s\n", s->model, s->suite, s->setup);
+    char head[1200];
+    if (fmt == FMT_MD) {
+        snprintf(head, sizeof head, "## %s — %s (%s)", s->model, s->suite, s->setup);
+        fputc('\n', f);
+        put_line(f, head);
+    } else {
+        snprintf(head, sizeof head, "---- %s / %s / %s", s->model, s->suite, s->setup);
+        fputc('\n', f);
+        report_put_tex_comment(f, head);
+    }
     coverage(f, fmt, s);
     if (report_has_substitute(s, -1)) note(f, fmt, "† " SUBSTITUTE_NOTE ".");
     int any_score = report_has_scores(s, &s->full);
@@ -580,7 +607,7 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
             kv_fail(err, "out of memory");
             goto fail;
         }
-        char buf[200];
+        char buf[200], head[1200];
         for (int k = 0; k < x.n_domains; k++) {
             snprintf(buf, sizeof buf, "%s%s", x.domains[k], x.domain_substitute[k] ? "†" : "");
             table_col(t, buf, NULL, 0);
@@ -595,16 +622,20 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
         for (int m = 0; m < x.n_methods; m++) {
             TRow *r = table_row(t, x.methods[m].label, 0);
             for (int k = 0; r && k < x.n_domains; k++) {
-                r->cells[k] = cell_of(&x.change[(size_t)m * x.n_domains + k]);
-                r->cells[k].sig = stats_excludes(&x.change[(size_t)m * x.n_domains + k], 0);
+                r->cells[k] = compared(&x.change[(size_t)m * x.n_domains + k], 0, x.min_n);
             }
             if (r) {
-                r->cells[x.n_domains] = cell_of(&x.mean[m]);
-                r->cells[x.n_domains].sig = stats_excludes(&x.mean[m], 0);
+                r->cells[x.n_domains] = compared(&x.mean[m], 0, x.min_n);
             }
         }
-        if (fmt == FMT_MD) fprintf(f, "\n## %s — cross-domain change at %s\n\nSuites and setups: %s.\n", x.model,
-                                   x.budget, x.setup);
+        if (fmt == FMT_MD) {
+            snprintf(head, sizeof head, "## %s — cross-domain change at %s", x.model, x.budget);
+            fputc('\n', f);
+            put_line(f, head);
+            fputc('\n', f);
+            snprintf(head, sizeof head, "Suites and setups: %s.", x.setup);
+            put_line(f, head);
+        }
         emit(f, fmt, t);
         free(t);
         report_crossdomain_free(&x);
@@ -619,25 +650,27 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
 
 /* ---------------------------------------------------------------- CSV */
 
-void report_put_csv(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void put_csv_number(FILE *f, double v) {
     fputc(',', f);
     if (!isnan(v)) fprintf(f, "%.10g", v);
 }
 
-static void put_csv_ci(FILE *f, const StatsInterval *ci) {
+/* ",value,lo,hi" with every number shifted by `shift`; the bounds empty from fewer than min_n samples. */
+static void put_csv_bounds(FILE *f, const StatsInterval *ci, double shift, int min_n) {
+    int few = ci->n < min_n;
+    put_csv_number(f, ci->value + shift);
+    put_csv_number(f, few ? NAN : ci->lo + shift);
+    put_csv_number(f, few ? NAN : ci->hi + shift);
+}
+
+static void put_csv_ci(FILE *f, const StatsInterval *ci, int min_n) {
     fprintf(f, ",%d", ci->n);
-    put_csv_number(f, ci->value);
-    put_csv_number(f, ci->lo);
-    put_csv_number(f, ci->hi);
+    put_csv_bounds(f, ci, 0, min_n);
+}
+
+/* The last column of a row: why its interval is missing, if it is. */
+static void put_csv_note(FILE *f, const StatsInterval *ci, int min_n) {
+    fputs(ci->n > 0 && ci->n < min_n ? ",\"too few samples\"\n" : ",\n", f);
 }
 
 static void put_csv_keys(FILE *f, const ReportSection *s, int m, int b, const char *domain, const char *task) {
@@ -654,7 +687,7 @@ static void put_csv_keys(FILE *f, const ReportSection *s, int m, int b, const ch
 static const char *CSV_KEYS = "model,setup,suite,domain,task,policy,aggregation,params,budget,keep_fraction";
 
 static void write_csv_tasks(FILE *f, const ReportData *d) {
-    fprintf(f, "%s,substitute,n,mean,lo,hi,n_failed,n_missing,full_mean,ratio\n", CSV_KEYS);
+    fprintf(f, "%s,substitute,n,mean,lo,hi,n_failed,n_missing,full_mean,ratio,note\n", CSV_KEYS);
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         for (int m = -1; m < s->n_methods; m++)
@@ -663,12 +696,12 @@ static void write_csv_tasks(FILE *f, const ReportData *d) {
                 for (int t = 0; c->ran && t < s->n_tasks; t++) {
                     put_csv_keys(f, s, m, b, s->domains[s->task_domain[t]], s->tasks[t]);
                     fprintf(f, ",%d", s->task_substitute[t]);
-                    put_csv_ci(f, &c->task[t]);
+                    put_csv_ci(f, &c->task[t], s->min_n);
                     fprintf(f, ",%d,%d", c->n_failed[t], c->n_missing[t]);
                     double full = s->full.task[t].value;
                     put_csv_number(f, full);
                     put_csv_number(f, full > 0 ? c->task[t].value / full : NAN);
-                    fputc('\n', f);
+                    put_csv_note(f, &c->task[t], s->min_n);
                 }
             }
     }
@@ -676,7 +709,7 @@ static void write_csv_tasks(FILE *f, const ReportData *d) {
 
 static void write_csv_summary(FILE *f, const ReportData *d) {
     fprintf(f, "%s,substitute,n,mean,lo,hi,full_mean,change_pct,change_lo,change_hi,diff_full,diff_full_lo,"
-               "diff_full_hi,best_baseline,diff_best,diff_best_lo,diff_best_hi\n", CSV_KEYS);
+               "diff_full_hi,best_baseline,diff_best,diff_best_lo,diff_best_hi,note\n", CSV_KEYS);
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         for (int m = -1; m < s->n_methods; m++)
@@ -686,25 +719,19 @@ static void write_csv_summary(FILE *f, const ReportData *d) {
                     int dk = k < 0 ? s->n_domains : k;
                     put_csv_keys(f, s, m, b, k < 0 ? "(all)" : s->domains[k], "");
                     fprintf(f, ",%d", report_has_substitute(s, k));
-                    put_csv_ci(f, &c->domain[dk]);
+                    put_csv_ci(f, &c->domain[dk], s->min_n);
                     put_csv_number(f, s->full.domain[dk].value);
                     if (k >= 0 || m < 0) {
                         /* changes are computed for the overall average only */
                         fputs(",,,,,,,,,,", f);
                     } else {
-                        put_csv_number(f, c->ratio.value - 100);
-                        put_csv_number(f, c->ratio.lo - 100);
-                        put_csv_number(f, c->ratio.hi - 100);
-                        put_csv_number(f, c->diff_full.value);
-                        put_csv_number(f, c->diff_full.lo);
-                        put_csv_number(f, c->diff_full.hi);
+                        put_csv_bounds(f, &c->ratio, -100, s->min_n);
+                        put_csv_bounds(f, &c->diff_full, 0, s->min_n);
                         fputc(',', f);
                         if (s->best_baseline[b] >= 0) report_put_csv(f, s->methods[s->best_baseline[b]].label);
-                        put_csv_number(f, c->diff_best.value);
-                        put_csv_number(f, c->diff_best.lo);
-                        put_csv_number(f, c->diff_best.hi);
+                        put_csv_bounds(f, &c->diff_best, 0, s->min_n);
                     }
-                    fputc('\n', f);
+                    put_csv_note(f, &c->domain[dk], s->min_n);
                 }
             }
     }
@@ -729,7 +756,7 @@ static void write_csv_ordering(FILE *f, const ReportData *d) {
                     if (c) fputc(',', f);
                     report_put_csv(f, fields[c]);
                 }
-                put_csv_ci(f, &o->diff);
+                put_csv_ci(f, &o->diff, s->min_n);
                 fputc(',', f);
                 report_put_csv(f, o->verdict);
                 fputc('\n', f);
@@ -751,8 +778,8 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
     return 0;
 }
 
-static void method_text(FILE *f, Format fmt) {
-    char text[2400];
+static void method_text(FILE *f, Format fmt, int min_n) {
+    char text[3200];
     snprintf(text, sizeof text,
              "Scores are on the 0-100 scale: a task's score is the mean over its samples, failed rows excluded "
              "and counted; domain and overall averages are unweighted means of the task scores; all are computed "
@@ -760,12 +787,16 @@ static void method_text(FILE *f, Format fmt) {
              "(%d resamples, stratified by task: each resample redraws every task's samples with replacement; "
              "random stream splitmix64 from the fixed seed 0x%llx, restarted for each interval, so the report is "
              "deterministic). n is the number of samples behind a value. Every policy scores the same samples, so "
-             "differences against the full cache and against the best baseline (the highest-scoring method other "
-             "than defensivekv / layer-defensivekv at that budget) are paired: the same resampled samples on both "
-             "sides, over the samples both scored (a sample one side failed or lacks is left out of that "
-             "comparison). * marks a difference whose interval excludes 0 (for the change, 100 %% of the full "
-             "cache). %s.",
-             STATS_RESAMPLES, (unsigned long long)STATS_SEED, CHANGE_FORMULA);
+             "differences against the full cache and against the best baseline (the highest-scoring of the paper's "
+             "baselines, i.e. every policy but defensivekv / layer-defensivekv, each at its own default "
+             "aggregation, at that budget) are paired: the same resampled samples on both sides, over the samples "
+             "both scored (a sample one side failed or lacks is left out of that comparison). * marks a difference "
+             "whose interval excludes 0 (for the change, 100 %% of the full cache). No interval, *, bold or "
+             "ordering verdict comes from fewer than %d samples (`kvbench report --min-n N`): a bootstrap from so "
+             "few only reshuffles the handful of values there are and is too unstable to act on; such a value is "
+             "shown with its n and \"too few samples\". A zero-width interval (the resamples never varied) is "
+             "never marked. %s.",
+             STATS_RESAMPLES, (unsigned long long)STATS_SEED, min_n, CHANGE_FORMULA);
     note(f, fmt, text);
 }
 
@@ -777,7 +808,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (d->n_rows == d->n_failed_rows)
         fprintf(f, "\n**No scores: all %d result rows failed.** The errors are counted per section below.\n",
                 d->n_rows);
-    method_text(f, FMT_MD);
+    method_text(f, FMT_MD, d->min_n);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
     if (crossdomain_tables(f, FMT_MD, d, err)) {
         fclose(f);
@@ -787,7 +818,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
 
     if (!(f = report_open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
     fputs("% kvbench report: tables for \\input{report.tex}; needs \\usepackage{booktabs} in the preamble.\n", f);
-    method_text(f, FMT_TEX);
+    method_text(f, FMT_TEX, d->min_n);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
     if (crossdomain_tables(f, FMT_TEX, d, err)) {
         fclose(f);

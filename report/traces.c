@@ -95,9 +95,14 @@ static void write_row(FILE *md, FILE *csv, sqlite3_stmt *sets, char keys[N_KEY][
     double tied = clamped_share(sets, keys);
     char tied_text[32] = "—";
     if (tied >= 0) snprintf(tied_text, sizeof tied_text, "%.1f%%", 100.0 * tied);
-    fprintf(md, "| %s | %s | %s | %s | %s | %d | %d | %.4f | %.4f | %.4f | %.4f | %d (%.1f%%) | %lld (%.2f%%) | %d "
-                "(%.1f%%) | %s |\n",
-            keys[Q_POLICY], keys[Q_AGG], keys[Q_PARAMS], keys[Q_BUDGET], keys[Q_WINDOW], samples, s->n_steps,
+    const int named[] = {Q_POLICY, Q_AGG, Q_PARAMS, Q_BUDGET, Q_WINDOW};
+    for (int i = 0; i < 5; i++) {
+        fputs("| ", md);
+        report_put_md(md, keys[named[i]]);
+        fputc(' ', md);
+    }
+    fprintf(md, "| %d | %d | %.4f | %.4f | %.4f | %.4f | %d (%.1f%%) | %lld (%.2f%%) | %d (%.1f%%) | %s |\n", samples,
+            s->n_steps,
             s->mean_r, s->mean_p5, s->worst_step_r, s->worst_head_r, s->step_outliers,
             s->n_steps ? 100.0 * s->step_outliers / s->n_steps : 0.0,
             s->head_outliers, s->n_head_values ? 100.0 * (double)s->head_outliers / (double)s->n_head_values : 0.0,
@@ -159,10 +164,12 @@ int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *
             char sec[1000];
             snprintf(sec, sizeof sec, "%s — %s — %s", col(st, Q_MODEL), col(st, Q_SETUP), col(st, Q_TASK));
             if (strcmp(sec, section)) {
-                fprintf(md, "\n## %s\n\n| policy | aggregation | params | budget | window | samples | steps | mean R | "
+                fputs("\n## ", md);
+                report_put_md(md, sec);
+                fprintf(md, "\n\n| policy | aggregation | params | budget | window | samples | steps | mean R | "
                             "p5 | worst step | worst head | step outliers | head outliers | steps with a head below | "
                             "prior-clamped share of the keep-set |\n"
-                            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", sec);
+                            "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
                 snprintf(section, sizeof section, "%s", sec);
             }
             for (int i = 0; i < N_KEY; i++) snprintf(keys[i], sizeof keys[i], "%s", col(st, i));
@@ -374,6 +381,30 @@ static int series_load(sqlite3 *db, const TraceFigure *f, const char *agg, doubl
     return 0;
 }
 
+/* "set title ..." of a figure: model — task: WHAT policy at budget, window w. */
+static void put_title(FILE *gp, const TraceFigure *f, const char *what) {
+    char title[1600];
+    snprintf(title, sizeof title, "%s — %s: %s %s at %s, window %s", f->key[0], f->key[2], what, f->key[3], f->key[5],
+             f->key[6]);
+    fputs("set title ", gp);
+    report_put_gp_string(gp, title);
+    fputc('\n', gp);
+}
+
+/* "# WHAT NAME REST" heading a data block. */
+static void put_block_comment(FILE *dat, const char *what, const char *name, const char *rest) {
+    char line[600];
+    snprintf(line, sizeof line, "%s %s%s", what, name, rest);
+    report_put_dat_comment(dat, line);
+}
+
+/* ", DATA index I " continuing a plot command. */
+static void put_series(FILE *gp, const char *dat_path, int index) {
+    fputs(", \\\n  ", gp);
+    report_put_gp_string(gp, dat_path);
+    fprintf(gp, " index %d ", index);
+}
+
 /* R_t over the steps: per aggregation a data block "x mean min p5"; drawn are the mean, the 5th percentile
  * (the minimum is often one pathological head, see the table's worst head), and the outlier steps. */
 static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, double outlier) {
@@ -383,7 +414,8 @@ static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, dou
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     for (int a = 0; a < f->n_aggs; a++) {
         const Series *s = &ser[a];
-        fprintf(dat, "# aggregation %s\nstep mean_r min_r p5_r\n", f->aggs[a]);
+        put_block_comment(dat, "aggregation", f->aggs[a], "");
+        fputs("step mean_r min_r p5_r\n", dat);
         for (int x = 0; x < s->n_steps; x++) {
             fprintf(dat, "%d %.6f %.6f %.6f\n", x, s->steps[x].mean, s->steps[x].min, s->steps[x].p5);
             /* a grey line where the next sample starts */
@@ -392,8 +424,7 @@ static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, dou
         }
         fputs("\n\n", dat);
     }
-    fprintf(gp, "set title '%s — %s: retained importance of %s at %s, window %s'\n", f->key[0], f->key[2], f->key[3],
-            f->key[5], f->key[6]);
+    put_title(gp, f, "retained importance of");
     fprintf(gp, "set xlabel 'decode step (samples one after another, grey lines between them)'\n"
                 "set ylabel 'R_t: mean over heads (solid), 5th percentile over heads (dashed)'\n"
                 "set yrange [-0.12:1.05]\nset autoscale xfix\nset grid\nset key outside right top\n"
@@ -401,16 +432,19 @@ static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, dou
                 "dots: steps whose mean is below it' at screen 0.01, screen 0.02 font ',8'\n"
                 "plot %.2f with lines dt 3 lc rgb 'black' title 'outlier threshold'", outlier);
     for (int a = 0; a < f->n_aggs; a++) {
-        fprintf(gp, ", \\\n  '%s' index %d using 1:2 with lines lw 1.5 lc %d title ", dat_path, a, a + 1);
-        report_put_quoted(gp, f->aggs[a]);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:4 with lines lw 0.8 dt 2 lc %d notitle", dat_path, a, a + 1);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:($3 < %g ? %g : 1/0) with points pt 5 ps 0.3 lc %d notitle",
-                dat_path, a, outlier, -0.03 - 0.03 * a, a + 1);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:($2 < %g ? $2 : 1/0) with points pt 7 ps 0.9 lc %d notitle",
-                dat_path, a, outlier, a + 1);
+        put_series(gp, dat_path, a);
+        fprintf(gp, "using 1:2 with lines lw 1.5 lc %d title ", a + 1);
+        report_put_gp_string(gp, f->aggs[a]);
+        put_series(gp, dat_path, a);
+        fprintf(gp, "using 1:4 with lines lw 0.8 dt 2 lc %d notitle", a + 1);
+        put_series(gp, dat_path, a);
+        fprintf(gp, "using 1:($3 < %g ? %g : 1/0) with points pt 5 ps 0.3 lc %d notitle", outlier, -0.03 - 0.03 * a,
+                a + 1);
+        put_series(gp, dat_path, a);
+        fprintf(gp, "using 1:($2 < %g ? $2 : 1/0) with points pt 7 ps 0.9 lc %d notitle", outlier, a + 1);
     }
     fputc('\n', gp);
-    return report_figure_close(c, name, dat, gp);
+    return report_figure_close(c, dat, gp);
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -445,31 +479,35 @@ static int plot_cdf(FigureCtx *c, const TraceFigure *f, Series *ser, double outl
             return kv_fail(c->err, "out of memory drawing %s", name);
         }
         for (int t = 0; t < s->n_steps; t++) means[t] = (float)s->steps[t].mean;
-        fprintf(dat, "# aggregation %s: R_t(l, k)\nvalue share\n", f->aggs[a]);
+        put_block_comment(dat, "aggregation", f->aggs[a], ": R_t(l, k)");
+        fputs("value share\n", dat);
         put_cdf(dat, s->values, s->n_values);
-        fprintf(dat, "# aggregation %s: per-step mean\nvalue share\n", f->aggs[a]);
+        put_block_comment(dat, "aggregation", f->aggs[a], ": per-step mean");
+        fputs("value share\n", dat);
         put_cdf(dat, means, (size_t)s->n_steps);
         free(means);
         if (s->n_values && s->values[0] < lo) lo = s->values[0];
     }
     lo = floor(lo * 20.0) / 20.0;
-    fprintf(gp, "set title '%s — %s: CDF of R_t, %s at %s, window %s'\n", f->key[0], f->key[2], f->key[3], f->key[5],
-            f->key[6]);
+    put_title(gp, f, "CDF of R_t,");
     fprintf(gp, "set xlabel 'retained importance R_t'\nset ylabel 'share at or below'\nset xrange [%.2f:1]\n"
                 "set yrange [0:1]\nset grid\nset key outside right top\n"
                 "set arrow from %g, graph 0 to %g, graph 1 nohead dt 3 lc rgb 'black'\nplot",
             lo, outlier, outlier);
     for (int a = 0; a < f->n_aggs; a++) {
-        fprintf(gp, "%s \\\n  '%s' index %d using 1:2 with lines lw 1.5 lc %d title ", a ? "," : "", dat_path, 2 * a,
-                a + 1);
-        report_put_quoted(gp, f->aggs[a]);
+        if (a) fputc(',', gp);
+        fputs(" \\\n  ", gp);
+        report_put_gp_string(gp, dat_path);
+        fprintf(gp, " index %d using 1:2 with lines lw 1.5 lc %d title ", 2 * a, a + 1);
+        report_put_gp_string(gp, f->aggs[a]);
         fputs(" . ' per head'", gp);
-        fprintf(gp, ", \\\n  '%s' index %d using 1:2 with lines lw 1 dt 2 lc %d title ", dat_path, 2 * a + 1, a + 1);
-        report_put_quoted(gp, f->aggs[a]);
+        put_series(gp, dat_path, 2 * a + 1);
+        fprintf(gp, "using 1:2 with lines lw 1 dt 2 lc %d title ", a + 1);
+        report_put_gp_string(gp, f->aggs[a]);
         fputs(" . ' per-step mean'", gp);
     }
     fputc('\n', gp);
-    return report_figure_close(c, name, dat, gp);
+    return report_figure_close(c, dat, gp);
 }
 
 int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier) {

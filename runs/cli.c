@@ -25,7 +25,8 @@ static const Command COMMANDS[] = {
      "  --db PATH    report this database; without CONFIG.json or --db: results/kvbench.db, or the only .db in "
      "results/\n"
      "  --out DIR    output folder (default: beside the database, DB_STEM_report/)\n"
-     "  --outlier R  fragility outlier threshold on R_t (default 0.5)\n"},
+     "  --outlier R  fragility outlier threshold on R_t (default 0.5)\n"
+     "  --min-n N    fewest samples behind an interval, a * or a verdict (default 10; fewer: \"too few samples\")\n"},
     {"trace", cmd_trace, "trace CONFIG.json [--db PATH] [--limit N] [--shard i/N]  retained-importance traces",
      "  options as for run\n"},
     {"merge", cmd_merge, "merge OUT.db IN.db...                           combine shard databases",

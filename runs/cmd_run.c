@@ -132,8 +132,9 @@ static int default_report_db(char *out, size_t n) {
 }
 
 int cmd_report(int argc, char **argv) {
-    static const char USAGE[] = "usage: kvbench report [CONFIG.json | --db PATH] [--out DIR] [--outlier R]   (kvbench report --help)\n";
-    ReportOptions opt = {NULL, NULL, NULL, stdout, 0};
+    static const char USAGE[] = "usage: kvbench report [CONFIG.json | --db PATH] [--out DIR] [--outlier R] [--min-n N]   "
+                                "(kvbench report --help)\n";
+    ReportOptions opt = {NULL, NULL, NULL, stdout, 0, 0};
     const char *config_path = NULL;
     for (int i = 0; i < argc; i++) {
         const char *outlier;
@@ -149,6 +150,15 @@ int cmd_report(int argc, char **argv) {
                 fprintf(stderr, "kvbench report: --outlier '%s': expected a number in (0, 1]\n", outlier);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--min-n")) {
+            const char *text;
+            long long n = 0;
+            if (option_value("report", argc, argv, &i, &text)) return 2;
+            if (num_parse_integer(text, 1, 1000000, &n)) {
+                fprintf(stderr, "kvbench report: --min-n '%s': expected an integer in [1, 1000000]\n", text);
+                return 2;
+            }
+            opt.min_n = (int)n;
         } else if (argv[i][0] != '-' && !config_path) {
             config_path = argv[i];
         } else {

@@ -83,14 +83,50 @@ static int absolute_path(const char *path, char *out, size_t n, KvErr *err) {
     return 0;
 }
 
-/* Single-quotes a path for the shell. */
-static void put_quoted(FILE *f, const char *s) {
-    fputc('\'', f);
-    for (; *s; s++) {
-        if (*s == '\'') fputs("'\\''", f);
-        else fputc(*s, f);
+/* Every path and value that goes into a script passes here first. A control character (a newline above all)
+ * is refused everywhere: a comment or an #SBATCH line would end at it and the rest become a command of the job.
+ * A value of an #SBATCH line (sbatch reads those lines itself, with no shell quoting) is also refused when it holds
+ * a space, a quote, a backslash or '%' (Slurm's file-name pattern character); in the script's commands every
+ * path is a single-quoted shell word, where anything else stays text. */
+static int check_value(const char *what, const char *s, int sbatch_line, KvErr *err) {
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f) {
+            char shown[300]; /* the value on one line, each control character as '?' */
+            snprintf(shown, sizeof shown, "%s", s);
+            for (char *q = shown; *q; q++)
+                if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
+            return kv_fail(err, "%s '%s' holds a control character (a newline?): it cannot be written into a job "
+                                "script", what, shown);
+        }
+        if (sbatch_line && strchr(" \"'\\%", c))
+            return kv_fail(err, "%s '%s' holds '%c', which an #SBATCH line cannot carry (choose another %s)", what, s,
+                           c, strstr(what, "dir") ? "--dir" : "value");
     }
-    fputc('\'', f);
+    return 0;
+}
+
+/* s as one shell word into out[n]: single-quoted, a quote inside written '\''. Fails when it does not fit. */
+static int shell_word(const char *s, char *out, size_t n) {
+    size_t k = 0;
+    if (n < 3) return -1;
+    out[k++] = '\'';
+    for (; *s; s++) {
+        const char *piece = *s == '\'' ? "'\\''" : NULL;
+        size_t len = piece ? 4 : 1;
+        if (k + len + 2 > n) return -1;
+        if (piece) memcpy(out + k, piece, len);
+        else out[k] = *s;
+        k += len;
+    }
+    out[k++] = '\'';
+    out[k] = 0;
+    return 0;
+}
+
+static void put_quoted(FILE *f, const char *s) {
+    char word[PATH_MAX * 4 + 3]; /* the paths here are at most PATH_MAX */
+    if (!shell_word(s, word, sizeof word)) fputs(word, f);
 }
 
 static int write_array_script(const char *path, const SlurmOptions *o, const char *exe, const char *cwd,
@@ -144,8 +180,9 @@ static int write_merge_script(const char *path, const SlurmOptions *o, const cha
 
 /* Runs sbatch --parsable with extra arguments; returns the job id ("123" or "123;cluster" -> "123"). */
 static int sbatch(const char *extra, const char *script, char *job_id, size_t n, KvErr *err) {
-    char cmd[PATH_MAX * 2];
-    snprintf(cmd, sizeof cmd, "sbatch --parsable %s '%s' 2>&1", extra, script);
+    char cmd[PATH_MAX * 5], word[PATH_MAX * 4 + 3];
+    if (shell_word(script, word, sizeof word)) return kv_fail(err, "%s: path too long", script);
+    snprintf(cmd, sizeof cmd, "sbatch --parsable %s %s 2>&1", extra, word);
     FILE *p = popen(cmd, "r");
     if (!p) return kv_fail(err, "cannot run sbatch: %s", strerror(errno));
     char line[64] = "";
@@ -199,17 +236,36 @@ int cmd_slurm(int argc, char **argv) {
         fprintf(stderr, "kvbench slurm: %s\n", err.msg);
         return 1;
     }
+    if (check_value("the config path", config, 0, &err) || check_value("the working directory", cwd, 0, &err) ||
+        check_value("the kvbench executable's path", exe, 0, &err) ||
+        (o.partition && check_value("--partition", o.partition, 1, &err)) ||
+        (o.time_limit && check_value("--time", o.time_limit, 1, &err)) ||
+        (o.dir && check_value("--dir", o.dir, 1, &err))) {
+        fprintf(stderr, "kvbench slurm: %s\n", err.msg);
+        return 1;
+    }
+    /* the job's name: the config file's name up to its first '.', as a plain label */
     const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
     snprintf(name, sizeof name, "%.*s", (int)strcspn(base, "."), base);
+    for (char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_'))
+            *p = '_';
     char default_dir[300];
     snprintf(default_dir, sizeof default_dir, "slurm-%s", name);
     const char *want_dir = o.dir ? o.dir : default_dir;
     char logs[PATH_MAX + 8];
+    /* checked before anything is created; again below once symbolic links are resolved */
+    if (want_dir[0] != '/' && check_value("the working directory (it holds --dir)", cwd, 1, &err)) {
+        fprintf(stderr, "kvbench slurm: %s\n", err.msg);
+        return 1;
+    }
     if (mkdir(want_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "kvbench slurm: %s: cannot create: %s\n", want_dir, strerror(errno));
         return 1;
     }
-    if (absolute_path(want_dir, dir, sizeof dir, &err)) {
+    if (absolute_path(want_dir, dir, sizeof dir, &err) ||
+        check_value(strcmp(want_dir, dir) ? "the directory (absolute path of --dir)" : "--dir", dir, 1, &err)) {
         fprintf(stderr, "kvbench slurm: %s\n", err.msg);
         return 1;
     }

@@ -1,12 +1,12 @@
 /* test_chat_option.c — a dataset's "chat_template" key (runs/config.c, runs/sweep.c): parsed and validated; the
  * shipped configs' choice (the CPU demo's needle on the chat template, every other dataset on its suite's own
- * protocol); and end to end on a 2-layer synthetic SmolLM2 shape with SmolLM2's real tokenizer: needle samples
+ * protocol), read from the list of configs git tracks so that a user's own file in configs/ cannot fail the test;
+ * and end to end on a 2-layer synthetic SmolLM2 shape with SmolLM2's real tokenizer: needle samples
  * run with the key are prefilled and questioned in the ChatML rendering (the stored token counts equal those of
  * the prompt rendered here by hand), are stored under their own setup so that rows of one protocol never pass
  * for the other's on resume, `kvbench trace` keys them alike, and a model without a chat template is refused.
  * Each run is a forked child (tests/sweep_harness.h); the parent tokenizes only after the last run. */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,22 +79,28 @@ static void test_parse(TestCounts *tc) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) expect_parse_error(tc, bad[i]);
 }
 
+/* The configs git tracks, by name: the test reads these and nothing else of configs/, so a user's own file saved
+ * there (an edited copy, a draft) cannot fail `make check`; a tracked config missing here fails the list check
+ * below instead of going unchecked. */
+static const char *const SHIPPED[] = {
+    "ablation_aggregation.json", "cpu_demo.json",          "cpu_study.json",        "figure2.json",
+    "fragility.json",            "fragility_cpu.json",     "fragility_tasks.json",  "niah.json",
+    "paper_longbench_20.json",   "paper_longbench_40.json", "paper_longbench_60.json", "paper_longbench_80.json",
+    "paper_ruler4k_quick.json",
+};
+enum { N_SHIPPED = sizeof SHIPPED / sizeof SHIPPED[0] };
+
 /* Every shipped config keeps its suites' protocols, except the CPU demo's needle (SmolLM2-135M-Instruct answers
  * the plain needle prompt with end-of-turn at once). */
 static void test_shipped(TestCounts *tc) {
     setenv("MODELS_DIR", "/models", 0);
     setenv("LONGBENCH_DIR", "/data/longbench", 0);
     setenv("RULER_QA_DIR", "/data/ruler_qa", 0);
-    DIR *d = opendir("configs");
-    CHECK(tc, d != NULL, "configs/ not found (run from the project root)");
-    if (!d) return;
     int n_files = 0, demo_needle = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len < 6 || strcmp(e->d_name + len - 5, ".json")) continue;
+    for (int k = 0; k < N_SHIPPED; k++) {
+        const char *name = SHIPPED[k];
         char path[512];
-        snprintf(path, sizeof path, "configs/%s", e->d_name);
+        snprintf(path, sizeof path, "configs/%s", name);
         RunConfig cfg;
         KvErr err = {{0}};
         int rc = config_load(&cfg, path, &err);
@@ -104,7 +110,7 @@ static void test_shipped(TestCounts *tc) {
         for (int i = 0; i < cfg.n_datasets; i++) {
             const RunDataset *ds = &cfg.datasets[i];
             /* the CPU configs render SmolLM2's needle in the chat template (README, the CPU demo) */
-            int is_demo_needle = (!strcmp(e->d_name, "cpu_demo.json") || !strcmp(e->d_name, "cpu_study.json")) &&
+            int is_demo_needle = (!strcmp(name, "cpu_demo.json") || !strcmp(name, "cpu_study.json")) &&
                                  !strcmp(ds->suite, "niah");
             demo_needle += is_demo_needle;
             CHECK(tc, ds->chat == (is_demo_needle ? RUN_CHAT_ON : RUN_CHAT_SUITE), "%s datasets[%d] (%s): chat %d",
@@ -112,8 +118,46 @@ static void test_shipped(TestCounts *tc) {
         }
         config_free(&cfg);
     }
-    closedir(d);
-    CHECK(tc, n_files >= 7 && demo_needle == 2, "%d configs, %d CPU needle datasets", n_files, demo_needle);
+    CHECK(tc, n_files == N_SHIPPED && demo_needle == 2, "%d configs, %d CPU needle datasets", n_files, demo_needle);
+}
+
+/* The list above is git's list (checked where the tree is a git checkout; a release tarball has no .git). */
+static void test_shipped_list(TestCounts *tc) {
+    if (system("git rev-parse --is-inside-work-tree >/dev/null 2>&1")) {
+        fprintf(stderr, "test_chat_option: not a git checkout, the tracked-config list is not compared\n");
+        return;
+    }
+    FILE *p = popen("git ls-files -- 'configs/*.json'", "r");
+    char line[512];
+    int n = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        const char *name = strncmp(line, "configs/", 8) ? line : line + 8;
+        int k = 0;
+        while (k < N_SHIPPED && strcmp(SHIPPED[k], name)) k++;
+        CHECK(tc, k < N_SHIPPED, "tracked %s is not in test_chat_option's SHIPPED list", line);
+        n++;
+    }
+    CHECK(tc, p && pclose(p) == 0 && n == N_SHIPPED, "git ls-files lists %d configs, SHIPPED %d", n, N_SHIPPED);
+}
+
+/* A user's untracked config in configs/ (here one whose needle is on the chat template, which the shipped-config
+ * check would reject) changes nothing: the checks above pass with it present. */
+static void test_untracked_config(TestCounts *tc) {
+    char path[128];
+    snprintf(path, sizeof path, "configs/zz_untracked_test_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    CHECK(tc, f != NULL, "cannot write %s", path);
+    if (!f) return;
+    fputs("{\"name\": \"mine\", \"models\": [{\"path\": \"synthetic:tiny\"}], \"datasets\": [{\"suite\": "
+          "\"niah\", \"tasks\": [\"needle\"], \"chat_template\": true}], \"policies\": [\"full\"], "
+          "\"budgets\": [\"20%\"]}\n", f);
+    fclose(f);
+    TestCounts inner = {"shipped with an untracked config", 0, 0};
+    test_shipped(&inner);
+    test_shipped_list(&inner);
+    remove(path);
+    CHECK(tc, inner.failed == 0 && inner.passed > 0, "an untracked configs/ file failed %d checks", inner.failed);
 }
 
 static int count_special(const Tokenizer *tok, const char *a, const char *b) {
@@ -262,6 +306,8 @@ int main(void) {
     TestCounts tc = {"test_chat_option", 0, 0};
     test_parse(&tc);
     test_shipped(&tc);
+    test_shipped_list(&tc);
+    test_untracked_config(&tc);
     /* The tokenizer is SmolLM2's, from the default model that `make setup` / `make model` fetches. */
     CHECK(&tc, access(TOKENIZER, R_OK) == 0, "%s is missing: run `make model` first", TOKENIZER);
     if (tc.failed) return test_finish(&tc);

@@ -9,7 +9,10 @@
  * errors, the ablation pivoted, the LaTeX (labels, bold, no \resizebox; compiled when pdflatex is present), one
  * colour per method across figures, Figure 4 / Figure 2 values, every figure rendered; an all-failed database
  * (a report saying there are no scores), gnuplot missing, an empty and a missing database; the command line
- * (--help on every command, `report CONFIG.json`); the paper's ordering link by link (CSV, Markdown, LaTeX). */
+ * (--help on every command, `report CONFIG.json`); the paper's ordering link by link (CSV, Markdown, LaTeX), a
+ * zero-width interval never significant; n = 1, 2 and 10 samples against the default min_n of 10 (the value with
+ * its n and "too few samples", no interval, *, bold, verdict or error bar below it) and `--min-n 2`; the best
+ * baseline never an ablation variant. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,7 +288,7 @@ static int is_png(const char *dir_, const char *name) {
 /* The colour a figure script gives the series titled `title` (the "lc rgb '#......'" of its clause). */
 static int colour_of(const char *script, const char *title, char *out) {
     char needle[200];
-    snprintf(needle, sizeof needle, "title \"%s\"", title);
+    snprintf(needle, sizeof needle, "title '%s'", title);
     const char *t = script ? strstr(script, needle) : NULL;
     if (!t) return 0;
     const char *line = t;
@@ -323,12 +326,15 @@ static void check_md(TestCounts *tc, const char *md) {
     /* summary, budgets side by side: avg [interval], change with its sign (a method below the full cache is
      * negative, one above positive), Δ best baseline (snapkv is the only baseline) */
     CHECK(tc, strstr(md, "| Method | 20%: avg | 20%: change % | 20%: Δ best baseline | 40%: avg |") != NULL, "columns");
-    CHECK(tc, strstr(md, "| snapkv | 45.00 [45.00, 45.00] | -25.00\\* [-25.00, -25.00] | – | 55.00 [55.00, 55.00] | "
-                         "-8.33\\* [-8.33, -8.33] | – |") != NULL, "snapkv summary row");
-    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67**\\* [16.67, 16.67] | "
-                         "**25.00**\\* [25.00, 25.00] | – |") != NULL, "defensivekv summary row: bold, positive, *");
-    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [0.00, 0.00] | 15.00\\* [15.00, 15.00] |"),
-          "a zero change is not marked");
+    /* (every sample of a task scores alike here: zero-width intervals, never marked *) */
+    CHECK(tc, strstr(md, "| snapkv | 45.00 [45.00, 45.00] | -25.00 [-25.00, -25.00] | – | 55.00 [55.00, 55.00] | "
+                         "-8.33 [-8.33, -8.33] | – |") != NULL, "snapkv summary row");
+    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67** [16.67, 16.67] | "
+                         "25.00 [25.00, 25.00] | – |") != NULL, "defensivekv summary row: bold, positive, no *");
+    /* defensivekv at mean is an ablation variant (its default is max+prior): no comparison with the best
+     * baseline */
+    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [0.00, 0.00] | – | – | – | – |"),
+          "an ablation variant has no Δ best baseline");
     /* task table with n, intervals */
     CHECK(tc, strstr(md, "| n | 2 | 2 | 2 | 6 |") != NULL, "n row");
     CHECK(tc, strstr(md, "| snapkv | 50.00 [50.00, 50.00] | 30.00 [30.00, 30.00] | 55.00 [55.00, 55.00] | 45.00 "
@@ -357,7 +363,8 @@ static void check_md(TestCounts *tc, const char *md) {
     CHECK(tc, strstr(ruler, "- missing: snapkv at 40%, 2 samples without a row") != NULL, "missing rows counted");
     CHECK(tc, strstr(ruler, "14 samples in 2 tasks; 40 result rows, 1 failed") != NULL, "coverage line");
     /* qa task: snapkv 20% has one scored sample of 2: n shown */
-    CHECK(tc, strstr(ruler, "| snapkv | 33.33 [") && strstr(ruler, "0.00 [0.00, 0.00] (n=1)"), "short n shown");
+    CHECK(tc, strstr(ruler, "| snapkv | 33.33 [") && strstr(ruler, "| 0.00 (n=1, too few samples) |"),
+          "below min_n: the value, its n, too few samples");
     /* paired change over the samples both scored: full 41.67 and 0 (sample 1 of qa) -> 20.83; snapkv 16.67 */
     CHECK(tc, strstr(ruler, "| snapkv | 16.67 [") && strstr(ruler, "| -20.00"), "paired change -20.00");
     /* cross-domain (Figure 2 style) at 20%: longbench single-doc 40/60, multi-doc 55/60, retrieval (ruler + needle
@@ -371,7 +378,7 @@ static void test_report(TestCounts *tc) {
     snprintf(db, sizeof db, "%s/r.db", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     fill_db(db);
-    ReportOptions opt = {db, out, NULL, NULL, 0};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "report: %s", err.msg);
 
@@ -382,16 +389,17 @@ static void test_report(TestCounts *tc) {
 
     char *csv = read_in(out, "task_scores.csv");
     CHECK(tc, csv && strstr(csv, "model,setup,suite,domain,task,policy,aggregation,params,budget,keep_fraction,"
-                                 "substitute,n,mean,lo,hi,n_failed,n_missing,full_mean,ratio\n"), "task csv header");
+                                 "substitute,n,mean,lo,hi,n_failed,n_missing,full_mean,ratio,note\n"), "task csv header");
     CHECK(tc, csv && strstr(csv, "\"m\",\"cq=0\",\"longbench\",\"single-doc QA\",\"qasper\",\"snapkv\",\"mean\","
-                                 "\"w=32,k=5\",\"20%\",0.2,0,2,30,30,30,0,0,40,0.75\n"), "task csv row");
-    CHECK(tc, csv && strstr(csv, "\"qa_1_substitute\",\"snapkv\",\"mean\",\"w=32,k=5\",\"20%\",0.2,1,1,0,0,0,1,0,50,0\n"),
-          "substitute csv row: n 1, a failure");
+                                 "\"w=32,k=5\",\"20%\",0.2,0,2,30,30,30,0,0,40,0.75,\n"), "task csv row");
+    CHECK(tc, csv && strstr(csv, "\"qa_1_substitute\",\"snapkv\",\"mean\",\"w=32,k=5\",\"20%\",0.2,1,1,0,,,1,0,50,0,"
+                                 "\"too few samples\"\n"),
+          "substitute csv row: n 1 (no interval: too few samples), a failure");
     free(csv);
     csv = read_in(out, "domain_scores.csv");
     /* snapkv 40%: mean 55, change -8.333% with its interval, paired difference -5 */
     CHECK(tc, csv && strstr(csv, "\"(all)\",\"\",\"snapkv\",\"mean\",\"w=32,k=5\",\"40%\",0.4,0,6,55,55,55,60,"
-                                 "-8.333333333,-8.333333333,-8.333333333,-5,-5,-5,\"snapkv\",,,\n"), "summary csv");
+                                 "-8.333333333,-8.333333333,-8.333333333,-5,-5,-5,\"snapkv\",,,,\n"), "summary csv");
     free(csv);
 
     /* LaTeX: labels, bold best, no resizing, booktabs rules, column groups side by side */
@@ -399,7 +407,7 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, tex && !strstr(tex, "resizebox") && strstr(tex, "\\label{tab:m-longbench:summary}") &&
                   strstr(tex, "\\label{tab:m-longbench:tasks:20-}") && strstr(tex, "\\textbf{70.00}") &&
                   strstr(tex, "\\multicolumn{3}{c}{20\\%} & \\multicolumn{3}{c}{40\\%}") &&
-                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "$-$25.00$^{*}$") &&
+                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "& $-$25.00 & -- &") &&
                   strstr(tex, "qa\\_1\\_substitute$^\\dagger$"),
           "tex layout");
     free(tex);
@@ -415,10 +423,10 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, colour_of(budget, "defensivekv (mean)", c1) && colour_of(budget, "defensivekv (max+prior)", c2) &&
                   !strcmp(c1, c2) && colour_of(tasks, "defensivekv (max+prior)", c3) && !strcmp(c1, c3),
           "defensivekv one colour over its aggregations");
-    CHECK(tc, budget && strstr(budget, "title \"defensivekv (mean)\"") &&
-                  strstr(budget, "dt 4 pt 9 title \"defensivekv (max+prior)\"") &&
-                  strstr(budget, "dt 1 pt 7 title \"defensivekv (mean)\""), "dash/point per aggregation");
-    CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics (\"20%%\" 20.0000"),
+    CHECK(tc, budget && strstr(budget, "title 'defensivekv (mean)'") &&
+                  strstr(budget, "dt 4 pt 9 title 'defensivekv (max+prior)'") &&
+                  strstr(budget, "dt 1 pt 7 title 'defensivekv (mean)'"), "dash/point per aggregation");
+    CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics ('20%%' 20.0000"),
           "budget axis spans the budgets run");
     CHECK(tc, tasks && strstr(tasks, "($2 == 0 ? 0 : NaN)") && strstr(tasks, "with vectors nohead"), "zero marks, error bars");
     CHECK(tc, budget && !strstr(budget, dir), "scripts name files relative to their folder");
@@ -461,7 +469,7 @@ static void test_report(TestCounts *tc) {
     /* Without gnuplot: a clear error, and the tables are still there. */
     char out2[160];
     snprintf(out2, sizeof out2, "%s/out2", dir);
-    ReportOptions nogp = {db, out2, "/nonexistent/gnuplot", NULL, 0};
+    ReportOptions nogp = {db, out2, "/nonexistent/gnuplot", NULL, 0, 2};
     rc = report_write(&nogp, &err);
     CHECK(tc, rc == -1 && strstr(err.msg, "gnuplot not found"), "no gnuplot: %s", err.msg);
     CHECK(tc, file_size(out2, "report.md") > 0 && file_size(out2, "m_longbench_budget.gp") > 0,
@@ -489,7 +497,7 @@ static void test_all_failed(TestCounts *tc) {
     }
     store_close(s);
     FILE *log = tmpfile();
-    ReportOptions opt = {db, out, NULL, log, 0};
+    ReportOptions opt = {db, out, NULL, log, 0, 2};
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "all failed: %s", err.msg);
     char logbuf[2000] = "";
@@ -532,7 +540,7 @@ static void test_crossdomain_setups(TestCounts *tc) {
             write_sample(s, run, &m, r, 2);
         }
     store_close(s);
-    ReportOptions opt = {db, out, NULL, NULL, 0};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
     CHECK(tc, report_write(&opt, &err) == 0, "setups: %s", err.msg);
     char *md = read_in(out, "report.md");
     /* one domain (synthetic retrieval) from ruler A (-50) and the needle B (0): (50 + 100) / (100 + 100) -> -25 */
@@ -542,12 +550,13 @@ static void test_crossdomain_setups(TestCounts *tc) {
     CHECK(tc, file_size(out, "m_fig2_crossdomain_20p.png") > 2000, "one figure 2 per model");
 }
 
-/* The paper's ordering (report/ordering.c) on a database whose scores are exact shifts of one base per sample,
- * so every paired difference is that shift in each resample and its interval has zero width: streamingllm b,
- * snapkv b + 10, adakv = cake b + 20, criticalkv b + 15 (below adakv: the link is reversed), defensivekv and
- * layer-defensivekv at max+prior b + 30 (equal: ≥ holds within the interval); defensivekv at mean b + 90 is an
- * ablation variant the ordering must not pick. A 7th sample where streamingllm scores 30 points above snapkv
- * makes that link's interval straddle 0 (not resolved). Points are on the 0-100 scale. */
+/* The paper's ordering (report/ordering.c) on 12 samples (at least the default min_n of 10): per sample a base b
+ * and small per-policy offsets e1, e2 (±1 and ±1.5 points) so that every paired difference varies a little:
+ * streamingllm b, snapkv b + 10 + e1, adakv b + 20 + e2, cake adakv ± 1 alternately (mean difference 0),
+ * criticalkv b + 15 + e1 (below adakv: the link is reversed), defensivekv at max+prior b + 30 + e2 and
+ * layer-defensivekv exactly the same (a zero-width interval at 0: no verdict); defensivekv at mean b + 90 is an
+ * ablation variant the ordering must not pick. On the 12th sample streamingllm scores 80 points above snapkv,
+ * which makes that link's interval straddle 0 (not resolved). Points are on the 0-100 scale. */
 static void test_ordering(TestCounts *tc) {
     char db[128], out[128];
     snprintf(db, sizeof db, "%s/order.db", dir);
@@ -556,54 +565,173 @@ static void test_ordering(TestCounts *tc) {
     long long run;
     open_db(db, &s, &run);
     const double base[] = {0.0, 0.05, 0.02, 0.04, 0.01, 0.03};
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 12; i++) {
         char key[64];
         snprintf(key, sizeof key, "ruler:vt:%d", i);
         StoreSample m = {"m", "cq=0", key, "ruler", "vt", "tracing", "string_match_all", i, -1, 4096, 4000, 20, "[]",
                          NULL, "m", "d", 0};
-        double b = i < 6 ? base[i] : 0.5;
-        double snap = b + 0.10, stream = i < 6 ? b : 0.9;
+        double b = i < 11 ? base[i % 6] : 0.0, e1 = 0.01 * (i % 3 - 1), e2 = 0.01 * (i % 4 - 1.5);
+        double snap = b + 0.10 + e1, stream = i < 11 ? b : 0.9, ada = b + 0.20 + e2;
         StoreResult r[] = {row("full", "mean", "full", 1, 0.9),
                            row("streamingllm", "none", "20%", 0.2, stream),
                            row("snapkv", "mean", "20%", 0.2, snap),
-                           row("adakv", "mean", "20%", 0.2, b + 0.20),
-                           row("cake", "mean", "20%", 0.2, b + 0.20),
-                           row("criticalkv", "mean", "20%", 0.2, b + 0.15),
-                           row("defensivekv", "max+prior", "20%", 0.2, b + 0.30),
+                           row("adakv", "mean", "20%", 0.2, ada),
+                           row("cake", "mean", "20%", 0.2, ada + (i % 2 ? 0.01 : -0.01)),
+                           row("criticalkv", "mean", "20%", 0.2, b + 0.15 + e1),
+                           row("defensivekv", "max+prior", "20%", 0.2, b + 0.30 + e2),
                            row("defensivekv", "mean", "20%", 0.2, b + 0.90 > 1 ? 1 : b + 0.90),
-                           row("layer-defensivekv", "max+prior", "20%", 0.2, b + 0.30)};
+                           row("layer-defensivekv", "max+prior", "20%", 0.2, b + 0.30 + e2)};
         r[1].key.params = "";
         write_sample(s, run, &m, r, 9);
     }
     store_close(s);
     KvErr err;
-    ReportOptions opt = {db, out, NULL, NULL, 0};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 0};
     CHECK(tc, report_write(&opt, &err) == 0, "ordering report: %s", err.msg);
     char *csv = read_in(out, "ordering.csv"), *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
-    static const char *const want[] = {
-        "\"20%\",\">=\",\"layer-defensivekv\",\"max+prior\",\"defensivekv\",\"max+prior\",7,0,0,0,\"holds (equal within the interval)\"",
-        "\"20%\",\">\",\"defensivekv\",\"max+prior\",\"criticalkv\",\"mean\",7,15,15,15,\"holds\"",
-        "\"20%\",\">\",\"criticalkv\",\"mean\",\"adakv\",\"mean\",7,-5,-5,-5,\"reversed\"",
-        "\"20%\",\"~\",\"adakv\",\"mean\",\"cake\",\"mean\",7,0,0,0,\"holds (no difference resolved)\"",
-        "\"20%\",\">\",\"adakv\",\"mean\",\"snapkv\",\"mean\",7,10,10,10,\"holds\"",
-        "\"20%\",\">\",\"cake\",\"mean\",\"snapkv\",\"mean\",7,10,10,10,\"holds\"",
-        "\"20%\",\">\",\"snapkv\",\"mean\",\"streamingllm\",\"none\",7,",
+    static const char *const want[][2] = {
+        {"\"20%\",\">=\",\"layer-defensivekv\",\"max+prior\",\"defensivekv\",\"max+prior\",12,0,0,0,",
+         "\"not resolved (zero-width interval: the samples do not vary)\""},
+        {"\"20%\",\">\",\"defensivekv\",\"max+prior\",\"criticalkv\",\"mean\",12,15,", "\"holds\""},
+        {"\"20%\",\">\",\"criticalkv\",\"mean\",\"adakv\",\"mean\",12,-5,", "\"reversed\""},
+        {"\"20%\",\"~\",\"adakv\",\"mean\",\"cake\",\"mean\",12,0,", "\"holds (no difference resolved)\""},
+        {"\"20%\",\">\",\"adakv\",\"mean\",\"snapkv\",\"mean\",12,10,", "\"holds\""},
+        {"\"20%\",\">\",\"cake\",\"mean\",\"snapkv\",\"mean\",12,10,", "\"holds\""},
+        {"\"20%\",\">\",\"snapkv\",\"mean\",\"streamingllm\",\"none\",12,", "\"not resolved (the interval includes 0)\""},
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        CHECK(tc, csv && strstr(csv, want[i]), "ordering.csv has %s\n%s", want[i], csv ? csv : "(missing)");
-    /* snapkv − streamingllm: +10 on 6 samples, −30 on the 7th: mean 30/7 = 4.29; a resample holding the 7th k
-     * times gives 10 − 40k/7, and k >= 2 (−1.43 and below) has probability 0.26, so the interval straddles 0 */
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *at = csv ? strstr(csv, want[i][0]) : NULL, *eol = at ? strchr(at, '\n') : NULL;
+        const char *v = at ? strstr(at, want[i][1]) : NULL;
+        CHECK(tc, v && v < eol, "ordering.csv has %s ... %s\n%s", want[i][0], want[i][1], csv ? csv : "(missing)");
+    }
+    /* snapkv − streamingllm: about +10 on 11 samples, −80 on the 12th: mean 2.5; a resample holding the 12th
+     * twice or more (probability 0.26) is below 0, so the interval straddles 0 */
     const char *st = csv ? strstr(csv, "\"snapkv\",\"mean\",\"streamingllm\"") : NULL;
-    CHECK(tc, st && strstr(st, ",7,4.285714286,-") && strstr(st, "not resolved (the interval includes 0)"),
-          "snapkv > streamingllm not resolved: %.200s", st ? st : "(missing)");
-    CHECK(tc, md && strstr(md, "| criticalkv > adakv | -5.00\\* [-5.00, -5.00] | reversed |"),
-          "markdown ordering row");
+    CHECK(tc, st && strstr(st, ",12,2.5,-"), "snapkv > streamingllm: %.200s", st ? st : "(missing)");
+    CHECK(tc, md && strstr(md, "| criticalkv > adakv | -5.00\\* [-") && strstr(md, "] | reversed |") &&
+                  strstr(md, "| layer-defensivekv ≥ defensivekv (max+prior) | 0.00 [0.00, 0.00] | not resolved"),
+          "markdown ordering rows: * only where the interval has width");
     CHECK(tc, tex && strstr(tex, "layer-defensivekv $\\geq$ defensivekv (max+prior)") &&
                   strstr(tex, "tab:m-ruler:ordering"), "LaTeX ordering table");
     compile_tex(tc, out);
     free(csv);
     free(md);
     free(tex);
+}
+
+static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
+
+/* ---------------------------------------------------------------- no verdict from too few samples */
+
+/* One LongBench task with n samples whose scores vary: full 60 + 2·(i mod 3), snapkv 40 + 3·(i mod 4), adakv at
+ * its default mean 45 + 2·(i mod 5) and at max 90 (an ablation variant that beats every baseline), criticalkv
+ * 42 + (i mod 3), defensivekv at max+prior 55 + 2·(i mod 2). */
+static void fill_n(const char *path, int n) {
+    Store *s;
+    long long run;
+    open_db(path, &s, &run);
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "longbench:qasper:%d", i);
+        StoreSample m = {"m", "cq=0", key, "longbench", "qasper", "single-doc QA", "qa_f1", i, -1, 0, 100, 10, "[]",
+                         NULL, "m", "d", 0};
+        StoreResult r[] = {row("full", "mean", "full", 1, 0.60 + 0.02 * (i % 3)),
+                           row("snapkv", "mean", "20%", 0.2, 0.40 + 0.03 * (i % 4)),
+                           row("adakv", "mean", "20%", 0.2, 0.45 + 0.02 * (i % 5)),
+                           row("adakv", "max", "20%", 0.2, 0.90),
+                           row("criticalkv", "mean", "20%", 0.2, 0.42 + 0.01 * (i % 3)),
+                           row("defensivekv", "max+prior", "20%", 0.2, 0.55 + 0.02 * (i % 2))};
+        write_sample(s, run, &m, r, 6);
+    }
+    store_close(s);
+}
+
+/* The line of md that starts with `start`, copied into line[n] ("" when there is none). */
+static const char *line_of(const char *md, const char *start, char *line, size_t n) {
+    line[0] = 0;
+    const char *at = md ? strstr(md, start) : NULL;
+    if (at) snprintf(line, n, "%.*s", (int)strcspn(at, "\n"), at);
+    return line;
+}
+
+/* Table rows of report.md (lines "| ...", the header, separator and n rows aside) holding `what`. */
+static int rows_with(const char *md, const char *what) {
+    int count = 0;
+    for (const char *p = md; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        if (!strncmp(p, "| ", 2) && strncmp(p, "| Method", 8) && strncmp(p, "| n |", 5)) {
+            char line[4096];
+            snprintf(line, sizeof line, "%.*s", (int)len, p);
+            count += strstr(line, what) != NULL;
+        }
+        p += len + (p[len] == '\n');
+    }
+    return count;
+}
+
+static void test_min_n(TestCounts *tc) {
+    static const int ns[] = {1, 2, 10};
+    for (int k = 0; k < 3; k++) {
+        int n = ns[k];
+        char db[128], out[128], line[4096], want[200];
+        snprintf(db, sizeof db, "%s/n%d.db", dir, n);
+        snprintf(out, sizeof out, "%s/n%d_out", dir, n);
+        fill_n(db, n);
+        KvErr err = {{0}};
+        ReportOptions opt = {db, out, NULL, NULL, 0, 0}; /* the default min_n, 10 */
+        CHECK(tc, report_write(&opt, &err) == 0, "n=%d: %s", n, err.msg);
+        char *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex"), *csv = read_in(out, "task_scores.csv");
+        char *order = read_in(out, "ordering.csv"), *dat = read_in(out, "m_longbench_budget.dat");
+        /* the best baseline is adakv at its default aggregation, never its max variant */
+        CHECK(tc, md && strstr(md, "Best baseline per budget: 20% adakv (mean);"), "n=%d: best baseline", n);
+        line_of(md, "| adakv (max) |", line, sizeof line);
+        CHECK(tc, strstr(line, "| – |") && !strstr(line, "| – | –"), "n=%d: the ablation variant has no Δ best: %s", n,
+              line);
+        if (n < 10) {
+            /* snapkv at n=1: 40, change 100 × (40 / 60 − 1) = −33.33, Δ best 40 − 45 = −5 */
+            if (n == 1)
+                CHECK(tc, strstr(md, "| snapkv | 40.00 (n=1, too few samples) | -33.33 (n=1, too few samples) | "
+                                     "-5.00 (n=1, too few samples) |"), "n=1 summary row:\n%s", md);
+            snprintf(want, sizeof want, "(n=%d, too few samples)", n);
+            CHECK(tc, rows_with(md, " [") == 0 && rows_with(md, "\\*") == 0 && rows_with(md, "**") == 0 &&
+                          rows_with(md, want) > 0, "n=%d: no interval, * or bold in any table row", n);
+            CHECK(tc, tex && strstr(tex, want) && !strstr(tex, "\\textbf") && !strstr(tex, "$^{*}$") &&
+                          !strstr(tex, "\\scriptsize["), "n=%d: LaTeX likewise", n);
+            snprintf(want, sizeof want, "\"snapkv\",\"mean\",\"w=32,k=5\",\"20%%\",0.2,0,%d,", n);
+            const char *r = csv ? strstr(csv, want) : NULL;
+            line_of(r, want, line, sizeof line);
+            CHECK(tc, strstr(line, ",,,") && strstr(line, ",\"too few samples\""), "n=%d: CSV bounds empty, noted: %s", n,
+                  line);
+            int links = 0;
+            for (const char *p = order; p && (p = strstr(p, "\"too few samples\"")); p++) links++;
+            CHECK(tc, links == 3, "n=%d: the 3 links that ran say too few samples (%d):\n%s", n, links, order);
+            CHECK(tc, order && !strstr(order, "\"holds") && !strstr(order, "\"reversed"), "n=%d: no verdict", n);
+            CHECK(tc, dat && strstr(dat, n == 1 ? " 40.0000 NaN NaN\n" : " 41.5000 NaN NaN\n"), "n=%d: no error bar:\n%s", n,
+                  dat ? dat : "-");
+        } else {
+            line_of(md, "| snapkv |", line, sizeof line);
+            CHECK(tc, strstr(line, " [") && strstr(line, "\\*") && !strstr(line, "too few"), "n=10 snapkv: %s", line);
+            CHECK(tc, rows_with(md, "**") > 0 && rows_with(md, "too few samples") == 0, "n=10: bold, no 'too few'");
+            CHECK(tc, order && strstr(order, "\"adakv\",\"mean\",\"snapkv\",\"mean\",10,") &&
+                          !strstr(order, "too few"), "n=10: verdicts:\n%s", order);
+            CHECK(tc, dat && !strstr(dat, "NaN"), "n=10: error bars");
+        }
+        free(md), free(tex), free(csv), free(order), free(dat);
+    }
+    /* --min-n on the command line: the n=2 database with intervals */
+    static char text[4096];
+    char db[128], out[128], line[4096];
+    snprintf(db, sizeof db, "%s/n2.db", dir);
+    snprintf(out, sizeof out, "%s/n2_min2", dir);
+    char *argv[] = {"kvbench", "report", "--db", db, "--out", out, "--min-n", "2", NULL};
+    CHECK(tc, test_run_command(run_cli, 8, argv, text, NULL, sizeof text) == 0, "report --min-n 2: %s", text);
+    char *md = read_in(out, "report.md");
+    line_of(md, "| snapkv |", line, sizeof line);
+    CHECK(tc, strstr(line, "| snapkv | 41.50 [40.00, 43.00] |") && !strstr(line, "too few"), "--min-n 2: %s", line);
+    free(md);
+    char *bad[] = {"kvbench", "report", "--db", db, "--min-n", "0", NULL};
+    CHECK(tc, test_run_command(run_cli, 6, bad, text, NULL, sizeof text) == 2 && strstr(text, "--min-n '0'"),
+          "--min-n 0 refused: %s", text);
 }
 
 static void test_errors(TestCounts *tc) {
@@ -614,14 +742,13 @@ static void test_errors(TestCounts *tc) {
     snprintf(out, sizeof out, "%s/out3", dir);
     store_open(&s, db, 0, &err);
     store_close(s);
-    ReportOptions opt = {db, out, NULL, NULL, 0};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
     CHECK(tc, report_write(&opt, &err) == -1 && strstr(err.msg, "no results") && strstr(err.msg, "empty.db"),
           "empty: %s", err.msg);
     snprintf(db, sizeof db, "%s/none.db", dir);
     CHECK(tc, report_write(&opt, &err) == -1 && strstr(err.msg, "none.db"), "missing: %s", err.msg);
 }
 
-static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
 
 static void test_cli(TestCounts *tc) {
     static char out[8192];
@@ -699,6 +826,7 @@ int main(void) {
     test_all_failed(&tc);
     test_crossdomain_setups(&tc);
     test_ordering(&tc);
+    test_min_n(&tc);
     test_errors(&tc);
     test_cli(&tc);
     char cmd[128];
