@@ -327,6 +327,13 @@ static int check_consistency(Store *s, const char *schema, const char *label, Kv
     return no_rows(s, label, sql, err);
 }
 
+/* A directory or device where a database file belongs, said in one line (SQLite would say "disk I/O error"). */
+static int not_a_file(const char *path, const struct stat *st, KvErr *err) {
+    if (S_ISREG(st->st_mode)) return 0;
+    return kv_fail(err, "%s: is %s, not a database file", path,
+                   S_ISDIR(st->st_mode) ? "a directory" : "not a regular file");
+}
+
 int store_open(Store **out, const char *path, int readonly, KvErr *err) {
     *out = NULL;
     Store *s = kv_calloc(1, sizeof *s, err);
@@ -334,8 +341,9 @@ int store_open(Store **out, const char *path, int readonly, KvErr *err) {
     snprintf(s->path, sizeof s->path, "%s", path);
     char uri[3200];
     struct stat st;
-    if (readonly && stat(path, &st)) {
-        kv_fail(err, "%s: cannot open database: %s", path, strerror(errno));
+    int exists = stat(path, &st) == 0;
+    if ((readonly && !exists) || (exists && not_a_file(path, &st, err))) {
+        if (!exists) kv_fail(err, "%s: cannot open database: %s", path, strerror(errno));
         free(s);
         return -1;
     }
@@ -790,6 +798,7 @@ static int attach_source(Store *s, const char *src_path, KvErr *err) {
     struct stat sb;
     if (!strcmp(src_path, s->path)) return kv_fail(err, "%s: cannot merge a database into itself", src_path);
     if (stat(src_path, &sb)) return kv_fail(err, "%s: cannot open database: %s", src_path, strerror(errno));
+    if (not_a_file(src_path, &sb, err)) return -1;
     if (read_only_uri(src_path, uri, sizeof uri, err)) return -1;
     if (sqlite3_prepare_v2(s->db, "ATTACH DATABASE ? AS src", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "attaching");

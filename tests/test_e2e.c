@@ -371,7 +371,12 @@ static void test_bad_input(TestCounts *tc, const char *config) {
                   !log_contains("dir_config", "out of memory"),
           "a directory as the config");
     char *dir_db[] = {"--db", dir, "--out", path_in("r3"), NULL};
-    CHECK(tc, run(cmd_report, "dir_db", dir_db) == 1 && log_contains("dir_db", dir), "a directory as the database");
+    CHECK(tc, run(cmd_report, "dir_db", dir_db) == 1 && log_contains("dir_db", "is a directory, not a database file"),
+          "a directory as the database");
+    char *dir_merge[] = {path_in("m3.db"), dir, NULL};
+    CHECK(tc, run(cmd_merge, "dir_merge", dir_merge) == 1 && log_contains("dir_merge", "is a directory, not a database") &&
+                  access(path_in("m3.db"), F_OK) != 0,
+          "a directory as a merge input");
 }
 
 int main(void) {

@@ -305,7 +305,8 @@ static int fuzz_input(const char *target, const uint8_t *data, size_t n, char *w
                            : target[0] == 't' ? "tok/tokenizer.json"
                                               : "tok/tokenizer.model";
         char tok_dir[100];
-        if (fuzz_make_dir() || (snprintf(tok_dir, sizeof tok_dir, "%s/tok", fuzz_dir), mkdir(tok_dir, 0700) && errno != EEXIST) ||
+        if (fuzz_make_dir() ||
+            (snprintf(tok_dir, sizeof tok_dir, "%s/tok", fuzz_dir), mkdir(tok_dir, 0700) && errno != EEXIST) ||
             fuzz_put(name, data, n, path, sizeof path)) {
             snprintf(why, why_n, "cannot write %s", name);
             return -1;
