@@ -264,7 +264,9 @@ static int fuzz_results_db(const uint8_t *data, size_t n, const char *path) {
                 const uint8_t *v = op + 5;
                 switch (op[4] % 6) {
                 case 0: sqlite3_bind_null(st, 1); break;
-                case 1: sqlite3_bind_int64(st, 1, ints[v[0] % 16] + (v[1] & 3)); break;
+                case 1: /* wrapping on purpose: the extremes plus 0..3 */
+                    sqlite3_bind_int64(st, 1, (long long)((unsigned long long)ints[v[0] % 16] + (v[1] & 3)));
+                    break;
                 case 2: sqlite3_bind_double(st, 1, reals[v[0] % 12]); break;
                 case 3: sqlite3_bind_text(st, 1, texts[v[0] % 16], -1, SQLITE_STATIC); break;
                 case 4: sqlite3_bind_blob(st, 1, v, v[2] % 4, SQLITE_STATIC); break;
