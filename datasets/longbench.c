@@ -79,6 +79,8 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
+enum { ZIP_CHUNK = 1 << 16 };
+
 static char *read_zip_member(const char *zip_path, const char *member, size_t *len, KvErr *err) {
     int code = 0;
     zip_t *za = zip_open(zip_path, ZIP_RDONLY, &code);
@@ -97,18 +99,39 @@ static char *read_zip_member(const char *zip_path, const char *member, size_t *l
                 member);
     } else if (zip_stat_index(za, (zip_uint64_t)idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE)) {
         kv_fail(err, "%s: cannot read the size of member '%s'", zip_path, member);
-    } else if ((buf = kv_malloc(st.size + 1, err))) {
+    } else {
+        /* Read in chunks into a buffer grown as the bytes arrive, never allocated at the size the archive claims:
+         * a 1 KB archive can claim gigabytes, while what inflates from it is bounded by its real size. */
         zip_file_t *zf = zip_fopen_index(za, (zip_uint64_t)idx, 0);
-        zip_int64_t got = zf ? zip_fread(zf, buf, st.size) : -1;
-        if (zf) zip_fclose(zf);
-        if (got < 0 || (zip_uint64_t)got != st.size) {
-            kv_fail(err, "%s: member '%s' is corrupt or truncated", zip_path, member);
-            free(buf);
-            buf = NULL;
-        } else {
-            buf[st.size] = '\0';
-            *len = st.size;
+        size_t n = 0, cap = 0;
+        zip_int64_t got = zf ? 1 : -1;
+        while (got > 0 && n <= st.size) {
+            if (cap - n < ZIP_CHUNK + 1) {
+                cap = cap ? 2 * cap : 4 * ZIP_CHUNK;
+                char *grown = realloc(buf, cap);
+                if (!grown) {
+                    got = -2;
+                    break;
+                }
+                buf = grown;
+            }
+            got = zip_fread(zf, buf + n, ZIP_CHUNK);
+            if (got > 0) n += (size_t)got;
         }
+        if (zf) zip_fclose(zf);
+        if (got == -2) {
+            kv_fail(err, "%s: out of memory reading member '%s' (%zu bytes so far)", zip_path, member, n);
+        } else if (got < 0 || n != st.size) {
+            kv_fail(err, "%s: member '%s' is corrupt or truncated (%zu bytes read, %llu claimed)", zip_path, member,
+                    n, (unsigned long long)st.size);
+        } else {
+            buf[n] = '\0';
+            *len = n;
+            zip_discard(za);
+            return buf;
+        }
+        free(buf);
+        buf = NULL;
     }
     zip_discard(za);
     return buf;

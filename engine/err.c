@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A message quotes what the input holds (a JSON key, a task name, a path), which may contain line breaks or other
  * control characters: shown as spaces, so the message stays one line. */
@@ -59,32 +60,34 @@ char *kv_read_file(const char *path, size_t *len_out, KvErr *err) {
         kv_fail(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    if (fseek(f, 0, SEEK_END) != 0) {
+    /* The size from fstat, of a regular file only: a directory opens for reading but has no size to seek to
+     * (glibc's ftell then says 2^63 - 1), and a pipe or device has none either. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        kv_fail(err, "%s: cannot seek (not a regular file?)", path);
+        kv_fail(err, "%s: cannot stat: %s", path, strerror(errno));
         return NULL;
     }
-    long size = ftell(f);
-    if (size < 0) {
+    if (!S_ISREG(st.st_mode)) {
         fclose(f);
-        kv_fail(err, "%s: cannot determine size", path);
+        kv_fail(err, "%s: is %s, not a file", path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
         return NULL;
     }
-    rewind(f);
-    char *buf = malloc((size_t)size + 1);
+    size_t size = (size_t)st.st_size;
+    char *buf = malloc(size + 1);
     if (!buf) {
         fclose(f);
-        kv_fail(err, "%s: out of memory reading %ld bytes", path, size);
+        kv_fail(err, "%s: out of memory reading %zu bytes", path, size);
         return NULL;
     }
-    size_t got = fread(buf, 1, (size_t)size, f);
+    size_t got = fread(buf, 1, size, f);
     fclose(f);
-    if (got != (size_t)size) {
+    if (got != size) {
         free(buf);
-        kv_fail(err, "%s: short read (%zu of %ld bytes)", path, got, size);
+        kv_fail(err, "%s: short read (%zu of %zu bytes)", path, got, size);
         return NULL;
     }
     buf[size] = '\0';
-    if (len_out) *len_out = (size_t)size;
+    if (len_out) *len_out = size;
     return buf;
 }

@@ -218,6 +218,11 @@ int tok_merge_lookup(const Tokenizer *t, int left, int right, int *rank, int *re
 int tok_add_added(Tokenizer *t, int id, const char *s, size_t len, int special, int lstrip, int rstrip,
                   KvErr *err) {
     if (len == 0) return 0;
+    if (special && id >= 0 && id < t->n_vocab) t->special[id] = 1;
+    /* Text is cut around the added tokens it contains, and encoding walks each piece as UTF-8: a token that
+     * is not valid UTF-8 could only match part of a character of (valid) text, so it is never matched, as in
+     * Hugging Face, whose added tokens are strings. It stays in the vocabulary and decodes as usual. */
+    if (utf8_first_invalid(s, len) < len) return 0;
     if (tok_reserve((void **)&t->added, &t->cap_added, t->n_added + 1, sizeof *t->added, err)) return -1;
     AddedToken *a = &t->added[t->n_added];
     a->text = kv_malloc(len + 1, err);
@@ -230,7 +235,6 @@ int tok_add_added(Tokenizer *t, int id, const char *s, size_t len, int special, 
     a->lstrip = lstrip;
     a->rstrip = rstrip;
     t->n_added++;
-    if (special && id >= 0 && id < t->n_vocab) t->special[id] = 1;
     return 0;
 }
 
@@ -466,7 +470,14 @@ static int encode_segment(const Tokenizer *t, const char *s, size_t len, int at_
     size_t pos = 0;
     while (pos < len) {
         st->off[n] = (int)pos;
-        uint32_t c = (uint32_t)utf8_decode(s, len, &pos); /* validated by tokenizer_encode */
+        int32_t d = utf8_decode(s, len, &pos);
+        /* tokenizer_encode checked the whole text and pieces are cut at character boundaries; checked again
+         * here, where a stalled position would write past the len + 1 offsets reserved above */
+        if (d < 0) {
+            kv_fail(err, "tokenizer: invalid UTF-8 in a text segment at byte offset %zu", pos);
+            goto fail;
+        }
+        uint32_t c = (uint32_t)d;
         st->cp[n] = c;
         st->cls[n] = (unsigned char)((unicode_is_letter(c) ? CH_LETTER : 0) | (unicode_is_number(c) ? CH_NUMBER : 0) |
                                      (unicode_is_white_space(c) ? CH_SPACE : 0));

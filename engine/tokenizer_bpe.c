@@ -151,7 +151,8 @@ static int spm_symbols(const Tokenizer *t, const char *word, size_t len, BpeScra
     size_t pos = 0;
     while (pos < len) {
         size_t start = pos;
-        utf8_decode(word, len, &pos); /* valid: checked by tokenizer_encode */
+        if (utf8_decode(word, len, &pos) < 0) /* checked by tokenizer_encode; a stalled position would loop */
+            return kv_fail(err, "tokenizer: invalid UTF-8 in a word at byte offset %zu", pos);
         int clen = (int)(pos - start);
         int id = tok_lookup(t, word + start, (size_t)clen);
         if (id >= 0 || t->merge_kind == MERGE_SCORES) {

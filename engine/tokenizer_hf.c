@@ -15,6 +15,9 @@
 
 #include "tokenizer_internal.h"
 
+/* Unused ids a tokenizer.json may leave below its largest id (reserved slots). */
+enum { HF_ID_GAP = 1 << 16 };
+
 typedef struct {
     const char *path;
     int byte_level;      /* a ByteLevel step seen */
@@ -255,19 +258,26 @@ static int build(Tokenizer **out, const cJSON *root, const char *path, KvErr *er
         return kv_fail(err, "%s: unsupported pre_tokenizer: ByteLevel without a word-splitting regex", path);
 
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    int max_id = -1;
+    int max_id = -1, entries = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8)
             return kv_fail(err, "%s: model.vocab entry '%s' has no valid id", path, e->string);
         if (e->valueint > max_id) max_id = e->valueint;
+        entries++;
     }
     cJSON_ArrayForEach(e, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e8 || !str_of(e, "content"))
             return kv_fail(err, "%s: an added_tokens entry lacks a valid id or content", path);
         if (id->valueint > max_id) max_id = id->valueint;
+        entries++;
     }
+    /* The vocabulary is sized by its largest id: ids far beyond the entries the file holds (a few KB naming id
+     * 10^8 asked for gigabytes) are refused; real vocabularies are dense, with at most a few reserved gaps. */
+    if (max_id >= entries + HF_ID_GAP)
+        return kv_fail(err, "%s: token id %d, while the file defines %d tokens (ids must be dense)", path, max_id,
+                       entries);
 
     Tokenizer *t;
     if (tok_create(&t, byte_level ? TOK_BYTE_LEVEL : TOK_SPM, max_id + 1, err)) return -1;

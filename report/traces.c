@@ -50,23 +50,26 @@ int report_has_traces(sqlite3 *db) {
 
 /* A row's R_t(l, k) (little-endian float32, runs/store.c) into *r, grown to hold it; its count in *n. */
 static int row_values(sqlite3_stmt *st, float **r, int *cap, int *n, KvErr *err) {
-    int pairs = sqlite3_column_int(st, Q_PAIRS), bytes = sqlite3_column_bytes(st, Q_R);
+    /* n_layers x n_kv_heads as SQLite's 64-bit product: truncated to an int it could wrap to a count that
+     * matches the blob (store_open refuses such rows; this read does not rely on it) */
+    long long pairs = sqlite3_column_int64(st, Q_PAIRS);
+    int bytes = sqlite3_column_bytes(st, Q_R);
     const unsigned char *blob = sqlite3_column_blob(st, Q_R);
-    if (pairs <= 0 || bytes != 4 * pairs || !blob)
-        return kv_fail(err, "trace_heads: a row of %s/%s has %d bytes for %d heads", col(st, Q_POLICY),
+    if (pairs <= 0 || pairs != bytes / 4 || bytes % 4 || !blob)
+        return kv_fail(err, "trace_heads: a row of %s/%s has %d bytes for %lld heads", col(st, Q_POLICY),
                        col(st, Q_AGG), bytes, pairs);
     if (pairs > *cap) {
         float *grown = realloc(*r, sizeof(float) * 2 * (size_t)pairs);
         if (!grown) return kv_fail(err, "out of memory reading the traces");
         *r = grown;
-        *cap = 2 * pairs;
+        *cap = (int)(2 * pairs);
     }
     for (int i = 0; i < pairs; i++) {
         uint32_t u = 0;
         for (int b = 0; b < 4; b++) u |= (uint32_t)blob[4 * i + b] << (8 * b);
         memcpy(&(*r)[i], &u, 4);
     }
-    *n = pairs;
+    *n = (int)pairs;
     return 0;
 }
 

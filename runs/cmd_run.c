@@ -92,8 +92,13 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     SweepStats st;
     int rc = sweep_run(&cfg, &opt, &st, &err);
     if (rc) fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
-    fprintf(stderr, "kvbench %s: %d of %d samples done (%d failed), %ld rows written to %s in %.1f s\n", cmd,
-            st.samples_done, st.samples_planned, st.samples_failed, st.rows_written, opt.db_path, st.wall_ms / 1000);
+    char replaced[64] = "";
+    if (st.rows_replaced) snprintf(replaced, sizeof replaced, " (and %ld failed rows replaced)", st.rows_replaced);
+    /* A run refused before its first sample has its one line above, not a summary of nothing. */
+    if (!rc || st.samples_done)
+        fprintf(stderr, "kvbench %s: %d of %d samples done (%d failed), %ld rows written to %s%s in %.1f s\n", cmd,
+                st.samples_done, st.samples_planned, st.samples_failed, st.rows_written, opt.db_path, replaced,
+                st.wall_ms / 1000);
     if (!rc && st.rows_failed)
         fprintf(stderr, "kvbench %s: %ld rows failed (their errors are in the log and the database; a rerun retries "
                         "them): exit status %d\n", cmd, st.rows_failed, EXIT_ROWS_FAILED);
@@ -206,15 +211,9 @@ int cmd_merge(int argc, char **argv) {
                         "inputs that disagree on identity are refused, all of them before anything is copied)\n");
         return 2;
     }
-    Store *out;
     KvErr err = {{0}};
-    if (store_open(&out, argv[0], 0, &err)) {
-        fprintf(stderr, "kvbench merge: %s\n", err.msg);
-        return 1;
-    }
-    int rc = store_merge(out, (const char *const *)argv + 1, argc - 1, &err);
+    int rc = store_merge_into(argv[0], (const char *const *)argv + 1, argc - 1, &err);
     if (rc) fprintf(stderr, "kvbench merge: %s\n", err.msg);
     else fprintf(stderr, "kvbench merge: merged %d database%s into %s\n", argc - 1, argc > 2 ? "s" : "", argv[0]);
-    store_close(out);
     return rc ? 1 : 0;
 }

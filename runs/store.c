@@ -21,7 +21,8 @@
 struct Store {
     sqlite3 *db;
     char path[1024];
-    int last_written;  /* rows the last write added or replaced */
+    int last_written;  /* rows the last write added */
+    int last_replaced; /* failed rows the last write replaced */
 };
 
 /* The columns each table is written with (also what a merge copies), in one place. */
@@ -218,8 +219,119 @@ static int check_damage(Store *s, const char *schema, const char *label, KvErr *
                                                 "reading that needs its -shm file or a writable directory; copy the "
                                                 "database with its -wal file to a writable place)");
     }
+    if ((rc & 0xff) == SQLITE_NOTADB) return kv_fail(err, "%s: not an SQLite database", label);
     return kv_fail(err, "%s: the database is damaged (quick_check: %s); nothing was done with it: restore it from a "
                         "copy, or use a new --db", label, rc == SQLITE_ROW ? result : sqlite3_errmsg(s->db));
+}
+
+/* ---------------------------------------------------------------- what a database holds */
+
+/* The first row of `sql` (columns: table, rowid, problem), if any, refused in one line naming the database, the
+ * table and the row. */
+static int no_rows(Store *s, const char *label, const char *sql, KvErr *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return kv_fail(err, "%s: not a kvbench results database: %s", label, sqlite3_errmsg(s->db));
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        kv_fail(err, "%s: table %s, row %lld: %s (a damaged or foreign database: nothing was done with it)", label,
+                (const char *)sqlite3_column_text(st, 0), (long long)sqlite3_column_int64(st, 1),
+                (const char *)sqlite3_column_text(st, 2));
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : kv_fail(err, "%s: cannot read the database: %s", label, sqlite3_errmsg(s->db));
+}
+
+/* Every column of the kvbench schema present in `schema` with values of its declared type (and no NULL where
+ * the schema says NOT NULL): kvbench's tables are STRICT, but a database made elsewhere (a non-STRICT copy, an
+ * edited file) can hold a text score, which the report would read as 0, or a NULL identity, which compares as
+ * neither equal nor different. The columns are read from SCHEMA itself, in a private in-memory database, so
+ * this check and the tables store_open creates cannot drift apart. */
+static int check_columns(Store *s, const char *schema, const char *label, KvErr *err) {
+    sqlite3 *ref = NULL;
+    sqlite3_stmt *cols = NULL;
+    char *sql = NULL;
+    int rc = -1;
+    if (sqlite3_open(":memory:", &ref) != SQLITE_OK || sqlite3_exec(ref, SCHEMA, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(ref, "SELECT m.name, c.name, c.type, c.\"notnull\" FROM sqlite_schema m, "
+                                "pragma_table_info(m.name) c WHERE m.type = 'table' ORDER BY m.name, c.cid",
+                           -1, &cols, NULL) != SQLITE_OK) {
+        kv_fail(err, "%s: cannot build the schema to compare with: %s", label, ref ? sqlite3_errmsg(ref) : "no memory");
+        goto done;
+    }
+    /* One query per table: SELECT 'table', rowid, <the first bad column, said> FROM schema.table WHERE ... */
+    char table[64] = "";
+    size_t cap = 1 << 14, len = 0;
+    sql = kv_malloc(cap, err);
+    if (!sql) goto done;
+    for (int more = sqlite3_step(cols) == SQLITE_ROW;;) {
+        const char *t = more ? (const char *)sqlite3_column_text(cols, 0) : "";
+        if (strcmp(t, table)) {
+            if (table[0]) {
+                len += (size_t)snprintf(sql + len, cap - len, " END AS bad FROM %s.%s AS %s) WHERE bad IS NOT NULL "
+                                        "LIMIT 1", schema, table, table);
+                if (len >= cap) {
+                    kv_fail(err, "%s: schema check too long", label);
+                    goto done;
+                }
+                if (no_rows(s, label, sql, err)) goto done;
+            }
+            if (!more) break;
+            snprintf(table, sizeof table, "%s", t);
+            len = (size_t)snprintf(sql, cap, "SELECT '%s', rowid, bad FROM (SELECT %s.rowid, CASE", table, table);
+        }
+        const char *c = (const char *)sqlite3_column_text(cols, 1), *type = (const char *)sqlite3_column_text(cols, 2);
+        int notnull = sqlite3_column_int(cols, 3);
+        const char *allowed = !strcmp(type, "TEXT") ? "'text'" : !strcmp(type, "INTEGER") ? "'integer'"
+                              : !strcmp(type, "REAL") ? "'real', 'integer'" : "'blob'";
+        /* Qualified (table.column): a missing column is an error, where a bare "name" would read as a string. */
+        len += (size_t)snprintf(sql + len, cap - len,
+                                " WHEN typeof(%s.\"%s\") NOT IN (%s%s) THEN 'column %s holds ' || "
+                                "CASE typeof(%s.\"%s\") WHEN 'null' THEN 'NULL' ELSE typeof(%s.\"%s\") || ' ' || "
+                                "substr(quote(%s.\"%s\"), 1, 40) END || ', expected %s%s'",
+                                table, c, allowed, notnull ? "" : ", 'null'", c, table, c, table, c, table, c, type,
+                                notnull ? " NOT NULL" : "");
+        more = sqlite3_step(cols) == SQLITE_ROW;
+    }
+    rc = 0;
+done:
+    free(sql);
+    sqlite3_finalize(cols);
+    sqlite3_close(ref);
+    return rc;
+}
+
+/* The rows' references and the trace rows' own consistency, which the report and a merge rely on: every row's
+ * run and sample exist; a trace_heads row holds n_layers x n_kv_heads float32 values (each at most 65536, so
+ * no count derived from them can wrap) and belongs to a traces row of the same step; steps and windows are not
+ * negative. */
+static int check_consistency(Store *s, const char *schema, const char *label, KvErr *err) {
+    char sql[1200];
+    snprintf(sql, sizeof sql, "SELECT \"table\", rowid, 'refers to a ' || parent || ' row that does not exist' FROM "
+                              "pragma_foreign_key_check(NULL, '%s') LIMIT 1", schema);
+    if (no_rows(s, label, sql, err)) return -1;
+    snprintf(sql, sizeof sql,
+             "SELECT 'trace_heads', h.id, CASE WHEN h.n_layers NOT BETWEEN 1 AND 65536 OR h.n_kv_heads NOT BETWEEN 1 "
+             "AND 65536 THEN 'n_layers ' || h.n_layers || ', n_kv_heads ' || h.n_kv_heads || ' outside 1..65536' "
+             "WHEN length(h.r) != 4 * h.n_layers * h.n_kv_heads THEN 'r has ' || length(h.r) || ' bytes for ' || "
+             "h.n_layers || ' x ' || h.n_kv_heads || ' heads' ELSE 'no traces row of its step' END "
+             "FROM %s.trace_heads h WHERE h.n_layers NOT BETWEEN 1 AND 65536 OR h.n_kv_heads NOT BETWEEN 1 AND 65536 "
+             "OR length(h.r) != 4 * h.n_layers * h.n_kv_heads OR NOT EXISTS (SELECT 1 FROM %s.traces t WHERE "
+             "t.sample_id = h.sample_id AND t.policy = h.policy AND t.aggregation = h.aggregation AND "
+             "t.params = h.params AND t.budget = h.budget AND t.step = h.step) LIMIT 1", schema, schema);
+    if (no_rows(s, label, sql, err)) return -1;
+    snprintf(sql, sizeof sql, "SELECT 'traces', id, 'step ' || step || ', window ' || window || ': negative' FROM "
+                              "%s.traces WHERE step < 0 OR window < 0 LIMIT 1", schema);
+    return no_rows(s, label, sql, err);
+}
+
+/* A directory or device where a database file belongs, said in one line (SQLite would say "disk I/O error"). */
+static int not_a_file(const char *path, const struct stat *st, KvErr *err) {
+    if (S_ISREG(st->st_mode)) return 0;
+    return kv_fail(err, "%s: is %s, not a database file", path,
+                   S_ISDIR(st->st_mode) ? "a directory" : "not a regular file");
 }
 
 int store_open(Store **out, const char *path, int readonly, KvErr *err) {
@@ -229,8 +341,9 @@ int store_open(Store **out, const char *path, int readonly, KvErr *err) {
     snprintf(s->path, sizeof s->path, "%s", path);
     char uri[3200];
     struct stat st;
-    if (readonly && stat(path, &st)) {
-        kv_fail(err, "%s: cannot open database: %s", path, strerror(errno));
+    int exists = stat(path, &st) == 0;
+    if ((readonly && !exists) || (exists && not_a_file(path, &st, err))) {
+        if (!exists) kv_fail(err, "%s: cannot open database: %s", path, strerror(errno));
         free(s);
         return -1;
     }
@@ -253,7 +366,8 @@ int store_open(Store **out, const char *path, int readonly, KvErr *err) {
     }
     if (check_damage(s, "main", path, err) || exec(s, "PRAGMA foreign_keys = ON", err) ||
         (!readonly && (set_wal(s, err) || exec(s, "PRAGMA synchronous = NORMAL", err))) ||
-        check_schema(s, "main", path, !readonly, err)) {
+        check_schema(s, "main", path, !readonly, err) || check_columns(s, "main", path, err) ||
+        check_consistency(s, "main", path, err)) {
         store_close(s);
         return -1;
     }
@@ -487,7 +601,8 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
 }
 
 /* One result row: inserted, or replacing a failed row of its key; a successful row stays as it is. */
-static int insert_result(Store *s, long long sample_id, const StoreResult *r, KvErr *err) {
+/* Inserts a result row, or replaces a failed one; *added / *replaced count which happened (neither: a row was there). */
+static int insert_result(Store *s, long long sample_id, const StoreResult *r, int *added, int *replaced, KvErr *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(s->db, "INSERT INTO results(sample_id, " RESULT_COLUMNS ") "
                                   "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
@@ -515,29 +630,36 @@ static int insert_result(Store *s, long long sample_id, const StoreResult *r, Kv
     bind_text(st, 15, r->error);
     if (r->error || r->kept_fraction <= 0) sqlite3_bind_null(st, 16);
     else sqlite3_bind_double(st, 16, r->kept_fraction);
-    return step_done(s, st, "writing a result", err);
+    /* An upsert's change count does not say insert from update; the last inserted rowid does, reset first (a
+     * rowid SQLite assigns is never 0). */
+    sqlite3_set_last_insert_rowid(s->db, 0);
+    if (step_done(s, st, "writing a result", err)) return -1;
+    if (sqlite3_changes(s->db)) {
+        if (sqlite3_last_insert_rowid(s->db)) (*added)++;
+        else (*replaced)++;
+    }
+    return 0;
 }
 
 int store_write_sample(Store *s, long long run_id, const StoreSample *sample, const StoreResult *results,
                        int n_results, KvErr *err) {
     long long sample_id = 0;
-    int written = 0;
+    int written = 0, replaced = 0;
     if (exec(s, "BEGIN IMMEDIATE", err)) return kv_wrap(err, "sample %s", sample->sample_key);
     int rc = insert_sample(s, run_id, sample, &sample_id, err);
-    for (int i = 0; i < n_results && !rc; i++) {
-        rc = insert_result(s, sample_id, &results[i], err);
-        written += sqlite3_changes(s->db);
-    }
+    for (int i = 0; i < n_results && !rc; i++) rc = insert_result(s, sample_id, &results[i], &written, &replaced, err);
     if (!rc) rc = exec(s, "COMMIT", err);
     if (rc) {
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         return kv_wrap(err, "sample %s not saved", sample->sample_key);
     }
     s->last_written = written;
+    s->last_replaced = replaced;
     return 0;
 }
 
 int store_last_written(const Store *s) { return s->last_written; }
+int store_last_replaced(const Store *s) { return s->last_replaced; }
 
 static int insert_trace(Store *s, sqlite3_stmt *st, long long run_id, long long sample_id, const StoreTrace *t,
                         KvErr *err) {
@@ -614,6 +736,7 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
         return kv_wrap(err, "sample %s not saved", sample->sample_key);
     }
     s->last_written = written;
+    s->last_replaced = 0;
     return 0;
 }
 
@@ -675,12 +798,18 @@ static int attach_source(Store *s, const char *src_path, KvErr *err) {
     struct stat sb;
     if (!strcmp(src_path, s->path)) return kv_fail(err, "%s: cannot merge a database into itself", src_path);
     if (stat(src_path, &sb)) return kv_fail(err, "%s: cannot open database: %s", src_path, strerror(errno));
+    if (not_a_file(src_path, &sb, err)) return -1;
     if (read_only_uri(src_path, uri, sizeof uri, err)) return -1;
     if (sqlite3_prepare_v2(s->db, "ATTACH DATABASE ? AS src", -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "attaching");
     bind_text(st, 1, uri);
-    if (step_done(s, st, src_path, err)) return -1;
-    if (check_damage(s, "src", src_path, err) || check_schema(s, "src", src_path, 0, err)) {
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return kv_fail(err, (rc & 0xff) == SQLITE_NOTADB ? "%s: not an SQLite database" : "%s: cannot open database: %s",
+                       src_path, sqlite3_errmsg(s->db));
+    if (check_damage(s, "src", src_path, err) || check_schema(s, "src", src_path, 0, err) ||
+        check_columns(s, "src", src_path, err) || check_consistency(s, "src", src_path, err)) {
         sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
         return -1;
     }
@@ -753,5 +882,38 @@ int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err) {
     }
     sqlite3_exec(s->db, "DROP TABLE IF EXISTS temp.merge_models; DROP TABLE IF EXISTS temp.merge_tasks;", NULL, NULL,
                  NULL);
+    return rc;
+}
+
+/* A database file and the -wal / -shm files SQLite may have left beside it. */
+static void remove_database(const char *path) {
+    char side[1200];
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+}
+
+int store_merge_into(const char *out_path, const char *const *src_paths, int n, KvErr *err) {
+    struct stat sb;
+    char tmp[1100];
+    /* A new output is made under a temporary name beside it and linked to its name only when every input was
+     * merged, so a refused or failed merge leaves no file behind (nor replaces one made meanwhile). */
+    int fresh = stat(out_path, &sb) != 0 && errno == ENOENT;
+    if (strlen(out_path) > 1000) return kv_fail(err, "%s: path too long", out_path);
+    if (fresh) snprintf(tmp, sizeof tmp, "%s.merging-%ld", out_path, (long)getpid());
+    Store *s;
+    int rc = store_open(&s, fresh ? tmp : out_path, 0, err);
+    if (!rc) {
+        if (fresh) snprintf(s->path, sizeof s->path, "%s", out_path); /* messages name the output */
+        rc = store_merge(s, src_paths, n, err);
+        store_close(s);
+    }
+    if (fresh) {
+        if (!rc && link(tmp, out_path))
+            rc = kv_fail(err, "%s: cannot create: %s", out_path, strerror(errno));
+        remove_database(tmp);
+    }
     return rc;
 }

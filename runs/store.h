@@ -93,9 +93,11 @@ typedef struct {
  * under another model or data identity, or cannot be written (disk full, read-only file). */
 int store_write_sample(Store *s, long long run_id, const StoreSample *sample, const StoreResult *results,
                        int n_results, KvErr *err);
-/* Rows the last successful store_write_sample / store_write_traces added or replaced (rows another run had
- * already written are not counted). */
+/* Rows the last successful store_write_sample / store_write_traces added (rows another run had already written,
+ * and failed rows replaced in place, are not counted: runs writing one database at once add up to the rows it
+ * holds), and the failed rows it replaced (by a success, or by a later failure). */
 int store_last_written(const Store *s);
+int store_last_replaced(const Store *s);
 
 /* done[i] = 1 where (model, setup, sample_key, keys[i]) already has trace rows. */
 int store_traced(Store *s, const char *model, const char *setup, const char *sample_key, const StoreVariantKey *keys,
@@ -130,6 +132,10 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
  * model name, one data identity per (model, setup, suite, task); shards of one configuration always agree — and
  * if any is refused, nothing is copied. Sources are only read (read-only, immutable without a write-ahead log). */
 int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err);
+
+/* store_merge into the database out_path, opened or created; a new one is created only when the merge succeeds
+ * (a refused merge leaves no file). */
+int store_merge_into(const char *out_path, const char *const *src_paths, int n, KvErr *err);
 
 /* Describes how identity `now` differs from `was` (comma-separated key=value lists): the first pair that
  * differs, "seed=42 -> seed=7", or both whole when they are not such lists. */

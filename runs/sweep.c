@@ -555,6 +555,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     if (begin_run(sw, err) || store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
     else {
         sw->stats->rows_written += store_last_written(sw->store);
+        sw->stats->rows_replaced += store_last_replaced(sw->store);
         sw->stats->rows_failed += n_failed;
         sw->stats->samples_done++;
         if (n_failed == n) sw->stats->samples_failed++;

@@ -25,8 +25,9 @@ typedef struct {
 typedef struct {
     int samples_planned, samples_done;
     int samples_failed;   /* samples every pending variant of which failed */
-    long rows_written;    /* rows this run added to the database or replaced there (a failed row retried): rows
-                           * another run wrote first are not counted */
+    long rows_written;    /* rows this run added to the database: rows another run wrote first are not counted,
+                           * so concurrent runs add up to the rows stored */
+    long rows_replaced;   /* failed rows this run replaced in place (a retry) */
     long rows_failed;     /* variants that failed in this run (stored with their error; traces: not traced) */
     long prefill_tokens, decode_tokens;
     double prefill_ms, decode_ms, wall_ms;

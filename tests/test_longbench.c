@@ -5,6 +5,8 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../datasets/dataset.h"
@@ -117,6 +119,47 @@ static void check_assets_consistent(TestCounts *tc) {
     cJSON_Delete(full);
 }
 
+/* A 211-byte archive whose member claims 3.9 GB (tests/reference/gen_zip_cases.py): refused as truncated, having
+ * allocated only what inflated. The refusal runs in a child limited to 1 GiB of address space, where an
+ * allocation at the claimed size would fail with "out of memory" instead (not under AddressSanitizer, whose
+ * shadow memory needs more address space than that). */
+static void check_claimed_size(TestCounts *tc) {
+    const char *zip = "tests/data/fuzz/zip/claims_3_9gb.zip";
+    int fds[2];
+    CHECK(tc, pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+#ifndef __SANITIZE_ADDRESS__
+#if defined(__has_feature)
+#if !__has_feature(address_sanitizer)
+        struct rlimit lim = {1L << 30, 1L << 30};
+        setrlimit(RLIMIT_AS, &lim);
+#endif
+#else
+        struct rlimit lim = {1L << 30, 1L << 30};
+        setrlimit(RLIMIT_AS, &lim);
+#endif
+#endif
+        DatasetOptions o = {0};
+        Dataset *ds;
+        KvErr err = {{0}};
+        int rc = open_task(&ds, "trec", zip, &o, &err);
+        if (rc == 0) dataset_close(ds);
+        if (write(fds[1], err.msg, strlen(err.msg)) < 0) _exit(2);
+        _exit(rc == 0 ? 1 : 0);
+    }
+    close(fds[1]);
+    char msg[600] = "";
+    ssize_t n = read(fds[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(tc, WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(msg, zip) && strstr(msg, "truncated") &&
+                  strstr(msg, "3900000000 claimed"), "claimed size: status %d, '%s'", status, msg);
+}
+
 static void check_zip(TestCounts *tc) {
     const char *tasks[] = {"trec", "samsum", "qasper"};
     for (int t = 0; t < 3; t++) {
@@ -154,6 +197,7 @@ static void check_zip(TestCounts *tc) {
     unlink(fake);
     CHECK(tc, open_task(&ds, "trec", LB_DIR "/multi_news.jsonl", &o, &err) != 0 && strstr(err.msg, "expected a directory"),
           "a plain file: %s", err.msg);
+    check_claimed_size(tc);
 }
 
 static void check_subsets(TestCounts *tc, const cJSON *pandas) {

@@ -122,5 +122,10 @@ int main(void) {
     replay(&tc, "tokenizer_config", 0);
     replay(&tc, "config_json", 0);
     replay(&tc, "run_config", 1);
+    replay(&tc, "gguf_tokenizer", 0);
+    replay(&tc, "tokenizer_json", 0);
+    replay(&tc, "spm_model", 0);
+    replay(&tc, "results_db", 0);
+    replay(&tc, "zip", 0);
     return test_finish(&tc);
 }

@@ -147,7 +147,8 @@ static void test_bad_files(TestCounts *tc) {
     for (int i = 0; i < 200; i++) fputs("not a database at all ", f);
     fclose(f);
     CHECK(tc, store_open(&s, path, 0, &err) == -1, "opened garbage");
-    CHECK(tc, strstr(err.msg, "garbage.db") && strstr(err.msg, "not a database"), "message: %s", err.msg);
+    CHECK(tc, strstr(err.msg, "garbage.db") && strstr(err.msg, "not an SQLite database") && !strstr(err.msg, "damaged"),
+          "message: %s", err.msg);
 
     snprintf(path, sizeof path, "%s/other.db", dir);
     sqlite3 *db;
@@ -261,7 +262,8 @@ static void test_merge(TestCounts *tc) {
     store_close(s);
 }
 
-/* Failed rows are retried and replaced; store_last_written counts only rows this write added or replaced. */
+/* Failed rows are retried and replaced; store_last_written counts only rows this write added, store_last_replaced
+ * the failed rows it replaced. */
 static void test_retry_and_count(TestCounts *tc) {
     char path[128];
     Store *s;
@@ -282,8 +284,9 @@ static void test_retry_and_count(TestCounts *tc) {
     /* The retry of the failed row replaces it: one row, now with a score and no error. */
     StoreResult retry[] = {result("snapkv", "40%", 0.5, NULL)};
     m.context_tokens = 2999;
-    CHECK(tc, store_write_sample(s, run, &m, retry, 1, &err) == 0 && store_last_written(s) == 1, "retry counted %d",
-          store_last_written(s));
+    CHECK(tc, store_write_sample(s, run, &m, retry, 1, &err) == 0 && store_last_written(s) == 0 &&
+                  store_last_replaced(s) == 1, "retry counted %d written, %d replaced", store_last_written(s),
+          store_last_replaced(s));
     CHECK(tc, count(s, "SELECT count(*) FROM results") == 2, "results after the retry");
     CHECK(tc, count(s, "SELECT count(*) FROM results WHERE budget = '40%' AND error IS NULL AND score = 0.5") == 1,
           "the failed row was not replaced");
@@ -294,6 +297,132 @@ static void test_retry_and_count(TestCounts *tc) {
     CHECK(tc, store_write_sample(s, run, &m, worse, 1, &err) == 0 && store_last_written(s) == 0, "failure counted");
     CHECK(tc, count(s, "SELECT count(*) FROM results WHERE error IS NOT NULL") == 0, "a success was replaced");
     store_close(s);
+
+    /* Two runs on one database at once, both failing a row (the second's failure replaces the first's): the rows
+     * they say they wrote add up to the rows stored. */
+    Store *a, *b;
+    snprintf(path, sizeof path, "%s/concurrent.db", dir);
+    CHECK(tc, store_open(&a, path, 0, &err) == 0 && store_open(&b, path, 0, &err) == 0, "open: %s", err.msg);
+    if (!a || !b) return;
+    long long ra, rb;
+    store_begin_run(a, &RUN, &ra, &err);
+    store_begin_run(b, &RUN, &rb, &err);
+    StoreResult fa[] = {result("snapkv", "20%", 1.0, NULL), result("snapkv", "40%", 0, "out of memory")};
+    StoreResult fb[] = {result("snapkv", "40%", 0, "out of memory"), result("snapkv", "60%", 0.5, NULL)};
+    int written = 0, replaced = 0;
+    CHECK(tc, store_write_sample(a, ra, &m, fa, 2, &err) == 0, "%s", err.msg);
+    written += store_last_written(a);
+    replaced += store_last_replaced(a);
+    CHECK(tc, store_write_sample(b, rb, &m, fb, 2, &err) == 0, "%s", err.msg);
+    written += store_last_written(b);
+    replaced += store_last_replaced(b);
+    CHECK(tc, written == 3 && replaced == 1 && count(a, "SELECT count(*) FROM results") == written,
+          "concurrent runs wrote %d (replaced %d) for %lld rows stored", written, replaced,
+          count(a, "SELECT count(*) FROM results"));
+    store_close(a);
+    store_close(b);
+}
+
+/* A database with one sample (results) and one traced sample (traces, trace_heads, trace_sets). */
+static void make_db(TestCounts *tc, const char *path) {
+    Store *s;
+    KvErr err = {{0}};
+    long long run;
+    unlink(path);
+    CHECK(tc, store_open(&s, path, 0, &err) == 0 && store_begin_run(s, &RUN, &run, &err) == 0, "open: %s", err.msg);
+    if (!s) return;
+    StoreSample m = sample("ruler:vt:0", "vt", "t"), t = sample("ruler:vt:1", "vt", "t");
+    StoreResult r[] = {result("snapkv", "20%", 1.0, NULL), result("snapkv", "40%", 0.5, NULL)};
+    float heads[6] = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f, 0.4f};
+    StoreTrace tr[] = {{r[0].key, 32, 0, 0.7, 0.4, 2, 3, heads}, {r[0].key, 32, 1, 0.7, 0.4, 2, 3, heads}};
+    StoreTraceSet set = {r[0].key, 100, -1};
+    CHECK(tc, store_write_sample(s, run, &m, r, 2, &err) == 0 && store_write_traces(s, run, &t, tr, 2, &set, 1, &err) == 0,
+          "write: %s", err.msg);
+    store_close(s);
+}
+
+/* Runs `sql` on the database as another program could: its tables made non-STRICT and without NOT NULL first
+ * (the declared types are then no longer enforced), foreign keys off. */
+static void tamper(const char *path, const char *sql) {
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    sqlite3_exec(db, "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET sql = replace(replace(sql, ') STRICT', ')'), "
+                     "' NOT NULL', '') WHERE type = 'table'; PRAGMA writable_schema = OFF;", NULL, NULL, NULL);
+    sqlite3_close(db);
+    sqlite3_open(path, &db);
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) fprintf(stderr, "tamper: %s: %s\n", sql, msg);
+    sqlite3_free(msg);
+    sqlite3_close(db);
+}
+
+/* Values of the wrong type, NULL identities, rows without their parent, inconsistent trace rows and a foreign
+ * table: each refused by report's open (read-only) and by merge, with the input, table and row named first; a
+ * refused merge into a new file leaves no file. */
+static void test_foreign_rows(TestCounts *tc) {
+    static const struct {
+        const char *name, *sql, *needle;
+    } cases[] = {
+        {"text_score", "UPDATE results SET score = 'abc' WHERE id = 1", "table results, row 1: column score holds text 'abc'"},
+        {"null_model_id", "UPDATE samples SET model_id = NULL WHERE id = 1", "column model_id holds NULL"},
+        {"null_data_id", "UPDATE samples SET data_id = NULL WHERE id = 2", "table samples, row 2: column data_id holds NULL"},
+        {"int_as_text", "UPDATE samples SET context_tokens = 'many' WHERE id = 1", "column context_tokens holds text 'many'"},
+        {"blob_identity", "UPDATE runs SET model_id = x'00' WHERE id = 1", "table runs, row 1: column model_id holds blob"},
+        {"orphan_result", "DELETE FROM samples WHERE id = 1", "refers to a samples row that does not exist"},
+        {"heads_wrap", "UPDATE trace_heads SET n_layers = 65536, n_kv_heads = 32768 WHERE id = 1",
+         "r has 24 bytes for 65536 x 32768 heads"},
+        {"heads_negative", "UPDATE trace_heads SET n_layers = -2, n_kv_heads = -3 WHERE id = 1", "outside 1..65536"},
+        {"heads_short", "UPDATE trace_heads SET r = x'0000' WHERE id = 2", "table trace_heads, row 2: r has 2 bytes for 2 x 3"},
+        {"heads_no_step", "UPDATE trace_heads SET step = 7 WHERE id = 1", "no traces row of its step"},
+        {"negative_step", "UPDATE traces SET step = -1 WHERE id = 1; UPDATE trace_heads SET step = -1 WHERE id = 1",
+         "table traces, row 1: step -1"},
+        {"missing_column", "ALTER TABLE results DROP COLUMN kept_fraction",
+         "not a kvbench results database: no such column: results.kept_fraction"},
+    };
+    char good[128];
+    snprintf(good, sizeof good, "%s/good.db", dir);
+    make_db(tc, good);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[160], out[160], side[200];
+        Store *s = NULL;
+        KvErr err = {{0}};
+        snprintf(path, sizeof path, "%s/%s.db", dir, cases[i].name);
+        make_db(tc, path);
+        tamper(path, cases[i].sql);
+        CHECK(tc, store_open(&s, path, 1, &err) == -1 && !s && !strncmp(err.msg, path, strlen(path)) &&
+                      strstr(err.msg, cases[i].needle),
+              "%s: report's open: '%s'", cases[i].name, err.msg);
+        snprintf(out, sizeof out, "%s/merged_%s.db", dir, cases[i].name);
+        const char *inputs[] = {good, path};
+        CHECK(tc, store_merge_into(out, inputs, 2, &err) == -1 && !strncmp(err.msg, path, strlen(path)) &&
+                      strstr(err.msg, cases[i].needle),
+              "%s: merge: '%s'", cases[i].name, err.msg);
+        snprintf(side, sizeof side, "%s.merging-%ld", out, (long)getpid());
+        CHECK(tc, access(out, F_OK) != 0 && access(side, F_OK) != 0, "%s: a refused merge left a file", cases[i].name);
+    }
+    /* Untampered, the same files merge into a new file, which then exists. */
+    char out[160];
+    snprintf(out, sizeof out, "%s/merged_good.db", dir);
+    const char *inputs[] = {good};
+    KvErr err = {{0}};
+    Store *s = NULL;
+    CHECK(tc, store_merge_into(out, inputs, 1, &err) == 0 && store_open(&s, out, 1, &err) == 0 &&
+                  count(s, "SELECT count(*) FROM trace_heads") == 2 && count(s, "SELECT count(*) FROM results") == 2,
+          "merge into a new file: %s", err.msg);
+    store_close(s);
+    /* A text file as an input: named first, not called damaged. */
+    char text[160];
+    snprintf(text, sizeof text, "%s/notes.txt", dir);
+    FILE *f = fopen(text, "w");
+    if (f) {
+        fputs("just some notes, not a database\n", f);
+        fclose(f);
+    }
+    snprintf(out, sizeof out, "%s/merged_text.db", dir);
+    const char *with_text[] = {good, text};
+    CHECK(tc, store_merge_into(out, with_text, 2, &err) == -1 && !strncmp(err.msg, text, strlen(text)) &&
+                  strstr(err.msg, "not an SQLite database") && !strstr(err.msg, "damaged") && access(out, F_OK) != 0,
+          "text file merged: '%s'", err.msg);
 }
 
 static void test_identity(TestCounts *tc) {
@@ -468,6 +597,7 @@ int main(void) {
     test_identity(&tc);
     test_damage(&tc);
     test_read_only(&tc);
+    test_foreign_rows(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
