@@ -475,6 +475,15 @@ static void check_model(Summary *s, const char *spec) {
         }
         verdict(s, worst <= TOL_LOGITS, "%s %d decode steps, batch of %d head-variable caches: logits relative "
                 "error %.2e", spec, STEPS, N_DECODE, worst);
+        {   /* what the sweep's memory planner asks of the backend (runs/memplan.h) */
+            double free_b = -1, view_b = gpu->variant_bytes(gpu, gc, &ks_cpu[2], extra, 1),
+                   copy_b = gpu->variant_bytes(gpu, gc, &ks_cpu[2], extra, 0);
+            int rc = gpu->memory_free(gpu, &free_b, &err);
+            /* whole 2 MiB allocation pages: at 300 tokens the view and the copy both take one */
+            verdict(s, !rc && free_b > 0 && view_b >= 2 << 20 && view_b <= copy_b && !gpu->views_fast,
+                    "%s planner sizes: %.2f GiB free for variants, snapkv 20%% as a view %.2f MiB, as a copy %.2f MiB",
+                    spec, free_b / 1073741824.0, view_b / 1048576.0, copy_b / 1048576.0);
+        }
         verdict(s, view_bits == 0, "%s views of the prefill (Backend.cache_view) decode as their gathered copies: "
                 "question feed and %d steps, %ld of %d logits differ in any bit", spec, STEPS, view_bits,
                 (STEPS + 1) * N_DECODE * V);
