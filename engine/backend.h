@@ -43,10 +43,18 @@ struct Backend {
     int (*cache_gather)(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
                         KvErr *err);
     /* cache_gather that shares src's kept rows instead of copying them (a kvcache_view: src must outlive it and
-     * keep its first len entries; decoding on it is the same arithmetic as on the gathered copy); NULL when
-     * the backend has none (the CUDA backend), then callers gather. */
+     * keep its first len entries; decoding on it is the same arithmetic as on the gathered copy, so the same
+     * logits); NULL when a backend has none, then callers gather. */
     int (*cache_view)(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
                       KvErr *err);
+    /* Bytes a variant holds while it decodes (the sweep's memory planner, runs/memplan.h): the cache that
+     * cache_view (view = 1) or cache_gather (view = 0) would make of src's keep with extra_capacity, plus its
+     * share of a decode step's buffers. */
+    double (*variant_bytes)(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, int view);
+    /* Bytes that can still be allocated for variants: the CUDA backend's cudaMemGetInfo free memory less a
+     * reserve; NULL for the CPU backend (host memory: only a run's --memory-limit bounds it). */
+    int (*memory_free)(Backend *b, double *bytes, KvErr *err);
+    int views_fast;  /* decoding on views is measured at least as fast as on copies: the planner never gathers */
     void (*cache_free)(Backend *b, KvCache *c);
     /* tokens[B*T] (sequence-major); logits[B*V] receives each sequence's last-position logits (may be NULL).
      * observe may be non-NULL only when B == 1; trace only when T == 1. */

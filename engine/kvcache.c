@@ -16,6 +16,17 @@
 
 static size_t align_up(size_t n) { return (n + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN; }
 
+/* Arena bytes of the per-head index arrays, and of one head's rows, positions (and a view's indices). */
+static size_t index_bytes_of(size_t n_heads, int view) {
+    return align_up(n_heads * (2 * sizeof(int) + 2 * sizeof(float *) + sizeof(int *) +
+                               (view ? sizeof(int) + sizeof(int *) : 0)));
+}
+static size_t head_bytes_of(int rows, int n_shared, int head_dim, KvElem elem) {
+    size_t entries = (size_t)rows + (size_t)n_shared;
+    return 2 * align_up((size_t)rows * (size_t)head_dim * kvcache_elem_bytes(elem)) + align_up(entries * sizeof(int)) +
+           align_up((size_t)n_shared * sizeof(int));
+}
+
 /* Carves an arena for N*K heads: head i gets rows[i] key and value rows of its own and, for a view
  * (shared not NULL), shared[i] row indices into the base; positions for all of them. len = 0 everywhere,
  * cap = shared + own rows. */
@@ -26,16 +37,13 @@ static int cache_alloc(KvCache **out, int n_layers, int n_kv_heads, int head_dim
         return kv_fail(err, "kvcache: invalid shape %d layers x %d kv-heads x %d head dim", n_layers, n_kv_heads,
                        head_dim);
     size_t n_heads = (size_t)n_layers * (size_t)n_kv_heads;
-    size_t per_head = 2 * sizeof(int) + 2 * sizeof(float *) + sizeof(int *) + (shared ? sizeof(int) + sizeof(int *) : 0);
-    size_t index_bytes = align_up(n_heads * per_head);
+    size_t index_bytes = index_bytes_of(n_heads, shared != NULL);
     size_t data_bytes = 0, elem_bytes = kvcache_elem_bytes(elem);
     for (size_t i = 0; i < n_heads; i++) {
         int n_shared = shared ? shared[i] : 0;
         if (rows[i] < 0 || n_shared < 0)
             return kv_fail(err, "kvcache: negative capacity %d for head %zu", rows[i] < 0 ? rows[i] : n_shared, i);
-        size_t entries = (size_t)rows[i] + (size_t)n_shared;
-        data_bytes += 2 * align_up((size_t)rows[i] * (size_t)head_dim * elem_bytes) + align_up(entries * sizeof(int)) +
-                      align_up((size_t)n_shared * sizeof(int));
+        data_bytes += head_bytes_of(rows[i], n_shared, head_dim, elem);
     }
     KvCache *c = kv_calloc(1, sizeof *c, err);
     if (!c) return -1;
@@ -212,6 +220,14 @@ int kvcache_view(KvCache **out, const KvCache *src, const KeepSet *keep, int ext
     }
     *out = c;
     return 0;
+}
+
+size_t kvcache_keep_bytes(const KvCache *src, const KeepSet *keep, int extra_capacity, int view) {
+    size_t n_heads = (size_t)src->n_layers * (size_t)src->n_kv_heads, bytes = index_bytes_of(n_heads, view);
+    for (size_t i = 0; i < n_heads; i++)
+        bytes += view ? head_bytes_of(extra_capacity, keep->counts[i], src->head_dim, src->elem)
+                      : head_bytes_of(keep->counts[i] + extra_capacity, 0, src->head_dim, src->elem);
+    return bytes;
 }
 
 void kvcache_free(KvCache *c) {

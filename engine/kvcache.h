@@ -91,6 +91,9 @@ int kvcache_gather(KvCache **out, const KvCache *src, const KeepSet *keep, int e
  * its first len entries as they are (appending to src is fine: the sweep's full variant decodes on it).
  * Attention over a view and over the gathered copy is the same arithmetic on the same rows. */
 int kvcache_view(KvCache **out, const KvCache *src, const KeepSet *keep, int extra_capacity, KvErr *err);
+/* Bytes of the arena kvcache_view (view = 1) or kvcache_gather (view = 0) of keep with extra_capacity would
+ * allocate (keep is checked when the cache is made, not here): what the sweep's memory planner counts. */
+size_t kvcache_keep_bytes(const KvCache *src, const KeepSet *keep, int extra_capacity, int view);
 void kvcache_free(KvCache *c);
 /* Bytes of K and V of all entries (sum of len * d * 2 * sizeof(element), a view's shared rows included); for
  * the memory benchmark. */

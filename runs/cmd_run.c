@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "config.h"
 #include "datacheck.h"
+#include "memplan.h"
 #include "store.h"
 #include "sweep.h"
 
@@ -32,7 +33,7 @@ static int option_value(const char *cmd, int argc, char **argv, int *i, const ch
 }
 
 int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
-    const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL;
+    const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL, *memory = NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db")) {
             if (option_value(cmd, argc, argv, &i, &db)) return 2;
@@ -40,19 +41,26 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
             if (option_value(cmd, argc, argv, &i, &limit)) return 2;
         } else if (!strcmp(argv[i], "--shard")) {
             if (option_value(cmd, argc, argv, &i, &shard)) return 2;
+        } else if (!trace && !strcmp(argv[i], "--memory-limit")) {
+            if (option_value(cmd, argc, argv, &i, &memory)) return 2;
         } else if (argv[i][0] == '-' || config_path) {
             fprintf(stderr, "kvbench %s: unexpected argument '%s'\n"
-                            "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]\n", cmd, argv[i], cmd);
+                            "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]%s\n", cmd, argv[i],
+                    cmd, trace ? "" : " [--memory-limit SIZE]");
             return 2;
         } else {
             config_path = argv[i];
         }
     }
     if (!config_path) {
-        fprintf(stderr, "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]\n"
+        fprintf(stderr, "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]%s\n"
                         "  --db PATH    results database (default: the config's \"db\", else " DEFAULT_DB ")\n"
                         "  --limit N    at most N samples per task\n"
-                        "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n", cmd);
+                        "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n%s", cmd,
+                trace ? "" : " [--memory-limit SIZE]",
+                trace ? "" : "  --memory-limit SIZE  memory for a sample's prefill cache and its variants (e.g. 8GiB; "
+                             "default: the config's \"memory_limit\", else the device's): the variants decode in as "
+                             "few batches as fit, with the same rows\n");
         return 2;
     }
     SweepOptions opt = {0};
@@ -67,7 +75,8 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         }
         opt.limit = (int)n;
     }
-    if (shard && sweep_parse_shard(shard, &opt.shard_index, &opt.shard_count, &err)) {
+    if ((memory && memplan_parse_bytes(memory, "--memory-limit", &opt.memory_limit, &err)) ||
+        (shard && sweep_parse_shard(shard, &opt.shard_index, &opt.shard_count, &err))) {
         fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 2;
     }
@@ -99,6 +108,10 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         fprintf(stderr, "kvbench %s: %d of %d samples done (%d failed), %ld rows written to %s%s in %.1f s\n", cmd,
                 st.samples_done, st.samples_planned, st.samples_failed, st.rows_written, opt.db_path, replaced,
                 st.wall_ms / 1000);
+    if (!trace && st.samples_done)
+        fprintf(stderr, "kvbench %s: %ld decode batches; %d sample%s needed more than one (the memory did not hold "
+                        "all their variants at once)\n", cmd, st.decode_batches, st.samples_split,
+                st.samples_split == 1 ? "" : "s");
     if (!rc && st.rows_failed)
         fprintf(stderr, "kvbench %s: %ld rows failed (their errors are in the log and the database; a rerun retries "
                         "them): exit status %d\n", cmd, st.rows_failed, EXIT_ROWS_FAILED);

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "../metrics/fragility.h"
 #include "../engine/num.h"
 #include "../policies/duo.h"
+#include "memplan.h"
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -117,6 +119,19 @@ static int get_string(const Ctx *c, const cJSON *obj, const char *where, const c
     if (!expand) return (*out = dup_str(v->valuestring, c->err)) ? 0 : -1;
     *out = config_expand_env(v->valuestring, c->err);
     return *out ? 0 : kv_wrap(c->err, "%s: %s", c->file, at);
+}
+
+/* "memory_limit": a size ("8GiB", runs/memplan.h's units) or a number of bytes. */
+static int parse_memory_limit(const Ctx *c, const cJSON *root, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "memory_limit");
+    if (!v) return 0;
+    if (cJSON_IsNumber(v) && v->valuedouble >= 1 && isfinite(v->valuedouble)) {
+        *out = floor(v->valuedouble);
+        return 0;
+    }
+    if (!cJSON_IsString(v)) return bad(c, "memory_limit", "expected a size such as \"8GiB\" or a number of bytes");
+    if (memplan_parse_bytes(v->valuestring, "memory_limit", out, c->err)) return kv_wrap(c->err, "%s", c->file);
+    return 0;
 }
 
 /* A string key with two values: *out = 0 for `first` (also when absent), 1 for `second`. */
@@ -435,7 +450,8 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
 int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err) {
     static const char *const keys[] = {"name", "description", "db", "models", "datasets", "policies",
                                        "aggregations", "budgets", "compress_question", "max_new_tokens",
-                                       "window", "pool_kernel", "trace", "stop_rule", "over_length", NULL};
+                                       "window", "pool_kernel", "trace", "stop_rule", "over_length", "memory_limit",
+                                       NULL};
     Ctx c = {file, err};
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = cJSON_Parse(text);
@@ -456,7 +472,8 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
         parse_trace(&c, root, &cfg->trace_steps, &cfg->trace_importance) ||
         get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel) ||
         get_choice(&c, root, "stop_rule", "reference", "any_token", &cfg->stop_any_token) ||
-        get_choice(&c, root, "over_length", "run", "error", &cfg->over_length_error))
+        get_choice(&c, root, "over_length", "run", "error", &cfg->over_length_error) ||
+        parse_memory_limit(&c, root, &cfg->memory_limit))
         goto done;
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
     if (description && !cJSON_IsString(description)) {

@@ -71,6 +71,10 @@ typedef struct {
     int stop_any_token;          /* "stop_rule": "any_token" (GEN_STOP_ANY_TOKEN); 0 = "reference" (the default) */
     int over_length_error;       /* "over_length": "error" fails a sample longer than the model's trained context;
                                   * 0 = "run" (the default, as the reference): it runs, flagged in samples.over_length */
+    double memory_limit;         /* "memory_limit": bytes for a sample's prefill cache and its variants as they decode
+                                  * (runs/memplan.h), e.g. "8GiB"; 0 = no limit beyond the device's. Rows are the same
+                                  * under any limit (only the number of decode batches changes), so it is no part of
+                                  * their setup */
 } RunConfig;
 
 int config_load(RunConfig *cfg, const char *path, KvErr *err);

@@ -287,6 +287,8 @@ typedef struct {
     const Tokenizer *tok;   /* NULL: default_tokens_per_word */
     Estimate est;
     int published;          /* some LongBench lengths are published averages */
+    int failed;             /* the estimate ran out of memory (err says so) */
+    KvErr err;
 } ModelEstimate;
 
 /* One sample's lengths in words (LongBench) or its target in tokens (RULER, NIAH). */
@@ -332,7 +334,7 @@ static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const RunMode
                          : x->budget.tokens > 0         ? fmin(1.0, (double)x->budget.tokens / L)
                                                         : x->budget.keep_fraction;
         }
-        estimate_add(&me->est, &me->cfg, &DEVICE_H200, L, q, G, keep, nv, window);
+        if (estimate_add(&me->est, &me->cfg, &DEVICE_H200, L, q, G, keep, nv, window, &me->err)) me->failed = 1;
     }
     free(keep);
 }
@@ -477,8 +479,8 @@ static const char *duration(double s, char *buf, size_t n) {
 static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate *models) {
     const DeviceModel *dev = &DEVICE_H200;
     FILE *f = c->opt->out;
-    fprintf(f, "estimate on one %s — modelled from token counts, not measured (the CUDA backend has never run on "
-               "a GPU): %.0f TFLOP/s bf16 dense at %.0f%%, %.1f TB/s at %.0f%%; every answer is taken to run to its "
+    fprintf(f, "estimate on one %s — modelled from token counts, not measured: %.0f TFLOP/s bf16 dense at %.0f%%, "
+               "%.1f TB/s at %.0f%%; every answer is taken to run to its "
                "max new tokens (an upper bound); formulas in runs/estimate.h and the README\n",
             dev->name, dev->peak_flops / 1e12, dev->flops_efficiency * 100, dev->bandwidth / 1e12,
             dev->bw_efficiency * 100);
@@ -497,17 +499,6 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
         }
         int n_run = 0;
         for (int v = 0; v < cfg->n_variants; v++) n_run += config_variant_runs(cfg, &cfg->models[m], v);
-        char a[32], b[32], c3[32], t[32];
-        fprintf(f,
-                "estimate %s: %ld samples, %lld context tokens (longest %d), %d variants each: prefill %s, "
-                "question %s, decode <= %s, total <= %s; peak memory %.1f GB (weights %.1f GB)%s\n",
-                name, e->samples, e->context_tokens, e->longest_context, n_run,
-                duration(e->prefill_s, a, sizeof a), duration(e->feed_s, b, sizeof b),
-                duration(e->decode_s, c3, sizeof c3), duration(e->prefill_s + e->feed_s + e->decode_s, t, sizeof t),
-                e->peak_bytes / 1e9, e->weights_bytes / 1e9,
-                me->published ? "; LongBench lengths partly from its published averages (data not at hand: the "
-                                "longest samples, hence the peak, are longer)"
-                              : "");
         int window = 0;
         double *keep = malloc((size_t)(cfg->n_variants ? cfg->n_variants : 1) * sizeof *keep);
         for (int v = 0, k = 0; keep && v < cfg->n_variants; v++) {
@@ -516,16 +507,45 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
             keep[k++] = !strcmp(x->policy.name, "full") ? 1.0 : x->budget.tokens > 0 ? 0.0 : x->budget.keep_fraction;
             if (policy_needs_attention(&x->policy) && x->policy.window > window) window = x->policy.window;
         }
-        if (keep)
-            fprintf(f, "estimate %s: its %d variants fit the %.0f GB up to a context of about %.0f tokens\n", name,
-                    n_run, dev->memory_bytes / 1e9, estimate_max_context(&me->cfg, dev, keep, n_run, window));
+        KvErr err = me->err;
+        if (!keep && !me->failed) kv_fail(&err, "out of memory");
+        double max_context =
+            keep && !me->failed ? estimate_max_context(&me->cfg, dev, keep, n_run, window, 0, &err) : -1;
+        double one_batch = max_context < 0 ? -1 : estimate_max_context(&me->cfg, dev, keep, n_run, window, 1, &err);
         free(keep);
-        if (e->peak_bytes > dev->memory_bytes)
+        if (max_context < 0 || one_batch < 0) {
+            report(c, "problem", "%s: model '%s': the estimate: %s", c->file, name, err.msg);
+            continue;
+        }
+        char a[32], b[32], c3[32], t[32];
+        fprintf(f,
+                "estimate %s: %ld samples, %lld context tokens (longest %d), %d variants each: prefill %s, "
+                "question %s, decode <= %s, total <= %s; peak memory %.1f GB (weights %.1f GB); %ld decode batches, "
+                "at most %d per sample; %ld samples decode on views of the prefill, %ld on gathered copies (where "
+                "they fit as few batches)%s\n",
+                name, e->samples, e->context_tokens, e->longest_context, n_run,
+                duration(e->prefill_s, a, sizeof a), duration(e->feed_s, b, sizeof b),
+                duration(e->decode_s, c3, sizeof c3), duration(e->prefill_s + e->feed_s + e->decode_s, t, sizeof t),
+                e->peak_bytes / 1e9, e->weights_bytes / 1e9, e->batches, e->most_batches,
+                e->samples - e->samples_copies, e->samples_copies,
+                me->published ? "; LongBench lengths partly from its published averages (data not at hand: the "
+                                "longest samples, hence the peak, are longer)"
+                              : "");
+        if (e->samples_unfit == 0)
+            fprintf(f, "estimate %s: every sample fits one %.0f GB device; its %d variants fit up to a context of "
+                       "about %.0f tokens (in one decode batch up to about %.0f)\n", name, dev->memory_bytes / 1e9,
+                    n_run, max_context, one_batch);
+        else
+            fprintf(f, "estimate %s: %ld samples do not fit one %.0f GB device (a variant does not fit beside the "
+                       "prefill's cache: their rows would be errors); the longest that fits has %d tokens, and its %d "
+                       "variants fit up to a context of about %.0f tokens (in one decode batch up to about %.0f)\n",
+                    name, e->samples_unfit, dev->memory_bytes / 1e9, e->longest_fit, n_run, max_context, one_batch);
+        if (e->samples_unfit > 0)
             report(c, "warning",
-                   "%s: model '%s': the modelled peak of %.0f GB (all %d variants' caches of its longest sample, "
-                   "%d tokens, live at once) exceeds the %s's %.0f GB",
-                   c->file, name, e->peak_bytes / 1e9, n_run, e->longest_context, dev->name,
-                   dev->memory_bytes / 1e9);
+                   "%s: model '%s': %ld of %ld samples (the longest %d tokens) do not fit the %s's %.0f GB even one "
+                   "variant per decode batch; samples up to about %.0f tokens fit",
+                   c->file, name, e->samples_unfit, e->samples, e->longest_context, dev->name,
+                   dev->memory_bytes / 1e9, max_context);
     }
 }
 

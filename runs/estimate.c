@@ -1,11 +1,21 @@
 /* estimate.c — the modelled GPU time and memory of a sweep (formulas in estimate.h). */
 #include "estimate.h"
 
+#include <math.h>
+#include <stdlib.h>
+
+#include "memplan.h"
+
 const DeviceModel DEVICE_H200 = {"NVIDIA H200 SXM (141 GB HBM3e)", 989e12, 4.8e12, 141e9, 0.5, 0.6};
 
-/* The backend's forward chunk and its fixed margin (engine/cuda/cuda_backend.cu CHUNK_ROWS, MEM_MARGIN). */
+/* The CUDA backend's sizes (engine/cuda/cuda_backend.cu CHUNK_ROWS, MEM_MARGIN, PLAN_RESERVE, ALLOC_PAGE,
+ * sizeof(DevHead); engine/cuda/splitk.h SPLITK_KEYS). */
 #define CHUNK_ROWS 4096
 #define MARGIN_BYTES (768.0 * 1024 * 1024)
+#define RESERVE_BYTES (256.0 * 1024 * 1024)
+#define PAGE_BYTES (2.0 * 1024 * 1024)
+#define DEV_HEAD_BYTES 48.0
+#define SPLIT_KEYS 256.0
 
 static double layer_params(const ModelConfig *m) {
     double D = m->d_model, H = m->n_heads, K = m->n_kv_heads, d = m->head_dim, F = m->d_ff;
@@ -33,42 +43,113 @@ static double activation_row_bytes(const ModelConfig *m) {
     return 12.0 * m->d_model + 4.0 * (m->n_heads + 2.0 * m->n_kv_heads) * m->head_dim + 10.0 * m->d_ff;
 }
 
-double estimate_max_context(const ModelConfig *m, const DeviceModel *dev, const double *keep, int n_variants,
-                            int window) {
-    double kept = 1.0; /* the prefill's full cache */
-    for (int v = 0; v < n_variants; v++)
-        if (keep[v] < 1.0) kept += keep[v];
-    double per_token = estimate_kv_bytes_per_token(m) * kept + 4.0 * window * m->n_heads;
-    double fixed = estimate_weight_bytes(m) + MARGIN_BYTES + CHUNK_ROWS * activation_row_bytes(m);
-    return dev->memory_bytes > fixed ? (dev->memory_bytes - fixed) / per_token : 0;
+/* One sample's decode plan on dev (estimate.h): need[2n] (views, then copies), batch_of[n]. */
+typedef struct {
+    double fixed, prefill, budget;
+    int n_batches, use_views, fits;
+} SamplePlan;
+
+static int plan_sample(const ModelConfig *m, const DeviceModel *dev, double L, double q, double G, const double *keep,
+                       int n, int window, double *need, int *batch_of, SamplePlan *sp, KvErr *err) {
+    const double kv = estimate_kv_bytes_per_token(m), ix = 4.0 * m->n_layers * m->n_kv_heads;
+    double rows = L < CHUNK_ROWS ? L : CHUNK_ROWS;
+    sp->fixed = estimate_weight_bytes(m) + rows * activation_row_bytes(m) + 4.0 * window * L * m->n_heads +
+                MARGIN_BYTES;
+    int has_full = 0;
+    for (int v = 0; v < n; v++) has_full |= keep[v] >= 1.0;
+    sp->prefill = kv * (L + (has_full ? q + G : 0));
+    sp->budget = dev->memory_bytes - sp->fixed - sp->prefill - RESERVE_BYTES;
+    for (int v = 0; v < n; v++) {
+        double kept = keep[v] * L;
+        double step = m->n_heads * ceil((kept + q + G + 1) / SPLIT_KEYS) * (m->head_dim + 2) * 4.0 +
+                      4.0 * m->vocab_size + 2.0 * m->d_model + DEV_HEAD_BYTES * m->n_layers * m->n_kv_heads;
+        if (keep[v] >= 1.0) { /* full: decodes on the prefill's cache */
+            need[v] = need[n + v] = 0;
+            continue;
+        }
+        need[v] = ceil((kv * (q + G) + ix * kept) / PAGE_BYTES) * PAGE_BYTES + step;
+        need[n + v] = ceil(kv * (kept + q + G) / PAGE_BYTES) * PAGE_BYTES + step;
+    }
+    sp->n_batches = memplan_choose(need, need + n, n, sp->budget, 0, batch_of, &sp->use_views, err);
+    if (sp->n_batches < 0) return -1;
+    sp->fits = 1;
+    for (int v = 0; v < n; v++) sp->fits &= batch_of[v] >= 0;
+    return 0;
 }
 
-void estimate_add(Estimate *e, const ModelConfig *m, const DeviceModel *dev, int context, int question,
-                  int new_tokens, const double *keep, int n_variants, int window) {
-    const double L = context, q = question, G = new_tokens, B = n_variants;
-    const double P = layer_params(m), P_out = head_params(m), W = estimate_weight_bytes(m);
-    const double kv = estimate_kv_bytes_per_token(m);
-    double kept_tokens = 0; /* Σ_v k_v·L */
-    for (int v = 0; v < n_variants; v++) kept_tokens += keep[v] * L;
+static int plan_buffers(int n, double **need, int **batch_of, KvErr *err) {
+    *need = kv_malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof **need, err);
+    *batch_of = kv_malloc((size_t)(n > 0 ? n : 1) * sizeof **batch_of, err);
+    if (*need && *batch_of) return 0;
+    free(*need);
+    free(*batch_of);
+    return -1;
+}
 
+double estimate_max_context(const ModelConfig *m, const DeviceModel *dev, const double *keep, int n_variants,
+                            int window, int one_batch, KvErr *err) {
+    double *need;
+    int *batch_of;
+    if (plan_buffers(n_variants, &need, &batch_of, err)) return -1;
+    /* Fitting is monotone in L (the budget shrinks and every need grows with it): bisect on whole tokens. */
+    double lo = 0, hi = 1e9;
+    SamplePlan sp;
+    while (hi - lo > 1) {
+        double mid = floor((lo + hi) / 2);
+        if (plan_sample(m, dev, mid, 0, 0, keep, n_variants, window, need, batch_of, &sp, err)) {
+            lo = -1;
+            break;
+        }
+        if (sp.fits && sp.budget >= 0 && (!one_batch || sp.n_batches <= 1)) lo = mid;
+        else hi = mid;
+    }
+    free(need);
+    free(batch_of);
+    return lo;
+}
+
+int estimate_add(Estimate *e, const ModelConfig *m, const DeviceModel *dev, int context, int question,
+                 int new_tokens, const double *keep, int n_variants, int window, KvErr *err) {
+    const double L = context, q = question, G = new_tokens;
+    const double P = layer_params(m), P_out = head_params(m), W = estimate_weight_bytes(m);
+    const double kv = estimate_kv_bytes_per_token(m), ix = 4.0 * m->n_layers * m->n_kv_heads;
+    double *need;
+    int *batch_of;
+    SamplePlan sp;
+    if (plan_buffers(n_variants, &need, &batch_of, err)) return -1;
+    if (plan_sample(m, dev, L, q, G, keep, n_variants, window, need, batch_of, &sp, err)) {
+        free(need);
+        free(batch_of);
+        return -1;
+    }
     double prefill_flops = 2 * P * L + 2.0 * m->n_layers * m->n_heads * m->head_dim * L * L + 2 * P_out;
     e->prefill_s += bound_s(dev, prefill_flops, W);
-    e->feed_s += bound_s(dev, 2 * (P + P_out) * q * B, W + kv * kept_tokens);
-    double step_bytes = W + kv * (kept_tokens + B * (q + G / 2));
-    e->decode_s += G * bound_s(dev, 2 * (P + P_out) * B, step_bytes);
-
-    double rows = L < CHUNK_ROWS ? L : CHUNK_ROWS;
-    double activations = rows * activation_row_bytes(m) + 4.0 * window * L * m->n_heads;
-    /* The full cache is the prefill's: it lives whether or not a variant decodes on it. */
-    int has_full = 0;
-    for (int v = 0; v < n_variants; v++) has_full |= keep[v] >= 1.0;
-    double caches = kv * (L + (has_full ? q + G : 0));
-    for (int v = 0; v < n_variants; v++)
-        if (keep[v] < 1.0) caches += kv * (keep[v] * L + q + G);
-    double bytes = W + caches + activations + MARGIN_BYTES;
+    double largest = 0;
+    for (int b = 0; b < sp.n_batches; b++) {
+        double B = 0, kept = 0, held = 0;
+        for (int v = 0; v < n_variants; v++)
+            if (batch_of[v] == b) {
+                B++;
+                kept += keep[v] * L;
+                held += need[(sp.use_views ? 0 : n_variants) + v];
+            }
+        double index = sp.use_views ? ix * kept : 0;
+        e->feed_s += bound_s(dev, 2 * (P + P_out) * q * B, W + kv * kept + index);
+        e->decode_s += G * bound_s(dev, 2 * (P + P_out) * B, W + kv * (kept + B * (q + G / 2)) + index);
+        if (held > largest) largest = held;
+    }
+    double bytes = sp.fixed + sp.prefill + largest;
     if (bytes > e->peak_bytes) e->peak_bytes = bytes;
     e->weights_bytes = W;
     e->samples++;
     e->context_tokens += context;
     if (context > e->longest_context) e->longest_context = context;
+    e->batches += sp.n_batches;
+    if (sp.n_batches > e->most_batches) e->most_batches = sp.n_batches;
+    e->samples_copies += sp.n_batches > 0 && !sp.use_views;
+    if (!sp.fits || sp.budget < 0) e->samples_unfit++;
+    else if (context > e->longest_fit) e->longest_fit = context;
+    free(need);
+    free(batch_of);
+    return 0;
 }

@@ -1,13 +1,15 @@
-/* sweep.c — the runner behind `kvbench run`: plan, then per sample one prefill, every keep-set, one batched
- * decode, scores, and one database transaction.
+/* sweep.c — the runner behind `kvbench run`: plan, then per sample one prefill, every keep-set, batched decodes
+ * within the memory (runs/memplan.h), scores, and one database transaction.
  *
  * Why the shape (DESIGN.md §1): every policy compresses after each layer's full attention over the context,
  * so the prefill does not depend on the policy. The prefill runs once (runs/prepare.c, shared with `kvbench
  * trace`) with every policy state observing each layer; each state then selects a keep-set per budget; each
- * keep-set becomes a cache of its own (on the CPU backend a view that reads the kept rows in the prefill
- * cache, so the variants hold no copies of the context; on the GPU a gathered copy); and all variants decode
- * as one batch, reading the weights once per step. The `full` variant decodes on the prefill cache itself
- * (allocated with room for the question and answer), so it costs no copy.
+ * keep-set becomes a cache of its own (a view that reads the kept rows in the prefill cache, so the variants
+ * hold no copies of the context; on the GPU a gathered copy where copies need no more batches); and the
+ * variants decode in as few batches as fit the memory beside the prefill's cache, each batch reading the
+ * weights once per step. The `full` variant decodes on the prefill cache itself (allocated with room for the
+ * question and answer), so it costs no copy; its batch is the last, since it appends to that cache. The rows
+ * are the same in any number of batches (a sequence's arithmetic does not depend on its batch).
  *
  * Resume: the plan is built from the database (rows already there are skipped, failed rows are retried), and a
  * sample's rows are written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the
@@ -20,6 +22,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,6 +34,7 @@
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../metrics/metrics.h"
+#include "memplan.h"
 #include "prepare.h"
 #include "store.h"
 #include "trace.h"
@@ -56,6 +60,8 @@ typedef struct {
     int duo_na;            /* the model's "duo_attention_patterns" is "none": its duoattention cells are skipped */
     SweepStats *stats;
     double started_ms;
+    double memory_limit;   /* bytes for the prefill's cache and the variants (--memory-limit, else the config's
+                            * "memory_limit"); 0: none beyond the device's own */
 } Sweep;
 
 typedef struct {
@@ -236,6 +242,8 @@ fail:
 
 typedef struct {
     const RunVariant *v;
+    KeepSet keep;       /* its keep-set, until its cache is made */
+    int batch;          /* its decode batch (runs/memplan.h) */
     KvCache *cache;     /* its compressed cache; the prefill's own cache for full */
     TokenIds out;
     char *prediction;
@@ -257,7 +265,7 @@ static void fail_all(VariantRun *runs, int n, const KvErr *err) {
 /* Prefill, keep-sets, batched decode and scores for the pending variants of one sample. Every failure lands
  * in the failing variants' runs[i].err (a failure before the keep-sets fails them all). */
 static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, double *prefill_ms, double *decode_ms,
-                       int *n_ctx_out, int *n_q_out, int *over_length) {
+                       int *n_ctx_out, int *n_q_out, int *over_length, int *n_batches) {
     const Model *m = sw->model;
     const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
     PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL};
@@ -266,11 +274,12 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     const PolicyConfig **policies = NULL;
     KvCache **caches = NULL;
     TokenIds *outs = NULL;
-    int *batch_of = NULL, has_prefill = 0, has_full = 0;
+    int *batch_of = NULL, *idx = NULL, has_prefill = 0, has_full = 0;
+    double *need = NULL; /* [2n]: view bytes, then copy bytes, of the variants listed in idx */
     KvErr err = {{0}};
     const double cpu_started = util_cpu_ms();
     *prefill_ms = *decode_ms = 0;
-    *n_ctx_out = *n_q_out = *over_length = 0;
+    *n_ctx_out = *n_q_out = *over_length = *n_batches = 0;
 
     if (prepare_tokens(&env, s, &ctx, &q, &err) || prepare_stop_ids(&env, s, &stops, &err)) goto failed;
     *n_ctx_out = ctx.n;
@@ -299,64 +308,121 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     *prefill_ms = pf.prefill_ms;
     for (int k = 0; k < pf.n_slots; k++) sw->stats->select_ms += pf.slots[k].ms;
 
-    /* Keep-sets and compressed caches. */
+    /* Keep-sets, and what each variant needs while it decodes. */
+    if (!(need = kv_calloc(2 * (size_t)n, sizeof *need, &err)) ||
+        !(batch_of = kv_calloc((size_t)n, sizeof *batch_of, &err)) || !(idx = kv_calloc((size_t)n, sizeof *idx, &err)))
+        goto failed;
+    int n_ok = 0, full = -1;
     for (int i = 0; i < n; i++) {
         VariantRun *r = &runs[i];
-        if (pf.slot_of[i] < 0) {
+        if (pf.slot_of[i] < 0) { /* full decodes on the prefill's cache, which holds its room */
             r->cache = pf.cache;
             r->kept = r->budget_tokens = ctx.n;
             r->kept_fraction = 1;
+            full = n_ok;
+            need[n_ok] = need[n + n_ok] = 0;
+            idx[n_ok++] = i;
             continue;
         }
-        KeepSet keep = {0};
         double t = util_now_ms();
         const Budget *b = &r->v->budget;
         r->budget_tokens = b->tokens > 0 ? b->tokens : (int)(ctx.n * (1.0 - budget_compression_ratio(b, ctx.n)));
-        /* a view shares the prefill's rows (the CPU backend): 15 variants hold no copies of the context */
-        int (*compress)(Backend *, const KvCache *, const KeepSet *, int, KvCache **, KvErr *) =
-            sw->be->cache_view ? sw->be->cache_view : sw->be->cache_gather;
-        if (prefill_select(&pf, i, b, &keep, &r->err) || compress(sw->be, pf.cache, &keep, q.n + max_new, &r->cache, &r->err))
+        if (prefill_select(&pf, i, b, &r->keep, &r->err)) {
             r->failed = 1;
-        else {
-            r->kept = (double)keep.total / (N * K);
+        } else {
+            r->kept = (double)r->keep.total / (N * K);
             r->kept_fraction = r->kept / ctx.n;
+            need[n_ok] = sw->be->variant_bytes(sw->be, pf.cache, &r->keep, q.n + max_new, 1);
+            need[n + n_ok] = sw->be->variant_bytes(sw->be, pf.cache, &r->keep, q.n + max_new, 0);
+            idx[n_ok++] = i;
         }
-        keepset_free(&keep);
         double selected = util_now_ms() - t;
         r->select_ms = prefill_observe_ms(&pf, i) + selected;
         sw->stats->select_ms += selected;
     }
 
-    /* One batched decode of every variant that has a cache. */
+    /* The plan: views of the prefill (or copies) in as few decode batches as fit the memory left beside it. */
+    double budget = INFINITY, device_free = INFINITY;
+    if (sw->be->memory_free && sw->be->memory_free(sw->be, &device_free, &err)) goto failed;
+    budget = device_free;
+    if (sw->memory_limit > 0 && sw->memory_limit - (double)pf.cache->arena_bytes < budget)
+        budget = sw->memory_limit - (double)pf.cache->arena_bytes;
+    int use_views = 0;
+    int nb = memplan_choose(sw->be->cache_view ? need : NULL, need + n, n_ok, budget, sw->be->views_fast, batch_of,
+                            &use_views, &err);
+    if (nb < 0) goto failed;
+    /* The full variant appends its question and answer to the prefill's cache, whose n_pos the other variants'
+     * caches take when they are made: its batch decodes last. */
+    if (full >= 0 && batch_of[full] >= 0 && batch_of[full] != nb - 1) {
+        int a = batch_of[full];
+        for (int j = 0; j < n_ok; j++) batch_of[j] = batch_of[j] == a ? nb - 1 : batch_of[j] == nb - 1 ? a : batch_of[j];
+    }
+    for (int j = 0; j < n_ok; j++) {
+        VariantRun *r = &runs[idx[j]];
+        r->batch = batch_of[j];
+        if (r->batch >= 0) continue;
+        r->failed = 1;
+        const double MiB = 1048576, prefill_bytes = (double)pf.cache->arena_bytes;
+        if (budget < 0)
+            kv_fail(&r->err, "out of memory: the prefill's cache of %.2f MiB alone exceeds the memory limit of %.2f "
+                             "MiB", prefill_bytes / MiB, sw->memory_limit / MiB);
+        else
+            kv_fail(&r->err, "out of memory: this variant's %s and decode need %.2f MiB, %.2f MiB are free for the "
+                             "variants beside the prefill's cache of %.2f MiB (%s)", use_views ? "view" : "gathered copy",
+                    need[(use_views ? 0 : n) + j] / MiB, budget / MiB, prefill_bytes / MiB,
+                    budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
+    }
+    *n_batches = nb;
+
+    /* Each batch: its caches, one batched decode, then they are freed; the prefill's cache serves them all. */
     caches = kv_calloc((size_t)n, sizeof *caches, &err);
     outs = kv_calloc((size_t)n, sizeof *outs, &err);
-    batch_of = kv_calloc((size_t)n, sizeof *batch_of, &err);
-    if (!caches || !outs || !batch_of) goto failed;
-    int nb = 0;
-    for (int i = 0; i < n; i++)
-        if (!runs[i].failed) {
-            batch_of[nb] = i;
-            caches[nb++] = runs[i].cache;
+    if (!caches || !outs) goto failed;
+    for (int batch = 0; batch < nb; batch++) {
+        int nc = 0;
+        for (int j = 0; j < n_ok; j++) {
+            VariantRun *r = &runs[idx[j]];
+            if (r->batch != batch || r->failed) continue;
+            if (r->cache != pf.cache) {
+                double t = util_now_ms();
+                int rc = (use_views ? sw->be->cache_view : sw->be->cache_gather)(sw->be, pf.cache, &r->keep,
+                                                                                 q.n + max_new, &r->cache, &r->err);
+                keepset_free(&r->keep);
+                double made = util_now_ms() - t;
+                r->select_ms += made;
+                sw->stats->select_ms += made;
+                if (rc) {
+                    r->failed = 1;
+                    continue;
+                }
+            }
+            batch_of[nc] = idx[j];
+            caches[nc++] = r->cache;
         }
-    if (nb > 0) {
+        if (nc == 0) continue;
         GenerateOptions go = {max_new, stops.ids, stops.n, NULL,
                               sw->cfg->stop_any_token ? GEN_STOP_ANY_TOKEN : GEN_STOP_REFERENCE};
         GenerateStats gs = {0};
-        if (generate_greedy(sw->be, caches, nb, q.ids, q.n, &go, outs, &gs, &err)) {
-            kv_wrap(&err, "decode");
-            goto failed;
-        }
-        *decode_ms = gs.feed_ms + gs.decode_ms;
+        KvErr derr = {{0}};
+        int rc = generate_greedy(sw->be, caches, nc, q.ids, q.n, &go, outs, &gs, &derr);
+        if (rc) kv_wrap(&derr, "decode");
+        *decode_ms += gs.feed_ms + gs.decode_ms;
         sw->stats->decode_tokens += gs.decode_tokens;
-    }
-    for (int j = 0; j < nb; j++) {
-        VariantRun *r = &runs[batch_of[j]];
-        r->out = outs[j];
-        outs[j] = (TokenIds){0};
-        if (!(r->prediction = tokenizer_decode(sw->tok, r->out.ids, r->out.n, 1, &r->err)) ||
-            metric_score(s->metric, s->task, r->prediction, (const char *const *)s->answers, s->n_answers,
-                         (const char *const *)s->all_classes, s->n_classes, &r->score, &r->err))
-            r->failed = 1;
+        for (int k = 0; k < nc; k++) {
+            VariantRun *r = &runs[batch_of[k]];
+            r->out = outs[k];
+            outs[k] = (TokenIds){0};
+            if (r->cache != pf.cache) sw->be->cache_free(sw->be, r->cache);
+            r->cache = NULL;
+            if (rc) {
+                r->failed = 1;
+                r->err = derr;
+            } else if (!(r->prediction = tokenizer_decode(sw->tok, r->out.ids, r->out.n, 1, &r->err)) ||
+                       metric_score(s->metric, s->task, r->prediction, (const char *const *)s->answers, s->n_answers,
+                                    (const char *const *)s->all_classes, s->n_classes, &r->score, &r->err)) {
+                r->failed = 1;
+            }
+        }
     }
     sw->stats->prefill_tokens += ctx.n;
     goto cleanup;
@@ -368,12 +434,15 @@ cleanup:
         if (runs[i].cache && (!has_prefill || runs[i].cache != pf.cache)) sw->be->cache_free(sw->be, runs[i].cache);
         runs[i].cache = NULL;
     }
+    for (int i = 0; i < n; i++) keepset_free(&runs[i].keep);
     if (has_prefill) prefill_free(&pf);
     for (int i = 0; outs && i < n; i++) ids_free(&outs[i]);
     free(policies);
     free(caches);
     free(outs);
     free(batch_of);
+    free(need);
+    free(idx);
     ids_free(&ctx);
     ids_free(&q);
     ids_free(&stops);
@@ -526,9 +595,9 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     for (int v = 0; v < cfg->n_variants; v++)
         if (it->pending[v]) runs[n++].v = &cfg->variants[v];
     double prefill_ms = 0, decode_ms = 0;
-    int n_ctx = 0, n_q = 0, over_length = 0;
+    int n_ctx = 0, n_q = 0, over_length = 0, n_batches = 0;
     int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
-    if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q, &over_length);
+    if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q, &over_length, &n_batches);
     else fail_all(runs, n, &serr);
     int n_failed = 0;
     for (int i = 0; i < n; i++) {
@@ -561,6 +630,8 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         if (n_failed == n) sw->stats->samples_failed++;
         sw->stats->prefill_ms += prefill_ms;
         sw->stats->decode_ms += decode_ms;
+        sw->stats->decode_batches += n_batches;
+        sw->stats->samples_split += n_batches > 1;
         const VariantRun *first = NULL;
         for (int i = 0; i < n && !first; i++)
             if (runs[i].failed) first = &runs[i];
@@ -574,10 +645,10 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         int ok = 0;
         for (int i = 0; i < n; i++)
             if (!runs[i].failed) mean += runs[i].score, ok++;
-        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms, mean score "
-                              "%.3f\n",
+        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
+                              "batch%s, mean score %.3f\n",
                 sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
-                decode_ms, ok ? mean / ok : 0.0);
+                decode_ms, n_batches, n_batches == 1 ? "" : "es", ok ? mean / ok : 0.0);
     }
     free(answers);
     for (int i = 0; i < n; i++) {
@@ -757,6 +828,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     sw.stats = stats ? stats : &local;
     memset(sw.stats, 0, sizeof *sw.stats);
     sw.started_ms = util_now_ms();
+    sw.memory_limit = opt->memory_limit > 0 ? opt->memory_limit : cfg->memory_limit;
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
     if (check_inputs(cfg, err)) return -1;

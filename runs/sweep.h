@@ -1,6 +1,6 @@
 /* sweep.h — runs a configuration into a results database: models × tasks × samples, and per sample one
- * prefill shared by every policy variant, whose compressed caches then decode together as one batch
- * (DESIGN.md §1). The plan is the expansion minus the rows the database already holds, so a killed run
+ * prefill shared by every policy variant, whose compressed caches then decode together in as few batches as fit
+ * the memory (DESIGN.md §1, runs/memplan.h). The plan is the expansion minus the rows the database already holds, so a killed run
  * resumes where it stopped; a failing sample becomes failed rows and the run goes on. */
 #ifndef KVBENCH_RUNS_SWEEP_H
 #define KVBENCH_RUNS_SWEEP_H
@@ -20,6 +20,8 @@ typedef struct {
     int progress_line;    /* redraw one progress line (a terminal) instead of a line per sample */
     int trace;            /* kvbench trace: retained-importance traces (runs/trace.h, config "trace" section) into
                            * the traces table instead of predictions and scores */
+    double memory_limit;  /* --memory-limit: bytes for a sample's prefill cache and its variants while they decode
+                           * (runs/memplan.h); overrides the config's "memory_limit"; 0 = that, or none */
 } SweepOptions;
 
 typedef struct {
@@ -34,6 +36,8 @@ typedef struct {
     double select_ms;     /* policy time: each policy state's observation once (shared by its budgets), plus
                            * every keep-set's selection and cache gather (a row's select_ms counts its policy's
                            * observation again for each budget) */
+    long decode_batches;  /* decode batches of all samples (runs/memplan.h: as few as fit the memory) */
+    int samples_split;    /* samples whose variants decoded in more than one batch */
     double sample_cpu_ms; /* CPU time of the process (all threads) from each sample's tokens to its scores:
                            * prefill, policies, question feed and decode */
 } SweepStats;

@@ -17,7 +17,7 @@ static const char *GOOD =
     "              \"aggregations\": [\"mean\", \"max\", \"max+prior\", \"default\"], \"pool_kernel\": 7,\n"
     "               \"window\": 8}],\n"
     " \"budgets\": [\"20%\", 0.4],\n"
-    " \"max_new_tokens\": 8, \"compress_question\": true, \"window\": 16}\n";
+    " \"max_new_tokens\": 8, \"compress_question\": true, \"window\": 16, \"memory_limit\": \"8GiB\"}\n";
 
 /* Parses text and expects failure with every `want` substring in the message. */
 static void expect_error(TestCounts *tc, const char *text, const char *want1, const char *want2) {
@@ -74,6 +74,7 @@ static void test_good(TestCounts *tc) {
     const RunVariant *stream = find(&cfg, "streamingllm", NULL, "20%");
     CHECK(tc, stream && !strcmp(stream->params, ""), "streamingllm takes no window parameters");
     CHECK(tc, cfg.max_new_tokens == 8 && cfg.compress_question == 1, "switches");
+    CHECK(tc, cfg.memory_limit == 8589934592.0, "memory_limit \"8GiB\": %.0f", cfg.memory_limit);
     config_free(&cfg);
 }
 
@@ -124,6 +125,11 @@ static void test_errors(TestCounts *tc) {
     snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"max_new_tokens\": -1}", head,
              ds);
     expect_error(tc, text, "max_new_tokens", "out of range");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"memory_limit\": \"8XB\"}", head,
+             ds);
+    expect_error(tc, text, "memory_limit '8XB'", "8GiB");
+    snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"memory_limit\": 0}", head, ds);
+    expect_error(tc, text, "memory_limit", "number of bytes");
 
     RunConfig cfg;
     KvErr err = {{0}};

@@ -1,7 +1,8 @@
 /* test_cuda_emu.c — the CUDA kernels run on the CPU emulation (tests/gpu/emulate.sh --quick): the cache gather
  * and the q/k/v RoPE split against the host formula, then flash prefill, split-K decode and window attention
  * against the naive oracle kernel on small shapes of every kind the backend accepts (group sizes 1 to 8, head dims
- * 48 to 256, tile and split edges), with the GPU check's tolerances (2e-2). Each PASS/FAIL line of the
+ * 48 to 256, tile and split edges), with the GPU check's tolerances (2e-2), and every attention kernel on views
+ * of a base cache against gathered copies (bit for bit). Each PASS/FAIL line of the
  * emulation counts as one check; a missing closing line (the emulator did not build, a deadlock, a crash) fails.
  * Needs g++ and python3 (scripts/setup.sh installs both); takes about 20 seconds on 2 cores. */
 #include <stdio.h>

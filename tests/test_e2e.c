@@ -61,6 +61,20 @@ static long long logged_rows(const char *log_name) {
     return rows;
 }
 
+/* The "N samples needed more than one" of a run's decode batches line (-1 when absent). */
+static long long logged_split(const char *log_name) {
+    char path[128], line[1024];
+    long long n = -1;
+    snprintf(path, sizeof path, "%s/%s.log", dir, log_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, " decode batches; ");
+        if (p) n = atoll(p + strlen(" decode batches; "));
+    }
+    if (f) fclose(f);
+    return n;
+}
+
 static void test_runs(TestCounts *tc, const char *config) {
     /* Shards 0/2 and 1/2 in two processes, merged: together one uninterrupted run of every sample. */
     char *s0[] = {(char *)config, "--db", path_in("s0.db"), "--shard", "0/2", NULL};
@@ -104,6 +118,32 @@ static void test_runs(TestCounts *tc, const char *config) {
                            "r.policy = 'full' AND r.kept_tokens != s.context_tokens") == 0,
           "full keeps everything");
     char *rows_m = dump_rows(m);
+
+    /* Under a memory limit that leaves room for only a few variants beside the prefill's cache: the variants
+     * decode in several batches, and every row is the one the unlimited run made, bit for bit. */
+    char *ml_args[] = {(char *)config, "--db", path_in("ml.db"), "--memory-limit", "4MiB", NULL};
+    int rc_ml = run(cmd_run, "ml", ml_args);
+    char *rows_ml = dump_rows(path_in("ml.db"));
+    long long split = logged_split("ml");
+    CHECK(tc, rc_ml == 3 && !strcmp(rows_m, rows_ml), "rows under --memory-limit 4MiB differ (exit %d)", rc_ml);
+    CHECK(tc, split > 0 && log_contains("ml", " batches, mean score"),
+          "--memory-limit 4MiB: %lld samples decoded in more than one batch", split);
+    CHECK(tc, log_contains("s0", "in 1 batch, mean score"), "an unlimited run decodes each sample in one batch");
+    free(rows_ml);
+    /* A limit the prefill's cache of a 1024-token sample alone exceeds: none of its variants runs, and its rows
+     * say why; the shorter samples still decode what fits. */
+    char *tiny_args[] = {(char *)config, "--db", path_in("tiny.db"), "--memory-limit", "1MiB", "--limit", "1", NULL};
+    int rc_tiny = run(cmd_run, "tiny", tiny_args);
+    const char *tiny = path_in("tiny.db");
+    long long long_rows = query_int(tiny, "SELECT count(*) FROM results r JOIN samples s ON s.id = r.sample_id WHERE "
+                                          "s.context_tokens > 600");
+    long long said = query_int(tiny, "SELECT count(*) FROM results r JOIN samples s ON s.id = r.sample_id WHERE "
+                                     "s.context_tokens > 600 AND r.error LIKE 'out of memory: the prefill''s cache of % "
+                                     "MiB alone exceeds the memory limit of 1.00 MiB'");
+    CHECK(tc, rc_tiny == 3 && long_rows == 2 * N_VARIANTS && said == long_rows,
+          "rows of the long samples under --memory-limit 1MiB (exit %d): %lld of %lld say why", rc_tiny, said,
+          long_rows);
+    CHECK(tc, query_int(tiny, "SELECT count(*) FROM results WHERE error IS NULL") > 0, "short samples still decode");
 
     /* B: killed with SIGKILL once some samples are in, then resumed: the same rows as the whole. */
     const char *b = path_in("b.db");

@@ -34,12 +34,16 @@ int cuda_device_query(CudaDeviceInfo *info, KvErr *err);
 int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
 
 /* Kernel lab: runs the flash prefill, split-K decode and window attention against the naive oracle kernel on
- * random head-variable caches (several sequences, GQA) and reports the largest absolute difference of each. */
+ * random head-variable caches (several sequences, GQA) and reports the largest absolute difference of each; and
+ * every attention kernel on views of a base cache against the same kernel on gathered copies (bit for bit). */
 typedef struct {
     double flash_max_err;   /* flash prefill vs naive, over every output element */
     double decode_max_err;  /* split-K decode + merge vs naive */
     double window_max_err;  /* observation window attention (GEMM + softmax) vs naive probabilities */
     int cases;              /* shapes tried */
+    long views_mismatches;  /* elements (rows written, outputs, probabilities) where a view's attention differs in
+                             * any bit from its gathered copy's: flash, naive, split-K decode, q/k/v split */
+    int views_cases;        /* view shapes tried */
 } CudaSelftest;
 int cuda_kernel_selftest(CudaSelftest *out, KvErr *err);
 

@@ -27,6 +27,10 @@ extern "C" {
 /* Token rows per chunk: large enough for GEMMs at full speed, small enough that 32B-class activations fit. */
 enum { CHUNK_ROWS = 4096 };
 static const size_t MEM_MARGIN = (size_t)768 << 20; /* cuBLAS workspace, CUDA context, fragmentation */
+/* What the sweep's planner leaves free beyond MEM_MARGIN (which every allocation keeps): cudaMalloc rounds
+ * each cache up to whole 2 MiB pages, and the decode's grown buffers are counted per variant only roughly. */
+static const size_t PLAN_RESERVE = (size_t)256 << 20;
+static const size_t ALLOC_PAGE = (size_t)2 << 20;
 
 static double gib(size_t bytes) { return (double)bytes / (double)(1u << 30); }
 
@@ -154,12 +158,13 @@ typedef struct {
     DevBuf gather_rows;       /* cache gather index lists */
 } Cuda;
 
-/* A device cache: the KvCache handed out is the first member. */
+/* A device cache: the KvCache handed out is the first member. A view's arena holds its own rows, then its
+ * shared entries' row indices into the base (int, head after head: c.shared[i] points there). */
 typedef struct {
     KvCache c;
-    long long *row0;          /* [N*K] first row of each head in the K (and V) region of the arena */
+    long long *row0;          /* [N*K] first own row of each head in the K (and V) region of the arena */
     bf16 *k_base, *v_base;
-    void *host;               /* len, cap, k, v, pos arrays and pos storage in one block */
+    void *host;               /* len, cap, k, v, pos (and a view's n_shared, shared) arrays and pos storage */
 } CudaCache;
 
 static Cuda *impl_of(Backend *b) { return (Cuda *)b->impl; }
@@ -295,25 +300,46 @@ static void cuda_cache_free(Backend *b, KvCache *c) {
     free(cc);
 }
 
-/* A cache with caps[i] entries for head i, empty. */
-static int cache_alloc(Cuda *cu, const int *caps, CudaCache **out, KvErr *err) {
+/* Device bytes of a cache with caps[i] entries for head i of which n_shared[i] are a view's shared entries
+ * (n_shared NULL: none): own K and V rows, and an index per shared entry. */
+static size_t cache_device_bytes(const int *caps, const int *n_shared, int NK, int d, long long *own_rows,
+                                 long long *shared_rows) {
+    long long own = 0, shared = 0;
+    for (int i = 0; i < NK; i++) {
+        int sh = n_shared ? n_shared[i] : 0;
+        own += caps[i] - sh;
+        shared += sh;
+    }
+    if (own_rows) *own_rows = own;
+    if (shared_rows) *shared_rows = shared;
+    return (size_t)own * d * sizeof(bf16) * 2 + (size_t)shared * sizeof(int);
+}
+
+/* A cache with caps[i] entries for head i, empty; for a view of base, the first n_shared[i] of them are the
+ * base's rows (their indices filled by the caller). */
+static int cache_alloc(Cuda *cu, const int *caps, const KvCache *base, const int *n_shared, CudaCache **out,
+                       KvErr *err) {
     const ModelConfig *cfg = &cu->m->cfg;
     int NK = cfg->n_layers * cfg->n_kv_heads, d = cfg->head_dim;
-    long long rows = 0;
+    long long rows = 0, shared = 0, entries = 0;
     int most = 0;
+    size_t bytes = cache_device_bytes(caps, n_shared, NK, d, &rows, &shared);
     for (int i = 0; i < NK; i++) {
-        rows += caps[i];
+        entries += caps[i];
         most = caps[i] > most ? caps[i] : most;
     }
-    size_t bytes = (size_t)rows * d * sizeof(bf16) * 2;
-    char what[160];
-    snprintf(what, sizeof what, "a KV cache of %lld entries (%d layers x %d kv-heads, up to %d per head)", rows,
-             cfg->n_layers, cfg->n_kv_heads, most);
+    char what[200];
+    if (n_shared)
+        snprintf(what, sizeof what, "a KV cache view of %lld shared entries and room for %lld of its own (%d layers x "
+                 "%d kv-heads)", shared, rows, cfg->n_layers, cfg->n_kv_heads);
+    else
+        snprintf(what, sizeof what, "a KV cache of %lld entries (%d layers x %d kv-heads, up to %d per head)", rows,
+                 cfg->n_layers, cfg->n_kv_heads, most);
     if (ensure_free(bytes, what, err)) return -1;
     CudaCache *cc = (CudaCache *)kv_calloc(1, sizeof *cc, err);
     if (!cc) return -1;
     size_t host_bytes = (size_t)NK * (3 * sizeof(void *) + sizeof(long long) + 2 * sizeof(int)) +
-                        (size_t)rows * sizeof(int);
+                        (size_t)entries * sizeof(int) + (n_shared ? (size_t)NK * (sizeof(void *) + sizeof(int)) : 0);
     cc->host = kv_calloc(1, host_bytes, err);
     if (!cc->host) {
         free(cc);
@@ -325,6 +351,10 @@ static int cache_alloc(Cuda *cu, const int *caps, CudaCache **out, KvErr *err) {
     c->v = (float **)p, p += NK * sizeof(void *);
     c->pos = (int **)p, p += NK * sizeof(void *);
     cc->row0 = (long long *)p, p += NK * sizeof(long long);
+    if (n_shared) {
+        c->shared = (int **)p, p += NK * sizeof(void *);
+        c->n_shared = (int *)p, p += NK * sizeof(int);
+    }
     c->len = (int *)p, p += NK * sizeof(int);
     c->cap = (int *)p, p += NK * sizeof(int);
     int *pos_store = (int *)p;
@@ -340,13 +370,21 @@ static int cache_alloc(Cuda *cu, const int *caps, CudaCache **out, KvErr *err) {
     c->on_device = 1;
     cc->k_base = (bf16 *)c->arena;
     cc->v_base = cc->k_base + (size_t)rows * d;
-    cache_row_starts(caps, NK, cc->row0);
-    for (int i = 0; i < NK; i++) {
-        long long row = cc->row0[i];
+    int *idx = (int *)(cc->v_base + (size_t)rows * d);
+    c->base = base;
+    for (int i = 0, pos_row = 0; i < NK; i++) {
+        int sh = n_shared ? n_shared[i] : 0;
+        cc->row0[i] = i ? cc->row0[i - 1] + (c->cap[i - 1] - (n_shared ? n_shared[i - 1] : 0)) : 0;
         c->cap[i] = caps[i];
-        c->k[i] = (float *)(cc->k_base + (size_t)row * d); /* bf16 on the device, typed as in kvcache.h */
-        c->v[i] = (float *)(cc->v_base + (size_t)row * d);
-        c->pos[i] = pos_store + row;
+        c->k[i] = (float *)(cc->k_base + (size_t)cc->row0[i] * d); /* bf16 on the device, typed as in kvcache.h */
+        c->v[i] = (float *)(cc->v_base + (size_t)cc->row0[i] * d);
+        c->pos[i] = pos_store + pos_row;
+        pos_row += caps[i];
+        if (n_shared) {
+            c->n_shared[i] = sh;
+            c->shared[i] = idx; /* device memory, like k and v */
+            idx += sh;
+        }
     }
     *out = cc;
     return 0;
@@ -360,72 +398,117 @@ static int cuda_cache_new(Backend *b, KvCache **out, int capacity, KvErr *err) {
     if (!caps) return -1;
     for (int i = 0; i < NK; i++) caps[i] = capacity;
     CudaCache *cc = NULL;
-    int rc = cache_alloc(cu, caps, &cc, err);
+    int rc = cache_alloc(cu, caps, NULL, NULL, &cc, err);
     free(caps);
     if (rc) return -1;
     *out = &cc->c;
     return 0;
 }
 
-static int cuda_cache_gather(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity,
-                             KvCache **out, KvErr *err) {
+/* cache_gather (view = 0: the kept rows copied) and cache_view (view = 1: their row indices in src). */
+static int cache_compress(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, int view,
+                          KvCache **out, KvErr *err) {
     Cuda *cu = impl_of(b);
     const ModelConfig *cfg = &cu->m->cfg;
     int NK = cfg->n_layers * cfg->n_kv_heads, d = cfg->head_dim;
-    if (!src->on_device) return kv_fail(err, "backend 'cuda': cache_gather needs a cache made by this backend");
+    const char *who = view ? "cache_view" : "cache_gather";
+    if (!src->on_device) return kv_fail(err, "backend 'cuda': %s needs a cache made by this backend", who);
+    if (src->base) return kv_fail(err, "backend 'cuda': %s: the source cache is itself a view", who);
     if (keep->n_layers != cfg->n_layers || keep->n_kv_heads != cfg->n_kv_heads)
         return kv_fail(err, "backend 'cuda': keep-set is %d layers x %d kv-heads, the model has %d x %d",
                        keep->n_layers, keep->n_kv_heads, cfg->n_layers, cfg->n_kv_heads);
     if (extra_capacity < 0) return kv_fail(err, "backend 'cuda': extra capacity %d is negative", extra_capacity);
-    int *caps = (int *)kv_malloc((size_t)NK * sizeof(int), err);
-    if (!caps) return -1;
-    for (int i = 0; i < NK; i++) {
-        if (keep->counts[i] < 0 || keep->counts[i] > src->len[i]) {
-            free(caps);
+    for (int i = 0; i < NK; i++)
+        if (keep->counts[i] < 0 || keep->counts[i] > src->len[i])
             return kv_fail(err, "backend 'cuda': keep-set keeps %d entries of layer %d kv-head %d, which holds %d",
                            keep->counts[i], i / cfg->n_kv_heads, i % cfg->n_kv_heads, src->len[i]);
-        }
-        caps[i] = keep->counts[i] + extra_capacity;
-    }
+    size_t n = keep->total ? (size_t)keep->total : 1;
+    /* caps[NK], then (views) NK zero row starts: a view's indices count from its base head's first row */
+    int *caps = (int *)kv_malloc((size_t)NK * sizeof(int), err);
+    long long *rows = (long long *)kv_malloc((2 * n + NK) * sizeof(long long), err);
+    int *idx = view ? (int *)kv_malloc(n * sizeof(int), err) : NULL;
     CudaCache *dst = NULL;
-    int rc = cache_alloc(cu, caps, &dst, err);
-    free(caps);
-    if (rc) return -1;
-    const CudaCache *s = (const CudaCache *)src;
-    long long *rows = (long long *)kv_malloc(2 * (size_t)(keep->total ? keep->total : 1) * sizeof(long long), err);
-    if (!rows) {
-        cuda_cache_free(b, &dst->c);
-        return -1;
-    }
-    long long *src_rows = rows, *dst_rows = rows + keep->total;
-    if (gather_plan(src, s->row0, keep, dst->row0, src_rows, dst_rows, dst->c.pos, err)) {
-        free(rows);
-        cuda_cache_free(b, &dst->c);
-        return -1;
-    }
-    for (int i = 0; i < NK; i++) dst->c.len[i] = keep->counts[i];
-    dst->c.n_pos = src->n_pos;
-    rc = devbuf_reserve(&cu->gather_rows, 2 * (size_t)keep->total * sizeof(long long), "gather index lists", err);
-    if (!rc && keep->total > 0) {
-        long long *dev = (long long *)cu->gather_rows.p;
-        cudaError_t ce = cudaMemcpyAsync(dev, rows, 2 * (size_t)keep->total * sizeof(long long),
-                                         cudaMemcpyHostToDevice, cu->st);
-        if (ce != cudaSuccess)
-            rc = kv_fail(err, "%s:%d: cudaMemcpyAsync: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
-        else
-            rc = launch_gather_rows(dev, dev + keep->total, keep->total, s->k_base, s->v_base, dst->k_base,
-                                    dst->v_base, d, cu->st, err);
-        ce = cudaStreamSynchronize(cu->st); /* also keeps `rows` alive until the copy has read it */
+    int rc = !caps || !rows || (view && !idx) ? -1 : 0;
+    for (int i = 0; !rc && i < NK; i++) caps[i] = keep->counts[i] + extra_capacity;
+    if (!rc) rc = cache_alloc(cu, caps, view ? src : NULL, view ? keep->counts : NULL, &dst, err);
+    if (!rc) {
+        const CudaCache *s = (const CudaCache *)src;
+        long long *src_rows = rows, *dst_rows = rows + n, *zero = rows + 2 * n;
+        memset(zero, 0, (size_t)NK * sizeof(long long));
+        rc = gather_plan(src, view ? zero : s->row0, keep, view ? zero : dst->row0, src_rows, dst_rows, dst->c.pos,
+                         err);
+        for (int i = 0; !rc && i < NK; i++) dst->c.len[i] = keep->counts[i];
+        dst->c.n_pos = src->n_pos;
+        cudaError_t ce = cudaSuccess;
+        if (!rc && keep->total > 0 && view) {
+            for (int e = 0; e < keep->total; e++) idx[e] = (int)src_rows[e];
+            ce = cudaMemcpyAsync(dst->c.shared[0], idx, (size_t)keep->total * sizeof(int), cudaMemcpyHostToDevice,
+                                 cu->st);
+        } else if (!rc && keep->total > 0) {
+            rc = devbuf_reserve(&cu->gather_rows, 2 * (size_t)keep->total * sizeof(long long), "gather index lists",
+                                err);
+            long long *dev = (long long *)cu->gather_rows.p;
+            if (!rc) ce = cudaMemcpyAsync(dev, rows, 2 * (size_t)keep->total * sizeof(long long),
+                                          cudaMemcpyHostToDevice, cu->st);
+            if (!rc && ce == cudaSuccess)
+                rc = launch_gather_rows(dev, dev + keep->total, keep->total, s->k_base, s->v_base, dst->k_base,
+                                        dst->v_base, d, cu->st, err);
+        }
         if (!rc && ce != cudaSuccess)
-            rc = kv_fail(err, "%s:%d: cache gather: %s", __FILE__, __LINE__, cudaGetErrorString(ce));
+            rc = kv_fail(err, "%s:%d: %s: cudaMemcpyAsync: %s", __FILE__, __LINE__, who, cudaGetErrorString(ce));
+        ce = cudaStreamSynchronize(cu->st); /* also keeps `rows` and `idx` alive until the copies have read them */
+        if (!rc && ce != cudaSuccess)
+            rc = kv_fail(err, "%s:%d: %s: %s", __FILE__, __LINE__, who, cudaGetErrorString(ce));
     }
+    free(caps);
     free(rows);
+    free(idx);
     if (rc) {
-        cuda_cache_free(b, &dst->c);
+        if (dst) cuda_cache_free(b, &dst->c);
         return -1;
     }
     *out = &dst->c;
     return 0;
+}
+
+/* The cache (whole allocation pages) and the sequence's share of a decode step: split-K partials over its
+ * longest head, its logits and last hidden state, its rows of the head table. */
+static double cuda_variant_bytes(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, int view) {
+    (void)src;
+    const ModelConfig *c = &impl_of(b)->m->cfg;
+    int NK = c->n_layers * c->n_kv_heads, d = c->head_dim, longest = 0;
+    double own = 0, shared = 0;
+    for (int i = 0; i < NK; i++) {
+        int n = keep->counts[i] + extra_capacity;
+        longest = n > longest ? n : longest;
+        own += view ? extra_capacity : n;
+        shared += view ? keep->counts[i] : 0;
+    }
+    double cache = own * d * sizeof(bf16) * 2 + shared * sizeof(int);
+    cache = ceil(cache / ALLOC_PAGE) * ALLOC_PAGE;
+    double partials = (double)c->n_heads * splitk_count(longest + 1) * (d + 2) * sizeof(float);
+    double step = partials + (double)c->vocab_size * sizeof(float) + (double)c->d_model * sizeof(bf16) +
+                  (double)NK * sizeof(DevHead);
+    return cache + step;
+}
+
+static int cuda_memory_free(Backend *b, double *bytes, KvErr *err) {
+    (void)b;
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    double reserve = (double)(MEM_MARGIN + PLAN_RESERVE);
+    *bytes = free_b > reserve ? (double)free_b - reserve : 0;
+    return 0;
+}
+
+static int cuda_cache_gather(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity,
+                             KvCache **out, KvErr *err) {
+    return cache_compress(b, src, keep, extra_capacity, 0, out, err);
+}
+
+static int cuda_cache_view(Backend *b, const KvCache *src, const KeepSet *keep, int extra_capacity, KvCache **out,
+                           KvErr *err) {
+    return cache_compress(b, src, keep, extra_capacity, 1, out, err);
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
@@ -590,9 +673,17 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
     for (int b = 0; b < B; b++) {
         KvCache *kc = ch->caches[b];
         for (int i = 0; i < NK; i++) {
-            th[(size_t)b * NK + i].k = (bf16 *)kc->k[i];
-            th[(size_t)b * NK + i].v = (bf16 *)kc->v[i];
-            th[(size_t)b * NK + i].len = kc->len[i];
+            DevHead *h = &th[(size_t)b * NK + i];
+            memset(h, 0, sizeof *h);
+            h->k = (bf16 *)kc->k[i];
+            h->v = (bf16 *)kc->v[i];
+            h->len = kc->len[i];
+            if (kc->base) {
+                h->n_shared = kc->n_shared[i];
+                h->sk = (const bf16 *)kc->base->k[i];
+                h->sv = (const bf16 *)kc->base->v[i];
+                h->idx = kc->shared[i];
+            }
             for (int t = 0; t < Tc; t++) kc->pos[i][kc->len[i] + t] = kc->n_pos + t;
         }
         seq_pos[b] = kc->n_pos;
@@ -652,6 +743,8 @@ static int cuda_forward(Backend *be, KvCache *const *caches, int n_seqs, const i
     if (n_seqs > cu->rows)
         return kv_fail(err, "backend 'cuda': %d sequences in one batch, at most %d", n_seqs, cu->rows);
     if (observe && n_seqs != 1) return kv_fail(err, "backend 'cuda': an observed forward takes one sequence");
+    if (observe && caches[0] && caches[0]->base)
+        return kv_fail(err, "backend 'cuda': an observed forward needs a cache of its own, not a view");
     if (trace && n_new != 1) return kv_fail(err, "backend 'cuda': a traced forward takes one token per sequence");
     for (long i = 0; i < (long)n_seqs * n_new; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
@@ -758,6 +851,9 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
     b->impl = cu;
     b->cache_new = cuda_cache_new;
     b->cache_gather = cuda_cache_gather;
+    b->cache_view = cuda_cache_view;
+    b->variant_bytes = cuda_variant_bytes;
+    b->memory_free = cuda_memory_free;
     b->cache_free = cuda_cache_free;
     b->forward = cuda_forward;
     b->destroy = cuda_destroy;

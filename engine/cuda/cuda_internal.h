@@ -43,11 +43,25 @@ enum {
 };
 
 /* One (sequence, layer, kv-head) of a forward: where its cache entries live and how many it held before this
- * chunk (the chunk's own entries follow at len..len+Tc-1). Query t of the chunk sees entries 0..len+t. */
+ * chunk (the chunk's own entries follow at len..len+Tc-1). Query t of the chunk sees entries 0..len+t.
+ * A view (kvcache.h) reads its first n_shared entries in place in its base cache: entry e < n_shared is row
+ * idx[e] of the base head's rows sk / sv; entry e >= n_shared is own row e - n_shared at k / v. A cache that is
+ * not a view has n_shared = 0 (sk, sv, idx unused), so every kernel reads entries through head_k / head_v. */
 typedef struct {
     bf16 *k, *v;
     int len;
+    int n_shared;
+    const bf16 *sk, *sv;
+    const int *idx;
 } DevHead;
+
+/* Where entry e of a head keeps its key (value) row of d elements. */
+__device__ static inline const bf16 *head_k(const DevHead &h, int e, int d) {
+    return e < h.n_shared ? h.sk + (size_t)h.idx[e] * d : h.k + (size_t)(e - h.n_shared) * d;
+}
+__device__ static inline const bf16 *head_v(const DevHead &h, int e, int d) {
+    return e < h.n_shared ? h.sv + (size_t)h.idx[e] * d : h.v + (size_t)(e - h.n_shared) * d;
+}
 
 /* ---- kernels.cu: launchers (asynchronous on `st`; they return -1 only for a launch error) ---- */
 int launch_f32_to_bf16(const float *src, bf16 *dst, size_t n, cudaStream_t st, KvErr *err);

@@ -65,6 +65,16 @@ static int max_abs_diff(const bf16 *a, const bf16 *b, size_t n, double *out, KvE
     return 0;
 }
 
+/* Adds to *bad the elements of a and b (n of T, device memory) whose bits differ. */
+template <typename T>
+static int bits_differ(const T *a, const T *b, size_t n, long *bad, KvErr *err) {
+    std::vector<T> ha(n), hb(n);
+    CU_CHECK(cudaMemcpy(ha.data(), a, n * sizeof(T), cudaMemcpyDeviceToHost));
+    CU_CHECK(cudaMemcpy(hb.data(), b, n * sizeof(T), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) *bad += memcmp(&ha[i], &hb[i], sizeof(T)) != 0;
+    return 0;
+}
+
 /* One shape: B sequences, K kv-heads of G query heads, head dim d, Tc new tokens over caches whose heads held
  * lens[b*K + kh] entries before (one layer). Runs the chunk through flash and naive, then one decode token
  * through split-K and naive. */
@@ -153,6 +163,144 @@ static int lab_window(int H, int K, int d, int len, int Tc, int w, double *windo
     return 0;
 }
 
+/* Views against gathered copies: B sequences of K kv-heads; head i of the base cache holds base_len rows, of
+ * which the keep-set keeps counts[i] (spread over the head, ascending; 0 = an empty head). The copy holds the kept
+ * rows and room for Tc more; the view reads them in the base through their indices and has room for Tc rows of
+ * its own. Both take the same Tc new tokens (q/k/v split with RoPE writes their rows), then the chunk's
+ * attention (flash and naive) and one decode step (split-K and naive): every row written and every output must
+ * be the same bits, since both read the same rows in the same order. Adds the differing elements to
+ * *mismatches. */
+static int lab_views(int B, int H, int K, int d, int Tc, int base_len, const int *counts, long *mismatches,
+                     KvErr *err) {
+    DevPool pool;
+    const int N = 1, width = (H + 2 * K) * d;
+    std::vector<DevHead> copy(B * K), view(B * K);
+    int max_n = 0;
+    for (int i = 0; i < B * K; i++) {
+        int n = counts[i], cap = n + Tc;
+        bf16 *bk, *bv, *ck, *cv, *ok, *ov;
+        int *idx;
+        if (upload_random(pool, &bk, (size_t)base_len * d, 2.0f, err) ||
+            upload_random(pool, &bv, (size_t)base_len * d, 1.0f, err) ||
+            pool.alloc((void **)&ck, (size_t)cap * d * sizeof(bf16), err) ||
+            pool.alloc((void **)&cv, (size_t)cap * d * sizeof(bf16), err) ||
+            pool.alloc((void **)&ok, (size_t)Tc * d * sizeof(bf16), err) ||
+            pool.alloc((void **)&ov, (size_t)Tc * d * sizeof(bf16), err) ||
+            pool.alloc((void **)&idx, (size_t)n * sizeof(int), err))
+            return -1;
+        std::vector<int> rows(n);
+        for (int e = 0; e < n; e++) /* n <= base_len rows spread over the head, ascending, offset per head */
+            rows[e] = (int)((long long)e * base_len / n) + i * 7 % (base_len / n);
+        for (int e = 0; e < n; e++) {
+            CU_CHECK(cudaMemcpy(ck + (size_t)e * d, bk + (size_t)rows[e] * d, d * sizeof(bf16), cudaMemcpyDeviceToDevice));
+            CU_CHECK(cudaMemcpy(cv + (size_t)e * d, bv + (size_t)rows[e] * d, d * sizeof(bf16), cudaMemcpyDeviceToDevice));
+        }
+        if (n) CU_CHECK(cudaMemcpy(idx, rows.data(), (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+        copy[i].k = ck, copy[i].v = cv, copy[i].len = n;
+        view[i].k = ok, view[i].v = ov, view[i].len = n;
+        view[i].n_shared = n, view[i].sk = bk, view[i].sv = bv, view[i].idx = idx;
+        if (cap > max_n) max_n = cap;
+    }
+    DevHead *d_copy, *d_view;
+    bf16 *q, *out_c, *out_v;
+    float *qkv, *inv_freq, *probs_c, *probs_v, *o_part, *ml_part;
+    int *seq_pos;
+    size_t n_out = (size_t)B * Tc * H * d, n_probs = (size_t)B * H * Tc * (max_n + 1);
+    int S = splitk_count(max_n + 1);
+    std::vector<float> h_qkv((size_t)B * Tc * width), h_freq(d / 2);
+    std::vector<int> h_pos(B);
+    for (size_t i = 0; i < h_qkv.size(); i++) h_qkv[i] = 2.0f * lab_uniform();
+    for (int i = 0; i < d / 2; i++) h_freq[i] = powf(10000.0f, -2.0f * i / d);
+    for (int b = 0; b < B; b++) h_pos[b] = base_len + 17 * b;
+    if (pool.alloc((void **)&d_copy, copy.size() * sizeof(DevHead), err) ||
+        pool.alloc((void **)&d_view, view.size() * sizeof(DevHead), err) ||
+        pool.alloc((void **)&q, n_out * sizeof(bf16), err) || pool.alloc((void **)&out_c, n_out * sizeof(bf16), err) ||
+        pool.alloc((void **)&out_v, n_out * sizeof(bf16), err) ||
+        pool.alloc((void **)&qkv, h_qkv.size() * sizeof(float), err) ||
+        pool.alloc((void **)&inv_freq, h_freq.size() * sizeof(float), err) ||
+        pool.alloc((void **)&seq_pos, (size_t)B * sizeof(int), err) ||
+        pool.alloc((void **)&probs_c, n_probs * sizeof(float), err) ||
+        pool.alloc((void **)&probs_v, n_probs * sizeof(float), err) ||
+        pool.alloc((void **)&o_part, (size_t)B * H * S * d * sizeof(float), err) ||
+        pool.alloc((void **)&ml_part, (size_t)B * H * S * 2 * sizeof(float), err))
+        return -1;
+    CU_CHECK(cudaMemcpy(qkv, h_qkv.data(), h_qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(inv_freq, h_freq.data(), h_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(seq_pos, h_pos.data(), (size_t)B * sizeof(int), cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(d_copy, copy.data(), copy.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+    CU_CHECK(cudaMemcpy(d_view, view.data(), view.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+    long bad = 0;
+    /* The question's rows: written by the split with RoPE into the copy after its kept rows, into the view's own. */
+    if (launch_qkv_rope(qkv, NULL, inv_freq, out_c, d_copy, seq_pos, 0, N, H, K, d, B, Tc, 0, err) ||
+        launch_qkv_rope(qkv, NULL, inv_freq, q, d_view, seq_pos, 0, N, H, K, d, B, Tc, 0, err))
+        return -1;
+    CU_CHECK(cudaDeviceSynchronize());
+    if (bits_differ(out_c, q, n_out, &bad, err)) return -1;
+    for (int i = 0; i < B * K; i++) {
+        size_t n = (size_t)Tc * d;
+        if (bits_differ(copy[i].k + (size_t)copy[i].len * d, view[i].k, n, &bad, err) ||
+            bits_differ(copy[i].v + (size_t)copy[i].len * d, view[i].v, n, &bad, err))
+            return -1;
+    }
+    /* The chunk's attention, then one decode step over every entry (rows 0..B-1 of q as the queries). */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (int i = 0; i < B * K; i++) copy[i].len = view[i].len = counts[i] + Tc - 1;
+            CU_CHECK(cudaMemcpy(d_copy, copy.data(), copy.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+            CU_CHECK(cudaMemcpy(d_view, view.data(), view.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
+        }
+        int T = pass ? 1 : Tc;
+        size_t n = (size_t)B * T * H * d;
+        for (int kernel = 0; kernel < 2; kernel++) {
+            const DevHead *tables[2] = {d_copy, d_view};
+            bf16 *outs[2] = {out_c, out_v};
+            for (int t = 0; t < 2; t++) {
+                int rc = kernel == 0 ? launch_attention_naive(q, outs[t], t ? probs_v : probs_c, max_n + 1, tables[t], 0,
+                                                              N, H, K, d, B, T, 0, T, 0, err)
+                         : pass == 0 ? launch_flash_prefill(q, outs[t], tables[t], 0, N, H, K, d, B, T, 0, err)
+                                     : launch_decode_attention(q, outs[t], o_part, ml_part, tables[t], 0, N, H, K, d, B,
+                                                               S, 0, err);
+                if (rc) return -1;
+                CU_CHECK(cudaDeviceSynchronize());
+            }
+            if (bits_differ(out_c, out_v, n, &bad, err) ||
+                (kernel == 0 && bits_differ(probs_c, probs_v, (size_t)B * H * T * (max_n + 1), &bad, err)))
+                return -1;
+        }
+    }
+    *mismatches += bad;
+    return 0;
+}
+
+/* Views against copies: head-variable keep-sets with empty and full heads, the boundary between shared and own
+ * entries on and around flash tile (64) and split (256) edges, G = 3, 4, 8 at d = 64, 128, 96, 256. */
+static const int VIEW_COUNTS_A[6] = {0, 59, 64, 251, 252, 300};
+static const int VIEW_COUNTS_B[2] = {0, 511};
+static const int VIEW_COUNTS_C[1] = {130};
+static const int VIEW_COUNTS_D[4] = {1, 1000, 0, 700};
+static const struct {
+    int B, H, K, d, Tc, base_len;
+    const int *counts;
+} VIEW_CASES[] = {{2, 9, 3, 64, 5, 300, VIEW_COUNTS_A},
+                  {1, 8, 2, 128, 1, 520, VIEW_COUNTS_B},
+                  {1, 4, 1, 96, 70, 200, VIEW_COUNTS_C},
+                  {2, 16, 2, 256, 65, 1100, VIEW_COUNTS_D}};
+enum { VIEW_CASES_QUICK = 3 }; /* the first three: what the emulation's --quick runs */
+
+/* Runs the first n_cases view cases; fills views_mismatches and views_cases. */
+static int lab_views_cases(CudaSelftest *out, int n_cases, KvErr *err) {
+    for (int i = 0; i < n_cases; i++) {
+        const auto &c = VIEW_CASES[i];
+        long before = out->views_mismatches;
+        if (lab_views(c.B, c.H, c.K, c.d, c.Tc, c.base_len, c.counts, &out->views_mismatches, err))
+            return kv_wrap(err, "kernel lab, views case %d (B=%d H=%d K=%d d=%d Tc=%d)", i, c.B, c.H, c.K, c.d, c.Tc);
+        fprintf(stderr, "kernel lab views case %d: B=%d H=%d K=%d d=%d Tc=%d: %ld elements differ from the copies\n",
+                i, c.B, c.H, c.K, c.d, c.Tc, out->views_mismatches - before);
+        out->views_cases++;
+    }
+    return 0;
+}
+
 extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, err)) return -1;
@@ -196,7 +344,7 @@ extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
     if (lab_window(9, 3, 64, 200, 100, 32, &we1, err) || lab_window(32, 8, 128, 0, 700, 32, &we2, err))
         return kv_wrap(err, "kernel lab, window attention");
     out->window_max_err = worse(we1, we2);
-    return 0;
+    return lab_views_cases(out, (int)(sizeof VIEW_CASES / sizeof VIEW_CASES[0]), err);
 }
 
 extern "C" int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err) {

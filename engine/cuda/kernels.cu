@@ -137,7 +137,7 @@ __global__ static void k_qkv_rope(const float *qkv, const float *bias, const flo
             dst = q + ((size_t)r * H + head) * d;
         } else {
             DevHead hd = heads[head_slot(b, layer, head - H, N, K)];
-            dst = hd.k + (size_t)(hd.len + t) * d;
+            dst = hd.k + (size_t)(hd.len - hd.n_shared + t) * d; /* an own row: new entries never are shared */
         }
         dst[i] = __float2bfloat16(y1);
         dst[i + half] = __float2bfloat16(y2);
@@ -145,7 +145,7 @@ __global__ static void k_qkv_rope(const float *qkv, const float *bias, const flo
     for (int idx = threadIdx.x; idx < K * d; idx += blockDim.x) {
         int kh = idx / d, c = idx % d, col = (H + K) * d + idx;
         DevHead hd = heads[head_slot(b, layer, kh, N, K)];
-        hd.v[(size_t)(hd.len + t) * d + c] = __float2bfloat16(src[col] + (bias ? bias[col] : 0.0f));
+        hd.v[(size_t)(hd.len - hd.n_shared + t) * d + c] = __float2bfloat16(src[col] + (bias ? bias[col] : 0.0f));
     }
 }
 
@@ -191,7 +191,7 @@ __global__ static void k_attention_naive(const bf16 *q, bf16 *out, float *probs,
     __syncthreads();
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const bf16 *kr = hd.k + (size_t)j * d;
+        const bf16 *kr = head_k(hd, j, d);
         float s = 0.0f;
         for (int c = 0; c < d; c++) s += sq[c] * __bfloat162float(kr[c]);
         row[j] = s;
@@ -210,7 +210,7 @@ __global__ static void k_attention_naive(const bf16 *q, bf16 *out, float *probs,
     if (!out) return;
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float o = 0.0f;
-        for (int j = 0; j < n; j++) o += row[j] * __bfloat162float(hd.v[(size_t)j * d + c]);
+        for (int j = 0; j < n; j++) o += row[j] * __bfloat162float(head_v(hd, j, d)[c]);
         out[qrow + c] = __float2bfloat16(o);
     }
 }
@@ -318,8 +318,8 @@ __global__ static void __launch_bounds__(FA_WARPS * 32)
             int row = idx / vec, c8 = idx % vec, key = k0 + row;
             uint4 kv = zero, vv = zero;
             if (key < n_keys) {
-                kv = reinterpret_cast<const uint4 *>(hd.k + (size_t)key * d)[c8];
-                vv = reinterpret_cast<const uint4 *>(hd.v + (size_t)key * d)[c8];
+                kv = reinterpret_cast<const uint4 *>(head_k(hd, key, d))[c8];
+                vv = reinterpret_cast<const uint4 *>(head_v(hd, key, d))[c8];
             }
             reinterpret_cast<uint4 *>(sK + row * ldq)[c8] = kv;
             reinterpret_cast<uint4 *>(sV + row * ldq)[c8] = vv;
@@ -471,7 +471,9 @@ int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int lay
 /* Split-K decode: one block per (split, kv-head, sequence) serving the G query heads of the group, so     */
 /* each key and value is read once. Teams of lanes read whole rows in 16-byte chunks (splitk.h): a team    */
 /* scores one key for every head (a dot product per lane, then a reduction over the team), then each team  */
-/* slot accumulates P V over its share of the keys and the slots are summed in shared memory.              */
+/* slot accumulates P V over its share of the keys and the slots are summed in shared memory. Rows are     */
+/* found through head_k / head_v: a view's shared entry costs one more 4-byte index read (the team's lanes */
+/* read the same index) beside its 2·d-byte key and value rows, in both passes.                           */
 
 __global__ static void __launch_bounds__(SPLITK_THREADS)
     k_decode_split(const bf16 *q, float *o_part, float *ml_part, const DevHead *heads, int layer, int N, int H,
@@ -496,9 +498,6 @@ __global__ static void __launch_bounds__(SPLITK_THREADS)
         }
         return;
     }
-    const uint4 *krows = reinterpret_cast<const uint4 *>(hd.k + (size_t)j0 * d) + c8;
-    const uint4 *vrows = reinterpret_cast<const uint4 *>(hd.v + (size_t)j0 * d) + c8;
-    int row_vecs = d / 8;
 
     /* Scores. The group's queries are adjacent rows of q; each lane keeps its 8 dims of every head. */
     float qr[ATTN_MAX_GROUP][8];
@@ -517,7 +516,7 @@ __global__ static void __launch_bounds__(SPLITK_THREADS)
         for (int g = 0; g < ATTN_MAX_GROUP; g++) acc[g] = 0.0f;
         if (active && i < nk) {
             float kf[8];
-            bf16x8_to_f32(krows[(size_t)i * row_vecs], kf);
+            bf16x8_to_f32(reinterpret_cast<const uint4 *>(head_k(hd, j0 + i, d))[c8], kf);
 #pragma unroll
             for (int g = 0; g < ATTN_MAX_GROUP; g++)
 #pragma unroll
@@ -563,7 +562,7 @@ __global__ static void __launch_bounds__(SPLITK_THREADS)
 #pragma unroll 4
         for (int i = slot; i < nk; i += n_slots) {
             float vf[8];
-            bf16x8_to_f32(vrows[(size_t)i * row_vecs], vf);
+            bf16x8_to_f32(reinterpret_cast<const uint4 *>(head_v(hd, j0 + i, d))[c8], vf);
 #pragma unroll
             for (int g = 0; g < ATTN_MAX_GROUP; g++) {
                 float p = g < G ? sc[g * SPLITK_KEYS + i] : 0.0f;

@@ -327,7 +327,7 @@ static void check_model(Summary *s, const char *spec) {
     KvErr err = {{0}};
     Model *m = NULL;
     Backend *cpu = NULL, *gpu = NULL;
-    KvCache *cc = NULL, *gc = NULL, *cb[N_DECODE] = {0}, *gb[N_DECODE] = {0};
+    KvCache *cc = NULL, *gc = NULL, *cb[N_DECODE] = {0}, *gb[N_DECODE] = {0}, *gv[N_DECODE] = {0};
     Capture cap_cpu, cap_gpu;
     memset(&cap_cpu, 0, sizeof cap_cpu);
     memset(&cap_gpu, 0, sizeof cap_gpu);
@@ -336,8 +336,9 @@ static void check_model(Summary *s, const char *spec) {
     memset(ks_gpu, 0, sizeof ks_gpu);
     memset(ks_bf16, 0, sizeof ks_bf16);
     TraceCmp tr = {0};
-    float *lc = NULL, *lg = NULL;
+    float *lc = NULL, *lg = NULL, *lv = NULL;
     int *tokens = NULL;
+    long view_bits = 0; /* logits of the views that differ in any bit from the gathered copies' */
     printf("\n== %s: CUDA against CPU ==\n", spec);
     double t0 = now_s();
     if (model_load(&m, spec, &err)) {
@@ -349,8 +350,9 @@ static void check_model(Summary *s, const char *spec) {
     int V = c->vocab_size, N = c->n_layers;
     lc = malloc((size_t)N_DECODE * V * sizeof(float));
     lg = malloc((size_t)N_DECODE * V * sizeof(float));
+    lv = malloc((size_t)N_DECODE * V * sizeof(float));
     tokens = malloc((size_t)CTX * N_DECODE * sizeof(int));
-    if (!lc || !lg || !tokens) {
+    if (!lc || !lg || !lv || !tokens) {
         verdict(s, 0, "%s: out of host memory", spec);
         goto done;
     }
@@ -422,17 +424,20 @@ static void check_model(Summary *s, const char *spec) {
         for (int b = 0; b < N_DECODE; b++) {
             const KeepSet *ks = &ks_cpu[DECODE_POLICIES[b]];
             if (cpu->cache_gather(cpu, cc, ks, extra, &cb[b], &err) ||
-                gpu->cache_gather(gpu, gc, ks, extra, &gb[b], &err)) {
+                gpu->cache_gather(gpu, gc, ks, extra, &gb[b], &err) ||
+                gpu->cache_view(gpu, gc, ks, extra, &gv[b], &err)) {
                 verdict(s, 0, "%s gather: %s", spec, err.msg);
                 goto done;
             }
         }
         for (int i = 0; i < N_DECODE * QUESTION; i++) tokens[i] = random_token(V);
         if (cpu->forward(cpu, cb, N_DECODE, tokens, QUESTION, lc, NULL, NULL, &err) ||
-            gpu->forward(gpu, gb, N_DECODE, tokens, QUESTION, lg, NULL, NULL, &err)) {
+            gpu->forward(gpu, gb, N_DECODE, tokens, QUESTION, lg, NULL, NULL, &err) ||
+            gpu->forward(gpu, gv, N_DECODE, tokens, QUESTION, lv, NULL, NULL, &err)) {
             verdict(s, 0, "%s question feed: %s", spec, err.msg);
             goto done;
         }
+        for (size_t i = 0; i < (size_t)N_DECODE * V; i++) view_bits += memcmp(&lg[i], &lv[i], sizeof(float)) != 0;
         double e = 0;
         for (int b = 0; b < N_DECODE; b++) e = worse(e, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
         verdict(s, e <= TOL_LOGITS, "%s question feed, %d sequences x %d tokens on gathered caches: logits "
@@ -461,19 +466,35 @@ static void check_model(Summary *s, const char *spec) {
                 goto done;
             }
             tr.compare = 1;
-            if (gpu->forward(gpu, gb, N_DECODE, next, 1, lg, NULL, hook, &err)) {
+            if (gpu->forward(gpu, gb, N_DECODE, next, 1, lg, NULL, hook, &err) ||
+                gpu->forward(gpu, gv, N_DECODE, next, 1, lv, NULL, hook, &err)) {
                 verdict(s, 0, "%s CUDA decode: %s", spec, err.msg);
                 goto done;
             }
+            for (size_t i = 0; i < (size_t)N_DECODE * V; i++) view_bits += memcmp(&lg[i], &lv[i], sizeof(float)) != 0;
             for (int b = 0; b < N_DECODE; b++) worst = worse(worst, rel_err(lc + (size_t)b * V, lg + (size_t)b * V, V));
         }
         verdict(s, worst <= TOL_LOGITS, "%s %d decode steps, batch of %d head-variable caches: logits relative "
                 "error %.2e", spec, STEPS, N_DECODE, worst);
-        verdict(s, tr.mismatched == 0 && tr.max_diff <= TOL_ATTN, "%s decode trace: max abs error of the attention "
-                "probabilities %.2e, %d rows with different key counts", spec, tr.max_diff, tr.mismatched);
+        {   /* what the sweep's memory planner asks of the backend (runs/memplan.h) */
+            double free_b = -1, view_b = gpu->variant_bytes(gpu, gc, &ks_cpu[2], extra, 1),
+                   copy_b = gpu->variant_bytes(gpu, gc, &ks_cpu[2], extra, 0);
+            int rc = gpu->memory_free(gpu, &free_b, &err);
+            /* whole 2 MiB allocation pages: at 300 tokens the view and the copy both take one */
+            verdict(s, !rc && free_b > 0 && view_b >= 2 << 20 && view_b <= copy_b && !gpu->views_fast,
+                    "%s planner sizes: %.2f GiB free for variants, snapkv 20%% as a view %.2f MiB, as a copy %.2f MiB",
+                    spec, free_b / 1073741824.0, view_b / 1048576.0, copy_b / 1048576.0);
+        }
+        verdict(s, view_bits == 0, "%s views of the prefill (Backend.cache_view) decode as their gathered copies: "
+                "question feed and %d steps, %ld of %d logits differ in any bit", spec, STEPS, view_bits,
+                (STEPS + 1) * N_DECODE * V);
+        verdict(s, tr.mismatched == 0 && tr.max_diff <= TOL_ATTN, "%s decode trace (copies and views): max abs error "
+                "of the attention probabilities %.2e, %d rows with different key counts", spec, tr.max_diff,
+                tr.mismatched);
         int lens_ok = 1;
         for (int b = 0; b < N_DECODE; b++)
-            for (int i = 0; i < N * c->n_kv_heads; i++) lens_ok &= cb[b]->len[i] == gb[b]->len[i];
+            for (int i = 0; i < N * c->n_kv_heads; i++)
+                lens_ok &= cb[b]->len[i] == gb[b]->len[i] && cb[b]->len[i] == gv[b]->len[i];
         verdict(s, lens_ok, "%s cache lengths per (layer, kv-head) agree after decoding", spec);
     }
 
@@ -509,6 +530,7 @@ done:
     for (int b = 0; b < N_DECODE; b++) {
         if (cb[b]) cpu->cache_free(cpu, cb[b]);
         if (gb[b]) gpu->cache_free(gpu, gb[b]);
+        if (gv[b]) gpu->cache_free(gpu, gv[b]);
     }
     if (cc) cpu->cache_free(cpu, cc);
     if (gc) gpu->cache_free(gpu, gc);
@@ -517,6 +539,7 @@ done:
     model_free(m);
     free(lc);
     free(lg);
+    free(lv);
     free(tokens);
 }
 
@@ -541,6 +564,27 @@ static void random_tokens(int *t, int n, int V) {
 static int on_layer_received(void *user, Observation *obs, KvErr *err) {
     (void)user, (void)obs, (void)err;
     return 0;
+}
+
+/* Seconds per decode step of B sequences on caches made from src with `keep` (gathered copies, or views when
+ * view is set), over `steps` steps after one warm-up. */
+static int time_decode(Backend *gpu, KvCache *src, const KeepSet *keep, int B, int steps, int view, float *logits,
+                       double *per_step, KvErr *err) {
+    KvCache *caches[32] = {0};
+    int rc = 0, next[32];
+    double t = 0;
+    for (int b = 0; b < B && !rc; b++)
+        rc = (view ? gpu->cache_view : gpu->cache_gather)(gpu, src, keep, steps + 2, &caches[b], err);
+    for (int step = 0; step < steps + 1 && !rc; step++) {
+        random_tokens(next, B, gpu->model->cfg.vocab_size);
+        double t0 = now_s();
+        rc = gpu->forward(gpu, caches, B, next, 1, logits, NULL, NULL, err);
+        if (step > 0) t += now_s() - t0; /* step 0 warms up */
+    }
+    for (int b = 0; b < B; b++)
+        if (caches[b]) gpu->cache_free(gpu, caches[b]);
+    *per_step = t / steps;
+    return rc;
 }
 
 static void check_speed(Summary *s, const char *spec, double gemm_tflops, double copy_gbs, int quick) {
@@ -666,25 +710,12 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
                 goto done;
             }
             for (int bi = 0; bi < 3; bi++) {
-                int B = batches[bi], ok = 1;
-                KvCache *caches[32] = {0};
-                for (int b = 0; b < B && ok; b++)
-                    ok = !gpu->cache_gather(gpu, src, &full, steps + 2, &caches[b], &err);
-                int next[32];
-                double t = 0;
-                for (int step = 0; step < steps + 1 && ok; step++) {
-                    random_tokens(next, B, V);
-                    double t0 = now_s();
-                    ok = !gpu->forward(gpu, caches, B, next, 1, logits, NULL, NULL, &err);
-                    if (step > 0) t += now_s() - t0; /* step 0 warms up */
-                }
-                for (int b = 0; b < B; b++)
-                    if (caches[b]) gpu->cache_free(gpu, caches[b]);
-                if (!ok) {
+                int B = batches[bi];
+                double per_step = 0, per_step_views = 0;
+                if (time_decode(gpu, src, &full, B, steps, 0, logits, &per_step, &err)) {
                     verdict(s, 0, "decode ctx %d batch %d: %s", ctx, B, err.msg);
                     continue;
                 }
-                double per_step = t / steps;
                 double kv_bytes = (double)B * NK * (ctx + steps / 2.0) * c->head_dim * 2 * 2;
                 double gbs = (weight_bytes + kv_bytes) / per_step / 1e9;
                 printf("decode ctx %6d batch %2d: %.2f ms/step, %.0f tokens/s, %.0f GB/s (%.0f%% of the copy "
@@ -692,6 +723,13 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
                        gbs, 100 * gbs / copy_gbs, weight_bytes / 1e9, kv_bytes / 1e9);
                 target(s, gbs >= 0.7 * copy_gbs, "decode ctx %d batch %d: %.0f GB/s >= 70%% of %.0f", ctx, B, gbs,
                        copy_gbs);
+                /* The same step on views of the prefill (what the sweep decodes on when memory is short): the
+                 * same rows, read through one 4-byte index per key and kv-head. */
+                if (time_decode(gpu, src, &full, B, steps, 1, logits, &per_step_views, &err))
+                    verdict(s, 0, "decode ctx %d batch %d on views: %s", ctx, B, err.msg);
+                else
+                    printf("decode ctx %6d batch %2d views vs copies: %.2f vs %.2f ms/step (views %+.1f%%)\n", ctx,
+                           B, per_step_views * 1e3, per_step * 1e3, 100 * (per_step_views / per_step - 1));
             }
             gpu->cache_free(gpu, src);
             keepset_free(&full);
@@ -733,6 +771,9 @@ int main(int argc, char **argv) {
                 "error %.2e (<= %.0e)", lab.cases, lab.decode_max_err, TOL_KERNEL);
         verdict(&s, lab.window_max_err <= TOL_ATTN, "kernel lab: observation window attention (GEMM + softmax) vs "
                 "naive oracle: max abs error of the probabilities %.2e (<= %.0e)", lab.window_max_err, TOL_ATTN);
+        verdict(&s, lab.views_cases > 0 && lab.views_mismatches == 0, "kernel lab: views vs gathered copies, %d "
+                "shapes (flash, naive, split-K decode, q/k/v rows): %ld elements differ in any bit (== 0)",
+                lab.views_cases, lab.views_mismatches);
     }
     check_model(&s, "synthetic:smollm2-135m:layers=2");
     check_model(&s, "synthetic:llama-3.1-8b:layers=2");

@@ -62,7 +62,7 @@ static void check_rope(int H, int K, int d, int B, int Tc) {
     std::vector<DevHead> heads(B * K);
     std::vector<int> seq_pos(B);
     for (int b = 0; b < B; b++) seq_pos[b] = 1000 * b + 3;
-    for (int i = 0; i < B * K; i++) heads[i] = DevHead{ks[i].data(), vs[i].data(), 2 + i % 3};
+    for (int i = 0; i < B * K; i++) heads[i] = DevHead{ks[i].data(), vs[i].data(), 2 + i % 3, 0, NULL, NULL, NULL};
     std::vector<bf16> q((size_t)B * Tc * H * d);
     if (launch_qkv_rope(qkv.data(), bias.data(), inv_freq.data(), q.data(), heads.data(), seq_pos.data(), 0, N, H, K,
                         d, B, Tc, 0, &err)) {
@@ -138,6 +138,10 @@ int main(int argc, char **argv) {
             printf("FAIL  lab window: %s\n", err.msg);
             return 1;
         }
+        if (lab_views_cases(&lab, VIEW_CASES_QUICK, &err)) {
+            printf("FAIL  lab views: %s\n", err.msg);
+            return 1;
+        }
     } else if (cuda_kernel_selftest(&lab, &err)) {
         printf("FAIL  kernel lab: %s\n", err.msg);
         return 1;
@@ -147,6 +151,10 @@ int main(int argc, char **argv) {
             TOL_KERNEL);
     verdict(lab.window_max_err <= TOL_KERNEL, "kernel lab: window attention vs naive oracle", lab.window_max_err,
             TOL_KERNEL);
+    printf("%s  kernel lab: views vs gathered copies, %d shapes (flash, naive, split-K decode, q/k/v rows): %ld "
+           "elements differ in any bit (== 0)\n", lab.views_mismatches == 0 && lab.views_cases > 0 ? "PASS" : "FAIL",
+           lab.views_cases, lab.views_mismatches);
+    fails += lab.views_mismatches != 0 || lab.views_cases == 0;
     printf("emulation: %s (%d lab shapes)\n", fails ? "FAIL" : "PASS", lab.cases);
     return fails ? 1 : 0;
 }
