@@ -217,16 +217,22 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
     return 0;
 }
 
-int policy_scores_equal(const PolicyState *a, const PolicyState *b) {
-    const PolicyRow *x = a->row, *y = b->row;
-    const PolicyConfig *p = &a->cfg, *q = &b->cfg;
-    return x->scoring == y->scoring && (x->scoring == SCORE_SNAPKV || x->scoring == SCORE_CAKE ||
-                                        x->scoring == SCORE_DEFENSIVE) &&
+static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const PolicyConfig *p, const PolicyConfig *q) {
+    return x && y && x->scoring == y->scoring &&
+           (x->scoring == SCORE_SNAPKV || x->scoring == SCORE_CAKE || x->scoring == SCORE_DEFENSIVE) &&
            x->needs_value_norm == y->needs_value_norm && x->gamma == y->gamma && x->tau1 == y->tau1 &&
            x->tau2 == y->tau2 && x->mass_threshold == y->mass_threshold && p->aggregation == q->aggregation &&
            p->window == q->window && p->pool_kernel == q->pool_kernel &&
-           p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped &&
-           a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads && a->context_len == b->context_len;
+           p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped;
+}
+
+int policy_configs_score_equal(const PolicyConfig *a, const PolicyConfig *b) {
+    return rows_score_equal(policy_row(a->name), policy_row(b->name), a, b);
+}
+
+int policy_scores_equal(const PolicyState *a, const PolicyState *b) {
+    return rows_score_equal(a->row, b->row, &a->cfg, &b->cfg) && a->n_layers == b->n_layers &&
+           a->n_kv_heads == b->n_kv_heads && a->context_len == b->context_len;
 }
 
 int policy_observe_copy(PolicyState *st, const PolicyState *from, const Observation *obs, KvErr *err) {

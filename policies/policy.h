@@ -74,9 +74,11 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err);
  * budgets. A budget outside (0, 1], more tokens
  * than the context, or one that keeps no token per head is an error; a budget of 1 keeps everything. */
 int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *err);
-/* 1 when a and b compute the same layer scores from the same observation: the same scoring and its constants,
- * aggregation, window, pooling and options, over the same shape (defensivekv and layer-defensivekv, snapkv and
- * adakv differ only in how they allocate). A sweep then scores a layer once and copies it. */
+/* 1 when policies configured as a and b compute the same layer scores from the same observation: the same
+ * scoring and its constants, aggregation, window, pooling and options (defensivekv and layer-defensivekv, snapkv
+ * and adakv differ only in how they allocate). 0 for policies that score nothing. */
+int policy_configs_score_equal(const PolicyConfig *a, const PolicyConfig *b);
+/* The same for two begun policies, over the same shape. A sweep then scores a layer once and copies it. */
 int policy_scores_equal(const PolicyState *a, const PolicyState *b);
 /* The layer `from` has just observed (obs), copied into st instead of scored again: the same bits as
  * policy_observe(st, obs). st and from must be policy_scores_equal, and from one layer ahead of st. */

@@ -311,9 +311,26 @@ static int count_tokens(const Tokenizer *tok, const char *text, int *n) {
     return rc;
 }
 
+/* The distinct scorings of the variants that run on rm: a sweep scores each once (runs/prepare.c). */
+static int count_scorings(const RunConfig *cfg, const RunModel *rm) {
+    int n = 0;
+    for (int v = 0; v < cfg->n_variants; v++) {
+        const PolicyConfig *p = &cfg->variants[v].policy;
+        if (!config_variant_runs(cfg, rm, v) || !policy_needs_attention(p)) continue;
+        int seen = 0;
+        for (int u = 0; u < v && !seen; u++) {
+            const PolicyConfig *o = &cfg->variants[u].policy;
+            /* the same policy at another budget scores the same way too */
+            seen = config_variant_runs(cfg, rm, u) && policy_configs_score_equal(p, o);
+        }
+        n += !seen;
+    }
+    return n;
+}
+
 static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const RunModel *rm, const SampleLength *len,
                           int n, double tokens_per_word) {
-    int window = 0, nv = 0;
+    int window = 0, nv = 0, n_scorings = count_scorings(cfg, rm);
     for (int v = 0; v < cfg->n_variants; v++)
         if (policy_needs_attention(&cfg->variants[v].policy) && cfg->variants[v].policy.window > window)
             window = cfg->variants[v].policy.window;
@@ -334,7 +351,8 @@ static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const RunMode
                          : x->budget.tokens > 0         ? fmin(1.0, (double)x->budget.tokens / L)
                                                         : x->budget.keep_fraction;
         }
-        if (estimate_add(&me->est, &me->cfg, &DEVICE_H200, L, q, G, keep, nv, window, &me->err)) me->failed = 1;
+        if (estimate_add(&me->est, &me->cfg, &DEVICE_H200, L, q, G, keep, nv, window, n_scorings, &me->err))
+            me->failed = 1;
     }
     free(keep);
 }
@@ -479,11 +497,13 @@ static const char *duration(double s, char *buf, size_t n) {
 static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate *models) {
     const DeviceModel *dev = &DEVICE_H200;
     FILE *f = c->opt->out;
-    fprintf(f, "estimate on one %s — modelled from token counts, not measured: %.0f TFLOP/s bf16 dense at %.0f%%, "
-               "%.1f TB/s at %.0f%%; every answer is taken to run to its "
-               "max new tokens (an upper bound); formulas in runs/estimate.h and the README\n",
-            dev->name, dev->peak_flops / 1e12, dev->flops_efficiency * 100, dev->bandwidth / 1e12,
-            dev->bw_efficiency * 100);
+    fprintf(f, "estimate on one %s — modelled from token counts at rates measured on it (%s): matrix products "
+               "%.0f TFLOP/s, prefill attention %.0f TFLOP/s, decode weight reads %.1f TB/s and K/V reads %.2f TB/s "
+               "(views x%.2f), %.0f GB; the policies' scoring and selection at the lender's 16 host cores; every "
+               "answer is taken to run to its max new tokens (an upper bound); formulas in runs/estimate.h and the "
+               "README\n",
+            dev->name, dev->source, dev->matrix_flops / 1e12, dev->attention_flops / 1e12, dev->weight_bw / 1e12,
+            dev->kv_bw / 1e12, dev->view_kv_cost, dev->memory_bytes / 1e9);
     for (int m = 0; m < cfg->n_models; m++) {
         const ModelEstimate *me = &models[m];
         const Estimate *e = &me->est;
@@ -517,15 +537,16 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
             report(c, "problem", "%s: model '%s': the estimate: %s", c->file, name, err.msg);
             continue;
         }
-        char a[32], b[32], c3[32], t[32];
+        char a[32], o[32], b[32], c3[32], t[32];
         fprintf(f,
                 "estimate %s: %ld samples, %lld context tokens (longest %d), %d variants each: prefill %s, "
-                "question %s, decode <= %s, total <= %s; peak memory %.1f GB (weights %.1f GB); %ld decode batches, "
+                "observation and selection %s, question %s, decode <= %s, total <= %s; peak memory %.1f GB (weights %.1f GB); %ld decode batches, "
                 "at most %d per sample; %ld samples decode on views of the prefill, %ld on gathered copies (where "
                 "they fit as few batches)%s\n",
                 name, e->samples, e->context_tokens, e->longest_context, n_run,
-                duration(e->prefill_s, a, sizeof a), duration(e->feed_s, b, sizeof b),
-                duration(e->decode_s, c3, sizeof c3), duration(e->prefill_s + e->feed_s + e->decode_s, t, sizeof t),
+                duration(e->prefill_s, a, sizeof a), duration(e->observe_s, o, sizeof o),
+                duration(e->feed_s, b, sizeof b), duration(e->decode_s, c3, sizeof c3),
+                duration(e->prefill_s + e->observe_s + e->feed_s + e->decode_s, t, sizeof t),
                 e->peak_bytes / 1e9, e->weights_bytes / 1e9, e->batches, e->most_batches,
                 e->samples - e->samples_copies, e->samples_copies,
                 me->published ? "; LongBench lengths partly from its published averages (data not at hand: the "

@@ -6,7 +6,14 @@
 
 #include "memplan.h"
 
-const DeviceModel DEVICE_H200 = {"NVIDIA H200 SXM (141 GB HBM3e)", 989e12, 4.8e12, 141e9, 0.5, 0.6};
+/* The rates, from tests/gpu/results/2026-12-04-h200-*.log (matrix and attention: t(T) = a·T + b·T² fitted to the
+ * 16k and 32k prefills; weights: the batch-1 step at 4k; K/V: the steps of batch 16 and 32 at 32k less their
+ * weight reads (1.06-1.07 TB/s; 0.72-0.81 at 4k, where the decode launches are short); views: 10.12 against
+ * 9.29 and 19.07 against 17.29 ms per step at 32k; the observation: 0.145 s for 4.4 TFLOP of value norms; the
+ * host: 0.401 s of scoring by 4 distinct scorings and 0.305 s for 14 keep-sets over 4 layers of 32 heads at
+ * 32k). 139.3 GiB: what cudaMemGetInfo reported free. */
+const DeviceModel DEVICE_H200 = {"NVIDIA H200 (measured 2026-12-04)", 139.3 * 1073741824.0, 585e12, 94e12, 2.3e12,
+                                 1.06e12, 1.10, 30e12, 0.75e-9, 21e-9, "tests/gpu/results/2026-12-04-h200-final.log"};
 
 /* The CUDA backend's sizes (engine/cuda/cuda_backend.cu CHUNK_ROWS, MEM_MARGIN, PLAN_RESERVE, ALLOC_PAGE,
  * sizeof(DevHead); engine/cuda/splitk.h SPLITK_KEYS). */
@@ -32,9 +39,10 @@ double estimate_kv_bytes_per_token(const ModelConfig *m) {
     return 2.0 * m->n_layers * m->n_kv_heads * m->head_dim * 2.0;
 }
 
-static double bound_s(const DeviceModel *dev, double flops, double bytes) {
-    double compute = flops / (dev->peak_flops * dev->flops_efficiency);
-    double memory = bytes / (dev->bandwidth * dev->bw_efficiency);
+/* A step of `flops` matrix arithmetic that reads the weights and kv_bytes of K/V: the slower of the two. */
+static double step_s(const DeviceModel *dev, double flops, double weight_bytes, double kv_bytes) {
+    double compute = flops / dev->matrix_flops;
+    double memory = weight_bytes / dev->weight_bw + kv_bytes / dev->kv_bw;
     return compute > memory ? compute : memory;
 }
 
@@ -109,10 +117,10 @@ double estimate_max_context(const ModelConfig *m, const DeviceModel *dev, const 
 }
 
 int estimate_add(Estimate *e, const ModelConfig *m, const DeviceModel *dev, int context, int question,
-                 int new_tokens, const double *keep, int n_variants, int window, KvErr *err) {
-    const double L = context, q = question, G = new_tokens;
+                 int new_tokens, const double *keep, int n_variants, int window, int n_scorings, KvErr *err) {
+    const double L = context, q = question, G = new_tokens, N = m->n_layers, H = m->n_heads;
     const double P = layer_params(m), P_out = head_params(m), W = estimate_weight_bytes(m);
-    const double kv = estimate_kv_bytes_per_token(m), ix = 4.0 * m->n_layers * m->n_kv_heads;
+    const double kv = estimate_kv_bytes_per_token(m);
     double *need;
     int *batch_of;
     SamplePlan sp;
@@ -122,9 +130,16 @@ int estimate_add(Estimate *e, const ModelConfig *m, const DeviceModel *dev, int 
         free(batch_of);
         return -1;
     }
-    double prefill_flops = 2 * P * L + 2.0 * m->n_layers * m->n_heads * m->head_dim * L * L + 2 * P_out;
-    e->prefill_s += bound_s(dev, prefill_flops, W);
-    double largest = 0;
+    double prefill = (2 * P * L + 2 * P_out) / dev->matrix_flops +
+                     2.0 * N * H * m->head_dim * L * L / dev->attention_flops;
+    e->prefill_s += prefill > W / dev->weight_bw ? prefill : W / dev->weight_bw;
+    int compressed = 0;
+    for (int v = 0; v < n_variants; v++) compressed += keep[v] < 1.0;
+    if (window > 0)
+        e->observe_s += 2.0 * N * L * H * m->head_dim * m->d_model / dev->observe_flops +
+                        n_scorings * N * H * window * L * dev->score_s;
+    e->observe_s += compressed * N * m->n_kv_heads * L * dev->select_s;
+    double largest = 0, c = sp.use_views ? dev->view_kv_cost : 1.0;
     for (int b = 0; b < sp.n_batches; b++) {
         double B = 0, kept = 0, held = 0;
         for (int v = 0; v < n_variants; v++)
@@ -133,9 +148,8 @@ int estimate_add(Estimate *e, const ModelConfig *m, const DeviceModel *dev, int 
                 kept += keep[v] * L;
                 held += need[(sp.use_views ? 0 : n_variants) + v];
             }
-        double index = sp.use_views ? ix * kept : 0;
-        e->feed_s += bound_s(dev, 2 * (P + P_out) * q * B, W + kv * kept + index);
-        e->decode_s += G * bound_s(dev, 2 * (P + P_out) * B, W + kv * (kept + B * (q + G / 2)) + index);
+        e->feed_s += step_s(dev, 2 * (P + P_out) * q * B, W, kv * kept * c);
+        e->decode_s += G * step_s(dev, 2 * (P + P_out) * B, W, kv * (kept * c + B * (q + G / 2)));
         if (held > largest) largest = held;
     }
     double bytes = sp.fixed + sp.prefill + largest;

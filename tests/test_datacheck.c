@@ -180,31 +180,36 @@ static void check_shipped(TestCounts *tc) {
 /* estimate.h's formulas on a tiny shape, every number derived by hand:
  *   N=2 D=4 H=2 K=1 d=2 F=8 V=10 untied: P = 2·(4·2·2 + 2·4·1·2 + 2·2·4 + 3·4·8) = 288, P_out = 40,
  *   W = 2·(288 + 2·40) = 736 bytes, kv = 2·2·1·2·2 = 16 bytes per token, ix = 4·2·1 = 8.
- *   Device: 1000 FLOP/s at 0.5, 100 B/s at 0.5, 2e9 bytes. Sample L=10, q=2, G=4, keep {1, 0.5}, window 0:
- *   prefill: 2·288·10 + 2·2·2·2·10² + 2·40 = 7440 FLOPs → 14.88 s (> 736 B / 50 = 14.72 s)
+ *   Device: 2e9 bytes; R_matrix 1000 FLOP/s, R_attention 500, R_weights 100 B/s, R_kv 50 B/s, c_view 1.5,
+ *   R_observe 200, t_score 0.01 s, t_select 0.001 s. Sample L=10, q=2, G=4, keep {1, 0.5}, window 0:
+ *   prefill: (2·288·10 + 2·40)/1000 + 2·2·2·2·10²/500 = 5.84 + 3.2 = 9.04 s (> 736/100 = 7.36 s)
+ *   observe: no window; one compressed variant's keep-set over N·K·L = 20 entries: 0.02 s
  *   plan: fixed = 736 + 10·(48 + 32 + 80) + 768 MiB = 805,308,704; prefill cache 16·(10 + 2 + 4) = 256;
  *     variant 0.5 keeps 5: its step share 2·⌈12/256⌉·4·4 + 4·10 + 2·4 + 48·2 = 176; view pages(16·6 + 8·5) =
  *     2 MiB, copy pages(16·11) = 2 MiB: 2,097,328 either way; full 0; budget 2e9 − 805,308,704 − 256 −
  *     256 MiB = 926,255,584: one batch, copies (no more batches than views)
- *   feed: 2·328·2·2 = 2624 FLOPs → 5.248 s; 736 + 16·15 = 976 B → 19.52 s
- *   decode: 2·328·2 = 1312 FLOPs → 2.624 s; 736 + 16·(15 + 2·(2 + 2)) = 1104 B → 22.08 s, × 4 steps = 88.32 s
+ *   feed: 2·328·2·2/1000 = 2.624 s; 736/100 + 16·15/50 = 7.36 + 4.8 = 12.16 s
+ *   decode: 2·328·2/1000 = 1.312 s; 7.36 + 16·(15 + 2·(2 + 2))/50 = 7.36 + 7.36 = 14.72 s, × 4 steps = 58.88 s
  *   memory: 805,308,704 + 256 + 2,097,328 = 807,406,288 bytes
+ *   With window 3 and 2 scorings, observe adds 2·N·L·H·d·D/200 = 2·2·10·2·2·4/200 = 3.2 s and
+ *   2·N·H·w·L·0.01 = 2·2·2·3·10·0.01 = 2.4 s: 5.62 s.
  *   A third variant at 0.5 on a device of 1,076,744,416 bytes (budget 3,000,000: one variant per batch, full
- *   beside the first): batch {full, 0.5} as above, batch {0.5}: feed 2·328·2 = 1312 FLOPs → 2.624 s, 736 + 80
- *   = 816 B → 16.32 s; decode 4 × max(656/500, (736 + 16·(5 + 4))/50 = 17.6) = 70.4 s.
+ *   beside the first): batch {full, 0.5} as above, batch {0.5}: feed max(1.312, 7.36 + 16·5/50 = 8.96) s;
+ *   decode 4 × max(0.656, 7.36 + 16·(5 + 4)/50 = 10.24) = 40.96 s; two keep-sets: 0.04 s.
  *   On 1.07e9 bytes the budget is negative: the sample does not fit. */
 static void check_estimate(TestCounts *tc) {
     ModelConfig m = {.n_layers = 2, .d_model = 4, .n_heads = 2, .n_kv_heads = 1, .head_dim = 2, .d_ff = 8,
                      .vocab_size = 10};
-    DeviceModel dev = {"test", 1000, 100, 2e9, 0.5, 0.5};
+    DeviceModel dev = {"test", 2e9, 1000, 500, 100, 50, 1.5, 200, 0.01, 0.001, "by hand"};
     KvErr err = {{0}};
     Estimate e = {0};
     const double keep[] = {1.0, 0.5, 0.5};
-    CHECK(tc, estimate_add(&e, &m, &dev, 10, 2, 4, keep, 2, 0, &err) == 0, "%s", err.msg);
+    CHECK(tc, estimate_add(&e, &m, &dev, 10, 2, 4, keep, 2, 0, 0, &err) == 0, "%s", err.msg);
     CHECK(tc, fabs(estimate_weight_bytes(&m) - 736) < 1e-9 && fabs(estimate_kv_bytes_per_token(&m) - 16) < 1e-9,
           "W %g kv %g", estimate_weight_bytes(&m), estimate_kv_bytes_per_token(&m));
-    CHECK(tc, fabs(e.prefill_s - 14.88) < 1e-9 && fabs(e.feed_s - 19.52) < 1e-9 && fabs(e.decode_s - 88.32) < 1e-9,
-          "times %.6f %.6f %.6f", e.prefill_s, e.feed_s, e.decode_s);
+    CHECK(tc, fabs(e.prefill_s - 9.04) < 1e-9 && fabs(e.observe_s - 0.02) < 1e-9 && fabs(e.feed_s - 12.16) < 1e-9 &&
+              fabs(e.decode_s - 58.88) < 1e-9,
+          "times %.6f %.6f %.6f %.6f", e.prefill_s, e.observe_s, e.feed_s, e.decode_s);
     CHECK(tc, fabs(e.peak_bytes - 807406288.0) < 1e-3 && e.samples == 1 && e.longest_context == 10,
           "peak %.1f", e.peak_bytes);
     CHECK(tc, e.batches == 1 && e.most_batches == 1 && e.samples_copies == 1 && e.samples_unfit == 0 &&
@@ -212,28 +217,31 @@ static void check_estimate(TestCounts *tc) {
           "batches %ld copies %ld unfit %ld", e.batches, e.samples_copies, e.samples_unfit);
     /* window probabilities: 4·w·L·H bytes on top */
     Estimate w = {0};
-    estimate_add(&w, &m, &dev, 10, 2, 4, keep, 2, 3, &err);
+    estimate_add(&w, &m, &dev, 10, 2, 4, keep, 2, 3, 2, &err);
     CHECK(tc, fabs(w.peak_bytes - e.peak_bytes - 4.0 * 3 * 10 * 2) < 1e-3, "window adds %.1f",
           w.peak_bytes - e.peak_bytes);
+    CHECK(tc, fabs(w.observe_s - 5.62) < 1e-9, "window 3, 2 scorings: observe %.6f", w.observe_s);
     /* two batches where the memory holds one variant beside the prefill's cache */
     DeviceModel tight = dev;
     tight.memory_bytes = 1076744416.0;
     Estimate t = {0};
-    CHECK(tc, estimate_add(&t, &m, &tight, 10, 2, 4, keep, 3, 0, &err) == 0, "%s", err.msg);
-    CHECK(tc, t.batches == 2 && t.samples_unfit == 0 && fabs(t.feed_s - 35.84) < 1e-9 &&
-                  fabs(t.decode_s - 158.72) < 1e-9 && fabs(t.peak_bytes - 807406288.0) < 1e-3,
-          "two batches: %ld, feed %.6f decode %.6f peak %.1f", t.batches, t.feed_s, t.decode_s, t.peak_bytes);
+    CHECK(tc, estimate_add(&t, &m, &tight, 10, 2, 4, keep, 3, 0, 0, &err) == 0, "%s", err.msg);
+    CHECK(tc, t.batches == 2 && t.samples_unfit == 0 && fabs(t.feed_s - 21.12) < 1e-9 &&
+                  fabs(t.decode_s - 99.84) < 1e-9 && fabs(t.observe_s - 0.04) < 1e-9 &&
+                  fabs(t.peak_bytes - 807406288.0) < 1e-3,
+          "two batches: %ld, feed %.6f decode %.6f observe %.6f peak %.1f", t.batches, t.feed_s, t.decode_s,
+          t.observe_s, t.peak_bytes);
     tight.memory_bytes = 1.07e9;
     Estimate u = {0};
-    estimate_add(&u, &m, &tight, 10, 2, 4, keep, 3, 0, &err);
+    estimate_add(&u, &m, &tight, 10, 2, 4, keep, 3, 0, 0, &err);
     CHECK(tc, u.samples_unfit == 1 && u.longest_fit == 0, "does not fit: %ld", u.samples_unfit);
     /* the longest context that fits: a sample of it fits, one token more does not (question and answer left out) */
     tight.memory_bytes = 1.2e9;
     for (int one = 0; one < 2; one++) {
         double L = estimate_max_context(&m, &tight, keep, 3, 0, one, &err);
         Estimate a = {0}, b = {0};
-        estimate_add(&a, &m, &tight, (int)L, 0, 0, keep, 3, 0, &err);
-        estimate_add(&b, &m, &tight, (int)L + 1, 0, 0, keep, 3, 0, &err);
+        estimate_add(&a, &m, &tight, (int)L, 0, 0, keep, 3, 0, 0, &err);
+        estimate_add(&b, &m, &tight, (int)L + 1, 0, 0, keep, 3, 0, 0, &err);
         CHECK(tc, L > 10 && a.samples_unfit == 0 && (one ? a.most_batches == 1 && (b.most_batches != 1 || b.samples_unfit)
                                                         : b.samples_unfit == 1),
               "max context%s %.0f: fits %ld/%ld, batches %d/%d", one ? " (one batch)" : "", L, a.samples_unfit,

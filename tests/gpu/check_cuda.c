@@ -14,11 +14,12 @@
  *   - a batch of sequences on gathered head-variable caches: question feed and decode steps (logits, and the
  *     traced attention probabilities);
  *   - bad input: a cache larger than the GPU, a token outside the vocabulary, a full cache.
- * Speed, on Llama-3.1-8B shapes: prefill at 4k and 32k tokens in TFLOP/s (matrix and attention FLOPs) against
- * a large cuBLAS bf16 GEMM; decode at several cache and batch sizes in GB/s (weights plus kept KV bytes per
- * step) against a device-to-device copy; observation and selection time against prefill time.
+ * Speed, on Llama-3.1-8B shapes: prefill at 4k, 16k and 32k tokens in TFLOP/s (matrix and attention FLOPs)
+ * against a large cuBLAS bf16 GEMM; decode at caches of 4k and 32k and batches of 1, 16 and 32 in GB/s (weights
+ * plus kept KV bytes per step) against a device-to-device copy, views against copies; the sweep's observed
+ * prefill (runs/prepare.c) and keep-sets against the plain prefill, with the device's and each policy's share.
  *
- * Usage: check_cuda [--quick]   (--quick skips the 32k-token timings) */
+ * Usage: check_cuda [--quick]   (--quick skips the 16k- and 32k-token timings) */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
