@@ -473,8 +473,14 @@ int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int lay
 /* scores one key for every head (a dot product per lane, then a reduction over the team), then each team  */
 /* slot accumulates P V over its share of the keys and the slots are summed in shared memory. Rows are     */
 /* found through head_k / head_v: a view's shared entry costs one more 4-byte index read (the team's lanes */
-/* read the same index) beside its 2·d-byte key and value rows, in both passes.                           */
+/* read the same index) beside its 2·d-byte key and value rows, in both passes. GMAX is the largest group  */
+/* an instantiation serves (its per-head registers need a size known at compile time: fewer registers,    */
+/* more blocks per multiprocessor). Each lane loads DECODE_BATCH keys before it scores any, so that many   */
+/* loads are in flight; every key's arithmetic and the order of every sum are the same as one at a time.   */
 
+enum { DECODE_BATCH = 4 };
+
+template <int GMAX>
 __global__ static void __launch_bounds__(SPLITK_THREADS)
     k_decode_split(const bf16 *q, float *o_part, float *ml_part, const DevHead *heads, int layer, int N, int H,
                    int K, int d, int n_splits, float scale) {
@@ -500,37 +506,49 @@ __global__ static void __launch_bounds__(SPLITK_THREADS)
     }
 
     /* Scores. The group's queries are adjacent rows of q; each lane keeps its 8 dims of every head. */
-    float qr[ATTN_MAX_GROUP][8];
+    float qr[GMAX][8];
 #pragma unroll
-    for (int g = 0; g < ATTN_MAX_GROUP; g++) {
+    for (int g = 0; g < GMAX; g++) {
         uint4 raw = make_uint4(0, 0, 0, 0);
         if (g < G && active) raw = reinterpret_cast<const uint4 *>(q + ((size_t)b * H + (size_t)kh * G + g) * d)[c8];
         bf16x8_to_f32(raw, qr[g]);
 #pragma unroll
         for (int e = 0; e < 8; e++) qr[g][e] *= scale;
     }
-    for (int i0 = 0; i0 < nk; i0 += n_slots) { /* same trip count for every lane: the shuffles see full warps */
-        int i = i0 + slot;
-        float acc[ATTN_MAX_GROUP];
+    /* Slot `slot` scores keys slot, slot + n_slots, ...: DECODE_BATCH of them per pass. Same trip count for every
+     * lane: the shuffles see full warps. */
+    for (int i0 = 0; i0 < nk; i0 += DECODE_BATCH * n_slots) {
+        uint4 raw[DECODE_BATCH];
 #pragma unroll
-        for (int g = 0; g < ATTN_MAX_GROUP; g++) acc[g] = 0.0f;
-        if (active && i < nk) {
-            float kf[8];
-            bf16x8_to_f32(reinterpret_cast<const uint4 *>(head_k(hd, j0 + i, d))[c8], kf);
-#pragma unroll
-            for (int g = 0; g < ATTN_MAX_GROUP; g++)
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[g] += qr[g][e] * kf[e];
+        for (int u = 0; u < DECODE_BATCH; u++) {
+            int i = i0 + u * n_slots + slot;
+            raw[u] = make_uint4(0, 0, 0, 0);
+            if (active && i < nk) raw[u] = reinterpret_cast<const uint4 *>(head_k(hd, j0 + i, d))[c8];
         }
 #pragma unroll
-        for (int g = 0; g < ATTN_MAX_GROUP; g++) {
-            if (g >= G) break;
-            for (int o = team / 2; o > 0; o >>= 1) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], o);
-        }
-        if (c8 == 0 && i < nk)
+        for (int u = 0; u < DECODE_BATCH; u++) {
+            int i = i0 + u * n_slots + slot;
+            float acc[GMAX];
 #pragma unroll
-            for (int g = 0; g < ATTN_MAX_GROUP; g++)
-                if (g < G) sc[g * SPLITK_KEYS + i] = acc[g];
+            for (int g = 0; g < GMAX; g++) acc[g] = 0.0f;
+            if (active && i < nk) {
+                float kf[8];
+                bf16x8_to_f32(raw[u], kf);
+#pragma unroll
+                for (int g = 0; g < GMAX; g++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[g] += qr[g][e] * kf[e];
+            }
+#pragma unroll
+            for (int g = 0; g < GMAX; g++) {
+                if (g >= G) break;
+                for (int o = team / 2; o > 0; o >>= 1) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], o);
+            }
+            if (c8 == 0 && i < nk)
+#pragma unroll
+                for (int g = 0; g < GMAX; g++)
+                    if (g < G) sc[g * SPLITK_KEYS + i] = acc[g];
+        }
     }
     __syncthreads();
 
@@ -554,24 +572,35 @@ __global__ static void __launch_bounds__(SPLITK_THREADS)
 
     /* P V: slot `slot` takes keys slot, slot + n_slots, ...; its partial sums go to so[slot][g][:]. */
     if (active) {
-        float o[ATTN_MAX_GROUP][8];
+        float o[GMAX][8];
 #pragma unroll
-        for (int g = 0; g < ATTN_MAX_GROUP; g++)
+        for (int g = 0; g < GMAX; g++)
 #pragma unroll
             for (int e = 0; e < 8; e++) o[g][e] = 0.0f;
-#pragma unroll 4
-        for (int i = slot; i < nk; i += n_slots) {
-            float vf[8];
-            bf16x8_to_f32(reinterpret_cast<const uint4 *>(head_v(hd, j0 + i, d))[c8], vf);
+        for (int i0 = slot; i0 < nk; i0 += DECODE_BATCH * n_slots) {
+            uint4 raw[DECODE_BATCH];
 #pragma unroll
-            for (int g = 0; g < ATTN_MAX_GROUP; g++) {
-                float p = g < G ? sc[g * SPLITK_KEYS + i] : 0.0f;
+            for (int u = 0; u < DECODE_BATCH; u++) {
+                int i = i0 + u * n_slots;
+                raw[u] = make_uint4(0, 0, 0, 0);
+                if (i < nk) raw[u] = reinterpret_cast<const uint4 *>(head_v(hd, j0 + i, d))[c8];
+            }
 #pragma unroll
-                for (int e = 0; e < 8; e++) o[g][e] += p * vf[e];
+            for (int u = 0; u < DECODE_BATCH; u++) {
+                int i = i0 + u * n_slots;
+                if (i >= nk) break;
+                float vf[8];
+                bf16x8_to_f32(raw[u], vf);
+#pragma unroll
+                for (int g = 0; g < GMAX; g++) {
+                    float p = g < G ? sc[g * SPLITK_KEYS + i] : 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) o[g][e] += p * vf[e];
+                }
             }
         }
 #pragma unroll
-        for (int g = 0; g < ATTN_MAX_GROUP; g++)
+        for (int g = 0; g < GMAX; g++)
             if (g < G)
 #pragma unroll
                 for (int e = 0; e < 8; e++) so[((size_t)slot * G + g) * d + c8 * 8 + e] = o[g][e];
@@ -612,8 +641,16 @@ int launch_decode_attention(const bf16 *q, bf16 *out, float *o_part, float *ml_p
                        B);
     size_t smem = (size_t)splitk_smem_floats(G, d) * sizeof(float);
     dim3 grid(n_splits, K, B);
-    k_decode_split<<<grid, SPLITK_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H, K, d, n_splits,
-                                                       1.0f / sqrtf((float)d));
+    float scale = 1.0f / sqrtf((float)d);
+    /* the instantiation of the smallest GMAX >= G */
+    if (G <= 1) k_decode_split<1><<<grid, SPLITK_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H, K, d,
+                                                                       n_splits, scale);
+    else if (G <= 2) k_decode_split<2><<<grid, SPLITK_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H,
+                                                                            K, d, n_splits, scale);
+    else if (G <= 4) k_decode_split<4><<<grid, SPLITK_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N, H,
+                                                                            K, d, n_splits, scale);
+    else k_decode_split<ATTN_MAX_GROUP><<<grid, SPLITK_THREADS, smem, st>>>(q, o_part, ml_part, heads, layer, N,
+                                                                             H, K, d, n_splits, scale);
     LAUNCH_CHECK();
     size_t smem_merge = 2 * (size_t)n_splits * sizeof(float);
     if (smem_merge > 48 * 1024)
