@@ -204,7 +204,7 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     const char *dagger = report_has_substitute(s, -1) ? " († includes a substituted task)" : "";
     char title[800];
     snprintf(title, sizeof title, "%s — %s: %s against the KV budget\neach policy at its default aggregation "
-             "(the others: the ablation figure); 95%% %sbootstrap intervals (" NO_BAR "%s", s->model, s->suite,
+             "(its other aggregations: the ablation figure)\n95%% %sbootstrap intervals (" NO_BAR "%s", s->model, s->suite,
              ratio ? "score as % of the full cache" : "average score", ratio ? "paired " : "", c->min_n, dagger);
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
