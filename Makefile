@@ -67,6 +67,16 @@ COMPILE_FLAGS := $(BUILD)/compile.flags
 COMPILE_CMD   := $(CC) $(CFLAGS) | $(NVCC_PATH) $(CUFLAGS)
 $(shell mkdir -p $(BUILD) && echo '$(COMPILE_CMD)' | cmp -s - $(COMPILE_FLAGS) || echo '$(COMPILE_CMD)' > $(COMPILE_FLAGS))
 
+# The revision the build is made from, recorded in every row it writes (runs.git_rev): `git describe --always
+# --dirty` (a "-dirty" suffix when the tree has uncommitted changes), "unknown" outside a git checkout; only
+# [A-Za-z0-9._+-] kept, so no tag name reaches C source as code. Kept in $(BUILD)/git_rev.h, rewritten when it
+# changes, so runs/util.c is compiled again and a binary never reports an older revision.
+GIT_REV := $(or $(shell git describe --always --dirty --abbrev=12 2>/dev/null | tr -cd 'A-Za-z0-9._+-'),unknown)
+GIT_REV_LINE := $(shell printf '\043define KVBENCH_GIT_REV "%s"' '$(GIT_REV)')
+$(shell mkdir -p $(BUILD) && echo '$(GIT_REV_LINE)' | cmp -s - $(BUILD)/git_rev.h || echo '$(GIT_REV_LINE)' > $(BUILD)/git_rev.h)
+$(BUILD)/runs/util.o: $(BUILD)/git_rev.h
+$(BUILD)/runs/util.o: CFLAGS += -include $(BUILD)/git_rev.h
+
 $(BIN): $(BUILD)/runs/main.o $(BUILD)/libkvbench.a $(LINK_FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter-out $(LINK_FLAGS),$^) $(LDFLAGS) $(LDLIBS)
 

@@ -4,7 +4,7 @@
  * length, LongBench's middle truncation, `data show --model`) goes through a caller-given function, so this
  * module does not depend on the engine. A Dataset is used by one thread at a time (dataset_get keeps the last
  * fitted size as the next search's starting point). Assets (prompt halves, essays, word lists, templates) are
- * read from datasets/assets/ (see DatasetOptions.assets_dir). Spec: ../shared/spec/datasets.md. */
+ * read from datasets/assets/ (see DatasetOptions.assets_dir). Spec: docs/spec/datasets.md. */
 #ifndef KVBENCH_DATASET_H
 #define KVBENCH_DATASET_H
 

@@ -1241,9 +1241,9 @@ static void ruler_print_list(FILE *f) {
         char spec[64];
         snprintf(spec, sizeof spec, "ruler:%s", t->name);
         fprintf(f, "%-34s %-18s %-20s %d%s\n", spec, FAMILY[t->family].metric, FAMILY[t->family].domain, TTG[t->family],
-                t->family == FAM_QA ? (i == N_RULER_TASKS - 1 ? "  (HotpotQA dev from --data; else substitute)"
-                                                              : "  (SQuAD v2 dev from --data; else substitute)")
-                                    : "");
+                t->family != FAM_QA              ? ""
+                : i == N_RULER_TASKS - 1 ? "  (HotpotQA dev from a config's data_path or `data show --data`; else substitute)"
+                                         : "  (SQuAD v2 dev from a config's data_path or `data show --data`; else substitute)");
     }
 }
 

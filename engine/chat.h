@@ -2,7 +2,7 @@
  * the context | question split of the DefensiveKV harness (spec policies.md §4.3): the rendering of
  * `context + sep` is cut at sep, the first part is the context text (system block, user header, context),
  * the second the question suffix that follows the question (end of turn, assistant header).
- * Exact renderings: ../shared/spec/models.md §3.5. */
+ * Exact renderings: docs/spec/models.md §3.5. */
 #ifndef KVBENCH_CHAT_H
 #define KVBENCH_CHAT_H
 

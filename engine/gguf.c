@@ -4,7 +4,7 @@
  * and size read from the file is checked against the file size before it is used, so a truncated or
  * corrupt file yields one error line ("PATH: problem at offset N") and never a read past the mapping.
  * String arrays (vocabularies, merges) get a table of element pointers at open, so element access is O(1).
- * Spec: ../shared/spec/models.md §1 (layout §1.1, types §1.4, block layouts and dequantisation §1.5). */
+ * Spec: docs/spec/models.md §1 (layout §1.1, types §1.4, block layouts and dequantisation §1.5). */
 #include "gguf.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  *
  * The file is read into memory once (mmap); lookups return pointers into it, valid until gguf_close.
  * Used by the model loader (weights, hyper-parameters) and by the tokenizer (vocabulary in metadata).
- * Spec: ../shared/spec/models.md §1. */
+ * Spec: docs/spec/models.md §1. */
 #ifndef KVBENCH_GGUF_H
 #define KVBENCH_GGUF_H
 

@@ -1,7 +1,7 @@
 /* kvcache.c — host KV caches whose length varies per (layer, kv-head), and the gather that builds one
  * from a keep-set.
  *
- * One arena per cache (DESIGN habit 7): the per-head index arrays first, then for each head its key rows,
+ * One arena per cache (docs/DESIGN.md §4, habit 7): the per-head index arrays first, then for each head its key rows,
  * value rows and positions at a fixed offset, each 64-byte aligned so the attention loops stream whole
  * cache lines. Heads never move once carved, so a gathered cache with a 20% budget really holds 20%. A view
  * carves only its own rows (the question and answer), its positions and its indices into the base.

@@ -3,7 +3,7 @@
  *
  * The file is mmap'd; tensor data pointers point into the mapping and stay valid until st_close. Every
  * header entry is checked at open (known dtype, byte range inside the data buffer and matching the shape),
- * so callers can trust what st_find returns. Spec: ../shared/spec/models.md §2.1. */
+ * so callers can trust what st_find returns. Spec: docs/spec/models.md §2.1. */
 #ifndef KVBENCH_SAFETENSORS_H
 #define KVBENCH_SAFETENSORS_H
 

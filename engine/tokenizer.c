@@ -5,7 +5,7 @@
  * (leftmost-longest), then each remaining segment is normalised (NFC for Qwen2; '▁' for spaces and a '▁'
  * prefix for SentencePiece models), split into words by the pre-tokenizer, and each word is BPE-merged
  * (tokenizer_bpe.c). Nothing is cached between calls: a Tokenizer is read-only after loading, so one can
- * serve several threads. Spec: ../shared/spec/models.md §3. */
+ * serve several threads. Spec: docs/spec/models.md §3. */
 #include "tokenizer_internal.h"
 
 #include <dirent.h>

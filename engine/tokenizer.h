@@ -4,7 +4,7 @@
  *
  * Encoding never adds BOS/EOS by itself: callers render prompts (engine/chat.h) with the special tokens as
  * text, and encode with parse_special=1 so "<|begin_of_text|>" inside the text becomes its id, as Hugging Face
- * does by default. Spec: ../shared/spec/models.md §3. */
+ * does by default. Spec: docs/spec/models.md §3. */
 #ifndef KVBENCH_TOKENIZER_H
 #define KVBENCH_TOKENIZER_H
 

@@ -1,7 +1,7 @@
 /* metrics.h — the benchmark scorers, each matching its reference implementation on recorded cases:
  * LongBench's metrics.py (qa_f1, rouge_l via the `rouge` package, classification, retrieval, count,
  * code_sim via fuzzywuzzy over difflib), RULER's string_match_all / string_match_part, the needle score.
- * Spec: ../shared/spec/datasets.md §1.6, §2.6, §3. Recorded cases: tests/data/metrics/ (from
+ * Spec: docs/spec/datasets.md §1.6, §2.6, §3. Recorded cases: tests/data/metrics/ (from
  * tests/reference/gen_metric_cases.py).
  *
  * Scale: metric_score gives one sample's score in [0, 1]; the task averages below are on the references'

@@ -1,5 +1,5 @@
 /* duo.c — DuoAttention head patterns: reading them, choosing the streaming heads, and the keep-set
- * (duo.h; the rule: ../shared/data/duo_attention_patterns/README.md and kvpress duo_attention_press.py). */
+ * (duo.h; the rule: policies/assets/duo_attention_patterns/README.md and kvpress duo_attention_press.py). */
 #include "duo.h"
 
 #include <cjson/cJSON.h>

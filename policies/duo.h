@@ -1,5 +1,5 @@
 /* duo.h — DuoAttention (arXiv 2410.10819) as the reference runs it (kvpress duo_attention_press.py in the
- * DefensiveKV repository; ../shared/data/duo_attention_patterns/README.md).
+ * DefensiveKV repository; policies/assets/duo_attention_patterns/README.md).
  *
  * A head pattern gives every (layer, kv-head) a learned retrieval score. At compression ratio r the
  * round(N*K*r) lowest-scoring heads become streaming heads, which keep only the first sink_size and the last

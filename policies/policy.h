@@ -3,7 +3,7 @@
  * The paper's scoring → aggregation → allocation framework; the table of policies lives in policy.c and is
  * the one place that knows them. A PolicyState keeps per-layer scores between policy_observe and
  * policy_select, so cross-layer policies (CAKE, Layer-DefensiveKV) work from the same single prefill, and one
- * state serves every budget. Behaviour matches the reference press code: ../shared/spec/policies.md. */
+ * state serves every budget. Behaviour matches the reference press code: docs/spec/policies.md. */
 #ifndef KVBENCH_POLICY_H
 #define KVBENCH_POLICY_H
 

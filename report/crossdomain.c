@@ -174,9 +174,9 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", x->model, x->budget);
     if (report_figure_open_sized(c, name, 1000, 200 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
         return -1;
-    /* blocks 0..M-1: "row mean lo hi" per method; block M: "row change" per (method, domain) */
-    fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method); block M: row "
-          "per-domain change_pct\n", dat);
+    /* blocks 0..M-1: "row mean lo hi" per method; blocks M..M+D-1: "row change" per method, one per domain */
+    fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method); blocks M..M+D-1: row "
+          "change_pct, one block per domain\n", dat);
     double lo = 0, hi = 0;
     for (int k = 0; k < x->n_methods; k++) {
         report_put_dat_comment(dat, x->methods[k].label);
@@ -186,21 +186,25 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         if (!isnan(x->mean[k].lo) && x->mean[k].n >= x->min_n)
             lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
     }
-    for (int k = 0; k < x->n_methods; k++)
-        for (int j = 0; j < x->n_domains; j++) {
+    for (int j = 0; j < x->n_domains; j++) {
+        report_put_dat_comment(dat, x->domains[j]);
+        fputs("NaN NaN\n", dat); /* a block with no value still counts as one, so indices stay aligned */
+        for (int k = 0; k < x->n_methods; k++) {
             double v = x->change[(size_t)k * x->n_domains + j].value;
             if (isnan(v)) continue;
-            fprintf(dat, "%d", k);
+            /* each domain's dot a little above or below the row, so the dots of one row do not hide each other */
+            fprintf(dat, "%.4f", k + 0.5 * ((j + 1.0) / (x->n_domains + 1.0) - 0.5));
             report_put_value(dat, v);
             fputc('\n', dat);
             lo = fmin(lo, v), hi = fmax(hi, v);
         }
-    fputs("\n\n", dat);
+        fputs("\n\n", dat);
+    }
     int sub = 0;
     for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
     char title[1200];
     snprintf(title, sizeof title, "%s: relative change vs the full cache at %s, mean over %d domains\n(bars with 95%% "
-             "paired bootstrap intervals, none from fewer than %d samples: too few samples) and per domain (dots)\nDomains: LongBench's task families + one "
+             "paired bootstrap intervals, none from fewer than %d samples: too few samples) and per domain (one marker per domain)\nDomains: LongBench's task families + one "
              "synthetic-retrieval domain (RULER, needle)%s\nour grouping, not the paper's 7-domain definition",
              x->model, x->budget, x->n_domains, x->min_n, sub ? "; includes a substituted task" : "");
     fputs("set title ", gp);
@@ -231,8 +235,19 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         fprintf(gp, ", \\\n  '' index %d using ($2 == 0 ? 0 : NaN):1 with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle", k,
                 report_policy_colour(m->policy));
     }
-    fprintf(gp, ", \\\n  '' index %d using 2:1 with points pt 7 ps 0.6 lc rgb 'gray30' title 'one domain'\n",
-            x->n_methods);
+    /* the domains told apart by point type and colour (from a palette apart from the policies'), each named in
+     * the key */
+    static const char *DOMAIN_COLOURS[] = {"#000000", "#e7298a", "#1b9e77", "#7570b3", "#e6ab02", "#666666",
+                                           "#a6cee3", "#fb9a99"};
+    static const int DOMAIN_POINTS[] = {5, 7, 9, 11, 13, 15, 4, 6, 8, 10, 12, 14};
+    for (int j = 0; j < x->n_domains; j++) {
+        fprintf(gp, ", \\\n  '' index %d using 2:1 with points pt %d ps 0.9 lc rgb '%s' title ", x->n_methods + j,
+                DOMAIN_POINTS[j % 12], DOMAIN_COLOURS[j % 8]);
+        char t[200];
+        snprintf(t, sizeof t, "%s%s", x->domains[j], x->domain_substitute[j] ? " (substituted task)" : "");
+        report_put_gp_string(gp, t);
+    }
+    fputc('\n', gp);
     return report_figure_close(c, dat, gp);
 }
 

@@ -138,6 +138,11 @@ static int agg_index(const char *aggregation) {
     return 3;
 }
 int report_agg_dash(const char *aggregation) { return (int[]){1, 2, 4, 3}[agg_index(aggregation)]; }
+/* Where the series of one figure are the aggregations of one policy (the fragility figures): one colour per
+ * aggregation, the same in every such figure whichever aggregations it holds. */
+const char *report_agg_colour(const char *aggregation) {
+    return (const char *[]){"#9400d3", "#009e73", "#56b4e9", "#e69f00"}[agg_index(aggregation)];
+}
 int report_agg_point(const char *aggregation) { return (int[]){7, 5, 9, 13}[agg_index(aggregation)]; }
 int report_agg_pattern(const char *aggregation) { return (int[]){-1, 4, 5, 6}[agg_index(aggregation)]; }
 
@@ -159,8 +164,9 @@ void report_put_ci(FILE *f, const StatsInterval *ci, int min_n) {
 /* Said in every title with error bars (%d: min_n). */
 #define NO_BAR "none from fewer than %d samples: too few samples)"
 
-/* Lines against the budget, one per method, with 95% error bars: the average score (ratio = 0) or the score as
- * a percentage of the full cache (ratio = 1, the paper's Figure 4). */
+/* Lines against the budget, one per method at its policy's default aggregation (the ablation variants have their
+ * own figure, plot_aggregation), with 95% error bars: the average score (ratio = 0) or the score as a percentage
+ * of the full cache (ratio = 1, the paper's Figure 4). */
 static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     char name[300], dat_path[1200];
     FILE *dat, *gp;
@@ -171,16 +177,21 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
             hi = fmax(hi, 100 * s->budgets[b].keep_fraction);
         }
     int any = 0;
-    for (int i = 0; i < s->n_methods * s->n_budgets; i++) any |= report_has_scores(s, &s->cells[i]);
+    for (int m = 0; m < s->n_methods; m++)
+        for (int b = 0; b < s->n_budgets && report_is_default_aggregation(&s->methods[m]); b++)
+            any |= report_has_scores(s, report_cell(s, m, b));
     if (isinf(lo) || !any || (ratio && !report_has_scores(s, &s->full))) return 0;
     double span = hi > lo ? hi - lo : 20, pad = span * 0.08;
     snprintf(name, sizeof name, "%s_%s", s->stem, ratio ? "fig4_ratio" : "budget");
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("# one block per method: budget_percent value lo hi (95% bootstrap interval)\n", dat);
-    for (int m = 0; m < s->n_methods; m++) {
+    int n_shown = 0;
+    for (int m = 0; m < s->n_methods; m++) n_shown += report_is_default_aggregation(&s->methods[m]);
+    for (int m = 0, k = 0; m < s->n_methods; m++) {
+        if (!report_is_default_aggregation(&s->methods[m])) continue;
         report_put_dat_comment(dat, s->methods[m].label);
         /* a small sideways offset per method keeps overlapping error bars apart */
-        double dx = span * 0.006 * (m - (s->n_methods - 1) / 2.0);
+        double dx = span * 0.006 * (k++ - (n_shown - 1) / 2.0);
         for (int b = 0; b < s->n_budgets; b++) {
             const ReportCell *x = report_cell(s, m, b);
             if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
@@ -192,15 +203,16 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     }
     const char *dagger = report_has_substitute(s, -1) ? " († includes a substituted task)" : "";
     char title[800];
-    snprintf(title, sizeof title, "%s — %s: %s against the KV budget\n(95%% %sbootstrap intervals; " NO_BAR "%s", s->model,
-             s->suite, ratio ? "score as % of the full cache" : "average score", ratio ? "paired " : "", c->min_n, dagger);
+    snprintf(title, sizeof title, "%s — %s: %s against the KV budget\neach policy at its default aggregation "
+             "(its other aggregations: the ablation figure)\n95%% %sbootstrap intervals (" NO_BAR "%s", s->model, s->suite,
+             ratio ? "score as % of the full cache" : "average score", ratio ? "paired " : "", c->min_n, dagger);
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fprintf(gp, "\nset ylabel '%s'\n", ratio ? "average score / full-cache average (%)" : "average score");
     /* the y axis up to the highest interval bound (gnuplot's autoscale leaves error bars out) */
     double ymax = ratio ? 100 : s->full.domain[s->n_domains].value;
     for (int m = 0; m < s->n_methods; m++)
-        for (int b = 0; b < s->n_budgets; b++) {
+        for (int b = 0; b < s->n_budgets && report_is_default_aggregation(&s->methods[m]); b++) {
             const ReportCell *x = report_cell(s, m, b);
             if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
             const StatsInterval *ci = ratio ? &x->ratio : &x->domain[s->n_domains];
@@ -223,14 +235,15 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     if (ratio) fputs("100 with lines dt 2 lw 2 lc rgb 'black' title 'full cache (100%)'", gp);
     else if (!isnan(full)) fprintf(gp, "%.4f with lines dt 2 lw 2 lc rgb 'black' title 'full cache'", full);
     else fputs("NaN notitle", gp);
-    for (int m = 0; m < s->n_methods; m++) {
+    for (int m = 0, k = 0; m < s->n_methods; m++) {
         const ReportMethod *x = &s->methods[m];
         const char *colour = report_policy_colour(x->policy);
+        if (!report_is_default_aggregation(x)) continue;
         /* thin interval lines under the method's line */
         fputs(", \\\n  ", gp);
         report_put_gp_string(gp, dat_path);
-        fprintf(gp, " index %d using 1:3:(0):($4 - $3) with vectors nohead lw 1 lc rgb '%s' notitle", m, colour);
-        fprintf(gp, ", \\\n  '' index %d using 1:2 with linespoints lw 2 ps 1.2 lc rgb '%s' dt %d pt %d title ", m,
+        fprintf(gp, " index %d using 1:3:(0):($4 - $3) with vectors nohead lw 1 lc rgb '%s' notitle", k, colour);
+        fprintf(gp, ", \\\n  '' index %d using 1:2 with linespoints lw 2 ps 1.2 lc rgb '%s' dt %d pt %d title ", k++,
                 colour, report_agg_dash(x->aggregation), report_agg_point(x->aggregation));
         report_put_gp_string(gp, x->label);
     }
@@ -245,9 +258,10 @@ typedef struct {
 } BarSeries;
 
 /* Clustered bars with 95% error bars: one cluster per group, one bar per series in the series' colour and
- * pattern; a value of exactly 0 gets a × so it does not read as missing. */
+ * pattern; a value of exactly 0 gets a × so it does not read as missing. A reference value (not NaN) is drawn
+ * as a dashed black line across the plot, titled ref_title. */
 static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_groups, char *const *groups,
-                     const BarSeries *series, int n_series) {
+                     const BarSeries *series, int n_series, double reference, const char *ref_title) {
     char dat_path[1200];
     FILE *dat, *gp;
     int width = 1000 + (n_groups * n_series > 60 ? 8 * (n_groups * n_series - 60) : 0);
@@ -274,6 +288,11 @@ static int plot_bars(FigureCtx *c, const char *name, const char *title, int n_gr
         fprintf(gp, " %d", g);
     }
     fputs(")\nplot ", gp);
+    if (!isnan(reference)) {
+        fprintf(gp, "%.4f with lines dt 2 lw 2 lc rgb 'black' title ", reference);
+        report_put_gp_string(gp, ref_title);
+        fputs(", \\\n  ", gp);
+    }
     for (int j = 0; j < n_series; j++) {
         const char *colour = report_policy_colour(series[j].policy);
         fputs(j ? ", \\\n  " : "", gp);
@@ -311,16 +330,18 @@ static int plot_task_bars(FigureCtx *c, const ReportSection *s, int b) {
     snprintf(name, sizeof name, "%s_tasks_%s", s->stem, s->budgets[b].label);
     snprintf(title, sizeof title, "%s — %s: task scores at budget %s\n(95%% bootstrap intervals; " NO_BAR "%s", s->model,
              s->suite, s->budgets[b].label, c->min_n, report_has_substitute(s, -1) ? "\n† substituted task" : "");
-    return plot_bars(c, name, title, nt, groups, series, n);
+    return plot_bars(c, name, title, nt, groups, series, n, NAN, NULL);
 }
 
-/* Bars of the average score of every policy that ran with several aggregations, clustered by budget. */
+/* The ablation figure: bars of the average score of every policy that ran with several aggregations (and of any
+ * method away from its default aggregation, which Figure 4 leaves out), clustered by budget, the full cache's
+ * average as a reference line. */
 static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     BarSeries series[256];
     char *groups[256], name[300], title[600];
     int n = 0;
     for (int m = 0; m < s->n_methods && n < 256; m++) {
-        int several = 0;
+        int several = !report_is_default_aggregation(&s->methods[m]);
         for (int o = 0; o < s->n_methods; o++)
             several |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
                        strcmp(s->methods[o].aggregation, s->methods[m].aggregation);
@@ -352,8 +373,12 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     }
     snprintf(name, sizeof name, "%s_aggregation", s->stem);
     snprintf(title, sizeof title, "%s — %s: aggregation ablation, average score per budget\n(95%% bootstrap "
-             "intervals; " NO_BAR "\ncolour = policy, fill = aggregation", s->model, s->suite, c->min_n);
-    int rc = plot_bars(c, name, title, n_used, groups, series, n);
+             "intervals; " NO_BAR "\ncolour = policy, fill = aggregation; dashed: the full cache", s->model, s->suite,
+             c->min_n);
+    double full = report_has_scores(s, &s->full) ? s->full.domain[s->n_domains].value : NAN;
+    char ref[64];
+    snprintf(ref, sizeof ref, "full cache (%.2f)", full);
+    int rc = plot_bars(c, name, title, n_used, groups, series, n, full, ref);
     free(vals);
     return rc;
 }
@@ -448,11 +473,12 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
     if (!n || !a->n_len) return 0;
     int cols = n < 4 ? n : 4, rows = (n + cols - 1) / cols;
     int pw = 90 + 60 * a->n_len, ph = 90 + 34 * a->n_dep;
+    pw = pw < 300 ? 300 : pw, ph = ph < 240 ? 240 : ph;
+    /* the panels on a grid with fixed pixel margins, the colour key in a strip on the right */
+    int key_w = 110, width = cols * pw + key_w, height = rows * (ph + 25) + 80;
     snprintf(name, sizeof name, "%s_needle_%s", s->stem, b < 0 ? "full" : s->budgets[b].label);
     FILE *dat, *gp;
-    if (report_figure_open_sized(c, name, cols * (pw < 300 ? 300 : pw) + 120, rows * (ph < 240 ? 240 : ph) + 60, &dat,
-                                 &gp, dat_path, sizeof dat_path))
-        return -1;
+    if (report_figure_open_sized(c, name, width, height, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("# one block per panel: length_index depth_index score (lengths and depths in the tics of the .gp)\n", dat);
     for (int i = 0; i < n; i++) {
         report_put_dat_comment(dat, labels[i]);
@@ -462,7 +488,7 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
             return -1;
         }
     }
-    fputs("set xlabel 'context length (tokens)'\nset ylabel 'needle depth (%)'\nset cbrange [0:100]\nunset colorbox\n"
+    fputs("set xlabel 'context length (tokens)'\nset ylabel 'needle depth (%)'\nset cbrange [0:100]\n"
           "set palette defined (0 '#F0496E', 50 '#EBB839', 100 '#0CD79F')\nset tics scale 0\nset xtics (",
           gp);
     for (int l = 0; l < a->n_len; l++) fprintf(gp, "%s'%d' %d", l ? ", " : "", a->lengths[l], l);
@@ -474,7 +500,11 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
     c->own_svg = 1;
     fputs("do for [out = 1:2] {\n  if (out == 2) { ", gp);
     report_put_svg_terminal(c, gp);
-    fprintf(gp, " }\n  set multiplot layout %d,%d title ", rows, cols);
+    fprintf(gp, " }\n  set colorbox vertical user origin screen %.4f, screen %.4f size screen %.4f, screen %.4f\n"
+                "  set cbtics 0, 25, 100 scale 0.5\n  set cblabel 'score (%%)'\n"
+                "  set multiplot layout %d,%d margins %.4f, %.4f, %.4f, %.4f spacing %.4f, %.4f title ",
+            1.0 - (key_w - 25.0) / width, 0.2, 18.0 / width, 0.6, rows, cols, 75.0 / width, 1.0 - (double)key_w / width,
+            45.0 / height, 1.0 - 70.0 / height, 85.0 / width, 100.0 / height);
     char title[400];
     snprintf(title, sizeof title, "%s — needle score (%%) per context length and depth, %s", s->model,
              b < 0 ? "full cache" : s->budgets[b].label);
@@ -488,6 +518,7 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
         fprintf(gp, " index %d using 1:2:(0.5):(0.5):3 with boxxyerror lc palette notitle, \\\n"
                     "    '' index %d using 1:2:($3 == $3 ? sprintf('%%.0f', $3) : '') with labels font ',9' notitle\n",
                 i, i);
+        if (i == 0) fputs("  unset colorbox\n", gp); /* one key for every panel, drawn with the first */
     }
     fputs("  unset multiplot\n}\n", gp);
     return report_figure_close(c, dat, gp);

@@ -485,13 +485,14 @@ int report_write(const ReportOptions *opt, KvErr *err) {
     }
     sqlite3 *db = store_handle(store);
     data.outlier = opt->outlier > 0.0 ? opt->outlier : FRAGILITY_OUTLIER;
-    int rc = 0;
+    int rc = report_provenance_load(db, &data.prov, err);
+    if (!rc && data.prov.warning[0] && opt->log) fprintf(opt->log, "%s: %s\n", opt->db_path, data.prov.warning);
     if (data.n_sections == 0 && !report_has_traces(db))
         rc = kv_fail(err, "%s: no results yet (run `kvbench run CONFIG --db %s` or `kvbench trace CONFIG --db %s` "
                           "first)", opt->db_path, opt->db_path, opt->db_path);
     if (!rc) rc = util_make_dirs(opt->out_dir, err);
     if (!rc && data.n_sections) rc = report_tables(&data, opt->out_dir, opt->log, err);
-    if (!rc) rc = report_trace_tables(db, data.outlier, opt->out_dir, opt->log, err);
+    if (!rc) rc = report_trace_tables(db, data.outlier, &data.prov, opt->out_dir, opt->log, err);
     if (!rc)
         rc = report_figures(&data, db, opt->out_dir, opt->gnuplot ? opt->gnuplot : "gnuplot",
                             opt->log, err);

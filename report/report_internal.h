@@ -85,12 +85,27 @@ typedef struct {
     int min_n;            /* ReportData.min_n */
 } ReportSection;
 
+/* What the rows came from (provenance.c), from the runs that wrote them. */
+typedef struct {
+    char configs[1024];     /* "cpu_demo; niah" */
+    char revisions[1024];   /* "51029b1 (clean); 3cf8890-dirty (dirty: uncommitted changes)" */
+    char models[4096];      /* "SmolLM2-135M-Instruct (fp=...,bytes=...)" */
+    char dates[128];        /* "2026-12-04T17:20:00Z to 2026-12-04T17:24:00Z" */
+    int n_revisions;
+    char warning[1300];     /* "" unless the rows come from several revisions */
+} ReportProvenance;
+int report_provenance_load(sqlite3 *db, ReportProvenance *p, KvErr *err);
+/* The provenance as a Markdown list (then the warning in bold), or as LaTeX comments (the warning also as a
+ * paragraph, so it prints). */
+void report_put_provenance(FILE *f, const ReportProvenance *p, int tex);
+
 typedef struct {
     ReportSection *sections;
     int n_sections;
     double outlier;      /* the fragility outlier threshold (ReportOptions.outlier, resolved) */
     int min_n;           /* fewest samples behind an interval or a verdict (ReportOptions.min_n, resolved) */
     int n_rows, n_failed_rows; /* over every section */
+    ReportProvenance prov;
 } ReportData;
 
 /* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
@@ -148,6 +163,8 @@ const char *report_policy_colour(const char *policy);
 int report_agg_dash(const char *aggregation);
 int report_agg_point(const char *aggregation);
 int report_agg_pattern(const char *aggregation);
+/* The colour of an aggregation where one figure's series are the aggregations of one policy (fragility). */
+const char *report_agg_colour(const char *aggregation);
 /* gnuplot's fill style for a bar of the aggregation ("fs solid ..." or "fs pattern N border"). */
 void report_put_fill(FILE *gp, const char *aggregation);
 /* A number for a .dat file (" NaN" when absent). */
@@ -189,7 +206,8 @@ const char *report_order_symbol(OrderKind kind);
 
 /* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
 int report_has_traces(sqlite3 *db);
-int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *log, KvErr *err);
+int report_trace_tables(sqlite3 *db, double outlier, const ReportProvenance *prov, const char *out_dir, FILE *log,
+                        KvErr *err);
 int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier);
 
 

@@ -177,27 +177,94 @@ static void emit_md(FILE *f, const Table *t) {
     }
 }
 
-static void emit_tex(FILE *f, const Table *t) {
+/* ---- LaTeX: a table split into parts that each fit a 10 pt article's text width */
+
+/* Widths in pt, estimated from the text (Computer Modern, \small: about 4.5 pt a character, \scriptsize 3.5),
+ * on the safe side; the test compiles the result and fails on any overfull box. */
+enum { TEX_TEXT_WIDTH = 345, TEX_COL_SEP = 12, TEX_LABEL_MAX = 115, TEX_TEXT_MAX = 80, TEX_HEAD_MAX = 50 };
+
+static double tex_chars(const char *s) {
+    double n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) n += (*p & 0xC0) != 0x80;
+    return n;
+}
+
+static double tex_small(const char *s) { return 4.5 * tex_chars(s) + 2; }
+
+/* The width text needs when wrapped at most to max pt: no narrower than its longest word. */
+static double tex_wrap_width(const char *s, double max) {
+    double w = tex_small(s);
+    if (w <= max) return w;
+    char word[256];
+    for (const char *p = s; *p;) {
+        size_t len = strcspn(p, " ");
+        snprintf(word, sizeof word, "%.*s", (int)(len < 255 ? len : 255), p);
+        max = fmax(max, tex_small(word));
+        p += len + (p[len] == ' ');
+    }
+    return max;
+}
+
+/* The estimated width of cell c of column i. */
+static double tex_cell_width(const Table *t, int i, const TCell *c) {
+    char buf[64];
+    if (c->text) return tex_wrap_width(c->text, TEX_TEXT_MAX);
+    double w = 4.5 * 7 + (c->sig ? 5 : 0) + (strcmp(t->unit, "%") ? 0 : 7);
+    if (c->few) snprintf(buf, sizeof buf, "(n=%d, too few samples)", c->n), w = fmax(w, 3.5 * tex_chars(buf) + 2);
+    else if (c->n && t->counts[i] && c->n != t->counts[i]) w += 18;
+    if (!isnan(c->lo)) {
+        snprintf(buf, sizeof buf, "[%.2f, %.2f]", c->lo, c->hi);
+        w = fmax(w, 3.5 * tex_chars(buf) + 4);
+    }
+    return w;
+}
+
+/* Text that may be wider than its column's share: wrapped in a paragraph box of at most max pt. */
+static void tex_wrapped(FILE *f, const char *text, double max, int right) {
+    if (tex_small(text) <= max) {
+        report_put_tex(f, text);
+        return;
+    }
+    fprintf(f, "\\parbox[t]{%.0fpt}{%s", max, right ? "\\raggedleft " : "\\raggedright ");
+    report_put_tex(f, text);
+    fputs("}", f);
+}
+
+/* Columns [from, to) of t as one tabular (part `part` of n_parts). */
+static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, int n_parts, const double *width,
+                          double label_w) {
     fputs("\n\\begin{table}[ht]\n\\centering\\small\n\\caption{", f);
-    put_text(f, FMT_TEX, t->caption);
+    if (part == 0) report_put_tex(f, t->caption);
+    else {
+        char head[300];
+        snprintf(head, sizeof head, "(continued, part %d of %d) ", part + 1, n_parts);
+        report_put_tex(f, head);
+        report_put_tex(f, t->caption);
+    }
     fputs("}\n\\label{", f);
     put_label(f, t->label);
+    if (part) fprintf(f, ":part%d", part + 1);
     fputs("}\n\\begin{tabular}{l", f);
-    for (int i = 0; i < t->n_cols; i++) fputc('r', f);
+    for (int i = from; i < to; i++) fputc('r', f);
     fputs("}\n\\toprule\n", f);
     int any_group = 0;
-    for (int i = 0; i < t->n_cols; i++) any_group |= t->groups[i] != NULL;
+    for (int i = from; i < to; i++) any_group |= t->groups[i] != NULL;
     if (any_group) {
         int start[MAX_COLS], end[MAX_COLS], n_spans = 0;
-        for (int i = 0; i < t->n_cols;) {
+        for (int i = from; i < to;) {
             int j = i + 1;
-            while (j < t->n_cols && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i])) j++;
+            double w = width[i];
+            while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i])) w += width[j++] + TEX_COL_SEP;
             fputs(" & ", f);
             if (t->groups[i]) {
                 fprintf(f, "\\multicolumn{%d}{c}{", j - i);
-                put_text(f, FMT_TEX, t->groups[i]);
+                if (tex_small(t->groups[i]) > w) {
+                    fprintf(f, "\\parbox[b]{%.0fpt}{\\centering ", tex_wrap_width(t->groups[i], w));
+                    report_put_tex(f, t->groups[i]);
+                    fputs("}", f);
+                } else report_put_tex(f, t->groups[i]);
                 fputs("}", f);
-                start[n_spans] = i + 2, end[n_spans++] = j + 1;
+                start[n_spans] = i - from + 2, end[n_spans++] = j - from + 1;
             }
             i = j;
         }
@@ -206,37 +273,40 @@ static void emit_tex(FILE *f, const Table *t) {
         if (n_spans) fputc('\n', f);
     }
     fputs("Method", f);
-    for (int i = 0; i < t->n_cols; i++) {
+    for (int i = from; i < to; i++) {
         fputs(" & ", f);
-        put_text(f, FMT_TEX, t->cols[i]);
+        tex_wrapped(f, t->cols[i], width[i], 1);
     }
     fputs(" \\\\\n", f);
     if (t->has_counts) {
         fputs("$n$", f);
-        for (int i = 0; i < t->n_cols; i++) t->counts[i] ? fprintf(f, " & %d", t->counts[i]) : fputs(" &", f);
+        for (int i = from; i < to; i++) t->counts[i] ? fprintf(f, " & %d", t->counts[i]) : fputs(" &", f);
         fputs(" \\\\\n", f);
     }
     fputs("\\midrule\n", f);
     for (int r = 0; r < t->n_rows; r++) {
         const TRow *row = &t->rows[r];
         int any_ci = 0;
-        put_text(f, FMT_TEX, row->label);
-        for (int i = 0; i < t->n_cols; i++) {
+        tex_wrapped(f, row->label, label_w, 0);
+        for (int i = from; i < to; i++) {
             const TCell *c = &row->cells[i];
             double best = column_best(t, i);
             int bold = !row->reference && !isnan(c->v) && c->v == best;
             fputs(" & ", f);
             if (c->text) {
-                put_text(f, FMT_TEX, c->text);
+                tex_wrapped(f, c->text, width[i], 0);
+                continue;
+            }
+            if (c->few) {
+                /* the value over its n, so the cell is as narrow as the note */
+                fputs("\\shortstack[r]{", f);
+                put_number(f, FMT_TEX, c->v, t->unit);
+                fprintf(f, "\\\\{\\scriptsize (n=%d, too few samples)}}", c->n);
                 continue;
             }
             if (bold) fputs("\\textbf{", f);
             put_number(f, FMT_TEX, c->v, t->unit);
             if (bold) fputs("}", f);
-            if (c->few) {
-                fprintf(f, " {\\scriptsize (n=%d, too few samples)}", c->n);
-                continue;
-            }
             if (c->sig) fputs("$^{*}$", f);
             if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, "$_{n=%d}$", c->n);
             any_ci |= !isnan(c->lo);
@@ -244,7 +314,7 @@ static void emit_tex(FILE *f, const Table *t) {
         fputs(" \\\\\n", f);
         if (!any_ci) continue;
         /* the intervals on a second line, small */
-        for (int i = 0; i < t->n_cols; i++) {
+        for (int i = from; i < to; i++) {
             const TCell *c = &row->cells[i];
             fputs(" & ", f);
             if (isnan(c->lo)) continue;
@@ -257,6 +327,44 @@ static void emit_tex(FILE *f, const Table *t) {
         fputs(" \\\\\n", f);
     }
     fputs("\\bottomrule\n\\end{tabular}\n\\end{table}\n", f);
+}
+
+/* The table in as few parts as fit the text width, each part whole column groups where a group fits (a budget's
+ * columns stay together), the method column repeated in each. */
+static void emit_tex(FILE *f, const Table *t) {
+    double width[MAX_COLS], label_w = tex_small("Method");
+    for (int r = 0; r < t->n_rows; r++) label_w = fmax(label_w, tex_wrap_width(t->rows[r].label, TEX_LABEL_MAX));
+    for (int i = 0; i < t->n_cols; i++) {
+        width[i] = tex_wrap_width(t->cols[i], TEX_HEAD_MAX);
+        for (int r = 0; r < t->n_rows; r++) width[i] = fmax(width[i], tex_cell_width(t, i, &t->rows[r].cells[i]));
+    }
+    double room = TEX_TEXT_WIDTH - label_w - 2 * TEX_COL_SEP;
+    int cut[MAX_COLS + 1], n_parts = 0;
+    cut[0] = 0;
+    for (int i = 0; i < t->n_cols;) {
+        /* the next group (columns sharing a group name), added whole when it fits, else column by column */
+        int j = i + 1;
+        double w = width[i] + TEX_COL_SEP;
+        while (j < t->n_cols && t->groups[i] && t->groups[j] && !strcmp(t->groups[i], t->groups[j]))
+            w += width[j++] + TEX_COL_SEP;
+        double used = 0;
+        for (int k = cut[n_parts]; k < i; k++) used += width[k] + TEX_COL_SEP;
+        if (used > 0 && used + w > room) {
+            cut[++n_parts] = i;
+            used = 0;
+        }
+        if (used + w <= room) {
+            i = j;
+            continue;
+        }
+        for (; i < j; i++) { /* a group wider than a part: split it */
+            used = 0;
+            for (int k = cut[n_parts]; k < i; k++) used += width[k] + TEX_COL_SEP;
+            if (used > 0 && used + width[i] + TEX_COL_SEP > room) cut[++n_parts] = i;
+        }
+    }
+    cut[++n_parts] = t->n_cols;
+    for (int p = 0; p < n_parts; p++) emit_tex_part(f, t, cut[p], cut[p + 1], p, n_parts, width, label_w);
 }
 
 static void emit(FILE *f, Format fmt, const Table *t) {
@@ -578,18 +686,23 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
         note(f, fmt, "No scores in this section: every row failed (the errors are counted above).");
         return;
     }
+    /* LaTeX holds at most 18 floats in waiting: the tables are flushed after the overview and after each budget */
+    const char *flush = fmt == FMT_TEX ? "\\clearpage\n" : "";
     if (s->n_budgets && s->n_methods) summary_table(f, fmt, s);
     if (s->n_budgets && s->n_methods) ordering_table(f, fmt, s);
+    fputs(flush, f);
     ablation_table(f, fmt, s);
     if (s->n_budgets == 0) {
         budget_table(f, fmt, s, -1, 0);
         budget_table(f, fmt, s, -1, 1);
     }
     for (int b = 0; b < s->n_budgets; b++) {
+        fputs(flush, f);
         budget_table(f, fmt, s, b, 0);
         budget_table(f, fmt, s, b, 1);
         if (s->full.ran) budget_table(f, fmt, s, b, 2);
     }
+    fputs(flush, f);
 }
 
 /* The cross-domain change of each model at the budget nearest 20% (the paper's Figure 2 style). */
@@ -675,7 +788,7 @@ static void put_csv_note(FILE *f, const StatsInterval *ci, int min_n) {
 
 static void put_csv_keys(FILE *f, const ReportSection *s, int m, int b, const char *domain, const char *task) {
     const char *fields[] = {s->model, s->setup, s->suite, domain, task, m < 0 ? "full" : s->methods[m].policy,
-                            m < 0 ? "" : s->methods[m].aggregation, m < 0 ? "" : s->methods[m].params,
+                            m < 0 ? "none" : s->methods[m].aggregation, m < 0 ? "" : s->methods[m].params,
                             m < 0 ? "full" : s->budgets[b].label};
     for (int k = 0; k < 9; k++) {
         if (k) fputc(',', f);
@@ -804,7 +917,8 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     char path[1200];
     FILE *f;
     if (!(f = report_open_out(out_dir, "report.md", path, sizeof path, err))) return -1;
-    fputs("# kvbench report\n", f);
+    fputs("# kvbench report\n\n", f);
+    report_put_provenance(f, &d->prov, 0);
     if (d->n_rows == d->n_failed_rows)
         fprintf(f, "\n**No scores: all %d result rows failed.** The errors are counted per section below.\n",
                 d->n_rows);
@@ -818,6 +932,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
 
     if (!(f = report_open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
     fputs("% kvbench report: tables for \\input{report.tex}; needs \\usepackage{booktabs} in the preamble.\n", f);
+    report_put_provenance(f, &d->prov, 1);
     method_text(f, FMT_TEX, d->min_n);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
     if (crossdomain_tables(f, FMT_TEX, d, err)) {

@@ -121,7 +121,8 @@ static void write_row(FILE *md, FILE *csv, sqlite3_stmt *sets, char keys[N_KEY][
     fputc('\n', csv);
 }
 
-int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *log, KvErr *err) {
+int report_trace_tables(sqlite3 *db, double outlier, const ReportProvenance *prov, const char *out_dir, FILE *log,
+                        KvErr *err) {
     char md_path[1200], csv_path[1200], section[1000] = "", keys[N_KEY][300];
     sqlite3_stmt *st;
     if (!report_has_traces(db)) return 0;
@@ -146,7 +147,9 @@ int report_trace_tables(sqlite3 *db, double outlier, const char *out_dir, FILE *
         sqlite3_finalize(sets);
         return -1;
     }
-    fprintf(md, "# kvbench fragility report\n\nRetained importance R_t(l, k) of each keep-set along a full-cache "
+    fputs("# kvbench fragility report\n\n", md);
+    report_put_provenance(md, prov, 0);
+    fprintf(md, "\nRetained importance R_t(l, k) of each keep-set along a full-cache "
                 "greedy decode (README \"Fragility\"; the importance is in the setup). mean R: mean over steps of "
                 "the per-step mean over (layer, kv-head); p5: mean over steps of the 5th percentile over heads; "
                 "worst step: the smallest per-step mean; worst head: the smallest R_t(l, k) of any step. Outliers "
@@ -384,11 +387,24 @@ static int series_load(sqlite3 *db, const TraceFigure *f, const char *agg, doubl
     return 0;
 }
 
-/* "set title ..." of a figure: model — task: WHAT policy at budget, window w. */
+/* What sets a figure's policy or importance apart from the default (the stem's _vw, _intended, _ties-unclamped),
+ * in words for its title's second line: "" or "\n(value-weighted importance; ties by unclamped score)". */
+static void variant_words(const char *setup, const char *params, char *out, size_t n) {
+    int vw = strstr(setup, "importance=value_weighted") != NULL, intended = strstr(params, "intended") != NULL,
+        ties = strstr(params, "ties=unclamped") != NULL;
+    snprintf(out, n, "%s%s%s%s%s%s", vw || intended || ties ? "\n(" : "", vw ? "value-weighted importance" : "",
+             intended ? (vw ? "; intended variant" : "intended variant") : "",
+             ties ? (vw || intended ? "; ties by unclamped score" : "ties by unclamped score") : "",
+             vw || intended || ties ? ")" : "", "");
+}
+
+/* "set title ..." of a figure: model — task: WHAT policy at budget, window w, and how it differs from the
+ * default (two figures never share a title). */
 static void put_title(FILE *gp, const TraceFigure *f, const char *what) {
-    char title[1600];
-    snprintf(title, sizeof title, "%s — %s: %s %s at %s, window %s", f->key[0], f->key[2], what, f->key[3], f->key[5],
-             f->key[6]);
+    char title[1600], variant[200];
+    variant_words(f->key[1], f->key[4], variant, sizeof variant);
+    snprintf(title, sizeof title, "%s — %s: %s %s at %s, window %s%s", f->key[0], f->key[2], what, f->key[3], f->key[5],
+             f->key[6], variant);
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fputc('\n', gp);
@@ -428,23 +444,25 @@ static int plot_trace(FigureCtx *c, const TraceFigure *f, const Series *ser, dou
         fputs("\n\n", dat);
     }
     put_title(gp, f, "retained importance of");
+    /* the footnote on its own line under the x-axis label: the bottom margin holds tics, label and note */
     fprintf(gp, "set xlabel 'decode step (samples one after another, grey lines between them)'\n"
                 "set ylabel 'R_t: mean over heads (solid), 5th percentile over heads (dashed)'\n"
-                "set yrange [-0.12:1.05]\nset autoscale xfix\nset grid\nset key outside right top\n"
+                "set yrange [-0.12:1.05]\nset autoscale xfix\nset grid\nset key outside right top\nset bmargin 5\n"
                 "set label 1 'ticks below 0, one row per aggregation: steps with a head below the threshold; "
-                "dots: steps whose mean is below it' at screen 0.01, screen 0.02 font ',8'\n"
+                "dots: steps whose mean is below it' at screen 0.01, screen 0.015 font ',8'\n"
                 "plot %.2f with lines dt 3 lc rgb 'black' title 'outlier threshold'", outlier);
     for (int a = 0; a < f->n_aggs; a++) {
+        const char *colour = report_agg_colour(f->aggs[a]);
         put_series(gp, dat_path, a);
-        fprintf(gp, "using 1:2 with lines lw 1.5 lc %d title ", a + 1);
+        fprintf(gp, "using 1:2 with lines lw 1.5 lc rgb '%s' title ", colour);
         report_put_gp_string(gp, f->aggs[a]);
         put_series(gp, dat_path, a);
-        fprintf(gp, "using 1:4 with lines lw 0.8 dt 2 lc %d notitle", a + 1);
+        fprintf(gp, "using 1:4 with lines lw 0.8 dt 2 lc rgb '%s' notitle", colour);
         put_series(gp, dat_path, a);
-        fprintf(gp, "using 1:($3 < %g ? %g : 1/0) with points pt 5 ps 0.3 lc %d notitle", outlier, -0.03 - 0.03 * a,
-                a + 1);
+        fprintf(gp, "using 1:($3 < %g ? %g : 1/0) with points pt 5 ps 0.3 lc rgb '%s' notitle", outlier,
+                -0.03 - 0.03 * a, colour);
         put_series(gp, dat_path, a);
-        fprintf(gp, "using 1:($2 < %g ? $2 : 1/0) with points pt 7 ps 0.9 lc %d notitle", outlier, a + 1);
+        fprintf(gp, "using 1:($2 < %g ? $2 : 1/0) with points pt 7 ps 0.9 lc rgb '%s' notitle", outlier, colour);
     }
     fputc('\n', gp);
     return report_figure_close(c, dat, gp);
@@ -455,14 +473,22 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* CDF_POINTS quantiles of v[n] (sorted in place) as "value share" lines. */
-static void put_cdf(FILE *dat, float *v, size_t n) {
+/* CDF_POINTS quantiles of v[n] (sorted in place) as "value share" lines, then the last value again at the
+ * plot's right edge, so a jump at R = 1 shows as a step rather than the edge of the frame. Returns the share
+ * of values at exactly 1 (R reaches 1 when the keep-set holds every head's whole importance). */
+static double put_cdf(FILE *dat, float *v, size_t n, double right) {
     qsort(v, n, sizeof *v, cmp_float);
+    size_t below = 0;
     for (int i = 0; i < CDF_POINTS && n; i++) {
         size_t at = (size_t)((double)i / (CDF_POINTS - 1) * (double)(n - 1) + 0.5);
         fprintf(dat, "%.6f %.6f\n", v[at], (double)(at + 1) / (double)n);
     }
+    while (below < n && v[below] < 1.0f) below++;
+    /* the step to 1 drawn exactly: the share below 1 just left of it, everything at it */
+    if (n && below < n) fprintf(dat, "%.6f %.6f\n1.000000 %.6f\n", 1.0, (double)below / (double)n, 1.0);
+    if (n) fprintf(dat, "%.6f 1.000000\n", right);
     fputs("\n\n", dat);
+    return n ? (double)(n - below) / (double)n : 0.0;
 }
 
 /* Empirical CDFs: per aggregation R_t(l, k) over every (step, layer, kv-head) and the per-step mean; the x
@@ -473,44 +499,272 @@ static int plot_cdf(FigureCtx *c, const TraceFigure *f, Series *ser, double outl
     double lo = 1.0;
     figure_stem(f, "cdf", name, sizeof name);
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
-    for (int a = 0; a < f->n_aggs; a++) {
+    for (int a = 0; a < f->n_aggs; a++)
+        for (size_t i = 0; i < ser[a].n_values; i++)
+            if (ser[a].values[i] < lo) lo = ser[a].values[i];
+    lo = floor(lo * 20.0) / 20.0;
+    /* the axis runs past 1, so the mass at R = 1 is a visible step; the key states it too */
+    double right = 1.0 + (1.0 - lo) * 0.06;
+    double *at_one = kv_calloc(2 * (size_t)f->n_aggs, sizeof *at_one, c->err);
+    for (int a = 0; at_one && a < f->n_aggs; a++) {
         Series *s = &ser[a];
         float *means = malloc(sizeof(float) * (size_t)(s->n_steps ? s->n_steps : 1));
         if (!means) {
-            fclose(dat);
-            fclose(gp);
-            return kv_fail(c->err, "out of memory drawing %s", name);
+            free(at_one);
+            at_one = NULL;
+            kv_fail(c->err, "out of memory drawing %s", name);
+            break;
         }
         for (int t = 0; t < s->n_steps; t++) means[t] = (float)s->steps[t].mean;
         put_block_comment(dat, "aggregation", f->aggs[a], ": R_t(l, k)");
         fputs("value share\n", dat);
-        put_cdf(dat, s->values, s->n_values);
+        at_one[2 * a] = put_cdf(dat, s->values, s->n_values, right);
         put_block_comment(dat, "aggregation", f->aggs[a], ": per-step mean");
         fputs("value share\n", dat);
-        put_cdf(dat, means, (size_t)s->n_steps);
+        at_one[2 * a + 1] = put_cdf(dat, means, (size_t)s->n_steps, right);
         free(means);
-        if (s->n_values && s->values[0] < lo) lo = s->values[0];
     }
-    lo = floor(lo * 20.0) / 20.0;
+    if (!at_one) {
+        fclose(dat);
+        fclose(gp);
+        return -1;
+    }
     put_title(gp, f, "CDF of R_t,");
-    fprintf(gp, "set xlabel 'retained importance R_t'\nset ylabel 'share at or below'\nset xrange [%.2f:1]\n"
-                "set yrange [0:1]\nset grid\nset key outside right top\n"
-                "set arrow from %g, graph 0 to %g, graph 1 nohead dt 3 lc rgb 'black'\nplot",
-            lo, outlier, outlier);
+    fprintf(gp, "set xlabel 'retained importance R_t (the axis runs past 1: the step at 1 is the share at exactly 1, "
+                "in the key)'\nset ylabel 'share at or below'\nset xrange [%.2f:%.4f]\n"
+                "set yrange [0:1.02]\nset grid\nset key outside right top\n"
+                "set arrow from %g, graph 0 to %g, graph 1 nohead dt 3 lc rgb 'black'\n"
+                "set arrow from 1, graph 0 to 1, graph 1 nohead lc rgb 'gray60'\nplot",
+            lo, right, outlier, outlier);
     for (int a = 0; a < f->n_aggs; a++) {
+        const char *colour = report_agg_colour(f->aggs[a]);
+        char key[64];
         if (a) fputc(',', gp);
         fputs(" \\\n  ", gp);
         report_put_gp_string(gp, dat_path);
-        fprintf(gp, " index %d using 1:2 with lines lw 1.5 lc %d title ", 2 * a, a + 1);
+        fprintf(gp, " index %d using 1:2 with lines lw 1.5 lc rgb '%s' title ", 2 * a, colour);
         report_put_gp_string(gp, f->aggs[a]);
-        fputs(" . ' per head'", gp);
+        snprintf(key, sizeof key, " per head (%.1f%% at 1)", 100.0 * at_one[2 * a]);
+        fputs(" . ", gp);
+        report_put_gp_string(gp, key);
         put_series(gp, dat_path, 2 * a + 1);
-        fprintf(gp, "using 1:2 with lines lw 1 dt 2 lc %d title ", a + 1);
+        fprintf(gp, "using 1:2 with lines lw 1 dt 2 lc rgb '%s' title ", colour);
         report_put_gp_string(gp, f->aggs[a]);
-        fputs(" . ' per-step mean'", gp);
+        snprintf(key, sizeof key, " per-step mean (%.1f%% at 1)", 100.0 * at_one[2 * a + 1]);
+        fputs(" . ", gp);
+        report_put_gp_string(gp, key);
     }
+    free(at_one);
     fputc('\n', gp);
     return report_figure_close(c, dat, gp);
+}
+
+/* ---------------------------------------------------------------- the summary figure */
+
+/* Every per-head row, grouped for the summary: one figure per (model, setup, budget), one row per (policy,
+ * params, window, aggregation) over every task's samples. */
+#define SUMMARY_QUERY                                                                                            \
+    "SELECT s.model, s.setup, s.task, h.policy, h.params, h.budget, t.window, h.aggregation, h.sample_id,"       \
+    "       h.n_layers * h.n_kv_heads, h.r"                                                                      \
+    " FROM trace_heads h JOIN samples s ON s.id = h.sample_id"                                                  \
+    " JOIN traces t ON t.sample_id = h.sample_id AND t.policy = h.policy AND t.aggregation = h.aggregation"     \
+    "  AND t.params = h.params AND t.budget = h.budget AND t.step = h.step WHERE h.policy <> 'full'"           \
+    " ORDER BY s.model, s.setup, h.budget, h.policy, h.params, t.window,"                                       \
+    " CASE h.aggregation WHEN 'mean' THEN 0 WHEN 'max' THEN 1 WHEN 'max+prior' THEN 2 ELSE 3 END, h.aggregation," \
+    " h.sample_id, h.step"
+
+/* One row of the summary: the per-sample mean R (mean over the sample's steps of the per-step mean over heads)
+ * and both outlier counts over every step. */
+typedef struct {
+    char policy[200], params[200], window[32], agg[100];
+    double *sample_mean;
+    int n_samples, cap;
+    double sum;           /* of the current sample's per-step means */
+    int steps_in_sample;
+    int n_steps, step_outliers;
+    long long n_heads, head_outliers;
+} SummaryRow;
+
+static int summary_end_sample(SummaryRow *r, KvErr *err) {
+    if (!r->steps_in_sample) return 0;
+    if (r->n_samples == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 16;
+        double *g = realloc(r->sample_mean, sizeof *g * (size_t)cap);
+        if (!g) return kv_fail(err, "out of memory summarising the traces");
+        r->sample_mean = g, r->cap = cap;
+    }
+    r->sample_mean[r->n_samples++] = r->sum / r->steps_in_sample;
+    r->sum = 0, r->steps_in_sample = 0;
+    return 0;
+}
+
+/* A summary row's label: policy, aggregation, window, and its params less the window (already said). */
+static void summary_label(const SummaryRow *r, char *out, size_t n) {
+    char rest[200] = "";
+    const char *p = r->params;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        if (strncmp(p, "w=", 2) && len < sizeof rest - strlen(rest) - 2)
+            snprintf(rest + strlen(rest), sizeof rest - strlen(rest), "%s%.*s", *rest ? "," : "", (int)len, p);
+        p += len + (p[len] == ',');
+    }
+    snprintf(out, n, "%s %s w=%s%s%s%s (n=%d)", r->policy, r->agg, r->window, *rest ? " [" : "", rest, *rest ? "]" : "",
+             r->n_samples);
+}
+
+/* fragility_summary_MODEL_BUDGET[_vw]: mean R with its interval and both outlier counts per row, three panels
+ * sharing the rows. Colour = policy, point = aggregation, as in every figure. */
+static int plot_summary(FigureCtx *c, const char *model, const char *setup, const char *budget, SummaryRow *rows,
+                        int n_rows, double outlier) {
+    char name[700] = "fragility_summary_", dat_path[1200], title[1600];
+    FILE *dat, *gp;
+    put_stem_part(name, sizeof name, model);
+    strncat(name, "_", sizeof name - strlen(name) - 1);
+    put_stem_part(name, sizeof name, budget);
+    if (strstr(setup, "importance=value_weighted")) strncat(name, "_vw", sizeof name - strlen(name) - 1);
+    int height = 210 + 20 * n_rows;
+    if (report_figure_open_sized(c, name, 1400, height, &dat, &gp, dat_path, sizeof dat_path)) return -1;
+    fputs("# row mean_r lo hi (95% bootstrap over samples; NaN bounds from fewer than min_n) colour point "
+          "step_outliers step_outlier_pct head_outliers head_outlier_pct samples\n", dat);
+    double lo_x = 1.0;
+    for (int i = 0; i < n_rows; i++) {
+        SummaryRow *r = &rows[i];
+        StatsInterval ci = {0, 0, NAN, NAN, NAN};
+        int *group = kv_calloc((size_t)(r->n_samples ? r->n_samples : 1), sizeof *group, c->err);
+        if (!group || stats_bootstrap(STATS_MEAN, r->sample_mean, NULL, group, r->n_samples, 1, STATS_RESAMPLES,
+                                      STATS_SEED, &ci, c->err)) {
+            free(group);
+            fclose(dat);
+            fclose(gp);
+            return -1;
+        }
+        free(group);
+        char label[700];
+        summary_label(r, label, sizeof label);
+        report_put_dat_comment(dat, label);
+        fprintf(dat, "%d", i);
+        report_put_ci(dat, &ci, c->min_n);
+        unsigned colour = (unsigned)strtoul(report_policy_colour(r->policy) + 1, NULL, 16);
+        fprintf(dat, " %u %d %d %.4f %lld %.4f %d\n", colour, report_agg_point(r->agg), r->step_outliers,
+                r->n_steps ? 100.0 * r->step_outliers / r->n_steps : 0.0, r->head_outliers,
+                r->n_heads ? 100.0 * (double)r->head_outliers / (double)r->n_heads : 0.0, r->n_samples);
+        if (!isnan(ci.value)) lo_x = fmin(lo_x, isnan(ci.lo) || ci.n < c->min_n ? ci.value : ci.lo);
+    }
+    lo_x = fmax(0.0, floor(fmin(lo_x, outlier) * 10.0 - 0.5) / 10.0); /* the threshold always on the axis */
+    snprintf(title, sizeof title, "%s — budget %s: retained importance R per policy, aggregation and observation "
+             "window w%s\nleft: mean over samples of each sample's mean R (95%% bootstrap interval over samples; "
+             "none from fewer than %d samples), dotted: the outlier threshold\nmiddle: step outliers (steps whose "
+             "mean over heads is below %.2f); right: head outliers ((step, layer, kv-head) triples below %.2f)", model,
+             budget,
+             strstr(setup, "importance=value_weighted") ? " (value-weighted importance)" : "", c->min_n, outlier,
+             outlier);
+    c->own_svg = 1;
+    fprintf(gp, "set yrange [%d.6:-0.6]\nset grid x\nset key off\nset style fill solid 0.8 border lc rgb 'black'\n"
+                "do for [out = 1:2] {\n  if (out == 2) { ", n_rows - 1);
+    report_put_svg_terminal(c, gp);
+    fputs(" }\n  set multiplot layout 1,3 margins 0.3, 0.98, ", gp);
+    fprintf(gp, "%.4f, %.4f spacing 0.03, 0 title ", 45.0 / height, 1.0 - 85.0 / height);
+    report_put_gp_string(gp, title);
+    fputs("\n  set ytics (", gp);
+    for (int i = 0; i < n_rows; i++) {
+        char label[700];
+        summary_label(&rows[i], label, sizeof label);
+        fputs(i ? ", " : "", gp);
+        report_put_gp_tic(gp, label);
+        fprintf(gp, " %d", i);
+    }
+    fprintf(gp, ") scale 0\n  set xlabel 'mean R'\n  set xrange [%.2f:1]\n"
+                "  set arrow 1 from %g, graph 0 to %g, graph 1 nohead dt 3 lc rgb 'black'\n  plot ",
+            lo_x, outlier, outlier);
+    report_put_gp_string(gp, dat_path);
+    fputs(" using 2:1:3:4:5 with xerrorbars lc rgb variable pt 7 ps 0 lw 1.2, \\\n    '' using 2:1:6:5 with points "
+          "pt variable ps 1.3 lc rgb variable\n  unset arrow 1\n  unset ytics\n"
+          "  set xlabel 'step outliers: % of steps (count)'\n  set xrange [0:*]\n  set offsets 0, graph 0.25, 0, 0\n"
+          "  plot ",
+          gp);
+    report_put_gp_string(gp, dat_path);
+    fputs(" using ($8 / 2):1:($8 / 2):(0.35):5 with boxxyerror lc rgb variable, \\\n    '' using 8:1:(sprintf('%d', "
+          "$7)) with labels left offset char 0.5, 0 font ',8'\n"
+          "  set xlabel 'head outliers: % of triples (count)'\n  plot ",
+          gp);
+    report_put_gp_string(gp, dat_path);
+    fputs(" using ($10 / 2):1:($10 / 2):(0.35):5 with boxxyerror lc rgb variable, \\\n    '' using 10:1:(sprintf('%d', "
+          "$9)) with labels left offset char 0.5, 0 font ',8'\n  unset multiplot\n  set offsets 0, 0, 0, 0\n}\n",
+          gp);
+    return report_figure_close(c, dat, gp);
+}
+
+static int trace_summary_figures(FigureCtx *c, sqlite3 *db, double outlier) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, SUMMARY_QUERY, -1, &st, NULL) != SQLITE_OK) return db_fail(db, c->err);
+    char fig[3][300] = {"", "", ""};
+    SummaryRow *rows = NULL;
+    int n_rows = 0, cap_rows = 0, rc, fail = 0, cap = 0, n = 0, scap = 0;
+    long long sample = -1;
+    float *r = NULL, *scratch = NULL;
+    while (!fail && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int new_fig = strcmp(fig[0], col(st, Q_MODEL)) || strcmp(fig[1], col(st, Q_SETUP)) ||
+                      strcmp(fig[2], col(st, Q_BUDGET));
+        SummaryRow *last = n_rows ? &rows[n_rows - 1] : NULL;
+        int new_row = new_fig || strcmp(last->policy, col(st, Q_POLICY)) || strcmp(last->params, col(st, Q_PARAMS)) ||
+                      strcmp(last->window, col(st, Q_WINDOW)) || strcmp(last->agg, col(st, Q_AGG));
+        if ((new_row || sqlite3_column_int64(st, Q_SAMPLE) != sample) && last && summary_end_sample(last, c->err)) {
+            fail = 1;
+            break;
+        }
+        sample = sqlite3_column_int64(st, Q_SAMPLE);
+        if (new_fig && n_rows) {
+            fail = plot_summary(c, fig[0], fig[1], fig[2], rows, n_rows, outlier) != 0;
+            for (int i = 0; i < n_rows; i++) free(rows[i].sample_mean);
+            n_rows = 0;
+            if (fail) break;
+        }
+        if (new_fig)
+            for (int k = 0; k < 3; k++) snprintf(fig[k], sizeof fig[k], "%s", col(st, (int[]){Q_MODEL, Q_SETUP, Q_BUDGET}[k]));
+        if (new_row) {
+            if (n_rows == cap_rows) {
+                SummaryRow *g = realloc(rows, sizeof *g * (size_t)(cap_rows = cap_rows ? 2 * cap_rows : 16));
+                if (!g) {
+                    fail = kv_fail(c->err, "out of memory summarising the traces") != 0;
+                    break;
+                }
+                rows = g;
+            }
+            SummaryRow *x = &rows[n_rows++];
+            memset(x, 0, sizeof *x);
+            snprintf(x->policy, sizeof x->policy, "%s", col(st, Q_POLICY));
+            snprintf(x->params, sizeof x->params, "%s", col(st, Q_PARAMS));
+            snprintf(x->window, sizeof x->window, "%s", col(st, Q_WINDOW));
+            snprintf(x->agg, sizeof x->agg, "%s", col(st, Q_AGG));
+        }
+        if (row_values(st, &r, &cap, &n, c->err)) {
+            fail = 1;
+            break;
+        }
+        if (n > scap) {
+            free(scratch);
+            if (!(scratch = kv_malloc(sizeof(float) * (size_t)(scap = cap), c->err))) {
+                fail = 1;
+                break;
+            }
+        }
+        FragilityStep step;
+        fragility_step_stats(r, n, outlier, scratch, &step);
+        SummaryRow *x = &rows[n_rows - 1];
+        x->sum += step.mean, x->steps_in_sample++;
+        x->n_steps++, x->step_outliers += step.mean < outlier;
+        x->n_heads += n, x->head_outliers += step.n_below;
+    }
+    if (!fail && rc != SQLITE_DONE) fail = db_fail(db, c->err) != 0;
+    if (!fail && n_rows)
+        fail = summary_end_sample(&rows[n_rows - 1], c->err) ||
+               plot_summary(c, fig[0], fig[1], fig[2], rows, n_rows, outlier);
+    for (int i = 0; i < n_rows; i++) free(rows[i].sample_mean);
+    free(rows);
+    free(r);
+    free(scratch);
+    sqlite3_finalize(st);
+    return fail ? -1 : 0;
 }
 
 int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier) {
@@ -532,5 +786,5 @@ int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier) {
         free(ser);
     }
     figures_free(figs, n);
-    return rc;
+    return rc ? rc : trace_summary_figures(c, db, outlier);
 }

@@ -52,7 +52,8 @@ char *config_expand_env(const char *text, KvErr *err) {
             piece = getenv(name);
             if (!piece) {
                 free(out);
-                kv_fail(err, "environment variable %s is not set (used in \"%s\")", name, text);
+                kv_fail(err, "environment variable %s is not set (used in \"%s\"; where the models and data come from: "
+                        "configs/README.md, section \"Data and models\")", name, text);
                 return NULL;
             }
             piece_len = strlen(piece);

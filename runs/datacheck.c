@@ -91,8 +91,8 @@ static int check_variables(Check *c, cJSON *s, const char *where) {
         size_t piece_len = (size_t)(end + 1 - p);
         char marker[300];
         if (!getenv(name)) {
-            report(c, "problem", "%s: %s: environment variable %s is not set (used in \"%s\")", c->file, where, name,
-                   text);
+            report(c, "problem", "%s: %s: environment variable %s is not set (used in \"%s\"; where the models and "
+                   "data come from: configs/README.md, section \"Data and models\")", c->file, where, name, text);
             snprintf(marker, sizeof marker, "<%s unset>", name);
             piece = marker;
             piece_len = strlen(marker);

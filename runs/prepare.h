@@ -1,6 +1,6 @@
 /* prepare.h — the per-sample preparation shared by `kvbench run` (runs/sweep.c) and `kvbench trace`
  * (runs/trace.c): the sample's chat split tokenized, ONE prefill of the context during which every policy
- * observes each layer, then a keep-set per policy and budget (DESIGN.md §1).
+ * observes each layer, then a keep-set per policy and budget (docs/DESIGN.md §1).
  *
  * Policies may observe with different windows (the fragility analysis compares w = 1 with w = 32): the
  * prefill's hook observes the largest window, and a policy with a smaller one sees the last rows of it — the

@@ -82,12 +82,17 @@ static const char *SCHEMA =
     "  id INTEGER PRIMARY KEY, sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"
     "  policy TEXT NOT NULL, aggregation TEXT NOT NULL, params TEXT NOT NULL, budget TEXT NOT NULL,\n"
     "  kept INTEGER NOT NULL, clamped_kept INTEGER,\n"
-    "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n"
-    /* Task averages on the 0-100 scale (failed rows excluded from the mean, counted in n_failed). */
+    "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n";
+
+/* The views, also rewritten when a writable store opens an older database (views hold no data, so an older
+ * definition is replaced, never migrated). Task averages on the 0-100 scale: n counts the rows the score is
+ * the mean of (scored rows), failed rows are excluded from it and counted in n_failed. */
+static const char *VIEWS =
+    "DROP VIEW IF EXISTS domain_scores;\nDROP VIEW IF EXISTS task_scores;\n"
     "CREATE VIEW task_scores AS\n"
     "  SELECT s.model, s.setup, s.suite, s.task, MAX(s.domain) AS domain, r.policy, r.aggregation, r.params,\n"
-    "         r.budget, MAX(r.keep_fraction) AS keep_fraction, COUNT(*) AS n, SUM(r.error IS NOT NULL) AS n_failed,\n"
-    "         100.0 * AVG(r.score) AS score\n"
+    "         r.budget, MAX(r.keep_fraction) AS keep_fraction, COUNT(r.score) AS n,\n"
+    "         SUM(r.error IS NOT NULL) AS n_failed, 100.0 * AVG(r.score) AS score\n"
     "  FROM results r JOIN samples s ON s.id = r.sample_id\n"
     "  GROUP BY s.model, s.setup, s.suite, s.task, r.policy, r.aggregation, r.params, r.budget;\n"
     /* Domain averages: the unweighted mean of the domain's task averages. */
@@ -149,7 +154,8 @@ static int check_schema(Store *s, const char *schema, const char *label, int may
         if (exec(s, "BEGIN IMMEDIATE", err)) return -1;
         /* Two runs starting on one new file: the second finds the schema once it holds the write lock. */
         if (query_text(s, "SELECT count(*) FROM main.sqlite_schema", count, sizeof count, err) ||
-            (!strcmp(count, "0") && (exec(s, SCHEMA, err) || exec(s, sql, err))) || exec(s, "COMMIT", err)) {
+            (!strcmp(count, "0") && (exec(s, SCHEMA, err) || exec(s, VIEWS, err) || exec(s, sql, err))) ||
+            exec(s, "COMMIT", err)) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return kv_wrap(err, "creating the schema");
         }
@@ -164,6 +170,12 @@ static int check_schema(Store *s, const char *schema, const char *label, int may
     if (atoi(version) != STORE_SCHEMA_VERSION)
         return kv_fail(err, "%s: database schema version %s, this kvbench reads version %d (use the kvbench that "
                             "wrote it, or a new --db)", label, version[0] ? version : "(none)", STORE_SCHEMA_VERSION);
+    if (may_create && !strcmp(schema, "main")) {
+        if (exec(s, "BEGIN IMMEDIATE", err) || exec(s, VIEWS, err) || exec(s, "COMMIT", err)) {
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return kv_wrap(err, "updating the views");
+        }
+    }
     return 0;
 }
 

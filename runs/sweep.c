@@ -1,7 +1,7 @@
 /* sweep.c — the runner behind `kvbench run`: plan, then per sample one prefill, every keep-set, batched decodes
  * within the memory (runs/memplan.h), scores, and one database transaction.
  *
- * Why the shape (DESIGN.md §1): every policy compresses after each layer's full attention over the context,
+ * Why the shape (docs/DESIGN.md §1): every policy compresses after each layer's full attention over the context,
  * so the prefill does not depend on the policy. The prefill runs once (runs/prepare.c, shared with `kvbench
  * trace`) with every policy state observing each layer; each state then selects a keep-set per budget; each
  * keep-set becomes a cache of its own (a view that reads the kept rows in the prefill cache, so the variants

@@ -1,6 +1,7 @@
 /* sweep.h — runs a configuration into a results database: models × tasks × samples, and per sample one
  * prefill shared by every policy variant, whose compressed caches then decode together in as few batches as fit
- * the memory (DESIGN.md §1, runs/memplan.h). The plan is the expansion minus the rows the database already holds, so a killed run
+ * the memory (docs/DESIGN.md §1, runs/memplan.h). The plan is the expansion minus the rows the database already
+ * holds, so a killed run
  * resumes where it stopped; a failing sample becomes failed rows and the run goes on. */
 #ifndef KVBENCH_RUNS_SWEEP_H
 #define KVBENCH_RUNS_SWEEP_H

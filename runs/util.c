@@ -49,24 +49,6 @@ unsigned long long util_hash64_bytes(unsigned long long h, const void *bytes, si
     return h;
 }
 
-/* Single-quotes a path for /bin/sh. */
-static int shell_quote(const char *s, char *out, size_t n) {
-    size_t k = 0;
-    if (n < 3) return -1;
-    out[k++] = '\'';
-    for (; *s; s++) {
-        const char *piece = *s == '\'' ? "'\\''" : NULL;
-        size_t len = piece ? 4 : 1;
-        if (k + len + 2 > n) return -1;
-        if (piece) memcpy(out + k, piece, len);
-        else out[k] = *s;
-        k += len;
-    }
-    out[k++] = '\'';
-    out[k] = 0;
-    return 0;
-}
-
 #define FP_HEAD (16u << 20)
 #define FP_BLOCK (64u << 10)
 #define FP_BLOCKS 256
@@ -167,25 +149,11 @@ int util_model_identity(const char *path, const char *tokenizer, char *out, size
     return (size_t)k < out_size ? 0 : kv_fail(err, "%s: model identity too long", path);
 }
 
-void util_git_revision(char *out, size_t out_size) {
-#ifdef KVBENCH_GIT_REV
-    snprintf(out, out_size, "%s", KVBENCH_GIT_REV);
-#else
-    char exe[PATH_MAX], quoted[2 * PATH_MAX], cmd[3 * PATH_MAX], line[128];
-    snprintf(out, out_size, "unknown");
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return;
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    if (shell_quote(exe, quoted, sizeof quoted)) return;
-    snprintf(cmd, sizeof cmd, "git -C %s rev-parse HEAD 2>/dev/null", quoted);
-    FILE *p = popen(cmd, "r");
-    if (!p) return;
-    int got = fgets(line, sizeof line, p) != NULL;
-    if (pclose(p) == 0 && got && strlen(line) >= 40) snprintf(out, out_size, "%.40s", line);
+/* The Makefile passes the revision the binary was built from (build/git_rev.h); a build outside it says so. */
+#ifndef KVBENCH_GIT_REV
+#define KVBENCH_GIT_REV "unknown"
 #endif
-}
+void util_git_revision(char *out, size_t out_size) { snprintf(out, out_size, "%s", KVBENCH_GIT_REV); }
 
 double util_now_ms(void) {
     struct timespec ts;

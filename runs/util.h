@@ -27,8 +27,8 @@ unsigned long long util_hash64_bytes(unsigned long long h, const void *bytes, si
  * ",tokenizer=HEX"; "synthetic=SPEC" for a synthetic model. */
 int util_model_identity(const char *path, const char *tokenizer, char *out, size_t out_size, KvErr *err);
 
-/* The git revision kvbench was built from (KVBENCH_GIT_REV at compile time), else that of the checkout the
- * executable sits in, else "unknown". */
+/* The git revision kvbench was built from: `git describe --always --dirty` at build time (KVBENCH_GIT_REV, set
+ * by the Makefile; "-dirty" when the tree had uncommitted changes), "unknown" outside a git checkout. */
 void util_git_revision(char *out, size_t out_size);
 
 /* Milliseconds from a monotonic clock. */

@@ -86,7 +86,8 @@ static const char *const SHIPPED[] = {
     "ablation_aggregation.json", "cpu_demo.json",          "cpu_study.json",        "figure2.json",
     "fragility.json",            "fragility_cpu.json",     "fragility_tasks.json",  "niah.json",
     "paper_longbench_20.json",   "paper_longbench_40.json", "paper_longbench_60.json", "paper_longbench_80.json",
-    "paper_ruler4k_quick.json",
+    "paper_ruler4k_quick.json",  "paper_ruler4k_20.json",   "paper_ruler4k_40.json",   "paper_niah_20.json",
+    "paper_niah_40.json",
 };
 enum { N_SHIPPED = sizeof SHIPPED / sizeof SHIPPED[0] };
 

@@ -173,7 +173,9 @@ static void test_out_of_range(TestCounts *tc) {
 static void test_shipped(TestCounts *tc) {
     static const char *files[] = {"configs/cpu_demo.json", "configs/paper_longbench_20.json",
                                   "configs/paper_longbench_40.json", "configs/paper_ruler4k_quick.json",
-                                  "configs/ablation_aggregation.json", "configs/niah.json"};
+                                  "configs/ablation_aggregation.json", "configs/niah.json",
+                                  "configs/paper_ruler4k_20.json", "configs/paper_ruler4k_40.json",
+                                  "configs/paper_niah_20.json", "configs/paper_niah_40.json"};
     setenv("MODELS_DIR", "/models", 0);
     setenv("LONGBENCH_DIR", "/data/longbench", 0);
     setenv("RULER_QA_DIR", "/data/ruler_qa", 0);

@@ -89,7 +89,8 @@ static void check_broken(TestCounts *tc) {
           "six problems, all listed: exit %d\n%s", rc, out);
     const char *says[] = {
         "models[0].path: " /* dir */, "no-such-model.gguf: No such file or directory",
-        "models[1].path: environment variable KVB_TEST_UNSET is not set (used in \"${KVB_TEST_UNSET}/Llama\")",
+        "models[1].path: environment variable KVB_TEST_UNSET is not set (used in \"${KVB_TEST_UNSET}/Llama\"; where",
+        "; where the models and data come from: configs/README.md, section \"Data and models\")",
         "datasets[0].tasks[1]: longbench:lcc: tests/data/longbench/data.zip: no member 'data/lcc.jsonl'",
         "datasets[1].tasks[0]: longbench:hotpotqa: ", "hotpotqa.jsonl",
         "datasets[2].tasks[0]: ruler:qa_1: ", "no-squad",

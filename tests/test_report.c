@@ -14,6 +14,7 @@
  * its n and "too few samples", no interval, *, bold, verdict or error bar below it) and `--min-n 2`; the best
  * baseline never an ablation variant. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include "../report/stats.h"
 #include "../runs/cli.h"
 #include "../runs/store.h"
+#include "../runs/util.h"
 #include "test.h"
 
 static char dir[64];
@@ -300,7 +302,8 @@ static int colour_of(const char *script, const char *title, char *out) {
     return 1;
 }
 
-/* report.tex in a minimal document (utf8 inputenc and booktabs, nothing else), compiled when pdflatex exists. */
+/* report.tex in a standard 10 pt article (utf8 inputenc and booktabs, nothing else), compiled when pdflatex
+ * exists; any overfull \hbox wider than 1 pt (a table or line past the text width) fails. */
 static void compile_tex(TestCounts *tc, const char *out) {
     if (system("command -v pdflatex >/dev/null 2>&1")) {
         fprintf(stderr, "test_report: pdflatex not found, report.tex not compiled (scripts/setup.sh --latex)\n");
@@ -310,7 +313,7 @@ static void compile_tex(TestCounts *tc, const char *out) {
     snprintf(doc, sizeof doc, "%s/doc.tex", out);
     FILE *f = fopen(doc, "w");
     if (f) {
-        fputs("\\documentclass{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n"
+        fputs("\\documentclass[10pt]{article}\n\\usepackage[utf8]{inputenc}\n\\usepackage{booktabs}\n"
               "\\begin{document}\n\\input{report.tex}\n\\end{document}\n", f);
         fclose(f);
     }
@@ -318,6 +321,19 @@ static void compile_tex(TestCounts *tc, const char *out) {
              out);
     CHECK(tc, f && system(cmd) == 0 && file_size(out, "doc.pdf") > 1000, "pdflatex on report.tex (see %s/pdflatex.log)",
           out);
+    char log_name[300], line[1024];
+    snprintf(log_name, sizeof log_name, "%s/doc.log", out);
+    FILE *log = fopen(log_name, "r");
+    int overfull = 0;
+    double widest = 0;
+    while (log && fgets(line, sizeof line, log)) {
+        const char *at = strstr(line, "Overfull \\hbox (");
+        double w = at ? atof(at + strlen("Overfull \\hbox (")) : 0;
+        if (w > 1.0) overfull++, widest = fmax(widest, w);
+    }
+    if (log) fclose(log);
+    CHECK(tc, log && overfull == 0, "report.tex in a 10 pt article: %d overfull \\hbox wider than 1 pt, the widest "
+          "%.1f pt (see %s)", overfull, widest, log_name);
 }
 
 static void check_md(TestCounts *tc, const char *md) {
@@ -402,12 +418,14 @@ static void test_report(TestCounts *tc) {
                                  "-8.333333333,-8.333333333,-8.333333333,-5,-5,-5,\"snapkv\",,,,\n"), "summary csv");
     free(csv);
 
-    /* LaTeX: labels, bold best, no resizing, booktabs rules, column groups side by side */
+    /* LaTeX: labels, bold best, no resizing, booktabs rules, a budget's columns together, the budgets in parts
+     * that fit the text width */
     char *tex = read_in(out, "report.tex");
     CHECK(tc, tex && !strstr(tex, "resizebox") && strstr(tex, "\\label{tab:m-longbench:summary}") &&
                   strstr(tex, "\\label{tab:m-longbench:tasks:20-}") && strstr(tex, "\\textbf{70.00}") &&
-                  strstr(tex, "\\multicolumn{3}{c}{20\\%} & \\multicolumn{3}{c}{40\\%}") &&
-                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "& $-$25.00 & -- &") &&
+                  strstr(tex, "\\multicolumn{3}{c}{20\\%} \\\\") && strstr(tex, "\\multicolumn{3}{c}{40\\%} \\\\") &&
+                  strstr(tex, "(continued, part 2 of 2)") &&
+                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "& $-$25.00 & -- \\\\") &&
                   strstr(tex, "qa\\_1\\_substitute$^\\dagger$"),
           "tex layout");
     free(tex);
@@ -420,12 +438,20 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, colour_of(budget, "snapkv", c1) && colour_of(tasks, "snapkv", c2) && colour_of(fig4, "snapkv", c3) &&
                   colour_of(ruler, "snapkv", c4) && !strcmp(c1, c2) && !strcmp(c1, c3) && !strcmp(c1, c4),
           "snapkv one colour");
-    CHECK(tc, colour_of(budget, "defensivekv (mean)", c1) && colour_of(budget, "defensivekv (max+prior)", c2) &&
+    char *ablation = read_in(out, "m_longbench_aggregation.gp");
+    CHECK(tc, colour_of(ablation, "defensivekv (mean)", c1) && colour_of(budget, "defensivekv (max+prior)", c2) &&
                   !strcmp(c1, c2) && colour_of(tasks, "defensivekv (max+prior)", c3) && !strcmp(c1, c3),
           "defensivekv one colour over its aggregations");
-    CHECK(tc, budget && strstr(budget, "title 'defensivekv (mean)'") &&
+    /* Figure 4 and the budget lines: each policy at its default aggregation (defensivekv at max+prior), the
+     * ablation variant (defensivekv at mean) in the ablation figure, with the full cache's line */
+    CHECK(tc, budget && !strstr(budget, "title 'defensivekv (mean)'") && fig4 &&
+                  !strstr(fig4, "title 'defensivekv (mean)'") &&
                   strstr(budget, "dt 4 pt 9 title 'defensivekv (max+prior)'") &&
-                  strstr(budget, "dt 1 pt 7 title 'defensivekv (mean)'"), "dash/point per aggregation");
+                  strstr(budget, "dt 1 pt 7 title 'snapkv'"), "dash/point per aggregation, default aggregations only");
+    CHECK(tc, ablation && strstr(ablation, "title 'defensivekv (mean)'") &&
+                  strstr(ablation, "60.0000 with lines dt 2 lw 2 lc rgb 'black' title 'full cache (60.00)'"),
+          "ablation figure: the variants and a full-cache line");
+    free(ablation);
     CHECK(tc, budget && strstr(budget, "set xrange [18.4:41.6]") && strstr(budget, "set xtics ('20%%' 20.0000"),
           "budget axis spans the budgets run");
     CHECK(tc, tasks && strstr(tasks, "($2 == 0 ? 0 : NaN)") && strstr(tasks, "with vectors nohead"), "zero marks, error bars");
@@ -734,6 +760,62 @@ static void test_min_n(TestCounts *tc) {
           "--min-n 0 refused: %s", text);
 }
 
+/* The header names what the rows came from; a database mixing revisions says so, naming them. */
+static void test_provenance(TestCounts *tc) {
+    char db[128], out[128];
+    KvErr err = {{0}};
+    snprintf(db, sizeof db, "%s/prov.db", dir);
+    snprintf(out, sizeof out, "%s/prov_out", dir);
+    Store *s = NULL;
+    long long run = 0;
+    StoreRun one = {"paper_ruler", "{}", "h", "51029b1", "Llama", "l.gguf", "fp=1,bytes=2", "l.gguf", "cpu", "host",
+                    NULL};
+    StoreResult r[] = {row("full", "mean", "full", 1, 1.0), row("snapkv", "mean", "20%", 0.2, 1.0)};
+    CHECK(tc, store_open(&s, db, 0, &err) == 0 && store_begin_run(s, &one, &run, &err) == 0, "%s", err.msg);
+    StoreSample m = {"Llama", "cq=0", "ruler:vt:0", "ruler", "vt", "retrieval", "string_match_all", 0, -1, 4096, 4000,
+                     20, "[]", NULL, "m", "d", 0};
+    write_sample(s, run, &m, r, 2);
+    store_close(s);
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
+    CHECK(tc, report_write(&opt, &err) == 0, "%s", err.msg);
+    char *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
+    CHECK(tc, md && strstr(md, "- Configs: paper\\_ruler\n") == NULL && strstr(md, "- Configs: paper_ruler\n") &&
+                  strstr(md, "- kvbench revisions: 51029b1 (clean)\n") &&
+                  strstr(md, "- Models (identity): Llama (fp=1,bytes=2)\n") && strstr(md, "- Runs: ") &&
+                  !strstr(md, "Warning"),
+          "report.md header:\n%.600s", md ? md : "-");
+    CHECK(tc, tex && strstr(tex, "% kvbench revisions: 51029b1 (clean)") && !strstr(tex, "Warning"), "report.tex header");
+    free(md);
+    free(tex);
+    /* a second run of another revision, built from a tree with uncommitted changes */
+    StoreRun two = one;
+    two.git_rev = "3cf8890-dirty";
+    m.sample_key = "ruler:vt:1";
+    CHECK(tc, store_open(&s, db, 0, &err) == 0 && store_begin_run(s, &two, &run, &err) == 0, "%s", err.msg);
+    write_sample(s, run, &m, r, 2);
+    store_close(s);
+    CHECK(tc, report_write(&opt, &err) == 0, "%s", err.msg);
+    md = read_in(out, "report.md");
+    tex = read_in(out, "report.tex");
+    CHECK(tc, md && strstr(md, "- kvbench revisions: 3cf8890-dirty (dirty: uncommitted changes); 51029b1 (clean)\n") &&
+                  strstr(md, "**Warning: the rows come from 2 kvbench revisions (3cf8890-dirty"),
+          "mixed revisions warned:\n%.900s", md ? md : "-");
+    CHECK(tc, tex && strstr(tex, "\\paragraph{Warning.} the rows come from 2 kvbench revisions"), "LaTeX warning");
+    free(md);
+    free(tex);
+    /* the build records its own revision: git describe of this checkout, or "unknown" outside git (the dirty flag
+     * is the tree's at build time, which an edit since then changes: compared without it) */
+    char rev[128];
+    util_git_revision(rev, sizeof rev);
+    FILE *p = popen("git describe --always --abbrev=12 2>/dev/null", "r");
+    char want[128] = "";
+    if (p && fgets(want, sizeof want, p)) want[strcspn(want, "\n")] = 0;
+    if (p) pclose(p);
+    size_t k = strlen(want);
+    CHECK(tc, *want ? !strncmp(rev, want, k) && (!rev[k] || !strcmp(rev + k, "-dirty")) : !strcmp(rev, "unknown"),
+          "build revision %s, git describe says %s", rev, want);
+}
+
 static void test_errors(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -827,6 +909,7 @@ int main(void) {
     test_crossdomain_setups(&tc);
     test_ordering(&tc);
     test_min_n(&tc);
+    test_provenance(&tc);
     test_errors(&tc);
     test_cli(&tc);
     char cmd[128];

@@ -99,6 +99,10 @@ static void test_write_and_views(TestCounts *tc) {
                          75.0, 1e-12, 1),
           "vt 40%%");
     CHECK(tc, count(s, "SELECT n_failed FROM task_scores WHERE policy='defensivekv'") == 1, "n_failed");
+    /* n counts the rows the score averages: the failed row is in n_failed, not in n */
+    CHECK(tc, count(s, "SELECT n FROM task_scores WHERE policy='defensivekv'") == 0, "n of a failed-only cell");
+    CHECK(tc, count(s, "SELECT n FROM task_scores WHERE task='vt' AND policy='snapkv' AND budget='20%'") == 2,
+          "n of a scored cell");
     CHECK(tc, count(s, "SELECT score IS NULL FROM task_scores WHERE policy='defensivekv'") == 1, "failed mean");
     CHECK(tc, test_close(real(s, "SELECT score FROM domain_scores WHERE domain='aggregation' AND budget='20%'"), 25.0,
                          1e-12, 1),

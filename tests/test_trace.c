@@ -152,6 +152,37 @@ static void test_trace_runs(TestCounts *tc, const char *config) {
     for (int ch; f && (ch = fgetc(f)) != EOF;) lines += ch == '\n';
     if (f) fclose(f);
     CHECK(tc, lines == 1 + N_VARIANTS, "fragility.csv has %d lines", lines);
+    /* The figures: colour by aggregation (never by plotting order), the footnote below the axis label, the CDF's
+     * axis past 1 with the share at 1 in its key, and the summary figure per model and budget. */
+    KvErr err = {{0}};
+    char gp[256];
+    snprintf(gp, sizeof gp, "%s/report/fragility_syn_multi_news_snapkv_50pct_w1_trace.gp", dir);
+    char *trace_gp = kv_read_file(gp, NULL, &err);
+    CHECK(tc, trace_gp && strstr(trace_gp, "using 1:2 with lines lw 1.5 lc rgb '#9400d3' title 'mean'") &&
+                  strstr(trace_gp, "lc rgb '#56b4e9' title 'max+prior'") && !strstr(trace_gp, " lc 1 ") &&
+                  strstr(trace_gp, "set bmargin 5") && strstr(trace_gp, "at screen 0.01, screen 0.015"),
+          "trace figure: colours per aggregation, footnote under the axis label");
+    free(trace_gp);
+    snprintf(gp, sizeof gp, "%s/report/fragility_syn_multi_news_defensivekv_50pct_w16_cdf.gp", dir);
+    char *cdf_gp = kv_read_file(gp, NULL, &err);
+    CHECK(tc, cdf_gp && strstr(cdf_gp, "set xrange [") && strstr(cdf_gp, " per head (") && strstr(cdf_gp, "% at 1)") &&
+                  !strstr(cdf_gp, ":1]\n"),
+          "CDF: the axis runs past 1, the share at 1 in the key");
+    free(cdf_gp);
+    snprintf(gp, sizeof gp, "%s/report/fragility_summary_syn_50pct.gp", dir);
+    char *sum_gp = kv_read_file(gp, NULL, &err);
+    snprintf(gp, sizeof gp, "%s/report/fragility_summary_syn_50pct.dat", dir);
+    char *sum_dat = kv_read_file(gp, NULL, &err);
+    int rows = 0;
+    for (const char *p = sum_dat; p && (p = strstr(p, "\n# ")); p++) rows++;
+    CHECK(tc, sum_gp && sum_dat && rows == N_VARIANTS - 1 && strstr(sum_gp, "step outliers") &&
+                  strstr(sum_gp, "head outliers") && strstr(sum_gp, "with xerrorbars") &&
+                  strstr(sum_gp, "'snapkv max+prior w=1 [k=5] (n=4)'"),
+          "summary figure: one row per policy x aggregation x window (%d), both outlier counts", rows);
+    free(sum_gp);
+    free(sum_dat);
+    snprintf(gp, sizeof gp, "%s/report/fragility_summary_syn_50pct.png", dir);
+    CHECK(tc, stat(gp, &(struct stat){0}) == 0, "summary figure rendered");
     /* A threshold of 1 makes every head of a 50% keep-set an outlier, and no head of the full cache. */
     char *r1_args[] = {"--db", (char *)b, "--out", path_in("report1"), "--outlier", "1", NULL};
     CHECK(tc, run(cmd_report, "report1", r1_args) == 0, "report --outlier 1");
@@ -200,6 +231,21 @@ static void test_value_weighted_run(TestCounts *tc, const char *config) {
                             "abs(min_r - 1) < 1e-5") == 2,
           "value_weighted R_t = 1 for full");
     CHECK(tc, query_int(db, "SELECT count(*) FROM traces WHERE min_r < 0 OR mean_r > 1 + 1e-5") == 0, "range");
+    /* The tie-order ablation's figures say so in their titles, and draw max+prior in max+prior's colour (it is
+     * their only series: a plotting-order colour would make it mean's). */
+    char *r_args[] = {"--db", (char *)db, "--out", path_in("report_vw"), NULL};
+    CHECK(tc, run(cmd_report, "report_vw", r_args) == 0, "report of the value_weighted trace");
+    char gp[256];
+    snprintf(gp, sizeof gp, "%s/report_vw/fragility_syn_multi_news_snapkv_50pct_w16_vw_ties-unclamped_trace.gp", dir);
+    char *ties = kv_read_file(gp, NULL, &err);
+    snprintf(gp, sizeof gp, "%s/report_vw/fragility_syn_multi_news_snapkv_50pct_w16_vw_trace.gp", dir);
+    char *plain = kv_read_file(gp, NULL, &err);
+    CHECK(tc, ties && plain && strstr(ties, "ties by unclamped score") && !strstr(plain, "ties by unclamped score") &&
+                  strstr(ties, "value-weighted importance") && strstr(ties, "lc rgb '#56b4e9' title 'max+prior'") &&
+                  strstr(plain, "lc rgb '#56b4e9' title 'max+prior'") && !strstr(ties, "#9400d3"),
+          "ties-unclamped figures: titled apart, max+prior in its own colour");
+    free(ties);
+    free(plain);
 }
 
 static void test_bad_input(TestCounts *tc) {

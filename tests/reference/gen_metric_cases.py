@@ -4,7 +4,7 @@
 Each line: {"metric", "task", "prediction", "answers", "all_classes", "expected"}; expected is the per-sample
 score (0..1) the reference Python computes: LongBench's eval.py scorer for one sample (the first-line rule for
 trec / triviaqa / samsum / lsht, the max over answers) with the metrics of LongBench's metrics.py re-typed
-below from spec/datasets.md §1.6, the `rouge` package 1.0.1 for Rouge-L and fuzzywuzzy 0.18 over difflib
+below from docs/spec/datasets.md §1.6, the `rouge` package 1.0.1 for Rouge-L and fuzzywuzzy 0.18 over difflib
 (python-Levenshtein is blocked: LongBench's environment does not install it); RULER's per-sample
 string_match_all / string_match_part after its prediction clean-up (§2.6); the needle word recall (§3).
 

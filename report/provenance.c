@@ -1,0 +1,86 @@
+/* provenance.c — what a report's rows came from, from the database's runs table: the configs, the kvbench
+ * revisions (`git describe --always --dirty` at build time, Makefile; "-dirty": built from a tree with
+ * uncommitted changes), the models with their identities, and the dates the runs span. Rows from several
+ * revisions are reported with a warning naming them: code that changed between runs may score differently. */
+#include <string.h>
+
+#include "report_internal.h"
+
+/* The runs that wrote a row (a sample, hence its results, or a trace). */
+#define USED_RUNS " FROM runs WHERE id IN (SELECT run_id FROM samples UNION SELECT run_id FROM traces)"
+
+/* Appends "text" to out (separated by "; "), or " ..." once when it no longer fits. */
+static void append(char *out, size_t n, const char *text) {
+    size_t k = strlen(out);
+    if (k + strlen(text) + 8 >= n) {
+        if (k + 5 < n && strcmp(out + (k > 4 ? k - 4 : 0), " ...")) strcat(out, " ...");
+        return;
+    }
+    snprintf(out + k, n - k, "%s%s", k ? "; " : "", text);
+}
+
+/* Each row of sql (one or two text columns: "a" or "a (b)") appended to out; the row count in *count. */
+static int list(sqlite3 *db, const char *sql, char *out, size_t n, int *count, KvErr *err) {
+    sqlite3_stmt *st;
+    out[0] = 0;
+    *count = 0;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return kv_fail(err, "reading the runs: %s", sqlite3_errmsg(db));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char item[1200];
+        const char *a = (const char *)sqlite3_column_text(st, 0), *b = NULL;
+        if (sqlite3_column_count(st) > 1) b = (const char *)sqlite3_column_text(st, 1);
+        snprintf(item, sizeof item, "%s%s%s%s", a ? a : "", b ? " (" : "", b ? b : "", b ? ")" : "");
+        append(out, n, item);
+        (*count)++;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : kv_fail(err, "reading the runs: %s", sqlite3_errmsg(db));
+}
+
+int report_provenance_load(sqlite3 *db, ReportProvenance *p, KvErr *err) {
+    int n;
+    memset(p, 0, sizeof *p);
+    if (list(db, "SELECT DISTINCT config_name" USED_RUNS " ORDER BY 1", p->configs, sizeof p->configs, &n, err) ||
+        list(db, "SELECT git_rev, CASE WHEN git_rev LIKE '%-dirty' THEN 'dirty: uncommitted changes' WHEN git_rev = "
+                 "'unknown' THEN 'not built in a git checkout' ELSE 'clean' END FROM (SELECT DISTINCT git_rev" USED_RUNS
+                 ") ORDER BY 1",
+             p->revisions, sizeof p->revisions, &p->n_revisions, err) ||
+        list(db, "SELECT DISTINCT model_name, model_id" USED_RUNS " ORDER BY 1, 2", p->models, sizeof p->models, &n,
+             err) ||
+        list(db, "SELECT MIN(started) || ' to ' || MAX(COALESCE(finished, started))" USED_RUNS, p->dates,
+             sizeof p->dates, &n, err))
+        return -1;
+    if (p->n_revisions > 1)
+        snprintf(p->warning, sizeof p->warning, "Warning: the rows come from %d kvbench revisions (%s); code that "
+                 "changed between them may score differently, so compare rows of one revision", p->n_revisions,
+                 p->revisions);
+    return 0;
+}
+
+void report_put_provenance(FILE *f, const ReportProvenance *p, int tex) {
+    const char *what[] = {"Configs", "kvbench revisions", "Models (identity)", "Runs"};
+    const char *values[] = {p->configs, p->revisions, p->models, p->dates};
+    char line[5000];
+    for (int i = 0; i < 4; i++) {
+        snprintf(line, sizeof line, "%s: %s", what[i], *values[i] ? values[i] : "none recorded");
+        if (tex) report_put_tex_comment(f, line);
+        else {
+            fputs("- ", f);
+            report_put_md(f, line);
+            fputc('\n', f);
+        }
+    }
+    if (!p->warning[0]) return;
+    if (tex) {
+        report_put_tex_comment(f, p->warning);
+        fputs("\\paragraph{Warning.} ", f);
+        report_put_tex(f, p->warning + strlen("Warning: "));
+        fputs("\n", f);
+    } else {
+        fputs("\n**", f);
+        report_put_md(f, p->warning);
+        fputs("**\n", f);
+    }
+}
