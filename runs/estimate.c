@@ -7,13 +7,13 @@
 #include "memplan.h"
 
 /* The rates, from tests/gpu/results/2026-12-04-h200-*.log (matrix and attention: t(T) = a·T + b·T² fitted to the
- * 16k and 32k prefills; weights: the batch-1 step at 4k; K/V: the steps of batch 16 and 32 at 32k less their
- * weight reads (1.06-1.07 TB/s; 0.72-0.81 at 4k, where the decode launches are short); views: 10.12 against
- * 9.29 and 19.07 against 17.29 ms per step at 32k; the observation: 0.145 s for 4.4 TFLOP of value norms; the
- * host: 0.401 s of scoring by 4 distinct scorings and 0.305 s for 14 keep-sets over 4 layers of 32 heads at
- * 32k). 139.3 GiB: what cudaMemGetInfo reported free. */
+ * 16k and 32k prefills of -final.log; weights: the batch-1 step at 4k; K/V: -decode.log's steps of batch 16 and
+ * 32 at 32k less their weight reads (1.66-1.68 TB/s; 1.0-1.1 at 4k, where the decode launches are short); views:
+ * 7.01 against 6.39 and 13.07 against 11.47 ms per step at 32k; the observation: 0.145 s for 4.4 TFLOP of value
+ * norms; the host: 0.401 s of scoring by 4 distinct scorings and 0.305 s for 14 keep-sets over 4 layers of 32
+ * heads at 32k, -final.log). 139.3 GiB: what cudaMemGetInfo reported free. */
 const DeviceModel DEVICE_H200 = {"NVIDIA H200 (measured 2026-12-04)", 139.3 * 1073741824.0, 585e12, 94e12, 2.3e12,
-                                 1.06e12, 1.10, 30e12, 0.75e-9, 21e-9, "tests/gpu/results/2026-12-04-h200-final.log"};
+                                 1.67e12, 1.14, 30e12, 0.75e-9, 21e-9, "tests/gpu/results/2026-12-04-h200-*.log"};
 
 /* The CUDA backend's sizes (engine/cuda/cuda_backend.cu CHUNK_ROWS, MEM_MARGIN, PLAN_RESERVE, ALLOC_PAGE,
  * sizeof(DevHead); engine/cuda/splitk.h SPLITK_KEYS). */
