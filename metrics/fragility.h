@@ -1,6 +1,6 @@
 /* fragility.h — retained importance of keep-sets along a full-cache decode (the paper's fragility analysis).
  *
- * Definition (README "Fragility"): decode greedily with the FULL cache. At step t, for layer l and query head
+ * Definition (docs/fragility.md): decode greedily with the FULL cache. At step t, for layer l and query head
  * h, a_t(h, j) is the attention of the step-t query over the context entries j < L, renormalised to sum to 1
  * over the context; ā_t(k, j) is its mean over the query heads of kv-head k's group. The importance I_t(l,k,j)
  * is, by Importance:

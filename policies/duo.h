@@ -41,7 +41,8 @@ int duo_streaming_count(int n_heads, double compression_ratio);
 
 /* streaming[N*K] = 1 for the duo_streaming_count lowest-scoring heads. Ties go to the lower (layer, head)
  * index, i.e. a stable ascending sort; the reference's np.argsort is not stable (its order among tied scores
- * depends on numpy's version and the CPU), which README.md quantifies for the shipped patterns. */
+ * depends on numpy's version and the CPU), which configs/README.md ("DuoAttention") quantifies for
+ * the shipped patterns. */
 int duo_streaming_heads(const DuoPattern *p, double compression_ratio, unsigned char *streaming, KvErr *err);
 
 /* The keep-set for a context of L tokens: a streaming head keeps [0, sink) and [L - recent, L) (the

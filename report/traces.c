@@ -150,7 +150,7 @@ int report_trace_tables(sqlite3 *db, double outlier, const ReportProvenance *pro
     fputs("# kvbench fragility report\n\n", md);
     report_put_provenance(md, prov, 0);
     fprintf(md, "\nRetained importance R_t(l, k) of each keep-set along a full-cache "
-                "greedy decode (README \"Fragility\"; the importance is in the setup). mean R: mean over steps of "
+                "greedy decode (docs/fragility.md; the importance is in the setup). mean R: mean over steps of "
                 "the per-step mean over (layer, kv-head); p5: mean over steps of the 5th percentile over heads; "
                 "worst step: the smallest per-step mean; worst head: the smallest R_t(l, k) of any step. Outliers "
                 "below %.2f: step outliers (the per-step mean), head outliers ((step, layer, kv-head) triples, %% "

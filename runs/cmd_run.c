@@ -19,7 +19,7 @@
 #define DEFAULT_DB "results/kvbench.db"
 #define DEFAULT_DB_DIR "results"
 /* The exit status of a run that finished but stored failed rows (1: it stopped, 2: bad command line), so that
- * scripts and Slurm notice (README "Exit status"). */
+ * scripts and Slurm notice (docs/running.md, "Resume and exit status"). */
 #define EXIT_ROWS_FAILED 3
 
 /* Reads the value of option argv[*i] into *out; 0 ok, -1 when it is missing (message printed). */

@@ -1,5 +1,5 @@
 /* cmd_trace.c — `kvbench trace CONFIG.json [--db PATH] [--limit N] [--shard i/N]`: retained-importance traces
- * (README "Fragility"). The command line, planning, resume, shards and database are those of `kvbench run`
+ * (docs/fragility.md). The command line, planning, resume, shards and database are those of `kvbench run`
  * (cmd_sweep, runs/sweep.c); per sample the work is runs/trace.c. The config needs a "trace" section. */
 #include "commands.h"
 

@@ -500,8 +500,8 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
     fprintf(f, "estimate on one %s — modelled from token counts at rates measured on it (%s): matrix products "
                "%.0f TFLOP/s, prefill attention %.0f TFLOP/s, decode weight reads %.1f TB/s and K/V reads %.2f TB/s "
                "(views x%.2f), %.0f GB; the policies' scoring and selection at the lender's 16 host cores; every "
-               "answer is taken to run to its max new tokens (an upper bound); formulas in runs/estimate.h and the "
-               "README\n",
+               "answer is taken to run to its max new tokens (an upper bound); formulas in runs/estimate.h and "
+               "docs/gpu.md\n",
             dev->name, dev->source, dev->matrix_flops / 1e12, dev->attention_flops / 1e12, dev->weight_bw / 1e12,
             dev->kv_bw / 1e12, dev->view_kv_cost, dev->memory_bytes / 1e9);
     for (int m = 0; m < cfg->n_models; m++) {

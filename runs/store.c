@@ -62,7 +62,7 @@ static const char *SCHEMA =
     "  keep_fraction REAL, budget_tokens INTEGER, kept_tokens REAL, prediction TEXT, score REAL,\n"
     "  generated_tokens INTEGER, prefill_ms REAL, select_ms REAL, decode_ms REAL, error TEXT, kept_fraction REAL,\n"
     "  UNIQUE(sample_id, policy, aggregation, params, budget)) STRICT;\n"
-    /* kvbench trace: retained importance per decode step (README "Fragility"); the run that traced it. */
+    /* kvbench trace: retained importance per decode step (docs/fragility.md); the run that traced it. */
     "CREATE TABLE traces(\n"
     "  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),\n"
     "  sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE,\n"

@@ -10,7 +10,7 @@
  * setup, suite, task): the runner refuses to add rows of another (store_check_model, store_check_data), and
  * so do store_write_sample and store_merge. Failed rows (with an error) do not count as finished and are
  * replaced by the next attempt. The database is checked (PRAGMA quick_check) when opened. The schema is in
- * store.c and documented in configs/README.md; a database of another schema_version is refused. */
+ * store.c and documented in docs/database.md; a database of another schema_version is refused. */
 #ifndef KVBENCH_RUNS_STORE_H
 #define KVBENCH_RUNS_STORE_H
 

@@ -1,4 +1,4 @@
-/* trace.h — one sample's retained-importance trace (the paper's fragility analysis, README "Fragility").
+/* trace.h — one sample's retained-importance trace (the paper's fragility analysis, docs/fragility.md).
  *
  * The sample is prepared as in a run (runs/prepare.h: tokenize, one observed prefill, a keep-set per
  * variant), then the question is fed and `steps` tokens are decoded greedily on the FULL prefill cache, with

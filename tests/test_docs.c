@@ -1,6 +1,8 @@
 /* test_docs.c — the documents the sources and the README point to exist: every docs/... file a source comment
- * cites (the design notes and specs copied into docs/), and every file the README's command-line examples pass
- * with --file. A citation of a file outside the repository (../shared/...) fails. */
+ * or the README cites (the design notes and specs copied into docs/, the topic files the README's depth moved
+ * to), every relative link of a Markdown file in docs/, and every file the README's command-line examples pass with
+ * --file. A citation of a file outside the repository (../shared/...) fails. The README stays a ten-minute read:
+ * at most 200 lines. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,22 @@ static int check_citations(TestCounts *tc, const char *file, const char *text) {
         n++;
     }
     CHECK(tc, !strstr(text, "../shared/"), "%s cites a file outside the repository (../shared/)", file);
+    return n;
+}
+
+/* Every relative Markdown link "](TARGET)" of docs/NAME.md (anchor dropped) names a file or folder that exists,
+ * relative to docs/. */
+static int check_links(TestCounts *tc, const char *file, const char *text) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, "](")); p++) {
+        p += 2;
+        size_t len = strcspn(p, ")#");
+        if (!len || !strncmp(p, "http", 4)) continue;
+        char path[512];
+        snprintf(path, sizeof path, "docs/%.*s", (int)(len < 400 ? len : 400), p);
+        CHECK(tc, exists(path), "%s links to %s, which does not exist", file, path);
+        n++;
+    }
     return n;
 }
 
@@ -59,9 +77,31 @@ int main(void) {
     CHECK(&tc, exists("docs/DESIGN.md") && exists("docs/spec/models.md") && exists("docs/spec/policies.md") &&
                    exists("docs/spec/datasets.md"),
           "docs/ holds the design notes and the three specs");
+    static const char *const topics[] = {"docs/running.md",  "docs/data-and-models.md", "docs/gpu.md",
+                                         "docs/fragility.md", "docs/performance.md",     "docs/database.md",
+                                         "docs/architecture.md"};
+    int links = 0;
+    for (size_t i = 0; i < sizeof topics / sizeof topics[0]; i++) {
+        KvErr err;
+        char *text = kv_read_file(topics[i], NULL, &err);
+        CHECK(&tc, text != NULL, "%s", err.msg);
+        if (text) links += check_links(&tc, topics[i], text);
+        free(text);
+    }
+    CHECK(&tc, links >= 10, "%d relative links in docs/ (expected at least 10)", links);
     KvErr err;
     char *readme = kv_read_file("README.md", NULL, &err);
     CHECK(&tc, readme != NULL, "%s", err.msg);
+    if (readme) {
+        int lines = 0;
+        for (const char *p = readme; *p; p++) lines += *p == '\n';
+        CHECK(&tc, lines <= 200, "README.md has %d lines (at most 200: the depth goes to docs/)", lines);
+        int cited_readme = check_citations(&tc, "README.md", readme);
+        CHECK(&tc, cited_readme >= (int)(sizeof topics / sizeof topics[0]),
+              "README.md cites %d docs/ files (expected every topic file)", cited_readme);
+        for (size_t i = 0; i < sizeof topics / sizeof topics[0]; i++)
+            CHECK(&tc, strstr(readme, topics[i]) != NULL, "README.md does not point to %s", topics[i]);
+    }
     int files = 0;
     for (const char *p = readme; p && (p = strstr(p, " --file ")); p++) {
         p += strlen(" --file ");

@@ -1,4 +1,4 @@
-"""gen_fragility_cases.py — expected retained importance R_t (README "Fragility") for tests/test_fragility.c,
+"""gen_fragility_cases.py — expected retained importance R_t (docs/fragility.md) for tests/test_fragility.c,
 computed with numpy, independently of metrics/fragility.c.
 
 A random decode of T steps on N layers, H query heads over K kv-heads: every head's softmax over its cache

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """gen_value_weighted_cases.py — retained importance R_t(l, k) on SmolLM2-135M's real attention, both
-importance definitions (README "Fragility"), for tests/test_trace.c, from the independent float64 numpy
+importance definitions (docs/fragility.md), for tests/test_trace.c, from the independent float64 numpy
 decoder of gen_logits.py (weights as the gguf package dequantises them).
 
 A context of L ids is prefilled, then T more ids are fed one at a time (teacher forced, so the case does not
