@@ -619,6 +619,19 @@ static void test_bad_input(TestCounts *tc) {
     write_file(path, wordpiece, strlen(wordpiece));
     expect_load_error(tc, path, "unsupported model type 'WordPiece'");
 
+    /* clean_up_tokenization_spaces must be a boolean (or null) */
+    snprintf(path, sizeof path, "%s/cfg", dir);
+    mkdir(path, 0755);
+    char *fixture = kv_read_file("tests/data/hf_fixtures/llama/tokenizer.json", &len, &err);
+    char file[300];
+    snprintf(file, sizeof file, "%s/tokenizer.json", path);
+    if (fixture) write_file(file, fixture, len);
+    free(fixture);
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", path);
+    const char *bad_clean = "{\"clean_up_tokenization_spaces\": \"yes\"}";
+    write_file(file, bad_clean, strlen(bad_clean));
+    expect_load_error(tc, path, "tokenizer_config.json: clean_up_tokenization_spaces must be true, false or null");
+
     snprintf(path, sizeof path, "%s/garbage.model", dir);
     write_file(path, "\xff\xff\xff", 3);
     expect_load_error(tc, path, "SentencePiece");
@@ -684,10 +697,10 @@ static void test_bad_input(TestCounts *tc) {
 
     const char *names[] = {"truncated.json", "novocab.json", "whitespace.json", "regex.json", "wordpiece.json",
                            "garbage.model", "bad.gguf", "ok.gguf", "pre.gguf", "model.gguf", "small.json",
-                           "crossing.json"};
+                           "crossing.json", "cfg/tokenizer.json", "cfg/tokenizer_config.json", "cfg"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
+        if (unlink(path)) rmdir(path);
     }
     rmdir(dir);
 
