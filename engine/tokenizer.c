@@ -618,7 +618,32 @@ fail:
     return NULL;
 }
 
-char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int skip_special, KvErr *err) {
+/* transformers' PreTrainedTokenizerBase.clean_up_tokenization (4.57.0), in its order: each str.replace rewrites every
+ * non-overlapping match left to right, on the text the previous one left. The patterns are ASCII, so matching bytes
+ * of UTF-8 is matching characters; no replacement is longer than its pattern, so it runs in place. */
+static void clean_up_tokenization(char *s) {
+    static const char *const rules[][2] = {{" .", "."},       {" ?", "?"},     {" !", "!"},     {" ,", ","},
+                                           {" ' ", "'"},      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},
+                                           {" 've", "'ve"},   {" 're", "'re"}};
+    for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+        const char *from = rules[r][0], *to = rules[r][1];
+        size_t flen = strlen(from), tlen = strlen(to), w = 0;
+        for (size_t i = 0; s[i];) {
+            if (strncmp(s + i, from, flen) == 0) {
+                memcpy(s + w, to, tlen);
+                w += tlen;
+                i += flen;
+            } else {
+                s[w++] = s[i++];
+            }
+        }
+        s[w] = '\0';
+    }
+}
+
+int tokenizer_clean_up_spaces(const Tokenizer *t) { return t->clean_up_spaces; }
+
+char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int flags, KvErr *err) {
     Bytes o = {0};
     if (tok_reserve((void **)&o.b, &o.cap, 64, 1, err)) return NULL;
     for (int i = 0; i < n; i++) {
@@ -629,7 +654,7 @@ char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int skip_speci
             free(o.b);
             return NULL;
         }
-        if (skip_special && t->special[id]) continue;
+        if ((flags & TOK_DECODE_SKIP_SPECIAL) && t->special[id]) continue;
         const char *s = tok_text(t, id);
         int rc = t->model == TOK_BYTE_LEVEL ? decode_byte_level(t, s, t->tok_len[id], &o, err)
                                             : decode_spm(t, id, s, t->tok_len[id], &o, err);
@@ -645,5 +670,6 @@ char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int skip_speci
     }
     char *res = utf8_lossy(&o, err);
     free(o.b);
+    if (res && t->clean_up_spaces && !(flags & TOK_DECODE_RAW)) clean_up_tokenization(res);
     return res;
 }

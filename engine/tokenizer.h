@@ -35,9 +35,21 @@ void tokenizer_free(Tokenizer *t);
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int parse_special, TokenIds *out,
                      KvErr *err);
 
-/* Decodes ids into a malloc'd NUL-terminated string. skip_special drops control tokens (as HF's
- * skip_special_tokens=True). Returns NULL with err set on an id out of range. */
-char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int skip_special, KvErr *err);
+/* tokenizer_decode's flags: 0 is transformers' tokenizer.decode(ids) with the tokenizer's defaults. */
+enum {
+    TOK_DECODE_SKIP_SPECIAL = 1, /* drop control tokens: skip_special_tokens=True */
+    TOK_DECODE_RAW = 2           /* no clean-up even where the tokenizer has it: clean_up_tokenization_spaces=False */
+};
+/* Decodes ids into a malloc'd NUL-terminated string, as transformers' tokenizer.decode does: where it sets
+ * clean_up_tokenization_spaces for this tokenizer (tokenizer_clean_up_spaces), the text ends with its clean-up
+ * (" ." -> ".", " n't" -> "n't", ...). Returns NULL with err set on an id out of range. */
+char *tokenizer_decode(const Tokenizer *t, const int *ids, int n, int flags, KvErr *err);
+/* 1 when decode applies the clean-up: tokenizer_config.json's clean_up_tokenization_spaces for a tokenizer.json
+ * (absent: 0, the default of the Llama, Qwen2 and GPT-2 classes); for a GGUF what transformers 4.57.0 sets when it
+ * converts one: 1 for a byte-level vocabulary of a llama-architecture file (Llama-3, SmolLM2), 0 for SentencePiece
+ * (Llama-2, Mistral) and every other architecture (Qwen2, ...); 0 for a SentencePiece tokenizer.model (the default
+ * of transformers' Llama classes). */
+int tokenizer_clean_up_spaces(const Tokenizer *t);
 
 int tokenizer_vocab_size(const Tokenizer *t);
 /* Id of an exact token string (special or normal), or -1. */

@@ -115,6 +115,31 @@ static int configure(Tokenizer *t, const GgufFile *g, int spm, KvErr *err) {
                    "llama3, qwen2, smollm, starcoder)", gguf_path(g), (int)pre_len, pre);
 }
 
+/* Decode as transformers 4.57.0 decodes this GGUF's text. It converts the tokenizer by general.architecture
+ * (integrations/ggml.py GGUF_TO_FAST_CONVERTERS); only its llama converter (llama, deci, decilm) departs from plain
+ * byte-level decoding for a vocabulary whose tokenizer.ggml.model is not "llama" (its Llama-3 case: SmolLM2,
+ * Llama-3.x): it sets clean_up_tokenization_spaces, and its decoder drops one leading space unless
+ * tokenizer.ggml.add_space_prefix is false (SmolLM2's is; llama.cpp writes none for Llama-3). SentencePiece
+ * vocabularies (Llama-2, Mistral; configure) and the other converters (qwen2, qwen3, gpt2, starcoder2, ...) keep
+ * their class's default: no clean-up. */
+static int gguf_decode_rules(Tokenizer *t, const GgufFile *g, int spm, KvErr *err) {
+    static const char *const llama_converter[] = {"llama", "deci", "decilm"};
+    const char *arch;
+    size_t len;
+    int llama = 0, prefix = 1;
+    if (spm || !gguf_has(g, "general.architecture")) return 0;
+    if (gguf_get_str(g, "general.architecture", &arch, &len, err)) return -1;
+    for (size_t i = 0; i < sizeof llama_converter / sizeof llama_converter[0]; i++)
+        if (strlen(llama_converter[i]) == len && memcmp(llama_converter[i], arch, len) == 0) llama = 1;
+    if (!llama) return 0;
+    if (gguf_has(g, "tokenizer.ggml.add_space_prefix") &&
+        gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, err))
+        return -1;
+    t->clean_up_spaces = 1;
+    t->strip_decoded_space = prefix;
+    return 0;
+}
+
 int tokenizer_load_gguf(Tokenizer **out, const struct GgufFile *g, KvErr *err) {
     const char *model;
     size_t model_len;
@@ -132,7 +157,7 @@ int tokenizer_load_gguf(Tokenizer **out, const struct GgufFile *g, KvErr *err) {
     int n = (int)count;
     Tokenizer *t;
     if (tok_create(&t, spm ? TOK_SPM : TOK_BYTE_LEVEL, n, err)) return -1;
-    if (configure(t, g, spm, err)) goto fail;
+    if (configure(t, g, spm, err) || gguf_decode_rules(t, g, spm, err)) goto fail;
     for (int id = 0; id < n; id++) {
         const char *s;
         size_t len;

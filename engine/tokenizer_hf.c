@@ -1,5 +1,5 @@
 /* tokenizer_hf.c — loads a Hugging Face tokenizer.json (model.type "BPE") and, when present next to it,
- * tokenizer_config.json for the bos/eos tokens.
+ * tokenizer_config.json for the bos/eos tokens and clean_up_tokenization_spaces.
  *
  * The families are recognised by structure, never by file name: a ByteLevel pre-tokenizer or decoder means
  * byte-level BPE, whose word splitting comes from the Split regex (Llama-3, Qwen2, GPT-2 strings matched
@@ -314,7 +314,8 @@ fail:
     return -1;
 }
 
-/* tokenizer_config.json beside the tokenizer.json decides bos/eos when it names them (null means none). */
+/* tokenizer_config.json beside the tokenizer.json decides bos/eos when it names them (null means none), and
+ * whether decode cleans up spaces (clean_up_tokenization_spaces; absent or null: no, the class default). */
 static int apply_config(Tokenizer *t, const char *json_path, KvErr *err) {
     char cfg_path[4096];
     const char *slash = strrchr(json_path, '/');
@@ -337,6 +338,13 @@ static int apply_config(Tokenizer *t, const char *json_path, KvErr *err) {
             return -1;
         }
     }
+    const cJSON *clean = cJSON_GetObjectItemCaseSensitive(cfg, "clean_up_tokenization_spaces");
+    if (clean && !cJSON_IsBool(clean) && !cJSON_IsNull(clean)) {
+        kv_fail(err, "%s: clean_up_tokenization_spaces must be true, false or null", cfg_path);
+        cJSON_Delete(cfg);
+        return -1;
+    }
+    t->clean_up_spaces = cJSON_IsTrue(clean);
     cJSON_Delete(cfg);
     return 0;
 }

@@ -71,7 +71,8 @@ struct Tokenizer {
                               * character: no merge can cross the start of a run of '▁', so words may be
                               * split there with the same result, which keeps long contexts fast */
     int replace_space;       /* TOK_SPM: ' ' -> '▁' */
-    int strip_decoded_space; /* TOK_SPM decoder: drop one leading space of the decoded text */
+    int strip_decoded_space; /* decoder: drop one leading space of the decoded text */
+    int clean_up_spaces;     /* decode ends with transformers' clean_up_tokenization (tokenizer_decode) */
     int ignore_merges;       /* a word that is itself a vocab entry is emitted whole (Llama-3) */
     int byte_fallback;       /* unknown characters become <0xXX> tokens */
     int unk_id, bos_id, eos_id;

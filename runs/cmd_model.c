@@ -173,7 +173,7 @@ int cmd_generate(int argc, char **argv) {
     GenerateOptions opt = {.max_new = (int)max_new, .stop_ids = m->cfg.eos_ids, .n_stop = m->cfg.n_eos};
     GenerateStats st;
     if (generate_greedy(be, &cache, 1, ids.ids, ids.n, &opt, &out, &st, &err)) goto done;
-    if (!(text = tokenizer_decode(m->tokenizer, out.ids, out.n, 1, &err))) goto done;
+    if (!(text = tokenizer_decode(m->tokenizer, out.ids, out.n, TOK_DECODE_SKIP_SPECIAL, &err))) goto done;
     printf("%s\n", text);
     fprintf(stderr, "kvbench generate: %s backend, %d prompt tokens in %.0f ms, %ld tokens at %.1f tokens/s\n",
             be->name, ids.n, st.feed_ms, st.decode_tokens,

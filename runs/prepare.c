@@ -12,7 +12,9 @@ int prepare_tokens(const PrepareEnv *env, const Sample *s, TokenIds *ctx, TokenI
     ChatFormat f = s->use_chat ? env->model->cfg.chat : CHAT_NONE;
     char *bos_text = NULL, *joined = NULL;
     int bos = tokenizer_bos_id(env->tok);
-    if (f == CHAT_NONE && s->add_bos && bos >= 0 && !(bos_text = tokenizer_decode(env->tok, &bos, 1, 0, err)))
+    /* the BOS token's own text goes into the prompt: never an answer's clean-up */
+    if (f == CHAT_NONE && s->add_bos && bos >= 0 &&
+        !(bos_text = tokenizer_decode(env->tok, &bos, 1, TOK_DECODE_RAW, err)))
         return -1;
     const char *context = s->context, *question = s->question;
     if (env->compress_question) {

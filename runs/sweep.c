@@ -55,6 +55,7 @@ typedef struct {
     char model_id[256];    /* util_model_identity of the current model */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
+    char (*row_setups)[112]; /* [n_datasets] the current model's rows: its dataset's setup and its decode rule */
     StoreVariantKey *keys; /* [n_variants] */
     DuoPattern duo;        /* the model's DuoAttention pattern, when the config runs duoattention */
     int duo_na;            /* the model's "duo_attention_patterns" is "none": its duoattention cells are skipped */
@@ -155,7 +156,7 @@ static int check_task_identity(const Sweep *sw, const Plan *p, int d, int k, KvE
     char stored[256], change[600];
     for (int e = 0; e < d; e++)
         for (int j = p->first[e]; j < p->first[e] + sw->cfg->datasets[e].n_tasks; j++)
-            if (!strcmp(sw->setups[e], sw->setups[d]) && !strcmp(p->specs[j], p->specs[k]) &&
+            if (!strcmp(sw->row_setups[e], sw->row_setups[d]) && !strcmp(p->specs[j], p->specs[k]) &&
                 !strcmp(p->labels[j], p->labels[k]) && strcmp(p->data_ids[j], p->data_ids[k])) {
                 store_identity_change(p->data_ids[j], p->data_ids[k], change, sizeof change);
                 return kv_fail(err, "%s: datasets[%d] and datasets[%d] both run %s from other data (%s): their rows "
@@ -163,7 +164,7 @@ static int check_task_identity(const Sweep *sw, const Plan *p, int d, int k, KvE
                                sw->cfg->file, e, d, p->specs[k], change);
             }
     if (!sw->store) return 0;
-    if (store_check_data(sw->store, sw->rm->name, sw->setups[d], rd->suite, p->labels[k], p->data_ids[k], stored,
+    if (store_check_data(sw->store, sw->rm->name, sw->row_setups[d], rd->suite, p->labels[k], p->data_ids[k], stored,
                          sizeof stored, err))
         return -1;
     if (!stored[0]) return 0;
@@ -218,8 +219,8 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                     util_hash64(key) % (unsigned long long)sw->opt->shard_count != (unsigned long long)sw->opt->shard_index)
                     continue;
                 if (!sw->store) memset(done, 0, (size_t)nv);
-                else if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->setups[d], key,
-                                                                          sw->keys, nv, done, err))
+                else if ((sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, sw->row_setups[d],
+                                                                          key, sw->keys, nv, done, err))
                     goto fail;
                 int missing = 0;
                 for (int v = 0; v < nv; v++) {
@@ -417,7 +418,8 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
             if (rc) {
                 r->failed = 1;
                 r->err = derr;
-            } else if (!(r->prediction = tokenizer_decode(sw->tok, r->out.ids, r->out.n, 1, &r->err)) ||
+            } else if (!(r->prediction =
+                             tokenizer_decode(sw->tok, r->out.ids, r->out.n, TOK_DECODE_SKIP_SPECIAL, &r->err)) ||
                        metric_score(s->metric, s->task, r->prediction, (const char *const *)s->answers, s->n_answers,
                                     (const char *const *)s->all_classes, s->n_classes, &r->score, &r->err)) {
                 r->failed = 1;
@@ -475,7 +477,7 @@ static int item_sample(Plan *p, const PlanItem *it, const RunDataset *rd, const 
 /* The samples row of an item (s NULL when the dataset could not build it). */
 static StoreSample sample_row(const Sweep *sw, const Plan *p, const PlanItem *it, const RunDataset *rd,
                               const Sample *s, const char *key, int n_ctx, int n_q, const char *answers) {
-    StoreSample ss = {sw->rm->name, sw->setups[it->dataset], key, s ? s->suite : rd->suite,
+    StoreSample ss = {sw->rm->name, sw->row_setups[it->dataset], key, s ? s->suite : rd->suite,
                       s ? s->task : p->labels[it->task], s ? s->domain : NULL, s ? s->metric : NULL, it->index,
                       s ? s->depth_percent : -1, s ? s->target_tokens : rd->target_tokens, n_ctx, n_q,
                       answers ? answers : "[]", s ? s->note : NULL, sw->model_id, p->data_ids[it->task], 0};
@@ -723,6 +725,15 @@ static int check_model_identity(Sweep *sw, KvErr *err) {
                    sw->rm->path, change);
 }
 
+/* A model's result rows also name its tokenizer's decode rule where that is transformers' clean-up of spaces before
+ * punctuation (tokenizer_clean_up_spaces): rows stored before kvbench applied it hold the text without it, under
+ * the setup without the suffix, so resume runs them again and the report keeps the two apart. Traces hold no text. */
+static void model_setups(Sweep *sw) {
+    const char *rule = !sw->opt->trace && tokenizer_clean_up_spaces(sw->tok) ? ",clean_up_spaces" : "";
+    for (int d = 0; d < sw->cfg->n_datasets; d++)
+        snprintf(sw->row_setups[d], sizeof sw->row_setups[d], "%s%s", sw->setups[d], rule);
+}
+
 static int sweep_model(Sweep *sw, KvErr *err) {
     Plan plan = {0};
     char duo_dir[1100];
@@ -743,6 +754,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
                      sw->cfg->file, sw->rm->name, sw->duo.source, sw->duo.n_layers, sw->duo.n_kv_heads,
                      sw->model->cfg.n_layers, sw->model->cfg.n_kv_heads);
     if (!rc) rc = check_chat(sw, err);
+    if (!rc) model_setups(sw);
     if (!rc) rc = plan_build(sw, &plan, err);
     if (!rc) {
         int variants = 0;
@@ -837,8 +849,10 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     const int cache_elem = backend_cache_elem(err);
     if (cache_elem < 0) return -1;
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
+        !(sw.row_setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.row_setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
         free(sw.setups);
+        free(sw.row_setups);
         return -1;
     }
     /* Traces are keyed apart from results: the steps and the importance change them, max_new_tokens does not
@@ -884,6 +898,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         rc = util_make_parent_dirs(opt->db_path, err) || store_open(&sw.store, opt->db_path, 0, err) ? -1 : 0;
     store_close(sw.store);
     free(sw.setups);
+    free(sw.row_setups);
     free(sw.keys);
     sw.stats->wall_ms = util_now_ms() - sw.started_ms;
     return rc;

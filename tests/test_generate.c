@@ -105,7 +105,7 @@ static void test_decoded_stop(TestCounts *tc) {
     CHECK(tc, tokenizer_encode(t, "Dogs\n", 5, 0, &ids, &err) == 0, "%s", err.msg);
     int eos = tokenizer_eos_id(t);
     CHECK(tc, eos >= 0 && ids_push(&ids, eos, &err) == 0, "eos");
-    char *text = tokenizer_decode(t, ids.ids, ids.n, 1, &err);
+    char *text = tokenizer_decode(t, ids.ids, ids.n, TOK_DECODE_SKIP_SPECIAL, &err);
     CHECK(tc, text && !strcmp(text, "Dogs\n"), "decoded '%s'", text ? text : err.msg);
     free(text);
     ids_free(&ids);

@@ -8,6 +8,8 @@
  *   - "duo_attention_patterns": "none" records the model's duoattention cells as N/A (skipped, logged);
  *   - a model with no pattern, given or shipped, stops the run before any sample, naming what is missing;
  *   - `kvbench trace` traces duoattention with the model's pattern;
+ *   - rows of a tokenizer with transformers' clean-up of spaces are stored under their own label, and rows a
+ *     build without it stored are never resumed as theirs;
  *   - `kvbench select` with duoattention and a pattern folder (SmolLM2's shape), or without one.
  * Each run is a forked child (tests/sweep_harness.h). */
 #include <cjson/cJSON.h>
@@ -189,6 +191,53 @@ static void test_runs(TestCounts *tc) {
     CHECK(tc, query_int(path_in("e.db"), "SELECT count(*) FROM samples") <= 0, "nothing written");
 }
 
+/* A tokenizer whose answers transformers decodes with clean_up_tokenization_spaces (here the byte tokenizer with
+ * a tokenizer_config.json saying so) stores its rows under ",clean_up_spaces". A database of a build without the
+ * clean-up holds the same rows under the plain setup: resumed, they stay as they are and the sample runs again
+ * under the new label; then nothing is left to do. */
+static void test_clean_up_resume(TestCounts *tc) {
+    mkdir(path_in("clean"), 0755);
+    byte_tokenizer("clean/tokenizer.json");
+    FILE *f = fopen(path_in("clean/tokenizer_config.json"), "w");
+    if (f) fputs("{\"clean_up_tokenization_spaces\": true}", f), fclose(f);
+    char *cfg = path_in("clean.json"), db[128];
+    snprintf(db, sizeof db, "%s/clean.db", dir);
+    f = fopen(cfg, "w");
+    if (f) {
+        fprintf(f, "{\"name\": \"clean\", \"max_new_tokens\": 2, \"window\": 16, \"models\": [{\"path\": "
+                   "\"tests/data/models/tiny-llama-hf\", \"name\": \"tiny\", \"tokenizer\": \"%s\"}], \"datasets\": "
+                   "[{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [800], \"depths\": [50]}], "
+                   "\"policies\": [\"full\", \"snapkv\"], \"budgets\": [\"40%%\"]}\n",
+                path_in("clean"));
+        fclose(f);
+    }
+    char *args[] = {cfg, "--db", db, NULL};
+    CHECK(tc, run(cmd_run, "clean", args) == 0, "clean-up run failed");
+    char *setups = dump_query(db, "SELECT setup || ' ' || count(*) FROM samples s JOIN results r ON r.sample_id = s.id "
+                                  "GROUP BY setup");
+    CHECK(tc, !strcmp(setups, "cq=0,max_new=2,clean_up_spaces 2\n"), "clean-up setup: %s", setups);
+    free(setups);
+    /* what the same run stored before: its rows under the setup without the rule */
+    sqlite3 *h;
+    CHECK(tc, sqlite3_open(db, &h) == SQLITE_OK &&
+                  sqlite3_exec(h, "UPDATE samples SET setup = 'cq=0,max_new=2'", NULL, NULL, NULL) == SQLITE_OK,
+          "make the old database");
+    sqlite3_close(h);
+    char *before = dump_query(db, "SELECT r.id || ' ' || r.prediction FROM results r ORDER BY r.id");
+    CHECK(tc, run(cmd_run, "clean2", args) == 0 && log_contains("clean2", "tiny: 1 samples to run (2 rows)"),
+          "old-rule rows are not resumed");
+    setups = dump_query(db, "SELECT setup || ' ' || count(*) FROM samples s JOIN results r ON r.sample_id = s.id "
+                            "GROUP BY setup ORDER BY setup");
+    CHECK(tc, !strcmp(setups, "cq=0,max_new=2 2\ncq=0,max_new=2,clean_up_spaces 2\n"), "kept apart: %s", setups);
+    free(setups);
+    char *after = dump_query(db, "SELECT r.id || ' ' || r.prediction FROM results r JOIN samples s ON s.id = "
+                                 "r.sample_id WHERE s.setup = 'cq=0,max_new=2' ORDER BY r.id");
+    CHECK(tc, !strcmp(before, after), "old rows changed:\n%s\nnow\n%s", before, after);
+    free(before);
+    free(after);
+    CHECK(tc, run(cmd_run, "clean3", args) == 0 && log_contains("clean3", "nothing to do"), "new rows resume");
+}
+
 /* `kvbench select --policy duo_attention --duo-patterns DIR` on SmolLM2 (30 layers x 3 kv-heads): scores rising
  * with the flat index make heads 0..71 (layers 0-23) the 72 = round(90 * 0.8) streaming heads at 20%; each keeps
  * sink 4 + recent 8 = 12 of the L context tokens, the 18 others all L. Without a pattern: one clear error. */
@@ -226,6 +275,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/kvbench_rules_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_runs(&tc);
+    test_clean_up_resume(&tc);
     test_select(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -11,6 +11,8 @@
  *   unicode_cases.json                   NFC, categories and isspace from CPython's unicodedata
  *                                        (tests/reference/gen_unicode_cases.py)
  *   models/SmolLM2-135M-Instruct.Q4_1.gguf, when fetched: ids of spec models.md §4.4
+ *   decode_cases.json                    decoded text from transformers 4.57.0, clean-up of spaces included
+ *                                        (tests/reference/gen_decode_cases.py)
  * Every folder of cases is scanned, so dropping in another tokenizer folder or .inp/.out pair adds it.
  * Ids must match exactly; byte-level tokenizers must also give decode(encode(x)) == x (NFC(x) for Qwen2). */
 #include <dirent.h>
@@ -91,12 +93,12 @@ static int ids_match(const Tokenizer *t, const char *text, size_t len, const int
  * a literal '▁' back as a space. */
 static int byte_level(const Tokenizer *t) { return tokenizer_token_id(t, "\xE2\x96\x81") < 0; }
 
-/* decode(encode(x)) == x; a tokenizer that normalises (Qwen2's NFC) gives back NFC(x) instead. */
+/* decode(encode(x)) == x without transformers' clean-up of spaces; a tokenizer that normalises (Qwen2's NFC) gives back NFC(x) instead. */
 static int roundtrip_ok(const Tokenizer *t, const char *text, size_t len) {
     TokenIds ids = {0};
     KvErr err = {{0}};
     if (tokenizer_encode(t, text, len, 1, &ids, &err)) return 0;
-    char *back = tokenizer_decode(t, ids.ids, ids.n, 0, &err);
+    char *back = tokenizer_decode(t, ids.ids, ids.n, TOK_DECODE_RAW, &err);
     int ok = back && strlen(back) == len && memcmp(back, text, len) == 0;
     char *nfc = NULL;
     size_t nfc_len;
@@ -407,7 +409,7 @@ static void test_specials_and_decode(TestCounts *tc) {
     CHECK(tc, tokenizer_encode(t, "<|eot_id|>", 10, 0, &ids, &err) == 0 && ids.n > 1 && ids.ids[0] != 128009,
           "parse_special=0 must not produce the special id");
     ids_free(&ids);
-    char *s = tokenizer_decode(t, want, 7, 1, &err);
+    char *s = tokenizer_decode(t, want, 7, TOK_DECODE_SKIP_SPECIAL, &err);
     CHECK(tc, s && strcmp(s, "user\n\nHello") == 0, "skip_special decode: '%s'", s ? s : err.msg);
     free(s);
     int bad[] = {9906, 128256};
@@ -440,7 +442,7 @@ static void test_specials_and_decode(TestCounts *tc) {
     t = load_or_null(tc, TOK_DIR "/llama2-spm");
     if (t) {
         int hello[] = {1, 22557};
-        s = tokenizer_decode(t, hello, 2, 1, &err);
+        s = tokenizer_decode(t, hello, 2, TOK_DECODE_SKIP_SPECIAL, &err);
         CHECK(tc, s && strcmp(s, "Hello") == 0, "spm decode: '%s'", s ? s : err.msg);
         free(s);
         CHECK(tc, tokenizer_bos_id(t) == 1 && tokenizer_eos_id(t) == 2, "llama2 bos/eos");
@@ -473,6 +475,63 @@ static void test_smollm2_gguf(TestCounts *tc) {
     }
     printf("  SmolLM2 GGUF: %d/%d cases exact\n", pass, n);
     tokenizer_free(t);
+}
+
+/* ---------------------------------------------------------------- decode as transformers */
+
+/* decode_cases.json (tests/reference/gen_decode_cases.py): per tokenizer the clean_up_tokenization_spaces that
+ * transformers 4.57.0 settled on, and decode(ids, skip_special_tokens) byte for byte, with ("text") and without
+ * ("raw") its clean-up. A tokenizer that is absent (SmolLM2 before make model) is skipped with a line. */
+static void test_decode_cases(TestCounts *tc) {
+    KvErr err = {{0}};
+    char *json = kv_read_file(TOK_DIR "/decode_cases.json", NULL, &err);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    free(json);
+    CHECK(tc, root != NULL, "decode_cases.json unreadable: %s", err.msg);
+    int n = 0, pass = 0, cleaned = 0, tokenizers = 0;
+    const cJSON *tk;
+    cJSON_ArrayForEach(tk, cJSON_GetObjectItem(root, "tokenizers")) {
+        const char *path = cJSON_GetObjectItem(tk, "path")->valuestring;
+        if (!file_exists(path) && !is_dir(path)) {
+            printf("  (skipping decode cases of %s: not fetched)\n", path);
+            continue;
+        }
+        Tokenizer *t = load_or_null(tc, path);
+        if (!t) continue;
+        tokenizers++;
+        int want_clean = cJSON_IsTrue(cJSON_GetObjectItem(tk, "clean_up")), tk_pass = 0, tk_n = 0;
+        CHECK(tc, tokenizer_clean_up_spaces(t) == want_clean, "%s: clean_up %d, transformers %d", path,
+              tokenizer_clean_up_spaces(t), want_clean);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(tk, "cases")) {
+            int ids[4096], n_ids = 0;
+            int skip = cJSON_GetObjectItem(c, "skip_special")->valueint ? TOK_DECODE_SKIP_SPECIAL : 0;
+            const cJSON *id;
+            cJSON_ArrayForEach(id, cJSON_GetObjectItem(c, "ids")) if (n_ids < 4096) ids[n_ids++] = id->valueint;
+            const char *want[2] = {cJSON_GetObjectItem(c, "text")->valuestring,
+                                   cJSON_GetObjectItem(c, "raw")->valuestring};
+            int ok = 1;
+            for (int raw = 0; raw < 2; raw++) {
+                char *got = tokenizer_decode(t, ids, n_ids, skip | (raw ? TOK_DECODE_RAW : 0), &err);
+                int same = got && strcmp(got, want[raw]) == 0;
+                CHECK(tc, same, "%s case %d%s: got \"%s\", transformers \"%s\"", path, tk_n, raw ? " raw" : "",
+                      got ? got : err.msg, want[raw]);
+                ok &= same;
+                free(got);
+            }
+            cleaned += strcmp(want[0], want[1]) != 0;
+            tk_pass += ok;
+            tk_n++;
+        }
+        printf("  %-52s clean_up %d: %3d/%3d decodes exact\n", path, want_clean, tk_pass, tk_n);
+        pass += tk_pass;
+        n += tk_n;
+        tokenizer_free(t);
+    }
+    cJSON_Delete(root);
+    printf("decode_cases.json: %d/%d decodes exact over %d tokenizers, %d changed by the clean-up\n", pass, n,
+           tokenizers, cleaned);
+    CHECK(tc, tokenizers >= 9 && cleaned >= 30, "too few cases ran: %d tokenizers, %d cleaned", tokenizers, cleaned);
 }
 
 /* ---------------------------------------------------------------- bad input */
@@ -560,6 +619,19 @@ static void test_bad_input(TestCounts *tc) {
     write_file(path, wordpiece, strlen(wordpiece));
     expect_load_error(tc, path, "unsupported model type 'WordPiece'");
 
+    /* clean_up_tokenization_spaces must be a boolean (or null) */
+    snprintf(path, sizeof path, "%s/cfg", dir);
+    mkdir(path, 0755);
+    char *fixture = kv_read_file("tests/data/hf_fixtures/llama/tokenizer.json", &len, &err);
+    char file[300];
+    snprintf(file, sizeof file, "%s/tokenizer.json", path);
+    if (fixture) write_file(file, fixture, len);
+    free(fixture);
+    snprintf(file, sizeof file, "%s/tokenizer_config.json", path);
+    const char *bad_clean = "{\"clean_up_tokenization_spaces\": \"yes\"}";
+    write_file(file, bad_clean, strlen(bad_clean));
+    expect_load_error(tc, path, "tokenizer_config.json: clean_up_tokenization_spaces must be true, false or null");
+
     snprintf(path, sizeof path, "%s/garbage.model", dir);
     write_file(path, "\xff\xff\xff", 3);
     expect_load_error(tc, path, "SentencePiece");
@@ -625,10 +697,10 @@ static void test_bad_input(TestCounts *tc) {
 
     const char *names[] = {"truncated.json", "novocab.json", "whitespace.json", "regex.json", "wordpiece.json",
                            "garbage.model", "bad.gguf", "ok.gguf", "pre.gguf", "model.gguf", "small.json",
-                           "crossing.json"};
+                           "crossing.json", "cfg/tokenizer.json", "cfg/tokenizer_config.json", "cfg"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
+        if (unlink(path)) rmdir(path);
     }
     rmdir(dir);
 
@@ -671,7 +743,7 @@ static void test_speed(TestCounts *tc) {
         int rc = tokenizer_encode(t, big, n, 1, &ids, &err);
         double dt = now_s() - t0;
         CHECK(tc, rc == 0, "%s", err.msg);
-        char *back = rc ? NULL : tokenizer_decode(t, ids.ids, ids.n, 0, &err);
+        char *back = rc ? NULL : tokenizer_decode(t, ids.ids, ids.n, TOK_DECODE_RAW, &err);
         CHECK(tc, back && (!byte_level(t) || (strlen(back) == n && memcmp(back, big, n) == 0)),
               "1 MiB round trip for %s", dirs[i]);
         printf("  encode %.2f MiB with %-44s %7d ids in %.3f s\n", (double)n / (1 << 20), dirs[i] + strlen(TOK_DIR) + 1,
@@ -691,6 +763,7 @@ int main(void) {
     test_llamacpp_vectors(&tc);
     test_specials_and_decode(&tc);
     test_smollm2_gguf(&tc);
+    test_decode_cases(&tc);
     test_bad_input(&tc);
     test_speed(&tc);
     return test_finish(&tc);

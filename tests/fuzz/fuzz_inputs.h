@@ -135,8 +135,8 @@ static int fuzz_tokenizer_use(const Tokenizer *t, const uint8_t *data, size_t n,
                 if (fuzz_one_line("encode", err.msg, NULL, why, why_n)) return -1;
                 continue;
             }
-            for (int skip = 0; skip < 2; skip++) {
-                char *back = tokenizer_decode(t, ids.ids, ids.n, skip, &err);
+            for (int flags = 0; flags < 4; flags++) { /* TOK_DECODE_SKIP_SPECIAL, TOK_DECODE_RAW */
+                char *back = tokenizer_decode(t, ids.ids, ids.n, flags, &err);
                 if (!back && fuzz_one_line("decode", err.msg, NULL, why, why_n)) {
                     ids_free(&ids);
                     return -1;
@@ -150,9 +150,9 @@ static int fuzz_tokenizer_use(const Tokenizer *t, const uint8_t *data, size_t n,
     for (int id = 0; id < nv && id < 64; id++) some[k++] = id;
     for (int id = nv - 64 > 64 ? nv - 64 : 64; id < nv; id++) some[k++] = id;
     KvErr err = {{0}};
-    for (int skip = 0; skip < 2; skip++)
+    for (int flags = 0; flags < 4; flags++)
         for (int i = 0; i < k; i++) {
-            char *back = tokenizer_decode(t, &some[i], 1, skip, &err);
+            char *back = tokenizer_decode(t, &some[i], 1, flags, &err);
             free(back);
         }
     return 0;
