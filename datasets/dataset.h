@@ -68,6 +68,9 @@ typedef struct {
     const int *lengths;        /* NIAH context lengths in tokens (NULL = target_tokens) */
     int n_lengths;
     int skip_bad_lines;        /* LongBench: skip malformed JSONL lines (counted) instead of failing */
+    int ruler_unit_sizing;     /* RULER: grow the line haystacks and qa one line / document at a time (the current
+                                  RULER's search) instead of the late-2024 RULER's coarse steps the reference data
+                                  was made with (0, the default: the reference's sizing) */
     TokenCountFn count_tokens; /* required for RULER, NIAH and truncation */
     void *count_user;
 } DatasetOptions;

@@ -233,7 +233,7 @@ static int parse_model(const Ctx *c, const cJSON *o, const char *where, RunModel
 static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDataset *d) {
     static const char *const keys[] = {"suite", "tasks", "data_path", "fraction", "first_n", "seed", "target_tokens",
                                        "n_samples", "depths", "lengths", "skip_bad_lines", "chat_template",
-                                       NULL};
+                                       "ruler_sizing", NULL};
     char at[256];
     double seed = 42;
     int chat = -1;
@@ -250,6 +250,16 @@ static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDat
     d->chat = chat < 0 ? RUN_CHAT_SUITE : chat ? RUN_CHAT_ON : RUN_CHAT_OFF;
     path_join(at, sizeof at, where, "suite");
     if (!d->suite) return bad(c, at, "missing (required)");
+    char *sizing = NULL;
+    if (get_string(c, o, where, "ruler_sizing", 0, &sizing)) return -1;
+    if (sizing) {
+        int unit = !strcmp(sizing, "unit"), reference = !strcmp(sizing, "reference");
+        free(sizing);
+        path_join(at, sizeof at, where, "ruler_sizing");
+        if (!unit && !reference) return bad(c, at, "expected \"reference\" (the default) or \"unit\"");
+        if (strcmp(d->suite, "ruler")) return bad(c, at, "applies to the ruler suite only");
+        d->ruler_unit_sizing = unit;
+    }
     const cJSON *tasks = get_array(c, o, where, "tasks", 1);
     if (!tasks) return -1;
     d->n_tasks = cJSON_GetArraySize(tasks);

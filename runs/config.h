@@ -43,6 +43,7 @@ typedef struct {
     int *lengths;
     int n_lengths;
     int skip_bad_lines;
+    int ruler_unit_sizing;       /* "ruler_sizing": "unit" (DatasetOptions.ruler_unit_sizing); "reference" or absent: 0 */
     RunChat chat;                /* "chat_template": overrides Sample.use_chat of every sample */
 } RunDataset;
 

@@ -394,7 +394,7 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
     }
     DatasetOptions o = {path_unknown ? NULL : rd->data_path, NULL, rd->fraction, rd->first_n, rd->seed,
                         rd->target_tokens, rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
-                        rd->skip_bad_lines, dataset_count_words, NULL};
+                        rd->skip_bad_lines, rd->ruler_unit_sizing, dataset_count_words, NULL};
     Dataset *ds = NULL;
     KvErr err = {{0}};
     if (dataset_open(&ds, spec, &o, &err)) {

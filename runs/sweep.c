@@ -193,7 +193,7 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
         p->first[d] = k;
         DatasetOptions o = {rd->data_path, NULL, rd->fraction, rd->first_n, rd->seed, rd->target_tokens,
                             rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
-                            rd->skip_bad_lines, count_tokens, sw->tok};
+                            rd->skip_bad_lines, rd->ruler_unit_sizing, count_tokens, sw->tok};
         for (int t = 0; t < rd->n_tasks; t++, k++) {
             char *spec = p->specs[k], key[600];
             snprintf(spec, sizeof p->specs[k], "%s:%s", rd->suite, rd->tasks[t]);

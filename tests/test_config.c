@@ -11,7 +11,7 @@ static const char *GOOD =
     " \"models\": [{\"path\": \"${KVB_TEST_DIR}/m.gguf\"}, {\"path\": \"synthetic:smollm2-135m\", \"name\": \"syn\",\n"
     "              \"tokenizer\": \"models/t.gguf\"}],\n"
     " \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_1\", \"vt\"], \"target_tokens\": 1024,\n"
-    "                \"n_samples\": 3, \"seed\": 7},\n"
+    "                \"n_samples\": 3, \"seed\": 7, \"ruler_sizing\": \"unit\"},\n"
     "              {\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [500, 1000], \"depths\": [0, 50, 100]}],\n"
     " \"policies\": [\"full\", \"streamingllm\", \"snapkv\", {\"name\": \"defensivekv\",\n"
     "              \"aggregations\": [\"mean\", \"max\", \"max+prior\", \"default\"], \"pool_kernel\": 7,\n"
@@ -54,7 +54,8 @@ static void test_good(TestCounts *tc) {
     CHECK(tc, !strcmp(cfg.models[0].backend, "cpu") && !cfg.models[0].tokenizer, "model 0 defaults");
     CHECK(tc, !strcmp(cfg.models[1].name, "syn") && !strcmp(cfg.models[1].tokenizer, "models/t.gguf"), "model 1");
     CHECK(tc, cfg.n_datasets == 2 && cfg.datasets[0].n_tasks == 2 && cfg.datasets[0].seed == 7 &&
-                  cfg.datasets[0].target_tokens == 1024 && cfg.datasets[0].n_samples == 3,
+                  cfg.datasets[0].target_tokens == 1024 && cfg.datasets[0].n_samples == 3 &&
+                  cfg.datasets[0].ruler_unit_sizing == 1 && cfg.datasets[1].ruler_unit_sizing == 0,
           "dataset 0");
     CHECK(tc, cfg.datasets[1].seed == 42 && cfg.datasets[1].n_lengths == 2 && cfg.datasets[1].lengths[1] == 1000 &&
                   cfg.datasets[1].n_depths == 3 && cfg.datasets[1].depths[1] == 50,
@@ -95,6 +96,12 @@ static void test_errors(TestCounts *tc) {
     expect_error(tc, text, "datasets[0].tasks[0]", "nope");
     snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": []}]}", head);
     expect_error(tc, text, "datasets[0].tasks", "non-empty array");
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"], \"ruler_sizing\": \"fine\"}]}",
+             head);
+    expect_error(tc, text, "datasets[0].ruler_sizing", "\"unit\"");
+    snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"ruler_sizing\": \"unit\"}]}",
+             head);
+    expect_error(tc, text, "datasets[0].ruler_sizing", "ruler suite only");
     snprintf(text, sizeof text, "%s\"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"vt\"], \"fraction\": 1.5}]}",
              head);
     expect_error(tc, text, "datasets[0].fraction", "out of range");

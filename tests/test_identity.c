@@ -144,6 +144,26 @@ static void test_data_identity(TestCounts *tc) {
     CHECK(tc, !strcmp(a, c), "subsets, n_samples or the length changed the identity: %s vs %s", a, c);
     data_identity("ruler:qa_1", o, c, sizeof c, tc);
     CHECK(tc, strstr(c, ",qa=substitute"), "qa substitute: %s", c);
+    /* The opt-in unit sizing names itself in the tasks it resizes, so the store never resumes their rows made by
+     * the reference's coarse steps; the other tasks' identities, and every identity by default, are as before. */
+    static const char *const unit[] = {"niah_single_1", "niah_multikey_2", "niah_multikey_3", "qa_1", "qa_2"};
+    static const char *const coarse[] = {"niah_single_2", "niah_multikey_1", "vt", "cwe", "fwe"};
+    for (int i = 0; i < 5; i++) {
+        char spec[64], dflt[256];
+        DatasetOptions u = o;
+        u.ruler_unit_sizing = 1;
+        snprintf(spec, sizeof spec, "ruler:%s", unit[i]);
+        data_identity(spec, o, dflt, sizeof dflt, tc);
+        data_identity(spec, u, c, sizeof c, tc);
+        size_t n = strlen(c);
+        CHECK(tc, !strstr(dflt, "sizing") && n > 12 && !strcmp(c + n - 12, ",sizing=unit") &&
+                      !strncmp(c, dflt, strlen(dflt)),
+              "%s: default %s, unit %s", spec, dflt, c);
+        snprintf(spec, sizeof spec, "ruler:%s", coarse[i]);
+        data_identity(spec, o, dflt, sizeof dflt, tc);
+        data_identity(spec, u, c, sizeof c, tc);
+        CHECK(tc, !strcmp(c, dflt), "%s: the unit sizing changed the identity: %s vs %s", spec, dflt, c);
+    }
 
     DatasetOptions lb = {0};
     lb.data_path = "tests/data/longbench/fixtures";
