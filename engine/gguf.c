@@ -26,15 +26,6 @@
  * ggml type table: block size and bytes per block for every type ggml defines (so any valid file can be
  * opened and size-checked), and a dequantiser for the ones kvbench supports. */
 
-typedef void (*DequantFn)(const uint8_t *src, float *dst, size_t n_blocks);
-
-typedef struct {
-    const char *name;
-    uint32_t block;   /* elements per block */
-    uint32_t bytes;   /* bytes per block */
-    DequantFn dequant;
-} GgmlTypeTraits;
-
 static float fp16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
     if (exp == 0) {
@@ -167,24 +158,24 @@ static const GgmlTypeTraits TYPE_TRAITS[] = {
 };
 #define N_TYPES ((int)(sizeof TYPE_TRAITS / sizeof TYPE_TRAITS[0]))
 
-static const GgmlTypeTraits *type_traits(int type) {
+const GgmlTypeTraits *ggml_type_traits(int type) {
     if (type < 0 || type >= N_TYPES || !TYPE_TRAITS[type].name) return NULL;
     return &TYPE_TRAITS[type];
 }
 
 const char *ggml_type_name(int type) {
-    const GgmlTypeTraits *t = type_traits(type);
+    const GgmlTypeTraits *t = ggml_type_traits(type);
     return t ? t->name : "unknown";
 }
 
 size_t ggml_type_bytes(int type, uint64_t n_elems) {
-    const GgmlTypeTraits *t = type_traits(type);
+    const GgmlTypeTraits *t = ggml_type_traits(type);
     if (!t || n_elems % t->block) return 0;
     return (size_t)(n_elems / t->block) * t->bytes;
 }
 
 int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr *err) {
-    const GgmlTypeTraits *t = type_traits(type);
+    const GgmlTypeTraits *t = ggml_type_traits(type);
     if (!t) return kv_fail(err, "unknown ggml tensor type %d", type);
     if (!t->dequant)
         return kv_fail(err, "tensor type %s is not supported (kvbench dequantises f32, f16, bf16, q4_0, q4_1, "
@@ -369,7 +360,7 @@ static int parse_tensor_info(GgufFile *g, Cursor *c, GgufTensor *t, int index, c
     }
     if (rd_u32(c, &type, what) || rd_u64(c, &t->offset, what)) return -1;
     t->type = (int)type;
-    const GgmlTypeTraits *tt = type_traits(t->type);
+    const GgmlTypeTraits *tt = ggml_type_traits(t->type);
     if (!tt) return kv_fail(c->err, "%s: tensor '%s' has unknown type %u", g->path, t->name, type);
     if (t->ne[0] % tt->block)
         return kv_fail(c->err, "%s: tensor '%s' row length %llu is not a multiple of the %s block size %u",

@@ -57,6 +57,18 @@ int gguf_n_tensors(const GgufFile *g);
 const GgufTensor *gguf_tensor(const GgufFile *g, int index);
 const GgufTensor *gguf_find_tensor(const GgufFile *g, const char *name); /* NULL if absent */
 
+/* One ggml type: a block of `block` elements takes `bytes` bytes; dequant rebuilds n_blocks whole blocks to
+ * f32 (NULL for a type kvbench cannot read). The CPU backend's per-type kernels start from this table. */
+typedef void (*GgmlDequantFn)(const uint8_t *src, float *dst, size_t n_blocks);
+typedef struct {
+    const char *name;
+    uint32_t block;   /* elements per block */
+    uint32_t bytes;   /* bytes per block */
+    GgmlDequantFn dequant;
+} GgmlTypeTraits;
+/* NULL for a type code ggml does not define (or has retired). */
+const GgmlTypeTraits *ggml_type_traits(int type);
+
 /* Dequantises n_elems elements (a whole number of blocks) of the given type into f32. Returns -1 for a type
  * kvbench does not support, naming it. Shared by GGUF and safetensors (F16/BF16/F32). */
 int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr *err);
