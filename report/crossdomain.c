@@ -52,6 +52,7 @@ void report_crossdomain_free(CrossDomain *x) {
 int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err) {
     memset(x, 0, sizeof *x);
     x->min_n = d->min_n;
+    x->resamples = d->resamples;
     const ReportSection *s0 = &d->sections[first_section];
     x->model = s0->model;
     for (int i = first_section; i < d->n_sections; i++) {
@@ -142,13 +143,13 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
             t0 += s->n_tasks;
         }
         if (stats_bootstrap_domains(STATS_DOMAIN_CHANGE, xs, ys, group, n_samples, n_tasks, task_domain,
-                                    x->n_domains, STATS_RESAMPLES, STATS_SEED, &x->mean[k], err))
+                                    x->n_domains, x->resamples, STATS_SEED, &x->mean[k], err))
             goto done;
         for (int j = 0; j < x->n_domains; j++) {
             for (int t = 0; t < n_tasks; t++) one_domain[t] = task_domain[t] == j ? 0 : -1;
             StatsInterval *ci = &x->change[(size_t)k * x->n_domains + j];
             if (stats_bootstrap_domains(STATS_DOMAIN_CHANGE, xs, ys, group, n_samples, n_tasks, one_domain, 1,
-                                        STATS_RESAMPLES, STATS_SEED, ci, err))
+                                        x->resamples, STATS_SEED, ci, err))
                 goto done;
             x->n_used[k] += !isnan(ci->value);
         }

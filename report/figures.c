@@ -526,7 +526,8 @@ static int plot_needle_panel(FigureCtx *c, sqlite3 *db, const ReportSection *s, 
 
 int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
                    KvErr *err) {
-    FigureCtx c = {.dir = out_dir, .gnuplot = gnuplot, .log = log, .have_gnuplot = -1, .err = err, .min_n = d->min_n};
+    FigureCtx c = {.dir = out_dir, .gnuplot = gnuplot, .log = log, .have_gnuplot = -1, .err = err, .min_n = d->min_n,
+                   .resamples = d->resamples};
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         if (plot_budget_lines(&c, s, 0) || plot_budget_lines(&c, s, 1) || plot_aggregation(&c, s)) return -1;

@@ -76,7 +76,7 @@ int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT
             r->verdict = "not run";
             continue;
         }
-        if (stats_bootstrap(STATS_DIFF, a->x, b->x, s->sample_task, s->n_samples, s->n_tasks, STATS_RESAMPLES,
+        if (stats_bootstrap(STATS_DIFF, a->x, b->x, s->sample_task, s->n_samples, s->n_tasks, s->resamples,
                             STATS_SEED, &r->diff, err))
             return -1;
         r->verdict = verdict(r->kind, &r->diff, s->min_n);

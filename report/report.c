@@ -326,7 +326,7 @@ static void groups_free(Groups *g) {
 
 static int boot(StatsKind kind, const double *x, const double *y, const int *group, const ReportSection *s,
                 int n_groups, StatsInterval *out, KvErr *err) {
-    return stats_bootstrap(kind, x, y, group, s->n_samples, n_groups, STATS_RESAMPLES, STATS_SEED, out, err);
+    return stats_bootstrap(kind, x, y, group, s->n_samples, n_groups, s->resamples, STATS_SEED, out, err);
 }
 
 /* Task and domain intervals of one cell, and (for a method) its paired comparisons with the full cache. */
@@ -421,13 +421,15 @@ static int count_needle(ReportSection *s, sqlite3 *db, const char *db_path, KvEr
     return 0;
 }
 
-int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, KvErr *err) {
+int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, int resamples, KvErr *err) {
     memset(d, 0, sizeof *d);
     d->min_n = min_n > 0 ? min_n : STATS_MIN_N;
+    d->resamples = resamples > 0 ? resamples : STATS_RESAMPLES;
     if (run_pass(d, db, db_path, 0, err)) goto fail;
     int with_setup = setups_differ(d);
     for (int i = 0; i < d->n_sections; i++) {
         d->sections[i].min_n = d->min_n;
+        d->sections[i].resamples = d->resamples;
         if (section_setup(&d->sections[i], with_setup, err)) goto fail;
     }
     if (run_pass(d, db, db_path, 1, err)) goto fail;
@@ -479,7 +481,7 @@ int report_write(const ReportOptions *opt, KvErr *err) {
     Store *store;
     ReportData data;
     if (store_open(&store, opt->db_path, 1, err)) return -1;
-    if (report_load(&data, store_handle(store), opt->db_path, opt->min_n, err)) {
+    if (report_load(&data, store_handle(store), opt->db_path, opt->min_n, opt->resamples, err)) {
         store_close(store);
         return -1;
     }

@@ -83,6 +83,7 @@ typedef struct {
     int n_rows, n_failed_rows;
     int has_needle;       /* samples carry a depth percent: draw heatmaps */
     int min_n;            /* ReportData.min_n */
+    int resamples;        /* ReportData.resamples */
 } ReportSection;
 
 /* What the rows came from (provenance.c), from the runs that wrote them. */
@@ -104,6 +105,7 @@ typedef struct {
     int n_sections;
     double outlier;      /* the fragility outlier threshold (ReportOptions.outlier, resolved) */
     int min_n;           /* fewest samples behind an interval or a verdict (ReportOptions.min_n, resolved) */
+    int resamples;       /* bootstrap resamples per interval (ReportOptions.resamples, resolved) */
     int n_rows, n_failed_rows; /* over every section */
     ReportProvenance prov;
 } ReportData;
@@ -114,7 +116,7 @@ int report_is_proposed(const char *policy);
  * variants, compared with their own policy only (never picked as, or compared with, the best baseline). */
 int report_is_default_aggregation(const ReportMethod *m);
 
-int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, KvErr *err);
+int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, int resamples, KvErr *err);
 void report_data_free(ReportData *d);
 
 ReportCell *report_cell(const ReportSection *s, int method, int budget);
@@ -143,6 +145,7 @@ typedef struct {
     int width, height;  /* of the figure being written */
     int own_svg;        /* the script draws its SVG itself (a multiplot cannot replot): set before closing */
     int min_n;          /* no error bar from fewer samples (ReportData.min_n) */
+    int resamples;      /* ReportData.resamples */
     char name[300];     /* the figure being written: its file-name stem (report_file_stem) */
 } FigureCtx;
 /* Opens both files, named by NAME made a file-name stem (c->name); the script starts with the PNG terminal;
@@ -188,6 +191,7 @@ typedef struct {
     StatsInterval *mean;      /* [M] the unweighted mean over the domains with a value (STATS_DOMAIN_CHANGE) */
     int *n_used;              /* [M] those domains */
     int min_n;                /* ReportData.min_n */
+    int resamples;            /* ReportData.resamples */
 } CrossDomain;
 #define REPORT_CROSSDOMAIN_GROUPING                                                                              \
     "LongBench's six task families as LongBench assigns its datasets (single-doc QA, multi-doc QA, "             \

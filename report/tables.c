@@ -53,7 +53,7 @@ typedef struct {
     const char *unit;              /* "%" or "" */
     int no_bold;                   /* the columns are not scores: no best value to single out */
     int n_rows;
-    TRow rows[MAX_ROWS];
+    TRow *rows[MAX_ROWS];          /* allocated as added: a row is 20 KB, and most tables have a few */
 } Table;
 
 /* Text from anywhere (names from the database included) through the format's one escaper (escape.h). */
@@ -68,6 +68,11 @@ static Table *table_new(const char *unit) {
     return t;
 }
 
+static void table_free(Table *t) {
+    for (int r = 0; t && r < t->n_rows; r++) free(t->rows[r]);
+    free(t);
+}
+
 static void table_col(Table *t, const char *name, const char *group, int count) {
     if (t->n_cols >= MAX_COLS) return;
     snprintf(t->cols[t->n_cols], sizeof t->cols[0], "%s", name);
@@ -78,8 +83,9 @@ static void table_col(Table *t, const char *name, const char *group, int count) 
 }
 
 static TRow *table_row(Table *t, const char *label, int reference) {
-    if (t->n_rows >= MAX_ROWS) return NULL;
-    TRow *r = &t->rows[t->n_rows++];
+    TRow *r = t->n_rows < MAX_ROWS ? malloc(sizeof *r) : NULL;
+    if (!r) return NULL;
+    t->rows[t->n_rows++] = r;
     snprintf(r->label, sizeof r->label, "%s", label);
     r->reference = reference;
     for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, NULL};
@@ -113,8 +119,8 @@ static double column_best(const Table *t, int i) {
     double best = NAN, worst = NAN;
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
-        double v = t->rows[r].cells[i].v;
-        if (t->rows[r].reference || isnan(v) || t->rows[r].cells[i].few) continue;
+        double v = t->rows[r]->cells[i].v;
+        if (t->rows[r]->reference || isnan(v) || t->rows[r]->cells[i].few) continue;
         n++;
         if (isnan(best) || v > best) best = v;
         if (isnan(worst) || v < worst) worst = v;
@@ -150,7 +156,7 @@ static void emit_md(FILE *f, const Table *t) {
         fputc('\n', f);
     }
     for (int r = 0; r < t->n_rows; r++) {
-        const TRow *row = &t->rows[r];
+        const TRow *row = t->rows[r];
         fputs("| ", f);
         put_text(f, FMT_MD, row->label);
         for (int i = 0; i < t->n_cols; i++) {
@@ -285,7 +291,7 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
     }
     fputs("\\midrule\n", f);
     for (int r = 0; r < t->n_rows; r++) {
-        const TRow *row = &t->rows[r];
+        const TRow *row = t->rows[r];
         int any_ci = 0;
         tex_wrapped(f, row->label, label_w, 0);
         for (int i = from; i < to; i++) {
@@ -333,10 +339,10 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
  * columns stay together), the method column repeated in each. */
 static void emit_tex(FILE *f, const Table *t) {
     double width[MAX_COLS], label_w = tex_small("Method");
-    for (int r = 0; r < t->n_rows; r++) label_w = fmax(label_w, tex_wrap_width(t->rows[r].label, TEX_LABEL_MAX));
+    for (int r = 0; r < t->n_rows; r++) label_w = fmax(label_w, tex_wrap_width(t->rows[r]->label, TEX_LABEL_MAX));
     for (int i = 0; i < t->n_cols; i++) {
         width[i] = tex_wrap_width(t->cols[i], TEX_HEAD_MAX);
-        for (int r = 0; r < t->n_rows; r++) width[i] = fmax(width[i], tex_cell_width(t, i, &t->rows[r].cells[i]));
+        for (int r = 0; r < t->n_rows; r++) width[i] = fmax(width[i], tex_cell_width(t, i, &t->rows[r]->cells[i]));
     }
     double room = TEX_TEXT_WIDTH - label_w - 2 * TEX_COL_SEP;
     int cut[MAX_COLS + 1], n_parts = 0;
@@ -482,7 +488,7 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %s;", s->budgets[b].label,
                       s->best_baseline[b] >= 0 ? s->methods[s->best_baseline[b]].label : "none");
     note(f, fmt, line);
-    free(t);
+    table_free(t);
 }
 
 /* Task scores (kind 0), domain averages (1) or ratios to the full cache (2) at budget b (-1: full cache only). */
@@ -544,7 +550,7 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
         r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, 0, cnt && fewest < s->min_n, NULL};
     }
     emit(f, fmt, t);
-    free(t);
+    table_free(t);
 }
 
 /* The ablation: rows = policy (and params), columns = aggregation per budget, each the overall average. */
@@ -622,7 +628,7 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
         }
     }
     emit(f, fmt, t);
-    free(t);
+    table_free(t);
 }
 
 static const char *order_label(const ReportSection *s, int m, const char *policy) {
@@ -664,7 +670,7 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
         }
     }
     emit(f, fmt, t);
-    free(t);
+    table_free(t);
 }
 
 static void render_section(FILE *f, Format fmt, const ReportSection *s) {
@@ -750,11 +756,11 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
             put_line(f, head);
         }
         emit(f, fmt, t);
-        free(t);
+        table_free(t);
         report_crossdomain_free(&x);
         continue;
     fail:
-        free(t);
+        table_free(t);
         report_crossdomain_free(&x);
         return -1;
     }
@@ -891,7 +897,7 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
     return 0;
 }
 
-static void method_text(FILE *f, Format fmt, int min_n) {
+static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
     char text[3200];
     snprintf(text, sizeof text,
              "Scores are on the 0-100 scale: a task's score is the mean over its samples, failed rows excluded "
@@ -909,7 +915,7 @@ static void method_text(FILE *f, Format fmt, int min_n) {
              "few only reshuffles the handful of values there are and is too unstable to act on; such a value is "
              "shown with its n and \"too few samples\". A zero-width interval (the resamples never varied) is "
              "never marked. %s.",
-             STATS_RESAMPLES, (unsigned long long)STATS_SEED, min_n, CHANGE_FORMULA);
+             resamples, (unsigned long long)STATS_SEED, min_n, CHANGE_FORMULA);
     note(f, fmt, text);
 }
 
@@ -922,7 +928,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (d->n_rows == d->n_failed_rows)
         fprintf(f, "\n**No scores: all %d result rows failed.** The errors are counted per section below.\n",
                 d->n_rows);
-    method_text(f, FMT_MD, d->min_n);
+    method_text(f, FMT_MD, d->min_n, d->resamples);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
     if (crossdomain_tables(f, FMT_MD, d, err)) {
         fclose(f);
@@ -933,7 +939,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (!(f = report_open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
     fputs("% kvbench report: tables for \\input{report.tex}; needs \\usepackage{booktabs} in the preamble.\n", f);
     report_put_provenance(f, &d->prov, 1);
-    method_text(f, FMT_TEX, d->min_n);
+    method_text(f, FMT_TEX, d->min_n, d->resamples);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
     if (crossdomain_tables(f, FMT_TEX, d, err)) {
         fclose(f);

@@ -631,7 +631,7 @@ static int plot_summary(FigureCtx *c, const char *model, const char *setup, cons
         SummaryRow *r = &rows[i];
         StatsInterval ci = {0, 0, NAN, NAN, NAN};
         int *group = kv_calloc((size_t)(r->n_samples ? r->n_samples : 1), sizeof *group, c->err);
-        if (!group || stats_bootstrap(STATS_MEAN, r->sample_mean, NULL, group, r->n_samples, 1, STATS_RESAMPLES,
+        if (!group || stats_bootstrap(STATS_MEAN, r->sample_mean, NULL, group, r->n_samples, 1, c->resamples,
                                       STATS_SEED, &ci, c->err)) {
             free(group);
             fclose(dat);

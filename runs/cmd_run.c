@@ -150,9 +150,9 @@ static int default_report_db(char *out, size_t n) {
 }
 
 int cmd_report(int argc, char **argv) {
-    static const char USAGE[] = "usage: kvbench report [CONFIG.json | --db PATH] [--out DIR] [--outlier R] [--min-n N]   "
+    static const char USAGE[] = "usage: kvbench report [CONFIG.json | --db PATH] [--out DIR] [--outlier R] [--min-n N] [--resamples N]   "
                                 "(kvbench report --help)\n";
-    ReportOptions opt = {NULL, NULL, NULL, stdout, 0, 0};
+    ReportOptions opt = {NULL, NULL, NULL, stdout, 0, 0, 0};
     const char *config_path = NULL;
     for (int i = 0; i < argc; i++) {
         const char *outlier;
@@ -177,6 +177,15 @@ int cmd_report(int argc, char **argv) {
                 return 2;
             }
             opt.min_n = (int)n;
+        } else if (!strcmp(argv[i], "--resamples")) {
+            const char *text;
+            long long n = 0;
+            if (option_value("report", argc, argv, &i, &text)) return 2;
+            if (num_parse_integer(text, 1, 1000000, &n)) {
+                fprintf(stderr, "kvbench report: --resamples '%s': expected an integer in [1, 1000000]\n", text);
+                return 2;
+            }
+            opt.resamples = (int)n;
         } else if (argv[i][0] != '-' && !config_path) {
             config_path = argv[i];
         } else {

@@ -182,7 +182,7 @@ static void test_report(TestCounts *tc) {
     snprintf(out, sizeof out, "%s/o'u\"t $(touch MARKER)\n`x`", dir);
     fill_db(db);
     KvErr err = {{0}};
-    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2, 0};
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "report (gnuplot ran every script): %s", err.msg);
     CHECK(tc, !marker_exists(), "a name ran a command: %s exists", marker);

@@ -394,7 +394,7 @@ static void test_report(TestCounts *tc) {
     snprintf(db, sizeof db, "%s/r.db", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     fill_db(db);
-    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2, 0};
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "report: %s", err.msg);
 
@@ -495,7 +495,7 @@ static void test_report(TestCounts *tc) {
     /* Without gnuplot: a clear error, and the tables are still there. */
     char out2[160];
     snprintf(out2, sizeof out2, "%s/out2", dir);
-    ReportOptions nogp = {db, out2, "/nonexistent/gnuplot", NULL, 0, 2};
+    ReportOptions nogp = {db, out2, "/nonexistent/gnuplot", NULL, 0, 2, 0};
     rc = report_write(&nogp, &err);
     CHECK(tc, rc == -1 && strstr(err.msg, "gnuplot not found"), "no gnuplot: %s", err.msg);
     CHECK(tc, file_size(out2, "report.md") > 0 && file_size(out2, "m_longbench_budget.gp") > 0,
@@ -523,7 +523,7 @@ static void test_all_failed(TestCounts *tc) {
     }
     store_close(s);
     FILE *log = tmpfile();
-    ReportOptions opt = {db, out, NULL, log, 0, 2};
+    ReportOptions opt = {db, out, NULL, log, 0, 2, 0};
     int rc = report_write(&opt, &err);
     CHECK(tc, rc == 0, "all failed: %s", err.msg);
     char logbuf[2000] = "";
@@ -566,7 +566,7 @@ static void test_crossdomain_setups(TestCounts *tc) {
             write_sample(s, run, &m, r, 2);
         }
     store_close(s);
-    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2, 0};
     CHECK(tc, report_write(&opt, &err) == 0, "setups: %s", err.msg);
     char *md = read_in(out, "report.md");
     /* one domain (synthetic retrieval) from ruler A (-50) and the needle B (0): (50 + 100) / (100 + 100) -> -25 */
@@ -612,7 +612,7 @@ static void test_ordering(TestCounts *tc) {
     }
     store_close(s);
     KvErr err;
-    ReportOptions opt = {db, out, NULL, NULL, 0, 0};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 0, 0};
     CHECK(tc, report_write(&opt, &err) == 0, "ordering report: %s", err.msg);
     char *csv = read_in(out, "ordering.csv"), *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
     static const char *const want[][2] = {
@@ -643,6 +643,20 @@ static void test_ordering(TestCounts *tc) {
     free(csv);
     free(md);
     free(tex);
+    /* --resamples: the count reaches every interval and the stated method; with one resample every interval is
+     * that resample's value, zero-width, so no link is resolved and no * is given */
+    snprintf(out, sizeof out, "%s/ordering_one", dir);
+    ReportOptions one = {db, out, NULL, NULL, 0, 0, 1};
+    CHECK(tc, report_write(&one, &err) == 0, "report with 1 resample: %s", err.msg);
+    csv = read_in(out, "ordering.csv");
+    md = read_in(out, "report.md");
+    CHECK(tc, md && strstr(md, "(1 resamples,") && !strstr(md, "2000 resamples"), "the count stated");
+    CHECK(tc, csv && !strstr(csv, "\"holds\"") && !strstr(csv, "\"reversed\"") &&
+                  strstr(csv, "\"not resolved (zero-width interval: the samples do not vary)\""),
+          "one resample resolves nothing:\n%s", csv ? csv : "(missing)");
+    CHECK(tc, md && !strstr(md, "\\*"), "no * from one resample");
+    free(csv);
+    free(md);
 }
 
 static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
@@ -704,7 +718,7 @@ static void test_min_n(TestCounts *tc) {
         snprintf(out, sizeof out, "%s/n%d_out", dir, n);
         fill_n(db, n);
         KvErr err = {{0}};
-        ReportOptions opt = {db, out, NULL, NULL, 0, 0}; /* the default min_n, 10 */
+        ReportOptions opt = {db, out, NULL, NULL, 0, 0, 0}; /* the default min_n, 10 */
         CHECK(tc, report_write(&opt, &err) == 0, "n=%d: %s", n, err.msg);
         char *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex"), *csv = read_in(out, "task_scores.csv");
         char *order = read_in(out, "ordering.csv"), *dat = read_in(out, "m_longbench_budget.dat");
@@ -776,7 +790,7 @@ static void test_provenance(TestCounts *tc) {
                      20, "[]", NULL, "m", "d", 0};
     write_sample(s, run, &m, r, 2);
     store_close(s);
-    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2, 0};
     CHECK(tc, report_write(&opt, &err) == 0, "%s", err.msg);
     char *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
     CHECK(tc, md && strstr(md, "- Configs: paper\\_ruler\n") == NULL && strstr(md, "- Configs: paper_ruler\n") &&
@@ -824,7 +838,7 @@ static void test_errors(TestCounts *tc) {
     snprintf(out, sizeof out, "%s/out3", dir);
     store_open(&s, db, 0, &err);
     store_close(s);
-    ReportOptions opt = {db, out, NULL, NULL, 0, 2};
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2, 0};
     CHECK(tc, report_write(&opt, &err) == -1 && strstr(err.msg, "no results") && strstr(err.msg, "empty.db"),
           "empty: %s", err.msg);
     snprintf(db, sizeof db, "%s/none.db", dir);
