@@ -33,6 +33,10 @@ static int covers(const ReportData *d, int first, int i) {
     return 1;
 }
 
+static int same_method(const ReportMethod *a, const ReportMethod *b) {
+    return !strcmp(a->policy, b->policy) && !strcmp(a->aggregation, b->aggregation) && !strcmp(a->params, b->params);
+}
+
 static int find_string(char list[][160], int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (!strcmp(list[i], name)) return i;
@@ -49,7 +53,7 @@ void report_crossdomain_free(CrossDomain *x) {
     memset(x, 0, sizeof *x);
 }
 
-int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err) {
+int report_crossdomain(const ReportData *d, int first_section, double keep, int exact, CrossDomain *x, KvErr *err) {
     memset(x, 0, sizeof *x);
     x->min_n = d->min_n;
     x->resamples = d->resamples;
@@ -61,20 +65,23 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
         snprintf(x->setup + k, sizeof x->setup - k, "%s%s: %s", k ? "; " : "", d->sections[i].suite,
                  d->sections[i].setup);
     }
-    /* the budget nearest 20% over the model's sections */
+    /* the budget nearest `keep` over the model's sections */
     double best = INFINITY;
     for (int i = first_section; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
         for (int b = 0; b < s->n_budgets; b++) {
             double k = s->budgets[b].keep_fraction;
-            if (k > 0 && (fabs(k - 0.2) < best - 1e-12)) {
-                best = fabs(k - 0.2);
+            if (k > 0 && (fabs(k - keep) < best - 1e-12)) {
+                best = fabs(k - keep);
                 snprintf(x->budget, sizeof x->budget, "%s", s->budgets[b].label);
             }
         }
     }
-    if (isinf(best)) return 0;
+    if (isinf(best) || (exact && best > 1e-9)) {
+        x->budget[0] = 0;
+        return 0;
+    }
     /* the axes: domains and methods (by policy, aggregation, params) */
     int cap = 0;
     for (int i = first_section; i < d->n_sections; i++)
@@ -95,11 +102,7 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
         }
         for (int m = 0; m < s->n_methods; m++) {
             int k;
-            for (k = 0; k < x->n_methods; k++)
-                if (!strcmp(x->methods[k].policy, s->methods[m].policy) &&
-                    !strcmp(x->methods[k].aggregation, s->methods[m].aggregation) &&
-                    !strcmp(x->methods[k].params, s->methods[m].params))
-                    break;
+            for (k = 0; k < x->n_methods && !same_method(&x->methods[k], &s->methods[m]); k++) {}
             if (k == x->n_methods) x->methods[x->n_methods++] = s->methods[m];
         }
     }
@@ -125,11 +128,7 @@ int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, K
             if (!covers(d, first_section, i) || !report_has_scores(s, &s->full)) continue;
             int b, m;
             for (b = 0; b < s->n_budgets && strcmp(s->budgets[b].label, x->budget); b++) {}
-            for (m = 0; m < s->n_methods; m++)
-                if (!strcmp(x->methods[k].policy, s->methods[m].policy) &&
-                    !strcmp(x->methods[k].aggregation, s->methods[m].aggregation) &&
-                    !strcmp(x->methods[k].params, s->methods[m].params))
-                    break;
+            for (m = 0; m < s->n_methods && !same_method(&x->methods[k], &s->methods[m]); m++) {}
             const ReportCell *c = b < s->n_budgets && m < s->n_methods ? report_cell(s, m, b) : NULL;
             for (int j = 0; j < s->n_samples; j++, at++) {
                 xs[at] = c && c->ran ? c->x[j] : NAN;
@@ -256,7 +255,7 @@ int report_crossdomain_figures(FigureCtx *c, const ReportData *d) {
     for (int i = 0; i < d->n_sections; i++) {
         if (!report_first_of_model(d, i)) continue;
         CrossDomain x;
-        if (report_crossdomain(d, i, &x, c->err)) {
+        if (report_crossdomain(d, i, REPORT_FIG2_KEEP, 0, &x, c->err)) {
             report_crossdomain_free(&x);
             return -1;
         }
@@ -265,4 +264,165 @@ int report_crossdomain_figures(FigureCtx *c, const ReportData *d) {
         if (rc) return -1;
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------- several models side by side */
+
+void report_crossmodels_free(CrossModel *x, int n) {
+    for (int i = 0; x && i < n; i++) {
+        free(x[i].models);
+        free(x[i].n_domains);
+        free(x[i].methods);
+        free(x[i].pct);
+    }
+    free(x);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double u = *(const double *)a, v = *(const double *)b;
+    return (u > v) - (u < v);
+}
+
+/* One budget: every model's cross-domain mean change at exactly that keep fraction, shifted by 100. */
+static int crossmodel_at(const ReportData *d, const int *first, int n_models, int cap, CrossModel *x, KvErr *err) {
+    x->models = kv_calloc((size_t)n_models, sizeof *x->models, err);
+    x->n_domains = kv_calloc((size_t)n_models, sizeof *x->n_domains, err);
+    x->methods = kv_calloc((size_t)cap + 1, sizeof *x->methods, err);
+    x->pct = kv_malloc(((size_t)cap * n_models + 1) * sizeof *x->pct, err);
+    if (!x->models || !x->n_domains || !x->methods || !x->pct) return -1;
+    for (size_t j = 0; j < (size_t)cap * n_models; j++) x->pct[j] = (StatsInterval){0, 0, NAN, NAN, NAN};
+    x->n_models = n_models;
+    x->min_n = d->min_n;
+    for (int i = 0; i < n_models; i++) {
+        CrossDomain cd;
+        x->models[i] = d->sections[first[i]].model;
+        if (report_crossdomain(d, first[i], x->keep_fraction, 1, &cd, err)) {
+            report_crossdomain_free(&cd);
+            return -1;
+        }
+        x->n_domains[i] = cd.n_domains;
+        if (cd.budget[0] && !x->budget[0]) snprintf(x->budget, sizeof x->budget, "%s", cd.budget);
+        for (int m = 0; m < cd.n_methods; m++) {
+            int k;
+            for (k = 0; k < x->n_methods && !same_method(&x->methods[k], &cd.methods[m]); k++) {}
+            if (k == x->n_methods) {
+                if (k == cap) continue; /* cannot happen: cap counts every section's methods */
+                x->methods[x->n_methods++] = cd.methods[m];
+            }
+            StatsInterval ci = cd.mean[m];
+            ci.value += 100, ci.lo += 100, ci.hi += 100;
+            x->pct[(size_t)k * n_models + i] = ci;
+        }
+        report_crossdomain_free(&cd);
+    }
+    return 0;
+}
+
+int report_crossmodels(const ReportData *d, CrossModel **out, int *n, KvErr *err) {
+    *out = NULL;
+    *n = 0;
+    int n_models = 0, cap = 0, n_keeps = 0, n_budgets = 0;
+    for (int i = 0; i < d->n_sections; i++) n_budgets += d->sections[i].n_budgets;
+    int *first = kv_calloc((size_t)d->n_sections + 1, sizeof *first, err);
+    double *keeps = kv_calloc((size_t)n_budgets + 1, sizeof *keeps, err);
+    if (!first || !keeps) goto fail;
+    for (int i = 0; i < d->n_sections; i++) {
+        const ReportSection *s = &d->sections[i];
+        if (report_first_of_model(d, i)) first[n_models++] = i;
+        cap += s->n_methods;
+        if (!report_has_scores(s, &s->full)) continue;
+        for (int b = 0; b < s->n_budgets; b++) {
+            double k = s->budgets[b].keep_fraction;
+            int seen = 0;
+            for (int j = 0; j < n_keeps; j++) seen |= fabs(keeps[j] - k) <= 1e-9;
+            if (k > 0 && !seen) keeps[n_keeps++] = k;
+        }
+    }
+    if (n_models < 2 || n_keeps == 0) {
+        free(first);
+        free(keeps);
+        return 0;
+    }
+    qsort(keeps, (size_t)n_keeps, sizeof *keeps, cmp_double);
+    if (!(*out = kv_calloc((size_t)n_keeps, sizeof **out, err))) goto fail;
+    for (int j = 0; j < n_keeps; j++) {
+        (*out)[j].keep_fraction = keeps[j];
+        *n = j + 1;
+        if (crossmodel_at(d, first, n_models, cap, &(*out)[j], err)) goto fail;
+    }
+    free(first);
+    free(keeps);
+    return 0;
+fail:
+    report_crossmodels_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+    free(first);
+    free(keeps);
+    return -1;
+}
+
+static int plot_crossmodel(FigureCtx *c, const CrossModel *x) {
+    static const char *MODEL_COLOURS[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+    char name[300], dat_path[1200], title[600];
+    FILE *dat, *gp;
+    double lo = 0, hi = 100;
+    int any = 0;
+    for (size_t j = 0; j < (size_t)x->n_methods * x->n_models; j++) any |= !isnan(x->pct[j].value);
+    if (!any) return 0;
+    snprintf(name, sizeof name, "crossmodel_%s", x->budget);
+    if (report_figure_open_sized(c, name, 1000, 220 + 26 * x->n_methods * x->n_models, &dat, &gp, dat_path,
+                                 sizeof dat_path))
+        return -1;
+    double h = 0.8 / x->n_models; /* each model's bar within its method's row */
+    fputs("# one block per model: row pct_of_own_full_cache lo hi (95% paired bootstrap; NaN bounds from fewer than "
+          "min_n samples)\n", dat);
+    for (int i = 0; i < x->n_models; i++) {
+        report_put_dat_comment(dat, x->models[i]);
+        for (int k = 0; k < x->n_methods; k++) {
+            const StatsInterval *ci = &x->pct[(size_t)k * x->n_models + i];
+            if (isnan(ci->value)) continue;
+            fprintf(dat, "%.4f", k + (i - (x->n_models - 1) / 2.0) * h);
+            report_put_ci(dat, ci, x->min_n);
+            fputc('\n', dat);
+            lo = fmin(lo, ci->value), hi = fmax(hi, ci->value);
+            if (!isnan(ci->lo) && ci->n >= x->min_n) lo = fmin(lo, ci->lo), hi = fmax(hi, ci->hi);
+        }
+        fputs("\n\n", dat);
+    }
+    snprintf(title, sizeof title, "Each model's score as %% of its own full cache at %s (mean over its domains)\n"
+             "95%% paired bootstrap intervals, none from fewer than %d samples; models are never averaged together",
+             x->budget, x->min_n);
+    fputs("set title ", gp);
+    report_put_gp_string(gp, title);
+    double pad = (hi - lo) * 0.08 + 1;
+    fprintf(gp, "\nset xlabel '%% of the model''s own full cache'\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\n"
+                "set grid x\nset key outside right top\nset ytics (",
+            lo - pad, hi + pad, x->n_methods - 1);
+    for (int k = 0; k < x->n_methods; k++) {
+        fputs(k ? ", " : "", gp);
+        report_put_gp_tic(gp, x->methods[k].label);
+        fprintf(gp, " %d", k);
+    }
+    fputs(") scale 0\nset arrow from 100, graph 0 to 100, graph 1 nohead lc rgb 'black' lw 1.5\nplot ", gp);
+    for (int i = 0; i < x->n_models; i++) {
+        fputs(i ? ", \\\n  " : "", gp);
+        report_put_gp_string(gp, dat_path);
+        fprintf(gp, " index %d using ($2 / 2):1:($2 / 2):(%g) with boxxyerror fs solid 0.7 lc rgb '%s' title ", i,
+                h / 2 * 0.9, MODEL_COLOURS[i % 6]);
+        report_put_gp_string(gp, x->models[i]);
+        fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", i);
+    }
+    fputc('\n', gp);
+    return report_figure_close(c, dat, gp);
+}
+
+int report_crossmodel_figures(FigureCtx *c, const ReportData *d) {
+    CrossModel *x;
+    int n;
+    if (report_crossmodels(d, &x, &n, c->err)) return -1;
+    int rc = 0;
+    for (int j = 0; j < n && !rc; j++) rc = plot_crossmodel(c, &x[j]);
+    report_crossmodels_free(x, n);
+    return rc;
 }

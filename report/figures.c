@@ -540,7 +540,8 @@ int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const 
         for (int b = 0; b < s->n_budgets; b++)
             if (plot_needle_panel(&c, db, s, &a, b)) return -1;
     }
-    if (report_crossdomain_figures(&c, d) || report_trace_figures(&c, db, d->outlier)) return -1;
+    if (report_crossdomain_figures(&c, d) || report_crossmodel_figures(&c, d) || report_trace_figures(&c, db, d->outlier))
+        return -1;
     if (c.have_gnuplot == 0)
         return kv_fail(err, "gnuplot not found ('%s'; Debian: apt-get install gnuplot-nox): tables written, figure "
                             "scripts (.gp/.dat) written to %s but not rendered", gnuplot, out_dir);

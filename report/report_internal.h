@@ -198,11 +198,32 @@ typedef struct {
     "summarization, few-shot, synthetic, code), plus one domain \"synthetic retrieval (RULER, needle)\" holding " \
     "every RULER and needle task; our grouping, not the paper's (its 7 domains / 18 datasets are not published)"
 /* Whether section i is the first of its model; report_crossdomain then covers the model's suites, each in the
- * first setup it appears with. */
+ * first setup it appears with, at the model's fractional budget nearest `keep` (exact: that budget only; none,
+ * x->budget "", when the model lacks it). */
 int report_first_of_model(const ReportData *d, int i);
-int report_crossdomain(const ReportData *d, int first_section, CrossDomain *x, KvErr *err);
+#define REPORT_FIG2_KEEP 0.2
+int report_crossdomain(const ReportData *d, int first_section, double keep, int exact, CrossDomain *x, KvErr *err);
 void report_crossdomain_free(CrossDomain *x);
 int report_crossdomain_figures(FigureCtx *c, const ReportData *d);
+
+/* Several models side by side at one fractional budget (crossdomain.c): per method, each model's score as a
+ * percentage of its own model's full cache, 100 + its cross-domain mean change (CrossDomain.mean). Models are
+ * never averaged together. Made only when the database holds two models or more. */
+typedef struct {
+    char budget[64];
+    double keep_fraction;
+    int n_models;
+    const char **models;      /* [N] borrowed from the sections */
+    int *n_domains;           /* [N] the domains behind each model's value */
+    ReportMethod *methods;    /* [M] (policy, aggregation, params) over every model; labels from the first */
+    int n_methods;
+    StatsInterval *pct;       /* [M][N] value NaN where the model did not run the method at this budget */
+    int min_n;
+} CrossModel;
+/* Every fractional budget that any model ran with a full cache, ascending; *n = 0 for fewer than two models. */
+int report_crossmodels(const ReportData *d, CrossModel **out, int *n, KvErr *err);
+void report_crossmodels_free(CrossModel *x, int n);
+int report_crossmodel_figures(FigureCtx *c, const ReportData *d);
 
 /* The links at one budget of the section. Fails only on allocation. */
 int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT_N_ORDER], KvErr *err);

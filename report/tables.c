@@ -717,7 +717,7 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
         if (!report_first_of_model(d, i)) continue;
         CrossDomain x;
         Table *t = NULL;
-        if (report_crossdomain(d, i, &x, err)) goto fail;
+        if (report_crossdomain(d, i, REPORT_FIG2_KEEP, 0, &x, err)) goto fail;
         if (!x.n_methods) {
             report_crossdomain_free(&x);
             continue;
@@ -764,6 +764,48 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
         report_crossdomain_free(&x);
         return -1;
     }
+    return 0;
+}
+
+/* Every model side by side at each budget: a method's score as % of its own model's full cache. */
+static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
+    CrossModel *x;
+    int n;
+    if (report_crossmodels(d, &x, &n, err)) return -1;
+    for (int j = 0; j < n; j++) {
+        const CrossModel *c = &x[j];
+        if (!c->n_methods) continue;
+        Table *t = table_new("%");
+        if (!t) {
+            report_crossmodels_free(x, n);
+            return kv_fail(err, "out of memory");
+        }
+        char buf[208], head[400];
+        for (int i = 0; i < c->n_models; i++) {
+            snprintf(buf, sizeof buf, "%s (%d domains)", c->models[i], c->n_domains[i]);
+            table_col(t, buf, NULL, 0);
+        }
+        snprintf(t->caption, sizeof t->caption,
+                 "Models side by side at %s: each method's score as %% of its own model's full cache, 100 + the "
+                 "unweighted mean over the model's domains of 100 × (domain avg / full-cache domain avg − 1) (the "
+                 "cross-domain tables), with 95%% paired bootstrap intervals (* excludes 100). Each column is one "
+                 "model against its own full cache; no value is averaged across models. Domains: "
+                 REPORT_CROSSDOMAIN_GROUPING, c->budget);
+        snprintf(t->label, sizeof t->label, "tab:crossmodel:%s", c->budget);
+        for (int m = 0; m < c->n_methods; m++) {
+            TRow *r = table_row(t, c->methods[m].label, 0);
+            for (int i = 0; r && i < c->n_models; i++)
+                r->cells[i] = compared(&c->pct[(size_t)m * c->n_models + i], 100, c->min_n);
+        }
+        if (fmt == FMT_MD) {
+            snprintf(head, sizeof head, "## Models side by side at %s", c->budget);
+            fputc('\n', f);
+            put_line(f, head);
+        }
+        emit(f, fmt, t);
+        table_free(t);
+    }
+    report_crossmodels_free(x, n);
     return 0;
 }
 
@@ -859,6 +901,27 @@ static void write_csv_summary(FILE *f, const ReportData *d) {
 /* ---------------------------------------------------------------- files */
 
 /* The paper's ordering, one row per (section, budget, link). */
+static void write_csv_crossmodel(FILE *f, const CrossModel *x, int n) {
+    fputs("budget,keep_fraction,model,n_domains,policy,aggregation,params,n,pct_of_own_full,lo,hi,note\n", f);
+    for (int j = 0; j < n; j++)
+        for (int m = 0; m < x[j].n_methods; m++)
+            for (int i = 0; i < x[j].n_models; i++) {
+                const StatsInterval *ci = &x[j].pct[(size_t)m * x[j].n_models + i];
+                if (isnan(ci->value)) continue;
+                report_put_csv(f, x[j].budget);
+                fprintf(f, ",%g,", x[j].keep_fraction);
+                report_put_csv(f, x[j].models[i]);
+                fprintf(f, ",%d", x[j].n_domains[i]);
+                const char *fields[] = {x[j].methods[m].policy, x[j].methods[m].aggregation, x[j].methods[m].params};
+                for (int k = 0; k < 3; k++) {
+                    fputc(',', f);
+                    report_put_csv(f, fields[k]);
+                }
+                put_csv_ci(f, ci, x[j].min_n);
+                put_csv_note(f, ci, x[j].min_n);
+            }
+}
+
 static void write_csv_ordering(FILE *f, const ReportData *d) {
     fputs("model,setup,suite,budget,relation,left,left_aggregation,right,right_aggregation,n,diff,lo,hi,verdict\n", f);
     for (int i = 0; i < d->n_sections; i++) {
@@ -930,7 +993,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
                 d->n_rows);
     method_text(f, FMT_MD, d->min_n, d->resamples);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
-    if (crossdomain_tables(f, FMT_MD, d, err)) {
+    if (crossdomain_tables(f, FMT_MD, d, err) || crossmodel_tables(f, FMT_MD, d, err)) {
         fclose(f);
         return -1;
     }
@@ -941,7 +1004,7 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     report_put_provenance(f, &d->prov, 1);
     method_text(f, FMT_TEX, d->min_n, d->resamples);
     for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
-    if (crossdomain_tables(f, FMT_TEX, d, err)) {
+    if (crossdomain_tables(f, FMT_TEX, d, err) || crossmodel_tables(f, FMT_TEX, d, err)) {
         fclose(f);
         return -1;
     }
@@ -955,5 +1018,16 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (report_close_out(f, path, log, err)) return -1;
     if (!(f = report_open_out(out_dir, "ordering.csv", path, sizeof path, err))) return -1;
     write_csv_ordering(f, d);
+    if (report_close_out(f, path, log, err)) return -1;
+    CrossModel *x;
+    int n;
+    if (report_crossmodels(d, &x, &n, err)) return -1;
+    if (n == 0) return 0;
+    if (!(f = report_open_out(out_dir, "cross_model.csv", path, sizeof path, err))) {
+        report_crossmodels_free(x, n);
+        return -1;
+    }
+    write_csv_crossmodel(f, x, n);
+    report_crossmodels_free(x, n);
     return report_close_out(f, path, log, err);
 }

@@ -775,6 +775,93 @@ static void test_min_n(TestCounts *tc) {
 }
 
 /* The header names what the rows came from; a database mixing revisions says so, naming them. */
+/* ---------------------------------------------------------------- two models, merged from two databases */
+
+/* One model's database: 12 RULER and 12 LongBench (lcc) samples; full cache `full`, snapkv at 20% `snap`
+ * everywhere, at 40% `snap40`, so each model's % of its own full cache is known by hand. */
+static void fill_model(const char *path, const char *model, double full, double snap, double snap40) {
+    Store *s;
+    long long run;
+    KvErr err;
+    char model_id[64];
+    snprintf(model_id, sizeof model_id, "fp=%s", model);
+    StoreRun info = {"t", "{}", "h", "rev", model, "m.gguf", model_id, "m.gguf", "cpu", "host", NULL};
+    if (store_open(&s, path, 0, &err) || store_begin_run(s, &info, &run, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    for (int i = 0; i < 24; i++) {
+        char key[64];
+        int ruler = i < 12;
+        snprintf(key, sizeof key, "%s:%d", ruler ? "ruler:vt" : "longbench:lcc", i);
+        StoreSample m = {model, "cq=0", key, ruler ? "ruler" : "longbench", ruler ? "vt" : "lcc",
+                         ruler ? "ruler" : "code", ruler ? "string_match_all" : "code_sim", i % 12, -1, 4096, 3000,
+                         40, "[]", NULL, model_id, "d", 0};
+        StoreResult r[] = {row("full", "mean", "full", 1, full), row("snapkv", "mean", "20%", 0.2, snap),
+                           row("snapkv", "mean", "40%", 0.4, snap40)};
+        write_sample(s, run, &m, r, 3);
+    }
+    store_close(s);
+}
+
+static void test_two_models(TestCounts *tc) {
+    char a[128], b[128], merged[128], out[128];
+    KvErr err = {{0}};
+    snprintf(a, sizeof a, "%s/small.db", dir);
+    snprintf(b, sizeof b, "%s/qwen.db", dir);
+    snprintf(merged, sizeof merged, "%s/both.db", dir);
+    snprintf(out, sizeof out, "%s/both_out", dir);
+    fill_model(a, "smollm2", 0.80, 0.40, 0.60); /* 50% and 75% of its own full cache */
+    fill_model(b, "qwen2.5", 0.50, 0.45, 0.50); /* 90% and 100% */
+    const char *inputs[] = {a, b};
+    CHECK(tc, store_merge_into(merged, inputs, 2, &err) == 0, "merge of two models: %s", err.msg);
+    ReportOptions opt = {merged, out, NULL, NULL, 0, 0, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "two-model report: %s", err.msg);
+    char *md = read_in(out, "report.md"), *csv = read_in(out, "cross_model.csv"), *tex = read_in(out, "report.tex");
+    char line[4096];
+    /* each model's own sections, its own numbers only: snapkv's 20% average is 40 for smollm2, 45 for qwen2.5 */
+    CHECK(tc, md && strstr(md, "## smollm2 — ruler") && strstr(md, "## qwen2.5 — ruler") &&
+                  strstr(md, "## smollm2 — longbench") && strstr(md, "## qwen2.5 — longbench"),
+          "one section per model and suite");
+    const char *q = md ? strstr(md, "## qwen2.5 — ruler") : NULL;
+    CHECK(tc, q && strstr(q, "| snapkv | 45.00") && !strstr(q, "| snapkv | 40.00"), "qwen2.5's section: its scores");
+    /* side by side: 50 / 90 at 20%, 75 / 100 at 40%; never an average of the two (70 or 65.38 at 20%) */
+    line_of(md, "| snapkv | 50.00%", line, sizeof line);
+    CHECK(tc, strstr(line, "| 90.00% [90.00, 90.00] |") != NULL, "20%%: smollm2 50, qwen2.5 90 in one row: '%s'", line);
+    line_of(md, "| snapkv | 75.00%", line, sizeof line);
+    CHECK(tc, strstr(line, "| 100.00% [100.00, 100.00] |") != NULL, "40%%: smollm2 75, qwen2.5 100: '%s'", line);
+    CHECK(tc, md && strstr(md, "## Models side by side at 20%") && strstr(md, "## Models side by side at 40%") &&
+                  strstr(md, "smollm2 (2 domains)") && strstr(md, "qwen2.5 (2 domains)") && !strstr(md, "70.00") &&
+                  !strstr(md, "65.38"),
+          "models side by side, not averaged");
+    CHECK(tc, csv && strstr(csv, "\"20%\",0.2,\"smollm2\",2,\"snapkv\",\"mean\",\"w=32,k=5\",24,50,50,50,") &&
+                  strstr(csv, "\"20%\",0.2,\"qwen2.5\",2,\"snapkv\",\"mean\",\"w=32,k=5\",24,90,90,90,") &&
+                  strstr(csv, "\"40%\",0.4,\"qwen2.5\",2,\"snapkv\",\"mean\",\"w=32,k=5\",24,100,100,100,"),
+          "cross_model.csv:\n%s", csv ? csv : "(missing)");
+    CHECK(tc, tex && strstr(tex, "\\label{tab:crossmodel:20-}"), "LaTeX table");
+    free(md);
+    free(csv);
+    free(tex);
+    /* the figure: one data block per model, each model's own values */
+    char *dat = read_in(out, "crossmodel_20p.dat"), *gp = read_in(out, "crossmodel_20p.gp");
+    const char *second = dat ? strstr(dat, "# qwen2.5") : NULL;
+    CHECK(tc, dat && strstr(dat, "# smollm2") && second && strstr(dat, " 50.0000") < second &&
+                  strstr(second, " 90.0000"),
+          "crossmodel_20p.dat:\n%s", dat ? dat : "(missing)");
+    CHECK(tc, gp && strstr(gp, "own full cache") && strstr(gp, "'smollm2'") && strstr(gp, "'qwen2.5'"),
+          "crossmodel_20p.gp names both models");
+    free(dat);
+    free(gp);
+    /* one model: no side-by-side table */
+    snprintf(out, sizeof out, "%s/one_out", dir);
+    ReportOptions one = {a, out, NULL, NULL, 0, 0, 0};
+    rc = report_write(&one, &err);
+    md = read_in(out, "report.md");
+    CHECK(tc, md && !strstr(md, "side by side") && file_size(out, "cross_model.csv") < 0, "one model: no cross-model");
+    free(md);
+}
+
 static void test_provenance(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -923,6 +1010,7 @@ int main(void) {
     test_crossdomain_setups(&tc);
     test_ordering(&tc);
     test_min_n(&tc);
+    test_two_models(&tc);
     test_provenance(&tc);
     test_errors(&tc);
     test_cli(&tc);
