@@ -168,6 +168,19 @@ static void check_shipped(TestCounts *tc) {
     int rc = test_run_command(cmd_data, 2, argv, out, NULL, sizeof out);
     CHECK(tc, rc == 0 && strstr(out, "0 problems, 2 warnings") && strstr(out, "qa_2_substitute"),
           "cpu_study: exit %d\n%s", rc, out);
+    /* the Qwen2.5 configs: clean where make model-qwen has fetched the model, else that one problem */
+    int have_qwen = access("models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf", R_OK) == 0;
+    static const char *const qwen[][2] = {{"configs/qwen_study.json", "2 warnings"},
+                                          {"configs/fragility_qwen.json", "0 warnings"}};
+    for (int i = 0; i < 2; i++) {
+        char *q[] = {"check", (char *)qwen[i][0]};
+        char want[64];
+        snprintf(want, sizeof want, "%d problem%s, %s", !have_qwen, have_qwen ? "s" : "", qwen[i][1]);
+        rc = test_run_command(cmd_data, 2, q, out, NULL, sizeof out);
+        CHECK(tc, rc == !have_qwen && strstr(out, want) &&
+                      (have_qwen || strstr(out, "Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf: No such file")),
+              "%s (model %s): exit %d\n%s", qwen[i][0], have_qwen ? "present" : "absent", rc, out);
+    }
     unsetenv("MODELS_DIR");
     unsetenv("LONGBENCH_DIR");
     char *fig[] = {"check", "configs/figure2.json"};
