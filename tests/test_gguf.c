@@ -92,7 +92,7 @@ static void test_dequant(TestCounts *tc, GgufFile *g) {
         free(want);
         n_cases++;
     }
-    CHECK(tc, n_cases == 10, "expected 10 dequantisation cases, found %d", n_cases);
+    CHECK(tc, n_cases == 12, "expected 12 dequantisation cases, found %d", n_cases);
 
     CHECK(tc, !strcmp(ggml_type_name(GGML_Q4_K), "q4_K") && !strcmp(ggml_type_name(99), "unknown"), "names");
     CHECK(tc, ggml_type_bytes(GGML_Q6_K, 512) == 420 && ggml_type_bytes(GGML_Q4_1, 33) == 0 &&

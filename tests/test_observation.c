@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../engine/observation.h"
+#include "observation_checks.h"
 #include "test.h"
 
 #define TOL 1e-6
@@ -51,7 +52,7 @@ static float frand(unsigned *s) {
     return (float)((*s >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
 }
 
-/* Naive double loops at L=300 (three value-norm blocks), H=4, K=2, d=8, D=24 != H*d. */
+/* The naive double loops of observation_checks.h at L=300 (three value-norm blocks), H=4, K=2, d=8, D=24 != H*d. */
 static void test_against_naive(TestCounts *tc) {
     enum { L = 300, w = 16, H = 4, K = 2, d = 8, D = 24, G = H / K };
     unsigned seed = 7;
@@ -76,38 +77,8 @@ static void test_against_naive(TestCounts *tc) {
     CHECK(tc, !memcmp(serial.value_norm, o.value_norm, sizeof(float) * K * L),
           "value norms on 3 threads equal one thread's bit for bit");
     observation_release(&serial);
-    double worst_attn = 0, worst_nu = 0;
-    for (int h = 0; h < H; h++)
-        for (int i = 0; i < w; i++) {
-            double logit[L], mx = -1e300, sum = 0;
-            int last = L - w + i;
-            for (int j = 0; j <= last; j++) {
-                double s = 0;
-                for (int c = 0; c < d; c++) s += (double)q[(h * w + i) * d + c] * keys[h / G][j * d + c];
-                logit[j] = s / sqrt((double)d);
-                mx = logit[j] > mx ? logit[j] : mx;
-            }
-            for (int j = 0; j <= last; j++) sum += exp(logit[j] - mx);
-            for (int j = 0; j < L; j++) {
-                double want = j <= last ? exp(logit[j] - mx) / sum : 0.0;
-                double e = fabs(o.attn[((size_t)h * w + i) * L + j] - want);
-                worst_attn = e > worst_attn ? e : worst_attn;
-            }
-        }
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < L; j++) {
-            double nu = 0;
-            for (int g = 0; g < G; g++) {
-                int h = k * G + g;
-                for (int e = 0; e < D; e++) {
-                    double p = 0;
-                    for (int c = 0; c < d; c++) p += (double)values[k][j * d + c] * w_o[e * H * d + h * d + c];
-                    nu += fabs(p) / G;
-                }
-            }
-            double e = fabs(o.value_norm[k * L + j] - nu) / (nu > 1 ? nu : 1);
-            worst_nu = e > worst_nu ? e : worst_nu;
-        }
+    double worst_attn, worst_nu;
+    observation_naive_errors(&o, &worst_attn, &worst_nu);
     CHECK(tc, worst_attn < 1e-6, "attention differs from the naive loop by %g", worst_attn);
     CHECK(tc, worst_nu < 1e-5, "value norms differ from the naive loop by %g (relative)", worst_nu);
     /* Arrays handed in by a backend are used as they are, and not freed by release. */

@@ -3,7 +3,7 @@
 
 Writes, under tests/data/gguf/ (run from the project root; needs PyPI numpy + gguf, see requirements.txt; committed
 outputs made with numpy 2.4.6, gguf 0.19.0):
-  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q8_0, q4_K, q6_K) as random
+  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q5_0, q8_0, q4_K, q6_K) as random
                        raw blocks (every bit pattern reachable, finite scales), each followed by "<name>.expected":
                        the same values as f32 from gguf.quants.dequantize (PyPI gguf's numpy port of ggml);
                        also one metadata key per GGUF value type, and a non-default alignment (64).
@@ -29,23 +29,26 @@ from gguf.quants import dequantize, quantize
 OUT = "tests/data/gguf"
 SMOLLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 rng = np.random.default_rng(20260501)
+# the cases added for issue #24 draw from their own generator, so the tiny models (drawn from `rng` after the
+# first cases) stay byte-identical
+rng_new = np.random.default_rng(20261205)
 
 # byte offsets of the f16 scale fields inside one block, per type (ggml-common.h)
-F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
+F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
 
 
-def random_f16(n, lo=-6, hi=2):
+def random_f16(n, lo=-6, hi=2, r=rng):
     """Finite f16 scales of varied magnitude (random sign, exponent in 2^lo..2^hi)."""
-    v = rng.standard_normal(n) * np.exp2(rng.integers(lo, hi, n))
+    v = r.standard_normal(n) * np.exp2(r.integers(lo, hi, n))
     return v.astype(np.float16)
 
 
-def random_blocks(qtype, rows, cols):
+def random_blocks(qtype, rows, cols, r=rng):
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     nb = rows * cols // block
-    raw = rng.integers(0, 256, (nb, size), dtype=np.uint8)
+    raw = r.integers(0, 256, (nb, size), dtype=np.uint8)
     for off in F16_FIELDS[qtype]:
-        raw[:, off:off + 2] = random_f16(nb).view(np.uint8).reshape(nb, 2)
+        raw[:, off:off + 2] = random_f16(nb, r=r).view(np.uint8).reshape(nb, 2)
     return raw.reshape(rows, cols // block * size)
 
 
@@ -82,6 +85,9 @@ def write_quant_cases():
     # realistic blocks too: quantised from normal data by gguf's own quantiser (where it has one)
     for name, qt in [("q4_0_real", T.Q4_0), ("q4_1_real", T.Q4_1), ("q8_0_real", T.Q8_0)]:
         cases[name] = (qt, quantize(rng.standard_normal((rows, cols)).astype(np.float32) * 0.05, qt))
+    for name, qt in [("q5_0", T.Q5_0)]:
+        cases[name] = (qt, random_blocks(qt, 2, 512, rng_new))
+        cases[name + "_real"] = (qt, quantize(rng_new.standard_normal((2, 512)).astype(np.float32) * 0.05, qt))
     for name, (qt, raw) in cases.items():
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
         w.add_tensor(name + ".expected", dequantize(raw, qt).astype(np.float32))
