@@ -1,11 +1,17 @@
 /* test_gguf.c — the GGUF reader and the ggml dequantisers.
  *
- * Dequantisation of every supported type is compared with PyPI gguf's gguf.quants.dequantize on random raw
- * blocks (tests/reference/gen_quant_cases.py writes both into tests/data/gguf/quant_cases.gguf): tolerance 0,
- * bit-exact, since both sides do the same float32 arithmetic. Metadata getters are checked on one key per GGUF
+ * Dequantisation of every supported type (the 15 llama.cpp writes for llama, qwen2 and mistral models) is compared
+ * with PyPI gguf's gguf.quants.dequantize on random raw blocks, blocks from gguf's quantiser, and blocks with
+ * extreme scales (tests/reference/gen_quant_cases.py writes both into tests/data/gguf/quant_cases.gguf):
+ * tolerance 0, bit-exact, since both sides do the same float32 operations in the same order (ggml's
+ * dequantize_row_* formulas). NaN and Inf scales propagate as IEEE arithmetic makes them, on both sides: a NaN
+ * scale makes its whole (sub-)block NaN; an Inf scale gives +-Inf where the code is non-zero and NaN where it is 0
+ * (0 * Inf), and Inf - Inf = NaN where a min is subtracted or added. A NaN equals any NaN here (both sides quiet a
+ * signalling NaN on the multiply; a bare f16/bf16 NaN keeps its payload), every other value compares by its bits. Metadata getters are checked on one key per GGUF
  * value type. Corrupt files (truncated at each section, bad magic, bad version, unknown tensor type, data past
  * the end) must fail with one line naming the file. The real SmolLM2 GGUF, when present, checks string arrays. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,6 +71,7 @@ static void test_metadata(TestCounts *tc, GgufFile *g) {
 static void test_dequant(TestCounts *tc, GgufFile *g) {
     KvErr err = {{0}};
     int n_cases = 0;
+    char random[64] = {0}, special[64] = {0};  /* type codes with a case of each kind */
     for (int i = 0; i < gguf_n_tensors(g); i++) {
         const GgufTensor *t = gguf_tensor(g, i);
         if (strstr(t->name, ".expected")) continue;
@@ -82,7 +89,7 @@ static void test_dequant(TestCounts *tc, GgufFile *g) {
         memcpy(want, e->data, n * sizeof *want);
         size_t bad = 0;
         for (size_t j = 0; j < n; j++)
-            if (memcmp(&got[j], &want[j], 4)) {
+            if (memcmp(&got[j], &want[j], 4) && !(isnan(got[j]) && isnan(want[j]))) {
                 if (!bad) fprintf(stderr, "%s[%zu]: got %.9g want %.9g\n", t->name, j, got[j], want[j]);
                 bad++;
             }
@@ -91,16 +98,29 @@ static void test_dequant(TestCounts *tc, GgufFile *g) {
         free(got);
         free(want);
         n_cases++;
+        if (t->type >= 0 && t->type < 64) (strstr(t->name, "_special") ? special : random)[t->type] = 1;
     }
-    CHECK(tc, n_cases == 12, "expected 12 dequantisation cases, found %d", n_cases);
+    CHECK(tc, n_cases == 33, "expected 33 dequantisation cases, found %d", n_cases);
+    /* every readable type has a random case and (but f32) an extreme-scale one */
+    char none[128] = "", readable[256];
+    for (int type = 1; type < 64; type++)
+        if (!ggml_unreadable(type, readable, sizeof readable) && (!random[type] || !special[type]))
+            snprintf(none + strlen(none), sizeof none - strlen(none), " %s", ggml_type_name(type));
+    CHECK(tc, !none[0], "types without a random and an extreme-scale case:%s", none);
+    ggml_readable_types(readable, sizeof readable);
+    CHECK(tc, !strcmp(readable, "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
+                                "bf16"), "readable types: %s", readable);
 
     CHECK(tc, !strcmp(ggml_type_name(GGML_Q4_K), "q4_K") && !strcmp(ggml_type_name(99), "unknown"), "names");
     CHECK(tc, ggml_type_bytes(GGML_Q6_K, 512) == 420 && ggml_type_bytes(GGML_Q4_1, 33) == 0 &&
                   ggml_type_bytes(77, 32) == 0, "type bytes");
     float out[256];
     uint8_t zeros[256] = {0};
-    CHECK(tc, ggml_dequantize(13, zeros, out, 256, &err) == -1 && strstr(err.msg, "q5_K"), "q5_K: %s", err.msg);
-    CHECK(tc, ggml_dequantize(5, zeros, out, 32, &err) == -1 && strstr(err.msg, "unknown"), "type 5: %s", err.msg);
+    CHECK(tc, ggml_dequantize(17, zeros, out, 256, &err) == -1 &&
+                  strstr(err.msg, "type iq2_xs, which kvbench cannot read (it reads f32, f16, q4_0"), "iq2_xs: %s",
+          err.msg);
+    CHECK(tc, ggml_dequantize(5, zeros, out, 32, &err) == -1 && strstr(err.msg, "type code 5, which ggml does not"),
+          "type 5: %s", err.msg);
     CHECK(tc, ggml_dequantize(GGML_Q8_0, zeros, out, 40, &err) == -1 && strstr(err.msg, "block"), "partial block");
 }
 

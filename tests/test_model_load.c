@@ -708,12 +708,17 @@ static void test_bad_gguf_model(TestCounts *tc, const TmpDir *t, const cJSON *ex
     write_bytes(p, b, size);
     expect_load_fails(tc, p, "model.gguf", "'blk.0.attn_q.weight' has shape [64, 32], expected [64, 64]");
 
-    /* a valid ggml type kvbench does not dequantise (q5_1: 24-byte blocks, so the data still fits) */
+    /* a valid ggml type kvbench does not dequantise (mxfp4: 17-byte blocks of 32, so the data still fits),
+     * refused while planning, before the arena, by the full load and by the config-only load of `kvbench info` */
     memcpy(b, orig, size);
-    uint32_t q5_1 = 7;
-    memcpy(b + (long)num(off, "attn_q_type"), &q5_1, 4);
+    uint32_t mxfp4 = 39;
+    memcpy(b + (long)num(off, "attn_q_type"), &mxfp4, 4);
     write_bytes(p, b, size);
-    expect_load_fails(tc, p, "model.gguf", "q5_1 is not supported");
+    const char *unreadable = "tensor blk.0.attn_q.weight has type mxfp4, which kvbench cannot read (it reads f32, "
+                             "f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, bf16)";
+    expect_load_fails(tc, p, "model.gguf", unreadable);
+    Model *m = NULL;
+    CHECK(tc, model_load_config(&m, p, &err) == -1 && strstr(err.msg, unreadable), "config-only: %s", err.msg);
 
     memcpy(b, orig, size);
     k = memmem(b, size, "general.architecture", 20);

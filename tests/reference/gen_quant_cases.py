@@ -3,10 +3,14 @@
 
 Writes, under tests/data/gguf/ (run from the project root; needs PyPI numpy + gguf, see requirements.txt; committed
 outputs made with numpy 2.4.6, gguf 0.19.0):
-  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q5_0, q8_0, q4_K, q6_K) as random
-                       raw blocks (every bit pattern reachable, finite scales), each followed by "<name>.expected":
-                       the same values as f32 from gguf.quants.dequantize (PyPI gguf's numpy port of ggml);
-                       also one metadata key per GGUF value type, and a non-default alignment (64).
+  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K,
+                       q4_K, q5_K, q6_K, iq4_nl, iq4_xs) as random raw blocks (every bit pattern reachable, finite
+                       scales), blocks quantised by gguf's own quantiser where it has one ("_real"), and
+                       "<name>_special" blocks whose f16 scales are +-0, subnormal, min normal, +-max, +-Inf and
+                       NaN, plus an all-zero block; each followed by "<name>.expected": the same values as f32 from
+                       gguf.quants.dequantize (PyPI gguf's numpy port of ggml); also one metadata key per GGUF
+                       value type, and a non-default alignment (64). The cases added for issue #24 draw from their
+                       own generator (rng_new) so that the tiny models below stay byte-identical.
   tiny_llama.gguf      a 2-layer Llama-architecture model (D=64, H=4, K=2, d=16, F=96, V=80) quantised like
                        llama.cpp writes one: Q/K rows permuted by convert_hf_to_gguf.py's LlamaModel.permute,
                        a rope_freqs.weight tensor (Llama-3.1 scaling), an untied output.weight.
@@ -34,7 +38,14 @@ rng = np.random.default_rng(20260501)
 rng_new = np.random.default_rng(20261205)
 
 # byte offsets of the f16 scale fields inside one block, per type (ggml-common.h)
-F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
+F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82],
+              T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
+# the types added for issue #24 (every type llama.cpp writes for llama, qwen2 and mistral models)
+NEW_TYPES = [("q5_0", T.Q5_0), ("q5_1", T.Q5_1), ("q2_K", T.Q2_K), ("q3_K", T.Q3_K), ("q5_K", T.Q5_K),
+             ("iq4_nl", T.IQ4_NL), ("iq4_xs", T.IQ4_XS)]
+# f16 scale bits at the edges: +-0, the smallest and largest subnormals, the smallest normal, +-max, +-Inf, a
+# quiet NaN and a negative signalling NaN with a payload
+SPECIAL_F16 = [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0xFD01]
 
 
 def random_f16(n, lo=-6, hi=2, r=rng):
@@ -58,6 +69,27 @@ def random_half_bits(rows, cols, is_bf16):
     nan = ((bits & exp_mask) == exp_mask) & ((bits & mant_mask) != 0)
     bits[nan] &= ~np.uint16(exp_mask)  # NaNs would not compare equal; make them finite
     return bits.view(np.uint8).reshape(rows, cols * 2)
+
+
+def special_blocks(qtype):
+    """One block per SPECIAL_F16 value in every f16 field (a second field takes the value six places on, so Inf
+    meets +-0, NaN, Inf and finite values), random codes and sub-block scales, then one all-zero block."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n = len(SPECIAL_F16)
+    raw = rng_new.integers(0, 256, (n + 1, size), dtype=np.uint8)
+    raw[n] = 0
+    for k, off in enumerate(F16_FIELDS[qtype]):
+        bits = np.array([SPECIAL_F16[(i + 6 * k) % n] for i in range(n)], dtype=np.uint16)
+        raw[:n, off:off + 2] = bits.view(np.uint8).reshape(n, 2)
+    return raw.reshape(1, -1)
+
+
+def special_half_bits(is_bf16):
+    """Every f16 (or bf16) bit pattern class: the SPECIAL_F16 values (for bf16: the same classes), 32 wide."""
+    vals = [0x0000, 0x8000, 0x0001, 0x807F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFA1] if is_bf16 \
+        else SPECIAL_F16
+    bits = np.array((vals * 3)[:32], dtype=np.uint16)
+    return bits.view(np.uint8).reshape(1, 64)
 
 
 def write_quant_cases():
@@ -85,12 +117,20 @@ def write_quant_cases():
     # realistic blocks too: quantised from normal data by gguf's own quantiser (where it has one)
     for name, qt in [("q4_0_real", T.Q4_0), ("q4_1_real", T.Q4_1), ("q8_0_real", T.Q8_0)]:
         cases[name] = (qt, quantize(rng.standard_normal((rows, cols)).astype(np.float32) * 0.05, qt))
-    for name, qt in [("q5_0", T.Q5_0)]:
-        cases[name] = (qt, random_blocks(qt, 2, 512, rng_new))
-        cases[name + "_real"] = (qt, quantize(rng_new.standard_normal((2, 512)).astype(np.float32) * 0.05, qt))
+    for name, qt in NEW_TYPES:
+        cases[name] = (qt, random_blocks(qt, 1, 512, rng_new))
+    for name, qt in [("q5_0_real", T.Q5_0), ("q5_1_real", T.Q5_1)]:
+        cases[name] = (qt, quantize(rng_new.standard_normal((1, 512)).astype(np.float32) * 0.05, qt))
+    # extreme, zero, Inf and NaN scales for every block type; NaN/Inf halves for f16 and bf16
+    for name, qt in [("q4_0", T.Q4_0), ("q4_1", T.Q4_1), ("q8_0", T.Q8_0), ("q4_K", T.Q4_K), ("q6_K", T.Q6_K)] \
+            + NEW_TYPES:
+        cases[name + "_special"] = (qt, special_blocks(qt))
+    cases["f16_special"] = (T.F16, special_half_bits(False))
+    cases["bf16_special"] = (T.BF16, special_half_bits(True))
     for name, (qt, raw) in cases.items():
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
-        w.add_tensor(name + ".expected", dequantize(raw, qt).astype(np.float32))
+        with np.errstate(invalid="ignore"):  # NaN and Inf scales: 0 * Inf, Inf - Inf
+            w.add_tensor(name + ".expected", dequantize(raw, qt).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
