@@ -509,7 +509,9 @@ static int parse_tensor_info(GgufFile *g, Cursor *c, GgufTensor *t, int index, c
     if (rd_u32(c, &type, what) || rd_u64(c, &t->offset, what)) return -1;
     t->type = (int)type;
     const GgmlTypeTraits *tt = ggml_type_traits(t->type);
-    if (!tt) return kv_fail(c->err, "%s: tensor '%s' has unknown type %u", g->path, t->name, type);
+    if (!tt)
+        return kv_fail(c->err, "%s: tensor '%s' has unknown type %u, a code ggml does not define", g->path, t->name,
+                       type);
     if (t->ne[0] % tt->block)
         return kv_fail(c->err, "%s: tensor '%s' row length %llu is not a multiple of the %s block size %u",
                        g->path, t->name, (unsigned long long)t->ne[0], tt->name, tt->block);
@@ -519,6 +521,25 @@ static int parse_tensor_info(GgufFile *g, Cursor *c, GgufTensor *t, int index, c
     if (t->offset % g->alignment)
         return kv_fail(c->err, "%s: tensor '%s' data offset %llu is not a multiple of the alignment %u", g->path,
                        t->name, (unsigned long long)t->offset, g->alignment);
+    return 0;
+}
+
+/* The tensor's data, offset bytes into the blob at data_start, must end inside the file; no sum here can
+ * overflow (offset is any u64 from the file). A file that ends inside the data is a truncated block. */
+static int check_data_bounds(GgufFile *g, GgufTensor *t, size_t data_start, KvErr *err) {
+    size_t blob = data_start <= g->size ? g->size - data_start : 0;
+    if (data_start > g->size || t->offset >= blob + (t->n_bytes == 0))
+        return kv_fail(err, "%s: tensor '%s' data offset %llu (file offset %llu) is past the end of the file (%zu "
+                            "bytes)", g->path, t->name, (unsigned long long)t->offset,
+                       (unsigned long long)data_start + t->offset, g->size);
+    if (t->n_bytes > blob - t->offset) {
+        const GgmlTypeTraits *tt = ggml_type_traits(t->type);
+        return kv_fail(err, "%s: tensor '%s' is truncated: its %zu bytes of %s (%zu blocks of %u bytes) at file "
+                            "offset %zu run past the end of the file (%zu bytes), which ends inside block %zu",
+                       g->path, t->name, t->n_bytes, tt->name, t->n_bytes / tt->bytes, tt->bytes,
+                       data_start + (size_t)t->offset, g->size, (size_t)(blob - t->offset) / tt->bytes);
+    }
+    t->data = g->map + data_start + t->offset;
     return 0;
 }
 
@@ -565,14 +586,8 @@ static int parse(GgufFile *g, KvErr *err) {
         if (parse_tensor_info(g, &c, &g->tensors[i], i, g->names + (size_t)i * GGUF_MAX_NAME)) return -1;
 
     size_t data_start = c.pos + (g->alignment - c.pos % g->alignment) % g->alignment;
-    for (int i = 0; i < g->n_tensors; i++) {
-        GgufTensor *t = &g->tensors[i];
-        if (data_start > g->size || t->offset > g->size - data_start || t->n_bytes > g->size - data_start - t->offset)
-            return kv_fail(err, "%s: tensor '%s' data (%zu bytes at offset %llu) runs past the end of the file "
-                                "(%zu bytes)", g->path, t->name, t->n_bytes,
-                           (unsigned long long)(data_start + t->offset), g->size);
-        t->data = g->map + data_start + t->offset;
-    }
+    for (int i = 0; i < g->n_tensors; i++)
+        if (check_data_bounds(g, &g->tensors[i], data_start, err)) return -1;
     return 0;
 }
 

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "../engine/gguf.h"
+#include "../engine/model.h"
+#include "../runs/commands.h"
 #include "test.h"
 
 #define QUANT_CASES TEST_DATA("gguf/quant_cases.gguf")
@@ -141,8 +143,8 @@ static int write_file(const char *path, const void *data, size_t n) {
     return w == n ? 0 : -1;
 }
 
-/* Writes the first n bytes of the (possibly patched) tiny model as NAME and expects gguf_open to fail with a
- * message naming that file and containing `needle`. */
+/* Writes the first n bytes of the (possibly patched) tiny model as NAME and expects gguf_open, the model load
+ * and `kvbench info` (exit status 1) each to fail with one line naming that file and containing `needle`. */
 static void expect_open_fails(TestCounts *tc, Scratch *s, const char *name, size_t n, const char *needle) {
     snprintf(s->path, sizeof s->path, "%s/%s", s->dir, name);
     if (write_file(s->path, s->bytes, n)) {
@@ -156,6 +158,15 @@ static void expect_open_fails(TestCounts *tc, Scratch *s, const char *name, size
     CHECK(tc, strstr(err.msg, s->path) && strstr(err.msg, needle) && !strchr(err.msg, '\n'),
           "%s: message '%s' should name the file and say '%s'", name, err.msg, needle);
     gguf_close(g);
+    Model *m = NULL;
+    rc = model_load(&m, s->path, &err);
+    CHECK(tc, rc == -1 && !m && strstr(err.msg, s->path) && strstr(err.msg, needle) && !strchr(err.msg, '\n'),
+          "%s: model load: '%s' should say '%s'", name, err.msg, needle);
+    model_free(m);
+    char out[1024];
+    rc = test_run_command(cmd_info, 1, (char *[]){s->path}, out, NULL, sizeof out);
+    CHECK(tc, rc == 1 && strstr(out, s->path) && strstr(out, needle) && strchr(out, '\n') == out + strlen(out) - 1,
+          "%s: kvbench info (status %d): '%s' should be one line saying '%s'", name, rc, out, needle);
     unlink(s->path);
 }
 
@@ -189,8 +200,12 @@ static void test_corrupt(TestCounts *tc) {
         {"cut_metadata_end.gguf", json_int(off, "tensor_info_start") - 3, "truncated file: metadata value"},
         {"cut_tensor_infos.gguf", json_int(off, "attn_q_info") + 10, "truncated"},
         {"cut_tensor_type.gguf", json_int(off, "attn_q_type") + 2, "truncated"},
-        {"cut_before_data.gguf", json_int(off, "data_start"), "past the end"},
-        {"cut_data.gguf", (long)size - 1, "past the end"},
+        {"cut_before_data.gguf", json_int(off, "data_start"), "tensor 'token_embd.weight' data offset 0"},
+        /* the last tensor's last super-block or block cut short: a truncated block, named */
+        {"cut_data.gguf", (long)size - 1, "tensor 'blk.1.ffn_down.weight' is truncated: its 6528 bytes of q8_0 "
+                                          "(192 blocks of 34 bytes) at file offset 59264 run past the end of the "
+                                          "file (65791 bytes), which ends inside block 191"},
+        {"cut_data_block.gguf", (long)size - 3 * 34 - 10, "tensor 'blk.1.ffn_down.weight' is truncated"},
         {"empty.gguf", 0, "bad magic"},
     };
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
@@ -209,13 +224,14 @@ static void test_corrupt(TestCounts *tc) {
     expect_open_fails(tc, &s, "version_be.gguf", size, "unsupported GGUF version");
     memcpy(s.bytes, orig, size);
     patch_u32(&s, json_int(off, "attn_q_type"), 99);
-    expect_open_fails(tc, &s, "type99.gguf", size, "unknown type 99");
+    expect_open_fails(tc, &s, "type99.gguf", size, "tensor 'blk.0.attn_q.weight' has unknown type 99");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_offset_field"), (uint64_t)size);
-    expect_open_fails(tc, &s, "offset_past_end.gguf", size, "past the end");
+    expect_open_fails(tc, &s, "offset_past_end.gguf", size, "tensor 'blk.0.attn_q.weight' data offset");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_offset_field"), UINT64_MAX - 31);
-    expect_open_fails(tc, &s, "offset_huge.gguf", size, "past the end");
+    expect_open_fails(tc, &s, "offset_huge.gguf", size,
+                      "tensor 'blk.0.attn_q.weight' data offset 18446744073709551584");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_offset_field"), 16);
     expect_open_fails(tc, &s, "offset_unaligned.gguf", size, "alignment");
@@ -227,12 +243,30 @@ static void test_corrupt(TestCounts *tc) {
     expect_open_fails(tc, &s, "dims_huge.gguf", size, "past the end");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_ne1") - 8, 48);  /* row length not a whole number of q4_0 blocks */
-    expect_open_fails(tc, &s, "row_partial.gguf", size, "not a multiple");
+    expect_open_fails(tc, &s, "row_partial.gguf", size,
+                      "tensor 'blk.0.attn_q.weight' row length 48 is not a multiple of the q4_0 block size 32");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "metadata_start"), (uint64_t)1 << 50);  /* first key's length */
     expect_open_fails(tc, &s, "key_len_huge.gguf", size, "truncated");
 
+    /* a K-quant super-block cut short: quant_cases.gguf ends 7 bytes into block 5 of q4_K_special */
+    size_t qsize = 0;
+    unsigned char *quant = (unsigned char *)kv_read_file(QUANT_CASES, &qsize, &err);
     GgufFile *g = NULL;
+    const GgufTensor *t = quant && !gguf_open(&g, QUANT_CASES, &err) ? gguf_find_tensor(g, "q4_K_special") : NULL;
+    unsigned char *at = t ? memmem(quant, qsize, t->data, t->n_bytes) : NULL;
+    CHECK(tc, at, "q4_K_special in %s: %s", QUANT_CASES, err.msg);
+    if (at) {
+        free(s.bytes);
+        s.bytes = quant;
+        quant = NULL;
+        expect_open_fails(tc, &s, "cut_superblock.gguf", (size_t)(at - s.bytes) + 5 * 144 + 7,
+                          "tensor 'q4_K_special' is truncated: its 1728 bytes of q4_K (12 blocks of 144 bytes)");
+        expect_open_fails(tc, &s, "cut_superblock.gguf", (size_t)(at - s.bytes) + 5 * 144 + 7, "inside block 5");
+    }
+    free(quant);
+    gguf_close(g);
+    g = NULL;
     CHECK(tc, gguf_open(&g, "tests/data/gguf/does_not_exist.gguf", &err) == -1 &&
                   strstr(err.msg, "does_not_exist.gguf") && strstr(err.msg, "cannot open"), "missing: %s", err.msg);
     CHECK(tc, gguf_open(&g, "tests/data/gguf", &err) == -1 && strstr(err.msg, "not a regular file"),
