@@ -529,9 +529,9 @@ static int parse_tensor_info(GgufFile *g, Cursor *c, GgufTensor *t, int index, c
 static int check_data_bounds(GgufFile *g, GgufTensor *t, size_t data_start, KvErr *err) {
     size_t blob = data_start <= g->size ? g->size - data_start : 0;
     if (data_start > g->size || t->offset >= blob + (t->n_bytes == 0))
-        return kv_fail(err, "%s: tensor '%s' data offset %llu (file offset %llu) is past the end of the file (%zu "
-                            "bytes)", g->path, t->name, (unsigned long long)t->offset,
-                       (unsigned long long)data_start + t->offset, g->size);
+        return kv_fail(err, "%s: tensor '%s' data offset %llu (in the data section at file offset %zu) is past the "
+                            "end of the file (%zu bytes)", g->path, t->name, (unsigned long long)t->offset, data_start,
+                       g->size);
     if (t->n_bytes > blob - t->offset) {
         const GgmlTypeTraits *tt = ggml_type_traits(t->type);
         return kv_fail(err, "%s: tensor '%s' is truncated: its %zu bytes of %s (%zu blocks of %u bytes) at file "

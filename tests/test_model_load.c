@@ -228,6 +228,22 @@ static void test_tiny_gguf(TestCounts *tc, const cJSON *exp, const char *arch, c
     model_free(m);
 }
 
+/* The small Llama in Q5_0 / Q5_1 / Q8_0 (tests/data/fuzz/gguf_tensors/seed_llama_q5.gguf, also a fuzz seed): its
+ * weights, permuted Q/K rows of 5-bit blocks included, equal gguf-py's dequantisation (tolerance 0). */
+static void test_q5_gguf(TestCounts *tc, const cJSON *exp) {
+    const char *path = "tests/data/fuzz/gguf_tensors/seed_llama_q5.gguf";
+    Model *m = NULL;
+    KvErr err = {{0}};
+    CHECK(tc, model_load(&m, path, &err) == 0, "%s: %s", path, err.msg);
+    if (!m) return;
+    const ModelConfig *c = &m->cfg;
+    CHECK(tc, c->arch == ARCH_LLAMA && c->n_layers == 2 && c->d_model == 32 && c->n_heads == 2 && c->n_kv_heads == 1 &&
+                  c->head_dim == 16 && c->d_ff == 64 && c->vocab_size == 16 && !c->tied_embeddings,
+          "q5 llama shape");
+    check_weights(tc, m, item(item(exp, "llama_q5"), "tensors"), path);
+    model_free(m);
+}
+
 /* ---- the real SmolLM2 GGUF ---------------------------------------------------------------------------- */
 
 static void test_smollm2(TestCounts *tc) {
@@ -744,6 +760,7 @@ int main(void) {
     if (gexp) {
         test_tiny_gguf(&tc, gexp, "llama", TEST_DATA("gguf/tiny_llama.gguf"));
         test_tiny_gguf(&tc, gexp, "qwen2", TEST_DATA("gguf/tiny_qwen2.gguf"));
+        test_q5_gguf(&tc, gexp);
     }
     if (hexp) {
         test_hf(&tc, hexp, "llama");

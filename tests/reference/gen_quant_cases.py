@@ -31,6 +31,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
 OUT = "tests/data/gguf"
+FUZZ_SEEDS = "tests/data/fuzz/gguf_tensors"
 SMOLLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 rng = np.random.default_rng(20260501)
 # the cases added for issue #24 draw from their own generator, so the tiny models (drawn from `rng` after the
@@ -171,11 +172,12 @@ def sample_rows(mat, rows, n_values=32):
             "sums": [float(mat[r].astype(np.float64).sum()) for r in rows]}
 
 
-def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs):
-    D, H, K, d, F, V, N = 64, 4, 2, 16, 96, 80, 2
+def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs, dims=(64, 4, 2, 16, 96, 80, 2), r=rng,
+               name=None):
+    D, H, K, d, F, V, N = dims
     theta = 500000.0
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"tiny-{arch}-test")
+    w.add_name(name or f"tiny-{arch}-test")
     p = arch
     w.add_uint32(f"{p}.block_count", N)
     w.add_uint32(f"{p}.context_length", 2048)
@@ -219,7 +221,7 @@ def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs):
         mat = back if back.ndim == 2 else back.reshape(1, -1)
         exp["tensors"][name] = {"field": field, "layer": layer, **sample_rows(mat, [r for r in rows if r < n])}
 
-    g = lambda *s: rng.standard_normal(s) * 0.1  # noqa: E731
+    g = lambda *s: r.standard_normal(s) * 0.1  # noqa: E731
     add("token_embd.weight", "tok_embd", -1, g(V, D), qtypes["embd"])
     add("output_norm.weight", "out_norm", -1, 1 + g(D), T.F32)
     if not tied:
@@ -275,8 +277,34 @@ def write_tiny_models():
     exp["qwen2"] = tiny_model(f"{OUT}/tiny_qwen2.gguf", "qwen2",
                               {"embd": T.F16, "attn": [T.F16, T.F32], "ffn": T.F16},
                               permuted=False, bias=True, tied=True, rope_freqs=False)
+    # a smaller Llama in the types of Qwen2.5-Coder's GGUF that gguf can quantise (Q/K rows of Q5_0 and Q5_1
+    # permuted): a model-load case for test_model_load and a seed of the gguf_tensors fuzz target
+    exp["llama_q5"] = tiny_model(f"{FUZZ_SEEDS}/seed_llama_q5.gguf", "llama",
+                                 {"embd": T.Q8_0, "out": T.Q5_1, "attn": [T.Q5_0, T.Q5_1], "ffn": T.Q5_0},
+                                 permuted=True, bias=False, tied=False, rope_freqs=False,
+                                 dims=(32, 2, 1, 16, 64, 16, 2), r=rng_new, name="tiny-llama-q5-test")
     with open(f"{OUT}/tiny_expected.json", "w") as f:
         json.dump(exp, f, separators=(",", ":"))
+
+
+def write_fuzz_seed_types():
+    """A seed for the gguf_tensors fuzz target: one tensor of two random blocks of every readable type, and one
+    of a type kvbench cannot read (iq2_xs), which the target must skip."""
+    w = gguf.GGUFWriter(f"{FUZZ_SEEDS}/seed_types.gguf", "test")
+    for name, qt in [("f16", T.F16), ("bf16", T.BF16)]:
+        w.add_tensor(name, random_half_bits(1, 64, qt == T.BF16), raw_shape=(1, 64), raw_dtype=qt)
+    w.add_tensor("f32", rng_new.standard_normal((1, 16)).astype(np.float32))
+    for qt in [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]:
+        block = gguf.GGML_QUANT_SIZES[qt][0]
+        raw = random_blocks(qt, 1, 2 * block, rng_new)
+        w.add_tensor(qt.name.lower(), raw, raw_shape=raw.shape, raw_dtype=qt)
+    size = gguf.GGML_QUANT_SIZES[T.IQ2_XS][1]
+    w.add_tensor("iq2_xs", rng_new.integers(0, 256, (1, size), dtype=np.uint8), raw_shape=(1, size),
+                 raw_dtype=T.IQ2_XS)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_smollm2_expected():
@@ -312,6 +340,8 @@ def write_smollm2_expected():
 
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
+    os.makedirs(FUZZ_SEEDS, exist_ok=True)
     write_quant_cases()
     write_tiny_models()
+    write_fuzz_seed_types()
     write_smollm2_expected()
