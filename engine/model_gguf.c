@@ -150,7 +150,7 @@ static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *
     if (!ok) return shape_error(g, t, w, err);
     char why[384];
     if (ggml_unreadable(t->type, why, sizeof why))
-        return kv_fail(err, "%s: tensor %s has %s", gguf_path(g), t->name, why);
+        return kv_fail(err, "%s: tensor '%s' has %s", gguf_path(g), t->name, why);
     *c = (TensorCopy){.data = t->data, .type = t->type, .rows = w->rows, .cols = w->cols, .perm_heads = w->perm_heads,
                       .dst = w->dst};
     /* A permuted bias is a column of single-element rows. */

@@ -730,7 +730,7 @@ static void test_bad_gguf_model(TestCounts *tc, const TmpDir *t, const cJSON *ex
     uint32_t mxfp4 = 39;
     memcpy(b + (long)num(off, "attn_q_type"), &mxfp4, 4);
     write_bytes(p, b, size);
-    const char *unreadable = "tensor blk.0.attn_q.weight has type mxfp4, which kvbench cannot read (it reads f32, "
+    const char *unreadable = "tensor 'blk.0.attn_q.weight' has type mxfp4, which kvbench cannot read (it reads f32, "
                              "f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, bf16)";
     expect_load_fails(tc, p, "model.gguf", unreadable);
     Model *m = NULL;
