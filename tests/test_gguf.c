@@ -7,9 +7,12 @@
  * dequantize_row_* formulas). NaN and Inf scales propagate as IEEE arithmetic makes them, on both sides: a NaN
  * scale makes its whole (sub-)block NaN; an Inf scale gives +-Inf where the code is non-zero and NaN where it is 0
  * (0 * Inf), and Inf - Inf = NaN where a min is subtracted or added. A NaN equals any NaN here (both sides quiet a
- * signalling NaN on the multiply; a bare f16/bf16 NaN keeps its payload), every other value compares by its bits. Metadata getters are checked on one key per GGUF
- * value type. Corrupt files (truncated at each section, bad magic, bad version, unknown tensor type, data past
- * the end) must fail with one line naming the file. The real SmolLM2 GGUF, when present, checks string arrays. */
+ * signalling NaN on the multiply; a bare f16/bf16 NaN keeps its payload, and on x86-64 every NaN's bits matched
+ * gguf-py's too), every other value compares by its bits. Metadata getters are checked on one key per GGUF value
+ * type. Corrupt files (truncated at each section or inside a tensor's block or K-quant super-block, bad magic, bad
+ * version, unknown tensor type, row length not whole blocks, data offset past the end, offset + size overflowing)
+ * must fail with one line naming the file (and the tensor), in gguf_open, the model load and `kvbench info` (exit
+ * status 1). The real SmolLM2 GGUF, when present, checks string arrays. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>

@@ -10,9 +10,10 @@
  * copy of a kvbench results database (fuzz_results_db below); the copy is then reported and merged into a new
  * file. "zip": the input is LongBench's data.zip, from which a task is read. "gguf_tensors": the input is a GGUF
  * file; it is opened, every tensor of a type kvbench reads (and at most FUZZ_MAX_ELEMS elements) is dequantised
- * from an exact-size copy of its bytes (so a sanitizer sees any read past them), and the file is loaded as a model. Any input must either load or be
- * refused with one line naming the file (a refused merge leaving no file); anything else (a crash, a sanitizer
- * report, a message without the file or over several lines) is a finding. Run from the project root. */
+ * from an exact-size copy of its bytes (so a sanitizer sees any read past them), and the file is loaded as a model.
+ * Any input must either load or be refused with one line naming the file (a refused merge leaving no file);
+ * anything else (a crash, a sanitizer report, a message without the file or over several lines) is a finding.
+ * Run from the project root. */
 #ifndef KVBENCH_FUZZ_INPUTS_H
 #define KVBENCH_FUZZ_INPUTS_H
 
