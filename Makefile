@@ -6,7 +6,8 @@
 #                   included (build-san/, its own build-san/kvbench: ./kvbench stays the optimised build)
 #   make check      test + sanitize (what .ci/run and the README run), then checks ./kvbench is still the optimised one
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS=...]   libFuzzer on the HF index, tokenizer_config.json, config.json,
-#                   run configs, GGUF / tokenizer.json / SentencePiece tokenizers (load, encode, decode), results
+#                   run configs, GGUF / tokenizer.json / SentencePiece tokenizers (load, encode, decode), GGUF
+#                   tensors (open, dequantise every readable tensor, load as a model), results
 #                   databases (report, merge) and LongBench's data.zip
 #   make test-policies [POLICY_GOLDEN=DIR]   the golden policy vectors only
 #   make bench      speed / memory benchmarks against peers measured in the same run
@@ -136,7 +137,8 @@ check:
 # libFuzzer (clang) on the inputs of tests/fuzz/fuzz_inputs.h, each for FUZZ_SECONDS, seeded from tests/data/fuzz/
 # (the fixtures' own files and the nasty cases test_model_input replays); new inputs go to build-fuzz/corpus/,
 # a crash to build-fuzz/crash-*. A finding goes into tests/data/fuzz/<target>/ once fixed.
-FUZZ_TARGETS ?= index tokenizer_config config_json run_config gguf_tokenizer tokenizer_json spm_model results_db zip
+FUZZ_TARGETS ?= index tokenizer_config config_json run_config gguf_tokenizer gguf_tensors tokenizer_json spm_model \
+                results_db zip
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := $(SAN_FLAGS)
 fuzz:

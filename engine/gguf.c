@@ -80,22 +80,37 @@ static void dequant_q4_1(const uint8_t *src, float *dst, size_t n_blocks) {
     }
 }
 
-/* The 32 high bits of a Q5_0 / Q5_1 block, element j's in bit j (little-endian u32). */
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Q5_0: d (f16), qh (32 high bits), 16 bytes of low nibbles laid out as Q4_0's; value (q - 16) * d. */
+/* The 32 five-bit codes of a Q5_0 / Q5_1 block: low nibbles laid out as Q4_0's, the fifth bit of element j in
+ * bit j of qh (a little-endian u32). */
+static void q5_codes(const uint8_t *qh, const uint8_t *qs, int q[32]) {
+    uint32_t h = rd32(qh);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) | (int)((h >> j) & 1) << 4;
+        q[j + 16] = (qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4;
+    }
+}
+
+/* Q5_0: d (f16), qh, qs; value (q - 16) * d. */
 static void dequant_q5_0(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
         float d = rd_f16(src);
-        uint32_t qh = rd32(src + 2);
-        const uint8_t *qs = src + 6;
-        for (int j = 0; j < 16; j++) {
-            int q0 = (qs[j] & 0x0F) | (int)((qh >> j) & 1) << 4, q1 = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
-            dst[j] = (float)(q0 - 16) * d;
-            dst[j + 16] = (float)(q1 - 16) * d;
-        }
+        int q[32];
+        q5_codes(src + 2, src + 6, q);
+        for (int j = 0; j < 32; j++) dst[j] = (float)(q[j] - 16) * d;
+    }
+}
+
+/* Q5_1: d, m (f16), qh, qs; value q * d + m. */
+static void dequant_q5_1(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 24, dst += 32) {
+        float d = rd_f16(src), m = rd_f16(src + 2);
+        int q[32];
+        q5_codes(src + 4, src + 8, q);
+        for (int j = 0; j < 32; j++) dst[j] = (float)q[j] * d + m;
     }
 }
 
@@ -156,24 +171,122 @@ static void dequant_q6_k(const uint8_t *src, float *dst, size_t n_blocks) {
     }
 }
 
+/* Q2_K: scales[16] @0, qs[64] @16, d @80, dmin @82. 16 sub-blocks of 16; scales[s] holds sub-block s's 4-bit
+ * scale (low nibble) and 4-bit min (high). Element i's 2-bit code is bits 2j..2j+1 of qs[32n + l], with
+ * n = i / 128, j = i / 32 % 4, l = i % 32. Value d * sc * q - dmin * mn. */
+static void dequant_q2_k(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 84, dst += 256) {
+        const uint8_t *scales = src, *qs = src + 16;
+        float d = rd_f16(src + 80), dmin = rd_f16(src + 82);
+        for (int s = 0; s < 16; s++) {
+            float dl = d * (float)(scales[s] & 0x0F), ml = dmin * (float)(scales[s] >> 4);
+            for (int i = 16 * s; i < 16 * s + 16; i++)
+                dst[i] = dl * (float)((qs[32 * (i / 128) + i % 32] >> (2 * (i / 32 % 4))) & 3) - ml;
+        }
+    }
+}
+
+/* Q3_K: hmask[32] @0, qs[64] @32, scales[12] @96, d @108. 16 sub-blocks of 16 with signed 6-bit scales: the
+ * low 4 bits of scale s are scales[s] & 15 (s < 8) or scales[s - 8] >> 4, the high 2 bits are bits 2(s/4)..
+ * of scales[8 + s % 4]; scale - 32. Element i's code: 2 bits as Q2_K's, minus 4 unless bit i / 32 of hmask[i % 32]
+ * is set. Value d * (scale - 32) * code. */
+static void dequant_q3_k(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 110, dst += 256) {
+        const uint8_t *hmask = src, *qs = src + 32, *scales = src + 96;
+        float d = rd_f16(src + 108);
+        for (int s = 0; s < 16; s++) {
+            int lo = s < 8 ? scales[s] & 0x0F : scales[s - 8] >> 4, hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+            float dl = d * (float)((lo | hi << 4) - 32);
+            for (int i = 16 * s; i < 16 * s + 16; i++) {
+                int q = (qs[32 * (i / 128) + i % 32] >> (2 * (i / 32 % 4))) & 3;
+                dst[i] = dl * (float)(q - ((hmask[i % 32] >> (i / 32)) & 1 ? 0 : 4));
+            }
+        }
+    }
+}
+
+/* Q5_K: d @0, dmin @2, scales[12] @4 (as Q4_K's), qh[32] @16, qs[128] @48. Sub-block s (32 elements) takes
+ * the low (s even) or high nibbles of qs[32 (s/2) .. +31] and its fifth bit from bit s of qh[l]. Value
+ * d * sc * q - dmin * mn. */
+static void dequant_q5_k(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 176, dst += 256) {
+        float d = rd_f16(src), dmin = rd_f16(src + 2);
+        const uint8_t *scales = src + 4, *qh = src + 16, *qs = src + 48;
+        for (int s = 0; s < 8; s++) {
+            int sc, mn;
+            q4k_scale_min(s, scales, &sc, &mn);
+            float dl = d * (float)sc, ml = dmin * (float)mn;
+            for (int l = 0; l < 32; l++) {
+                int q = ((qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0F) | ((qh[l] >> s) & 1) << 4;
+                dst[32 * s + l] = dl * (float)q - ml;
+            }
+        }
+    }
+}
+
+/* IQ4_NL and IQ4_XS: 4-bit codes index a fixed non-linear table (kvalues_iq4nl). */
+static const int8_t IQ4NL_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* 32 elements from 16 code bytes laid out as Q4_0's, times dl. */
+static void iq4_row(const uint8_t *qs, float dl, float *dst) {
+    for (int j = 0; j < 16; j++) {
+        dst[j] = dl * (float)IQ4NL_VALUES[qs[j] & 0x0F];
+        dst[j + 16] = dl * (float)IQ4NL_VALUES[qs[j] >> 4];
+    }
+}
+
+/* IQ4_NL: d @0, qs[16] @2. */
+static void dequant_iq4_nl(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 18, dst += 32) iq4_row(src + 2, rd_f16(src), dst);
+}
+
+/* IQ4_XS: d @0, scales_h (u16) @2, scales_l[4] @4, qs[128] @8. Sub-block s (32 elements, qs[16s..]) has the
+ * 6-bit scale (scales_l[s/2] >> 4(s%2) & 15) | (scales_h >> 2s & 3) << 4, minus 32. */
+static void dequant_iq4_xs(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 136, dst += 256) {
+        float d = rd_f16(src);
+        unsigned sh = rd16(src + 2);
+        for (int s = 0; s < 8; s++) {
+            int ls = ((src[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | (int)((sh >> (2 * s)) & 3) << 4;
+            iq4_row(src + 8 + 16 * s, d * (float)(ls - 32), dst + 32 * s);
+        }
+    }
+}
+
 /* Indexed by ggml_type; entries with a NULL name are ids ggml has retired. */
 static const GgmlTypeTraits TYPE_TRAITS[] = {
-    [0] = {"f32", 1, 4, dequant_f32},       [1] = {"f16", 1, 2, dequant_f16},
-    [2] = {"q4_0", 32, 18, dequant_q4_0},   [3] = {"q4_1", 32, 20, dequant_q4_1},
-    [6] = {"q5_0", 32, 22, dequant_q5_0},  [7] = {"q5_1", 32, 24, NULL},
-    [8] = {"q8_0", 32, 34, dequant_q8_0},   [9] = {"q8_1", 32, 40, NULL},
-    [10] = {"q2_K", 256, 84, NULL},         [11] = {"q3_K", 256, 110, NULL},
-    [12] = {"q4_K", 256, 144, dequant_q4_k},[13] = {"q5_K", 256, 176, NULL},
-    [14] = {"q6_K", 256, 210, dequant_q6_k},[15] = {"q8_K", 256, 292, NULL},
-    [16] = {"iq2_xxs", 256, 66, NULL},      [17] = {"iq2_xs", 256, 74, NULL},
-    [18] = {"iq3_xxs", 256, 98, NULL},      [19] = {"iq1_s", 256, 50, NULL},
-    [20] = {"iq4_nl", 32, 18, NULL},        [21] = {"iq3_s", 256, 110, NULL},
-    [22] = {"iq2_s", 256, 82, NULL},        [23] = {"iq4_xs", 256, 136, NULL},
-    [24] = {"i8", 1, 1, NULL},              [25] = {"i16", 1, 2, NULL},
-    [26] = {"i32", 1, 4, NULL},             [27] = {"i64", 1, 8, NULL},
-    [28] = {"f64", 1, 8, NULL},             [29] = {"iq1_m", 256, 56, NULL},
-    [30] = {"bf16", 1, 2, dequant_bf16},    [34] = {"tq1_0", 256, 54, NULL},
-    [35] = {"tq2_0", 256, 66, NULL},        [39] = {"mxfp4", 32, 17, NULL},
+    [GGML_F32] = {"f32", 1, 4, dequant_f32},
+    [GGML_F16] = {"f16", 1, 2, dequant_f16},
+    [GGML_Q4_0] = {"q4_0", 32, 18, dequant_q4_0},
+    [GGML_Q4_1] = {"q4_1", 32, 20, dequant_q4_1},
+    [GGML_Q5_0] = {"q5_0", 32, 22, dequant_q5_0},
+    [GGML_Q5_1] = {"q5_1", 32, 24, dequant_q5_1},
+    [GGML_Q8_0] = {"q8_0", 32, 34, dequant_q8_0},
+    [9] = {"q8_1", 32, 40, NULL},
+    [GGML_Q2_K] = {"q2_K", 256, 84, dequant_q2_k},
+    [GGML_Q3_K] = {"q3_K", 256, 110, dequant_q3_k},
+    [GGML_Q4_K] = {"q4_K", 256, 144, dequant_q4_k},
+    [GGML_Q5_K] = {"q5_K", 256, 176, dequant_q5_k},
+    [GGML_Q6_K] = {"q6_K", 256, 210, dequant_q6_k},
+    [15] = {"q8_K", 256, 292, NULL},
+    [16] = {"iq2_xxs", 256, 66, NULL},
+    [17] = {"iq2_xs", 256, 74, NULL},
+    [18] = {"iq3_xxs", 256, 98, NULL},
+    [19] = {"iq1_s", 256, 50, NULL},
+    [GGML_IQ4_NL] = {"iq4_nl", 32, 18, dequant_iq4_nl},
+    [21] = {"iq3_s", 256, 110, NULL},
+    [22] = {"iq2_s", 256, 82, NULL},
+    [GGML_IQ4_XS] = {"iq4_xs", 256, 136, dequant_iq4_xs},
+    [24] = {"i8", 1, 1, NULL},
+    [25] = {"i16", 1, 2, NULL},
+    [26] = {"i32", 1, 4, NULL},
+    [27] = {"i64", 1, 8, NULL},
+    [28] = {"f64", 1, 8, NULL},
+    [29] = {"iq1_m", 256, 56, NULL},
+    [GGML_BF16] = {"bf16", 1, 2, dequant_bf16},
+    [34] = {"tq1_0", 256, 54, NULL},
+    [35] = {"tq2_0", 256, 66, NULL},
+    [39] = {"mxfp4", 32, 17, NULL},
 };
 #define N_TYPES ((int)(sizeof TYPE_TRAITS / sizeof TYPE_TRAITS[0]))
 
@@ -193,12 +306,28 @@ size_t ggml_type_bytes(int type, uint64_t n_elems) {
     return (size_t)(n_elems / t->block) * t->bytes;
 }
 
-int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr *err) {
+void ggml_readable_types(char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < N_TYPES; t++)
+        if (TYPE_TRAITS[t].dequant && len < size)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "", TYPE_TRAITS[t].name);
+}
+
+const char *ggml_unreadable(int type, char *buf, size_t size) {
     const GgmlTypeTraits *t = ggml_type_traits(type);
-    if (!t) return kv_fail(err, "unknown ggml tensor type %d", type);
-    if (!t->dequant)
-        return kv_fail(err, "tensor type %s is not supported (kvbench dequantises f32, f16, bf16, q4_0, q4_1, "
-                            "q5_0, q8_0, q4_K, q6_K)", t->name);
+    if (t && t->dequant) return NULL;
+    char list[256];
+    ggml_readable_types(list, sizeof list);
+    if (t) snprintf(buf, size, "type %s, which kvbench cannot read (it reads %s)", t->name, list);
+    else snprintf(buf, size, "type code %d, which ggml does not define (kvbench reads %s)", type, list);
+    return buf;
+}
+
+int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr *err) {
+    char why[384];
+    if (ggml_unreadable(type, why, sizeof why)) return kv_fail(err, "%s", why);
+    const GgmlTypeTraits *t = ggml_type_traits(type);
     if (n_elems % t->block)
         return kv_fail(err, "%zu elements of type %s is not a whole number of %u-element blocks", n_elems,
                        t->name, t->block);
@@ -380,7 +509,9 @@ static int parse_tensor_info(GgufFile *g, Cursor *c, GgufTensor *t, int index, c
     if (rd_u32(c, &type, what) || rd_u64(c, &t->offset, what)) return -1;
     t->type = (int)type;
     const GgmlTypeTraits *tt = ggml_type_traits(t->type);
-    if (!tt) return kv_fail(c->err, "%s: tensor '%s' has unknown type %u", g->path, t->name, type);
+    if (!tt)
+        return kv_fail(c->err, "%s: tensor '%s' has unknown type %u, a code ggml does not define", g->path, t->name,
+                       type);
     if (t->ne[0] % tt->block)
         return kv_fail(c->err, "%s: tensor '%s' row length %llu is not a multiple of the %s block size %u",
                        g->path, t->name, (unsigned long long)t->ne[0], tt->name, tt->block);
@@ -390,6 +521,25 @@ static int parse_tensor_info(GgufFile *g, Cursor *c, GgufTensor *t, int index, c
     if (t->offset % g->alignment)
         return kv_fail(c->err, "%s: tensor '%s' data offset %llu is not a multiple of the alignment %u", g->path,
                        t->name, (unsigned long long)t->offset, g->alignment);
+    return 0;
+}
+
+/* The tensor's data, offset bytes into the blob at data_start, must end inside the file; no sum here can
+ * overflow (offset is any u64 from the file). A file that ends inside the data is a truncated block. */
+static int check_data_bounds(GgufFile *g, GgufTensor *t, size_t data_start, KvErr *err) {
+    size_t blob = data_start <= g->size ? g->size - data_start : 0;
+    if (data_start > g->size || t->offset >= blob + (t->n_bytes == 0))
+        return kv_fail(err, "%s: tensor '%s' data offset %llu (in the data section at file offset %zu) is past the "
+                            "end of the file (%zu bytes)", g->path, t->name, (unsigned long long)t->offset, data_start,
+                       g->size);
+    if (t->n_bytes > blob - t->offset) {
+        const GgmlTypeTraits *tt = ggml_type_traits(t->type);
+        return kv_fail(err, "%s: tensor '%s' is truncated: its %zu bytes of %s (%zu blocks of %u bytes) at file "
+                            "offset %zu run past the end of the file (%zu bytes), which ends inside block %zu",
+                       g->path, t->name, t->n_bytes, tt->name, t->n_bytes / tt->bytes, tt->bytes,
+                       data_start + (size_t)t->offset, g->size, (size_t)(blob - t->offset) / tt->bytes);
+    }
+    t->data = g->map + data_start + t->offset;
     return 0;
 }
 
@@ -436,14 +586,8 @@ static int parse(GgufFile *g, KvErr *err) {
         if (parse_tensor_info(g, &c, &g->tensors[i], i, g->names + (size_t)i * GGUF_MAX_NAME)) return -1;
 
     size_t data_start = c.pos + (g->alignment - c.pos % g->alignment) % g->alignment;
-    for (int i = 0; i < g->n_tensors; i++) {
-        GgufTensor *t = &g->tensors[i];
-        if (data_start > g->size || t->offset > g->size - data_start || t->n_bytes > g->size - data_start - t->offset)
-            return kv_fail(err, "%s: tensor '%s' data (%zu bytes at offset %llu) runs past the end of the file "
-                                "(%zu bytes)", g->path, t->name, t->n_bytes,
-                           (unsigned long long)(data_start + t->offset), g->size);
-        t->data = g->map + data_start + t->offset;
-    }
+    for (int i = 0; i < g->n_tensors; i++)
+        if (check_data_bounds(g, &g->tensors[i], data_start, err)) return -1;
     return 0;
 }
 

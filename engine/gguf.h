@@ -17,10 +17,11 @@ typedef enum {
     GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10, GGUF_I64 = 11, GGUF_F64 = 12
 } GgufType;
 
-/* ggml tensor types kvbench can dequantise. */
+/* ggml tensor types kvbench can dequantise: every type llama.cpp writes for llama, qwen2 and mistral models. */
 typedef enum {
-    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q8_0 = 8,
-    GGML_Q4_K = 12, GGML_Q6_K = 14, GGML_BF16 = 30
+    GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8,
+    GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12, GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20,
+    GGML_IQ4_XS = 23, GGML_BF16 = 30
 } GgmlType;
 
 typedef struct {
@@ -69,8 +70,14 @@ typedef struct {
 /* NULL for a type code ggml does not define (or has retired). */
 const GgmlTypeTraits *ggml_type_traits(int type);
 
+/* NULL when kvbench can dequantise the type; else buf, saying "type NAME, which kvbench cannot read (it reads
+ * f32, f16, ...)" (or that ggml does not define the code), for the caller to put after the tensor's name. */
+const char *ggml_unreadable(int type, char *buf, size_t size);
+/* The readable types, "f32, f16, ...", in type-code order. */
+void ggml_readable_types(char *buf, size_t size);
+
 /* Dequantises n_elems elements (a whole number of blocks) of the given type into f32. Returns -1 for a type
- * kvbench does not support, naming it. Shared by GGUF and safetensors (F16/BF16/F32). */
+ * kvbench does not support (as ggml_unreadable). Shared by GGUF and safetensors (F16/BF16/F32). */
 int ggml_dequantize(int type, const void *src, float *dst, size_t n_elems, KvErr *err);
 const char *ggml_type_name(int type);
 /* Bytes for n_elems of a type (n_elems must be a multiple of the block size); 0 for an unknown type. */

@@ -148,6 +148,9 @@ static int plan_tensor(void *source, const WeightRef *w, int index, TensorCopy *
     if (!t) return kv_fail(err, "%s: missing tensor '%s'", gguf_path(g), w->gguf_name);
     int ok = t->n_dims == w->n_dims && t->ne[0] == w->cols && t->ne[1] == w->rows && t->ne[2] == 1 && t->ne[3] == 1;
     if (!ok) return shape_error(g, t, w, err);
+    char why[384];
+    if (ggml_unreadable(t->type, why, sizeof why))
+        return kv_fail(err, "%s: tensor '%s' has %s", gguf_path(g), t->name, why);
     *c = (TensorCopy){.data = t->data, .type = t->type, .rows = w->rows, .cols = w->cols, .perm_heads = w->perm_heads,
                       .dst = w->dst};
     /* A permuted bias is a column of single-element rows. */

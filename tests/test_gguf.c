@@ -1,16 +1,27 @@
 /* test_gguf.c — the GGUF reader and the ggml dequantisers.
  *
- * Dequantisation of every supported type is compared with PyPI gguf's gguf.quants.dequantize on random raw
- * blocks (tests/reference/gen_quant_cases.py writes both into tests/data/gguf/quant_cases.gguf): tolerance 0,
- * bit-exact, since both sides do the same float32 arithmetic. Metadata getters are checked on one key per GGUF
- * value type. Corrupt files (truncated at each section, bad magic, bad version, unknown tensor type, data past
- * the end) must fail with one line naming the file. The real SmolLM2 GGUF, when present, checks string arrays. */
+ * Dequantisation of every supported type (the 15 llama.cpp writes for llama, qwen2 and mistral models) is compared
+ * with PyPI gguf's gguf.quants.dequantize on random raw blocks, blocks from gguf's quantiser, and blocks with
+ * extreme scales (tests/reference/gen_quant_cases.py writes both into tests/data/gguf/quant_cases.gguf):
+ * tolerance 0, bit-exact, since both sides do the same float32 operations in the same order (ggml's
+ * dequantize_row_* formulas). NaN and Inf scales propagate as IEEE arithmetic makes them, on both sides: a NaN
+ * scale makes its whole (sub-)block NaN; an Inf scale gives +-Inf where the code is non-zero and NaN where it is 0
+ * (0 * Inf), and Inf - Inf = NaN where a min is subtracted or added. A NaN equals any NaN here (both sides quiet a
+ * signalling NaN on the multiply; a bare f16/bf16 NaN keeps its payload, and on x86-64 every NaN's bits matched
+ * gguf-py's too), every other value compares by its bits. Metadata getters are checked on one key per GGUF value
+ * type. Corrupt files (truncated at each section or inside a tensor's block or K-quant super-block, bad magic, bad
+ * version, unknown tensor type, row length not whole blocks, data offset past the end, offset + size overflowing)
+ * must fail with one line naming the file (and the tensor), in gguf_open, the model load and `kvbench info` (exit
+ * status 1). The real SmolLM2 GGUF, when present, checks string arrays. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../engine/gguf.h"
+#include "../engine/model.h"
+#include "../runs/commands.h"
 #include "test.h"
 
 #define QUANT_CASES TEST_DATA("gguf/quant_cases.gguf")
@@ -65,6 +76,7 @@ static void test_metadata(TestCounts *tc, GgufFile *g) {
 static void test_dequant(TestCounts *tc, GgufFile *g) {
     KvErr err = {{0}};
     int n_cases = 0;
+    char random[64] = {0}, special[64] = {0};  /* type codes with a case of each kind */
     for (int i = 0; i < gguf_n_tensors(g); i++) {
         const GgufTensor *t = gguf_tensor(g, i);
         if (strstr(t->name, ".expected")) continue;
@@ -82,7 +94,7 @@ static void test_dequant(TestCounts *tc, GgufFile *g) {
         memcpy(want, e->data, n * sizeof *want);
         size_t bad = 0;
         for (size_t j = 0; j < n; j++)
-            if (memcmp(&got[j], &want[j], 4)) {
+            if (memcmp(&got[j], &want[j], 4) && !(isnan(got[j]) && isnan(want[j]))) {
                 if (!bad) fprintf(stderr, "%s[%zu]: got %.9g want %.9g\n", t->name, j, got[j], want[j]);
                 bad++;
             }
@@ -91,16 +103,29 @@ static void test_dequant(TestCounts *tc, GgufFile *g) {
         free(got);
         free(want);
         n_cases++;
+        if (t->type >= 0 && t->type < 64) (strstr(t->name, "_special") ? special : random)[t->type] = 1;
     }
-    CHECK(tc, n_cases == 12, "expected 12 dequantisation cases, found %d", n_cases);
+    CHECK(tc, n_cases == 33, "expected 33 dequantisation cases, found %d", n_cases);
+    /* every readable type has a random case and (but f32) an extreme-scale one */
+    char none[128] = "", readable[256];
+    for (int type = 1; type < 64; type++)
+        if (!ggml_unreadable(type, readable, sizeof readable) && (!random[type] || !special[type]))
+            snprintf(none + strlen(none), sizeof none - strlen(none), " %s", ggml_type_name(type));
+    CHECK(tc, !none[0], "types without a random and an extreme-scale case:%s", none);
+    ggml_readable_types(readable, sizeof readable);
+    CHECK(tc, !strcmp(readable, "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
+                                "bf16"), "readable types: %s", readable);
 
     CHECK(tc, !strcmp(ggml_type_name(GGML_Q4_K), "q4_K") && !strcmp(ggml_type_name(99), "unknown"), "names");
     CHECK(tc, ggml_type_bytes(GGML_Q6_K, 512) == 420 && ggml_type_bytes(GGML_Q4_1, 33) == 0 &&
                   ggml_type_bytes(77, 32) == 0, "type bytes");
     float out[256];
     uint8_t zeros[256] = {0};
-    CHECK(tc, ggml_dequantize(13, zeros, out, 256, &err) == -1 && strstr(err.msg, "q5_K"), "q5_K: %s", err.msg);
-    CHECK(tc, ggml_dequantize(5, zeros, out, 32, &err) == -1 && strstr(err.msg, "unknown"), "type 5: %s", err.msg);
+    CHECK(tc, ggml_dequantize(17, zeros, out, 256, &err) == -1 &&
+                  strstr(err.msg, "type iq2_xs, which kvbench cannot read (it reads f32, f16, q4_0"), "iq2_xs: %s",
+          err.msg);
+    CHECK(tc, ggml_dequantize(5, zeros, out, 32, &err) == -1 && strstr(err.msg, "type code 5, which ggml does not"),
+          "type 5: %s", err.msg);
     CHECK(tc, ggml_dequantize(GGML_Q8_0, zeros, out, 40, &err) == -1 && strstr(err.msg, "block"), "partial block");
 }
 
@@ -121,8 +146,8 @@ static int write_file(const char *path, const void *data, size_t n) {
     return w == n ? 0 : -1;
 }
 
-/* Writes the first n bytes of the (possibly patched) tiny model as NAME and expects gguf_open to fail with a
- * message naming that file and containing `needle`. */
+/* Writes the first n bytes of the (possibly patched) tiny model as NAME and expects gguf_open, the model load
+ * and `kvbench info` (exit status 1) each to fail with one line naming that file and containing `needle`. */
 static void expect_open_fails(TestCounts *tc, Scratch *s, const char *name, size_t n, const char *needle) {
     snprintf(s->path, sizeof s->path, "%s/%s", s->dir, name);
     if (write_file(s->path, s->bytes, n)) {
@@ -136,6 +161,15 @@ static void expect_open_fails(TestCounts *tc, Scratch *s, const char *name, size
     CHECK(tc, strstr(err.msg, s->path) && strstr(err.msg, needle) && !strchr(err.msg, '\n'),
           "%s: message '%s' should name the file and say '%s'", name, err.msg, needle);
     gguf_close(g);
+    Model *m = NULL;
+    rc = model_load(&m, s->path, &err);
+    CHECK(tc, rc == -1 && !m && strstr(err.msg, s->path) && strstr(err.msg, needle) && !strchr(err.msg, '\n'),
+          "%s: model load: '%s' should say '%s'", name, err.msg, needle);
+    model_free(m);
+    char out[1024];
+    rc = test_run_command(cmd_info, 1, (char *[]){s->path}, out, NULL, sizeof out);
+    CHECK(tc, rc == 1 && strstr(out, s->path) && strstr(out, needle) && strchr(out, '\n') == out + strlen(out) - 1,
+          "%s: kvbench info (status %d): '%s' should be one line saying '%s'", name, rc, out, needle);
     unlink(s->path);
 }
 
@@ -169,8 +203,12 @@ static void test_corrupt(TestCounts *tc) {
         {"cut_metadata_end.gguf", json_int(off, "tensor_info_start") - 3, "truncated file: metadata value"},
         {"cut_tensor_infos.gguf", json_int(off, "attn_q_info") + 10, "truncated"},
         {"cut_tensor_type.gguf", json_int(off, "attn_q_type") + 2, "truncated"},
-        {"cut_before_data.gguf", json_int(off, "data_start"), "past the end"},
-        {"cut_data.gguf", (long)size - 1, "past the end"},
+        {"cut_before_data.gguf", json_int(off, "data_start"), "tensor 'token_embd.weight' data offset 0"},
+        /* the last tensor's last super-block or block cut short: a truncated block, named */
+        {"cut_data.gguf", (long)size - 1, "tensor 'blk.1.ffn_down.weight' is truncated: its 6528 bytes of q8_0 "
+                                          "(192 blocks of 34 bytes) at file offset 59264 run past the end of the "
+                                          "file (65791 bytes), which ends inside block 191"},
+        {"cut_data_block.gguf", (long)size - 3 * 34 - 10, "tensor 'blk.1.ffn_down.weight' is truncated"},
         {"empty.gguf", 0, "bad magic"},
     };
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
@@ -189,13 +227,14 @@ static void test_corrupt(TestCounts *tc) {
     expect_open_fails(tc, &s, "version_be.gguf", size, "unsupported GGUF version");
     memcpy(s.bytes, orig, size);
     patch_u32(&s, json_int(off, "attn_q_type"), 99);
-    expect_open_fails(tc, &s, "type99.gguf", size, "unknown type 99");
+    expect_open_fails(tc, &s, "type99.gguf", size, "tensor 'blk.0.attn_q.weight' has unknown type 99");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_offset_field"), (uint64_t)size);
-    expect_open_fails(tc, &s, "offset_past_end.gguf", size, "past the end");
+    expect_open_fails(tc, &s, "offset_past_end.gguf", size, "tensor 'blk.0.attn_q.weight' data offset");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_offset_field"), UINT64_MAX - 31);
-    expect_open_fails(tc, &s, "offset_huge.gguf", size, "past the end");
+    expect_open_fails(tc, &s, "offset_huge.gguf", size,
+                      "tensor 'blk.0.attn_q.weight' data offset 18446744073709551584");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_offset_field"), 16);
     expect_open_fails(tc, &s, "offset_unaligned.gguf", size, "alignment");
@@ -207,12 +246,30 @@ static void test_corrupt(TestCounts *tc) {
     expect_open_fails(tc, &s, "dims_huge.gguf", size, "past the end");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "attn_q_ne1") - 8, 48);  /* row length not a whole number of q4_0 blocks */
-    expect_open_fails(tc, &s, "row_partial.gguf", size, "not a multiple");
+    expect_open_fails(tc, &s, "row_partial.gguf", size,
+                      "tensor 'blk.0.attn_q.weight' row length 48 is not a multiple of the q4_0 block size 32");
     memcpy(s.bytes, orig, size);
     patch_u64(&s, json_int(off, "metadata_start"), (uint64_t)1 << 50);  /* first key's length */
     expect_open_fails(tc, &s, "key_len_huge.gguf", size, "truncated");
 
+    /* a K-quant super-block cut short: quant_cases.gguf ends 7 bytes into block 5 of q4_K_special */
+    size_t qsize = 0;
+    unsigned char *quant = (unsigned char *)kv_read_file(QUANT_CASES, &qsize, &err);
     GgufFile *g = NULL;
+    const GgufTensor *t = quant && !gguf_open(&g, QUANT_CASES, &err) ? gguf_find_tensor(g, "q4_K_special") : NULL;
+    unsigned char *at = t ? memmem(quant, qsize, t->data, t->n_bytes) : NULL;
+    CHECK(tc, at, "q4_K_special in %s: %s", QUANT_CASES, err.msg);
+    if (at) {
+        free(s.bytes);
+        s.bytes = quant;
+        quant = NULL;
+        expect_open_fails(tc, &s, "cut_superblock.gguf", (size_t)(at - s.bytes) + 5 * 144 + 7,
+                          "tensor 'q4_K_special' is truncated: its 1728 bytes of q4_K (12 blocks of 144 bytes)");
+        expect_open_fails(tc, &s, "cut_superblock.gguf", (size_t)(at - s.bytes) + 5 * 144 + 7, "inside block 5");
+    }
+    free(quant);
+    gguf_close(g);
+    g = NULL;
     CHECK(tc, gguf_open(&g, "tests/data/gguf/does_not_exist.gguf", &err) == -1 &&
                   strstr(err.msg, "does_not_exist.gguf") && strstr(err.msg, "cannot open"), "missing: %s", err.msg);
     CHECK(tc, gguf_open(&g, "tests/data/gguf", &err) == -1 && strstr(err.msg, "not a regular file"),

@@ -123,6 +123,7 @@ int main(void) {
     replay(&tc, "config_json", 0);
     replay(&tc, "run_config", 1);
     replay(&tc, "gguf_tokenizer", 0);
+    replay(&tc, "gguf_tensors", 0);
     replay(&tc, "tokenizer_json", 0);
     replay(&tc, "spm_model", 0);
     replay(&tc, "results_db", 0);

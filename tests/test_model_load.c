@@ -228,6 +228,22 @@ static void test_tiny_gguf(TestCounts *tc, const cJSON *exp, const char *arch, c
     model_free(m);
 }
 
+/* The small Llama in Q5_0 / Q5_1 / Q8_0 (tests/data/fuzz/gguf_tensors/seed_llama_q5.gguf, also a fuzz seed): its
+ * weights, permuted Q/K rows of 5-bit blocks included, equal gguf-py's dequantisation (tolerance 0). */
+static void test_q5_gguf(TestCounts *tc, const cJSON *exp) {
+    const char *path = "tests/data/fuzz/gguf_tensors/seed_llama_q5.gguf";
+    Model *m = NULL;
+    KvErr err = {{0}};
+    CHECK(tc, model_load(&m, path, &err) == 0, "%s: %s", path, err.msg);
+    if (!m) return;
+    const ModelConfig *c = &m->cfg;
+    CHECK(tc, c->arch == ARCH_LLAMA && c->n_layers == 2 && c->d_model == 32 && c->n_heads == 2 && c->n_kv_heads == 1 &&
+                  c->head_dim == 16 && c->d_ff == 64 && c->vocab_size == 16 && !c->tied_embeddings,
+          "q5 llama shape");
+    check_weights(tc, m, item(item(exp, "llama_q5"), "tensors"), path);
+    model_free(m);
+}
+
 /* ---- the real SmolLM2 GGUF ---------------------------------------------------------------------------- */
 
 static void test_smollm2(TestCounts *tc) {
@@ -708,12 +724,17 @@ static void test_bad_gguf_model(TestCounts *tc, const TmpDir *t, const cJSON *ex
     write_bytes(p, b, size);
     expect_load_fails(tc, p, "model.gguf", "'blk.0.attn_q.weight' has shape [64, 32], expected [64, 64]");
 
-    /* a valid ggml type kvbench does not dequantise (q5_1: 24-byte blocks, so the data still fits) */
+    /* a valid ggml type kvbench does not dequantise (mxfp4: 17-byte blocks of 32, so the data still fits),
+     * refused while planning, before the arena, by the full load and by the config-only load of `kvbench info` */
     memcpy(b, orig, size);
-    uint32_t q5_1 = 7;
-    memcpy(b + (long)num(off, "attn_q_type"), &q5_1, 4);
+    uint32_t mxfp4 = 39;
+    memcpy(b + (long)num(off, "attn_q_type"), &mxfp4, 4);
     write_bytes(p, b, size);
-    expect_load_fails(tc, p, "model.gguf", "q5_1 is not supported");
+    const char *unreadable = "tensor 'blk.0.attn_q.weight' has type mxfp4, which kvbench cannot read (it reads f32, "
+                             "f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, bf16)";
+    expect_load_fails(tc, p, "model.gguf", unreadable);
+    Model *m = NULL;
+    CHECK(tc, model_load_config(&m, p, &err) == -1 && strstr(err.msg, unreadable), "config-only: %s", err.msg);
 
     memcpy(b, orig, size);
     k = memmem(b, size, "general.architecture", 20);
@@ -739,6 +760,7 @@ int main(void) {
     if (gexp) {
         test_tiny_gguf(&tc, gexp, "llama", TEST_DATA("gguf/tiny_llama.gguf"));
         test_tiny_gguf(&tc, gexp, "qwen2", TEST_DATA("gguf/tiny_qwen2.gguf"));
+        test_q5_gguf(&tc, gexp);
     }
     if (hexp) {
         test_hf(&tc, hexp, "llama");

@@ -8,9 +8,12 @@
  * SentencePiece tokenizer.model; it is loaded as a tokenizer, which then encodes and decodes varied texts (and
  * the input's last bytes as a text of its own). "results_db": the input drives a small generator that edits a
  * copy of a kvbench results database (fuzz_results_db below); the copy is then reported and merged into a new
- * file. "zip": the input is LongBench's data.zip, from which a task is read. Any input must either load or be
- * refused with one line naming the file (a refused merge leaving no file); anything else (a crash, a sanitizer
- * report, a message without the file or over several lines) is a finding. Run from the project root. */
+ * file. "zip": the input is LongBench's data.zip, from which a task is read. "gguf_tensors": the input is a GGUF
+ * file; it is opened, every tensor of a type kvbench reads (and at most FUZZ_MAX_ELEMS elements) is dequantised
+ * from an exact-size copy of its bytes (so a sanitizer sees any read past them), and the file is loaded as a model.
+ * Any input must either load or be refused with one line naming the file (a refused merge leaving no file);
+ * anything else (a crash, a sanitizer report, a message without the file or over several lines) is a finding.
+ * Run from the project root. */
 #ifndef KVBENCH_FUZZ_INPUTS_H
 #define KVBENCH_FUZZ_INPUTS_H
 
@@ -26,6 +29,7 @@
 #include <sqlite3.h>
 
 #include "../../datasets/dataset.h"
+#include "../../engine/gguf.h"
 #include "../../engine/model.h"
 #include "../../engine/tokenizer.h"
 #include "../../report/report.h"
@@ -282,6 +286,54 @@ static int fuzz_results_db(const uint8_t *data, size_t n, const char *path) {
     return 0;
 }
 
+#define FUZZ_MAX_ELEMS (1u << 20)
+
+/* gguf_tensors: 1 when the file opened (its tensors dequantised, the model loaded or refused in one line), 0 when
+ * refused in one line naming it; -1 otherwise. */
+static int fuzz_gguf_tensors(const uint8_t *data, size_t n, char *why, size_t why_n) {
+    char path[600];
+    if (fuzz_make_dir() || fuzz_put("tensors.gguf", data, n, path, sizeof path)) {
+        snprintf(why, why_n, "cannot write tensors.gguf");
+        return -1;
+    }
+    KvErr err = {{0}};
+    GgufFile *g = NULL;
+    if (gguf_open(&g, path, &err)) return fuzz_one_line("gguf_tensors", err.msg, path, why, why_n);
+    size_t budget = FUZZ_MAX_ELEMS;
+    int rc = 1;
+    for (int i = 0; i < gguf_n_tensors(g) && rc == 1; i++) {
+        const GgufTensor *t = gguf_tensor(g, i);
+        const GgmlTypeTraits *tt = ggml_type_traits(t->type);
+        uint64_t elems = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        char reason[384];
+        if (!tt || t->ne[0] % tt->block || elems / tt->block * tt->bytes != t->n_bytes) {
+            snprintf(why, why_n, "gguf_tensors: tensor '%s' accepted with type %d, shape %llu x %llu x %llu x %llu and "
+                     "%zu bytes", t->name, t->type, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                     (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], t->n_bytes);
+            rc = -1;
+        } else if (!ggml_unreadable(t->type, reason, sizeof reason) && elems <= budget) {
+            budget -= elems;
+            uint8_t *copy = malloc(t->n_bytes + 1);
+            float *out = malloc(elems * sizeof *out + 1);
+            if (copy && out) {
+                memcpy(copy, t->data, t->n_bytes);
+                if (ggml_dequantize(t->type, copy, out, elems, &err)) {
+                    snprintf(why, why_n, "gguf_tensors: tensor '%s': %s", t->name, err.msg);
+                    rc = -1;
+                }
+            }
+            free(copy);
+            free(out);
+        }
+    }
+    gguf_close(g);
+    if (rc < 0) return rc;
+    Model *m = NULL;
+    if (model_load(&m, path, &err) && fuzz_one_line("gguf_tensors (model)", err.msg, path, why, why_n)) rc = -1;
+    model_free(m);
+    return rc;
+}
+
 /* 1 when the input was loaded (parsed), 0 when it was refused properly; else -1 with what went wrong in why. */
 static int fuzz_input(const char *target, const uint8_t *data, size_t n, char *why, size_t why_n) {
     KvErr err = {{0}};
@@ -323,6 +375,8 @@ static int fuzz_input(const char *target, const uint8_t *data, size_t n, char *w
             return 1;
         }
         return fuzz_one_line(target, err.msg, path, why, why_n);
+    } else if (!strcmp(target, "gguf_tensors")) {
+        return fuzz_gguf_tensors(data, n, why, why_n);
     } else if (!strcmp(target, "results_db")) {
         char path[600], out[700], merged[700], tmp[800];
         if (fuzz_make_dir() || fuzz_results_db(data, n, (snprintf(path, sizeof path, "%s/in.db", fuzz_dir), path))) {

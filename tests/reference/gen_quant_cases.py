@@ -3,10 +3,14 @@
 
 Writes, under tests/data/gguf/ (run from the project root; needs PyPI numpy + gguf, see requirements.txt; committed
 outputs made with numpy 2.4.6, gguf 0.19.0):
-  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q5_0, q8_0, q4_K, q6_K) as random
-                       raw blocks (every bit pattern reachable, finite scales), each followed by "<name>.expected":
-                       the same values as f32 from gguf.quants.dequantize (PyPI gguf's numpy port of ggml);
-                       also one metadata key per GGUF value type, and a non-default alignment (64).
+  quant_cases.gguf     every ggml type kvbench dequantises (f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K,
+                       q4_K, q5_K, q6_K, iq4_nl, iq4_xs) as random raw blocks (every bit pattern reachable, finite
+                       scales), blocks quantised by gguf's own quantiser where it has one ("_real"), and
+                       "<name>_special" blocks whose f16 scales are +-0, subnormal, min normal, +-max, +-Inf and
+                       NaN, plus an all-zero block; each followed by "<name>.expected": the same values as f32 from
+                       gguf.quants.dequantize (PyPI gguf's numpy port of ggml); also one metadata key per GGUF
+                       value type, and a non-default alignment (64). The cases added for issue #24 draw from their
+                       own generator (rng_new) so that the tiny models below stay byte-identical.
   tiny_llama.gguf      a 2-layer Llama-architecture model (D=64, H=4, K=2, d=16, F=96, V=80) quantised like
                        llama.cpp writes one: Q/K rows permuted by convert_hf_to_gguf.py's LlamaModel.permute,
                        a rope_freqs.weight tensor (Llama-3.1 scaling), an untied output.weight.
@@ -27,6 +31,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
 OUT = "tests/data/gguf"
+FUZZ_SEEDS = "tests/data/fuzz/gguf_tensors"
 SMOLLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 rng = np.random.default_rng(20260501)
 # the cases added for issue #24 draw from their own generator, so the tiny models (drawn from `rng` after the
@@ -34,7 +39,14 @@ rng = np.random.default_rng(20260501)
 rng_new = np.random.default_rng(20261205)
 
 # byte offsets of the f16 scale fields inside one block, per type (ggml-common.h)
-F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
+F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q2_K: [80, 82],
+              T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0]}
+# the types added for issue #24 (every type llama.cpp writes for llama, qwen2 and mistral models)
+NEW_TYPES = [("q5_0", T.Q5_0), ("q5_1", T.Q5_1), ("q2_K", T.Q2_K), ("q3_K", T.Q3_K), ("q5_K", T.Q5_K),
+             ("iq4_nl", T.IQ4_NL), ("iq4_xs", T.IQ4_XS)]
+# f16 scale bits at the edges: +-0, the smallest and largest subnormals, the smallest normal, +-max, +-Inf, a
+# quiet NaN and a negative signalling NaN with a payload
+SPECIAL_F16 = [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0xFD01]
 
 
 def random_f16(n, lo=-6, hi=2, r=rng):
@@ -58,6 +70,27 @@ def random_half_bits(rows, cols, is_bf16):
     nan = ((bits & exp_mask) == exp_mask) & ((bits & mant_mask) != 0)
     bits[nan] &= ~np.uint16(exp_mask)  # NaNs would not compare equal; make them finite
     return bits.view(np.uint8).reshape(rows, cols * 2)
+
+
+def special_blocks(qtype):
+    """One block per SPECIAL_F16 value in every f16 field (a second field takes the value six places on, so Inf
+    meets +-0, NaN, Inf and finite values), random codes and sub-block scales, then one all-zero block."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n = len(SPECIAL_F16)
+    raw = rng_new.integers(0, 256, (n + 1, size), dtype=np.uint8)
+    raw[n] = 0
+    for k, off in enumerate(F16_FIELDS[qtype]):
+        bits = np.array([SPECIAL_F16[(i + 6 * k) % n] for i in range(n)], dtype=np.uint16)
+        raw[:n, off:off + 2] = bits.view(np.uint8).reshape(n, 2)
+    return raw.reshape(1, -1)
+
+
+def special_half_bits(is_bf16):
+    """Every f16 (or bf16) bit pattern class: the SPECIAL_F16 values (for bf16: the same classes), 32 wide."""
+    vals = [0x0000, 0x8000, 0x0001, 0x807F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0, 0xFFA1] if is_bf16 \
+        else SPECIAL_F16
+    bits = np.array((vals * 3)[:32], dtype=np.uint16)
+    return bits.view(np.uint8).reshape(1, 64)
 
 
 def write_quant_cases():
@@ -85,12 +118,20 @@ def write_quant_cases():
     # realistic blocks too: quantised from normal data by gguf's own quantiser (where it has one)
     for name, qt in [("q4_0_real", T.Q4_0), ("q4_1_real", T.Q4_1), ("q8_0_real", T.Q8_0)]:
         cases[name] = (qt, quantize(rng.standard_normal((rows, cols)).astype(np.float32) * 0.05, qt))
-    for name, qt in [("q5_0", T.Q5_0)]:
-        cases[name] = (qt, random_blocks(qt, 2, 512, rng_new))
-        cases[name + "_real"] = (qt, quantize(rng_new.standard_normal((2, 512)).astype(np.float32) * 0.05, qt))
+    for name, qt in NEW_TYPES:
+        cases[name] = (qt, random_blocks(qt, 1, 512, rng_new))
+    for name, qt in [("q5_0_real", T.Q5_0), ("q5_1_real", T.Q5_1)]:
+        cases[name] = (qt, quantize(rng_new.standard_normal((1, 512)).astype(np.float32) * 0.05, qt))
+    # extreme, zero, Inf and NaN scales for every block type; NaN/Inf halves for f16 and bf16
+    for name, qt in [("q4_0", T.Q4_0), ("q4_1", T.Q4_1), ("q8_0", T.Q8_0), ("q4_K", T.Q4_K), ("q6_K", T.Q6_K)] \
+            + NEW_TYPES:
+        cases[name + "_special"] = (qt, special_blocks(qt))
+    cases["f16_special"] = (T.F16, special_half_bits(False))
+    cases["bf16_special"] = (T.BF16, special_half_bits(True))
     for name, (qt, raw) in cases.items():
         w.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=qt)
-        w.add_tensor(name + ".expected", dequantize(raw, qt).astype(np.float32))
+        with np.errstate(invalid="ignore"):  # NaN and Inf scales: 0 * Inf, Inf - Inf
+            w.add_tensor(name + ".expected", dequantize(raw, qt).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -131,11 +172,12 @@ def sample_rows(mat, rows, n_values=32):
             "sums": [float(mat[r].astype(np.float64).sum()) for r in rows]}
 
 
-def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs):
-    D, H, K, d, F, V, N = 64, 4, 2, 16, 96, 80, 2
+def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs, dims=(64, 4, 2, 16, 96, 80, 2), r=rng,
+               name=None):
+    D, H, K, d, F, V, N = dims
     theta = 500000.0
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"tiny-{arch}-test")
+    w.add_name(name or f"tiny-{arch}-test")
     p = arch
     w.add_uint32(f"{p}.block_count", N)
     w.add_uint32(f"{p}.context_length", 2048)
@@ -179,7 +221,7 @@ def tiny_model(path, arch, qtypes, permuted, bias, tied, rope_freqs):
         mat = back if back.ndim == 2 else back.reshape(1, -1)
         exp["tensors"][name] = {"field": field, "layer": layer, **sample_rows(mat, [r for r in rows if r < n])}
 
-    g = lambda *s: rng.standard_normal(s) * 0.1  # noqa: E731
+    g = lambda *s: r.standard_normal(s) * 0.1  # noqa: E731
     add("token_embd.weight", "tok_embd", -1, g(V, D), qtypes["embd"])
     add("output_norm.weight", "out_norm", -1, 1 + g(D), T.F32)
     if not tied:
@@ -235,8 +277,37 @@ def write_tiny_models():
     exp["qwen2"] = tiny_model(f"{OUT}/tiny_qwen2.gguf", "qwen2",
                               {"embd": T.F16, "attn": [T.F16, T.F32], "ffn": T.F16},
                               permuted=False, bias=True, tied=True, rope_freqs=False)
+    # a smaller Llama in the types of Qwen2.5-Coder's GGUF that gguf can quantise (Q/K rows of Q5_0 and Q5_1
+    # permuted): a model-load case for test_model_load and a seed of the gguf_tensors fuzz target
+    exp["llama_q5"] = tiny_model(f"{FUZZ_SEEDS}/seed_llama_q5.gguf", "llama",
+                                 {"embd": T.Q8_0, "out": T.Q5_1, "attn": [T.Q5_0, T.Q5_1], "ffn": T.Q5_0},
+                                 permuted=True, bias=False, tied=False, rope_freqs=False,
+                                 dims=(32, 2, 1, 16, 64, 16, 2), r=rng_new, name="tiny-llama-q5-test")
+    keep = ["token_embd.weight", "output.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight",
+            "blk.1.attn_q.weight", "blk.0.ffn_down.weight"]  # one of each type and permutation, to stay small
+    exp["llama_q5"]["tensors"] = {k: exp["llama_q5"]["tensors"][k] for k in keep}
     with open(f"{OUT}/tiny_expected.json", "w") as f:
         json.dump(exp, f, separators=(",", ":"))
+
+
+def write_fuzz_seed_types():
+    """A seed for the gguf_tensors fuzz target: one tensor of two random blocks of every readable type, and one
+    of a type kvbench cannot read (iq2_xs), which the target must skip."""
+    w = gguf.GGUFWriter(f"{FUZZ_SEEDS}/seed_types.gguf", "test")
+    for name, qt in [("f16", T.F16), ("bf16", T.BF16)]:
+        w.add_tensor(name, random_half_bits(1, 64, qt == T.BF16), raw_shape=(1, 64), raw_dtype=qt)
+    w.add_tensor("f32", rng_new.standard_normal((1, 16)).astype(np.float32))
+    for qt in [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]:
+        block = gguf.GGML_QUANT_SIZES[qt][0]
+        raw = random_blocks(qt, 1, 2 * block, rng_new)
+        w.add_tensor(qt.name.lower(), raw, raw_shape=raw.shape, raw_dtype=qt)
+    size = gguf.GGML_QUANT_SIZES[T.IQ2_XS][1]
+    w.add_tensor("iq2_xs", rng_new.integers(0, 256, (1, size), dtype=np.uint8), raw_shape=(1, size),
+                 raw_dtype=T.IQ2_XS)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_smollm2_expected():
@@ -272,6 +343,8 @@ def write_smollm2_expected():
 
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
+    os.makedirs(FUZZ_SEEDS, exist_ok=True)
     write_quant_cases()
     write_tiny_models()
+    write_fuzz_seed_types()
     write_smollm2_expected()
