@@ -477,7 +477,7 @@ static int cmp_float(const void *a, const void *b) {
  * plot's right edge, so a jump at R = 1 shows as a step rather than the edge of the frame. Returns the share
  * of values at exactly 1 (R reaches 1 when the keep-set holds every head's whole importance). */
 static double put_cdf(FILE *dat, float *v, size_t n, double right) {
-    qsort(v, n, sizeof *v, cmp_float);
+    if (n) qsort(v, n, sizeof *v, cmp_float); /* a series without values may have no array (v NULL) */
     size_t below = 0;
     for (int i = 0; i < CDF_POINTS && n; i++) {
         size_t at = (size_t)((double)i / (CDF_POINTS - 1) * (double)(n - 1) + 0.5);
