@@ -15,7 +15,7 @@
 #     variants of one prefill (views of it, as the sweep decodes them) against the full cache alone.
 # If llama.cpp cannot be built or run, kvbench's absolute numbers are printed and the reason said.
 # Environment: BENCH_THREADS (default 2; a list such as "1 2" runs the pairs at each), BENCH_PAIRS (3),
-# BENCH_POLICY_ROUNDS (3), BENCH_F16 (1: each pair also runs kvbench with its opt-in f16 cache, KVBENCH_CACHE=f16,
+# BENCH_POLICY_ROUNDS (3; 0 skips the policies' bench), BENCH_F16 (1: each pair also runs kvbench with its opt-in f16 cache, KVBENCH_CACHE=f16,
 # for its prefill and peak RSS; 0 skips it), BENCH_BACKEND (kvbench's backend, default cpu), BENCH_MAX_PREFILL (8192: the
 # prefills of 512 / 2048 / 8192 tokens up to it), BENCH_QUICK=1 (512-token prefill and short decodes only, no
 # policies or sweep), BENCH_MODEL, BENCH_LLAMA_EXTRA_BUFTS=0 (llama.cpp without its extra buffers);
@@ -201,9 +201,11 @@ fi
 
 [ -n "$quick" ] && exit 0
 threads=${thread_list##* }
-echo
-echo "== eviction policies at L=8192, all timed in one program (tests/bench_policies.c, $threads threads, load average $(load))"
-OMP_NUM_THREADS=$threads "$build/tests/bench_policies" "$model" "${BENCH_POLICY_ROUNDS:-3}"
+if [ "${BENCH_POLICY_ROUNDS:-3}" != 0 ]; then
+    echo
+    echo "== eviction policies at L=8192, all timed in one program (tests/bench_policies.c, $threads threads, load average $(load))"
+    OMP_NUM_THREADS=$threads "$build/tests/bench_policies" "$model" "${BENCH_POLICY_ROUNDS:-3}"
+fi
 
 echo
 echo "== sweep: 8 policies x 2 budgets from one prefill vs one full-cache run (tests/bench_sweep.sh, load average $(load))"
