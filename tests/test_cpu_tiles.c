@@ -73,7 +73,8 @@ static void matrix_free(Matrix *mx) {
 static void check_unpack(TestCounts *tc, const CpuKernels *k, const Matrix *mx, const char *fmt) {
     int n0 = 3, n1 = mx->N < 40 ? mx->N : 40;
     float *rows = malloc(sizeof(float) * (n1 - n0) * mx->K);
-    cpu_rebuild_rows(k, rows, mx->q4, &mx->q8, n0, n1, mx->K);
+    CpuCodes codes = {mx->q4, mx->q4 ? NULL : &mx->q8, NULL};
+    cpu_rebuild_rows(k, rows, &codes, n0, n1, mx->K);
     CHECK(tc, !memcmp(rows, mx->w + (size_t)n0 * mx->K, sizeof(float) * (n1 - n0) * mx->K),
           "%s %s %d x %d: rows %d..%d rebuilt to the packed f32 weights bit for bit", k->simd_name, fmt, mx->N,
           mx->K, n0, n1);
@@ -93,7 +94,8 @@ static size_t compare(const CpuKernels *k, const Matrix *mx, int M, int threads,
     size_t tile_floats = cpu_code_tile_floats(N, K, threads);
     float *tiles = malloc(sizeof(float) * tile_floats * threads);
     cpu_matmul(ref, x, mx->w, with_bias ? bias : NULL, M, N, K, accumulate);
-    cpu_matmul_codes(k, got, x, mx->q4, mx->q4 ? NULL : &mx->q8, with_bias ? bias : NULL, M, N, K, accumulate,
+    CpuCodes codes = {mx->q4, mx->q4 ? NULL : &mx->q8, NULL};
+    cpu_matmul_codes(k, got, x, &codes, with_bias ? bias : NULL, M, N, K, accumulate,
                      tiles, tile_floats);
     size_t differ = 0;
     for (int i = 0; i < M * N; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;

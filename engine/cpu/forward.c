@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "../gguf.h"
 #include "ops.h"
 
 #if defined(__linux__)
@@ -100,9 +101,11 @@ typedef struct {
     int fast;            /* decode = fast: decode steps on int8-quantised activations */
     KvElem cache_elem;   /* the caches it makes: KV_ELEM_F32, or KV_ELEM_F16 */
     /* Matrices by index: layer l's at l*W_PER_LAYER + W_Q.., then lm_head, then tok_embd (the lm_head's index
-     * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else f32 only. */
+     * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else its source's blocks of a
+     * quantised ggml type (blocks[i].data), else f32 only. */
     CpuQ4Block **q4;
     CpuPacked *packed;
+    CpuBlocks *blocks;
     float **f32_copies;  /* the f32 copies this backend made ([n_matrices]; NULL where none) */
     /* Norms and biases (own copies, in `vectors`); the f32 weights of each matrix where there are some (a
      * matrix that packs has none unless the Model holds its f32 arena), else NULL. */
@@ -222,6 +225,52 @@ static int keep_matrix(CpuImpl *impl, int index, const float *w, int N, int K, i
     return 0;
 }
 
+/* Rows per try when a matrix of blocks is tested for packing: the f32 values of this many rows at a time. */
+#define PACK_CHUNK_ROWS 256
+
+/* Keeps matrix `index` from its source's blocks of ggml type `type` (N rows of row_bytes): as 4-bit or int8 codes
+ * when the f32 values they rebuild to pack exactly (a Q4_0 / Q4_1 / Q8_0 GGUF: the codes keep_matrix keeps of
+ * the same values, so the same bits as before), else the blocks themselves (~ the file's bytes per weight).
+ * Tried PACK_CHUNK_ROWS rows at a time, so no f32 copy of the matrix is held. */
+static int keep_blocks(CpuImpl *impl, int index, int type, const uint8_t *data, int N, int K, size_t row_bytes,
+                       KvErr *err) {
+    CpuBlockRebuildFn *rebuild = impl->k.rebuild[type];
+    size_t row_blocks = row_bytes / ggml_type_traits(type)->bytes, per_row = (size_t)K / CPU_PACK_BLOCK;
+    float *rows = kv_malloc((size_t)PACK_CHUNK_ROWS * K * sizeof *rows, err);
+    if (!rows) return kv_wrap(err, "cpu backend: rows of a %d x %d matrix", N, K);
+    for (int form = 0; form < 2 && K % CPU_PACK_BLOCK == 0; form++) {
+        CpuQ4Block *q4 = form ? NULL : kv_malloc((size_t)N * per_row * sizeof *q4, err);
+        size_t codes = (size_t)N * K, n_blocks = codes / CPU_PACK_BLOCK;
+        CpuPacked p = {form ? kv_malloc(codes + 2 * n_blocks * sizeof(float), err) : NULL, NULL, NULL};
+        if (!q4 && !p.q) {
+            free(rows);
+            return kv_wrap(err, "cpu backend: a packed copy of a %d x %d matrix", N, K);
+        }
+        if (p.q) p.scale = (float *)(p.q + codes), p.offset = p.scale + n_blocks;
+        int ok = 1;
+        for (int n0 = 0; ok && n0 < N; n0 += PACK_CHUNK_ROWS) {
+            int n = N - n0 < PACK_CHUNK_ROWS ? N - n0 : PACK_CHUNK_ROWS;
+            rebuild(data + (size_t)n0 * row_bytes, rows, (size_t)n * row_blocks);
+            CpuPacked part = {p.q + (size_t)n0 * K, p.scale + (size_t)n0 * per_row, p.offset + (size_t)n0 * per_row};
+            ok = q4 ? cpu_pack_q4(q4 + (size_t)n0 * per_row, rows, n, K) : cpu_pack_exact(&part, rows, n, K);
+        }
+        if (ok) {
+            if (q4) impl->q4[index] = q4;
+            else impl->packed[index] = p;
+            free(rows);
+            return 0;
+        }
+        free(q4);
+        free(p.q);
+    }
+    free(rows);
+    uint8_t *copy = kv_malloc((size_t)N * row_bytes, err);
+    if (!copy) return kv_wrap(err, "cpu backend: the %s blocks of a %d x %d matrix", ggml_type_name(type), N, K);
+    memcpy(copy, data, (size_t)N * row_bytes);
+    impl->blocks[index] = (CpuBlocks){copy, type, row_bytes, row_blocks};
+    return 0;
+}
+
 typedef struct {
     CpuImpl *impl;
     const Model *m;
@@ -285,6 +334,33 @@ static int take_weight(void *user, WeightRole role, int layer, const float *data
     return 0;
 }
 
+/* The matrix index of weight `role` of `layer`, or -1 for a norm or bias. */
+static int matrix_index(const ModelConfig *c, WeightRole role, int layer) {
+    if (role == WEIGHT_TOK_EMBD) return tok_embd_index(c);
+    if (role == WEIGHT_LM_HEAD) return lm_head_index(c);
+    int which = role == WEIGHT_Q ? W_Q : role == WEIGHT_K ? W_K : role == WEIGHT_V ? W_V : role == WEIGHT_O ? W_O
+                : role == WEIGHT_GATE ? W_GATE : role == WEIGHT_UP ? W_UP : role == WEIGHT_DOWN ? W_DOWN : -1;
+    return which < 0 || layer < 0 ? -1 : layer * W_PER_LAYER + which;
+}
+
+/* model_stream_weight_blocks' block visitor: a matrix of a quantised ggml type into keep_blocks (its f32
+ * pointers stay NULL: products rebuild it from the codes); 1 (hand it over in f32) for a type the table has no
+ * rebuild entry for. */
+static int take_blocks(void *user, WeightRole role, int layer, int type, const uint8_t *data, uint64_t rows,
+                       uint64_t cols, size_t row_bytes, KvErr *err) {
+    WeightIntake *in = user;
+    CpuImpl *impl = in->impl;
+    const ModelConfig *c = &in->m->cfg;
+    int index = matrix_index(c, role, layer);
+    uint64_t want_rows, want_cols;
+    if (type < 0 || type >= CPU_GGML_TYPES || !impl->k.rebuild[type] || index < 0) return 1;
+    if (!expected_shape(c, role, layer, &want_rows, &want_cols) || rows != want_rows || cols != want_cols)
+        return kv_fail(err, "%s: the model changed since it was opened (weight %d of layer %d is %llu x %llu)",
+                       in->m->source, (int)role, layer, (unsigned long long)rows, (unsigned long long)cols);
+    impl->received++;
+    return keep_blocks(impl, index, type, data, (int)rows, (int)cols, row_bytes, err) ? -1 : 0;
+}
+
 /* Streams every weight of m into the backend's own forms (from the Model's arena when it has one, else read
  * again from its source one tensor at a time). */
 static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
@@ -292,7 +368,8 @@ static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
     int n = n_matrices(c), D = c->d_model, hd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
     size_t per_layer = 2 * (size_t)D + (c->qkv_bias ? (size_t)hd + 2 * (size_t)kd : 0);
     impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
-    impl->q4 = impl->packed ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
+    impl->blocks = impl->packed ? kv_calloc((size_t)n, sizeof *impl->blocks, err) : NULL;
+    impl->q4 = impl->blocks ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
     impl->f32_copies = impl->q4 ? kv_calloc((size_t)n, sizeof *impl->f32_copies, err) : NULL;
     impl->layers = impl->f32_copies ? kv_calloc((size_t)c->n_layers, sizeof *impl->layers, err) : NULL;
     impl->vectors = impl->layers ? kv_malloc(((size_t)c->n_layers * per_layer + D) * sizeof(float), err) : NULL;
@@ -306,11 +383,17 @@ static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
     }
     impl->out_norm = v;
     WeightIntake in = {impl, m};
-    if (model_stream_weights(m, take_weight, &in, err)) return kv_wrap(err, "cpu backend");
+    if (model_stream_weight_blocks(m, take_weight, take_blocks, &in, err)) return kv_wrap(err, "cpu backend");
     int want = 2 + !c->tied_embeddings + c->n_layers * (9 + 3 * (c->qkv_bias != 0));
     if (impl->received != want)
         return kv_fail(err, "cpu backend: %s handed over %d weights, the model has %d", m->source, impl->received, want);
     return 0;
+}
+
+/* Matrix `index` as codes (all NULL for an f32 matrix). */
+static CpuCodes codes_of(const CpuImpl *impl, int index) {
+    return (CpuCodes){impl->q4[index], impl->packed[index].q ? &impl->packed[index] : NULL,
+                      impl->blocks[index].data ? &impl->blocks[index] : NULL};
 }
 
 /* The f32 weights kept of matrix `index`, or NULL when it is held only as codes. */
@@ -322,14 +405,15 @@ static const float *matrix_f32(const CpuImpl *impl, const ModelConfig *c, int in
 }
 
 /* Room in s->code_tiles for a forward of B sequences and M rows per chunk: the products on matrices held
- * only as codes past the packed kernels' rows (lm_head's only for more than that many sequences). */
+ * only as codes that the code kernels do not make (past their rows, or a ggml type's blocks at any rows). */
 static int scratch_code_tiles(CpuImpl *impl, const ModelConfig *c, int B, int M, KvErr *err) {
     int threads = omp_get_max_threads();
     size_t floats = 0;
     for (int i = 0; i <= lm_head_index(c); i++) {
         int N = c->vocab_size, K = c->d_model;
         if (i < lm_head_index(c)) matrix_shape(c, i % W_PER_LAYER, &N, &K);
-        if ((i < lm_head_index(c) ? M : B) <= CPU_Q4_MAX_ROWS || matrix_f32(impl, c, i)) continue;
+        int rows = i < lm_head_index(c) ? M : B, kernels = impl->q4[i] || impl->packed[i].q;
+        if (matrix_f32(impl, c, i) || (kernels && (rows <= CPU_Q4_MAX_ROWS || impl->fast))) continue;
         size_t need = cpu_code_tile_floats(N, K, threads);
         floats = need > floats ? need : floats;
     }
@@ -348,9 +432,10 @@ static void matmul(const CpuImpl *impl, int index, float *y, const float *x, con
         cpu_matmul_q8(&impl->k, y, x, &impl->packed[index], bias, M, N, K, accumulate, impl->s.q4_tiles);
     else if (w)
         cpu_matmul(y, x, w, bias, M, N, K, accumulate);
-    else
-        cpu_matmul_codes(&impl->k, y, x, impl->q4[index], impl->packed[index].q ? &impl->packed[index] : NULL, bias,
-                         M, N, K, accumulate, impl->s.code_tiles, impl->s.code_tile_floats);
+    else {
+        CpuCodes codes = codes_of(impl, index);
+        cpu_matmul_codes(&impl->k, y, x, &codes, bias, M, N, K, accumulate, impl->s.code_tiles, impl->s.code_tile_floats);
+    }
 }
 
 /* Whether every layer's W_O is kept in f32 (else an observation rebuilds it into s->wo). */
@@ -364,7 +449,10 @@ static int all_wo_f32(const CpuImpl *impl, const ModelConfig *c) {
 static void embed_row(const CpuImpl *impl, const ModelConfig *c, float *x, int token) {
     int D = c->d_model, i = tok_embd_index(c);
     if (impl->tok_embd) memcpy(x, impl->tok_embd + (size_t)token * D, (size_t)D * sizeof(float));
-    else cpu_rebuild_rows(&impl->k, x, impl->q4[i], &impl->packed[i], token, token + 1, D);
+    else {
+        CpuCodes codes = codes_of(impl, i);
+        cpu_rebuild_rows(&impl->k, x, &codes, token, token + 1, D);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------- cache views */
@@ -604,7 +692,8 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
                        .w_o = impl->layers[layer].wo};
     if (!obs.w_o) {
         int wi = layer * W_PER_LAYER + W_O;
-        cpu_rebuild_rows(&impl->k, s->wo, impl->q4[wi], &impl->packed[wi], 0, c->d_model, (int)hd);
+        CpuCodes codes = codes_of(impl, wi);
+        cpu_rebuild_rows(&impl->k, s->wo, &codes, 0, c->d_model, (int)hd);
         obs.w_o = s->wo;
     }
     if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
@@ -743,7 +832,8 @@ static void matmul_part(const CpuImpl *impl, const ModelConfig *c, int index, fl
     } else if (matrix_f32(impl, c, index)) {
         cpu_matmul_part(y, x, matrix_f32(impl, c, index), bias, M, N, K, accumulate, part, parts);
     } else {
-        cpu_matmul_codes_part(&impl->k, y, x, impl->q4[index], &impl->packed[index], bias, M, N, K, accumulate,
+        CpuCodes codes = codes_of(impl, index);
+        cpu_matmul_codes_part(&impl->k, y, x, &codes, bias, M, N, K, accumulate,
                               impl->s.code_tiles + impl->s.code_tile_floats * (size_t)part, part, parts);
     }
 }
@@ -940,9 +1030,11 @@ static void cpu_destroy(Backend *be) {
         scratch_free(&impl->s);
         for (int i = 0; impl->packed && i < n_matrices(&be->model->cfg); i++) free(impl->packed[i].q);
         for (int i = 0; impl->q4 && i < n_matrices(&be->model->cfg); i++) free(impl->q4[i]);
+        for (int i = 0; impl->blocks && i < n_matrices(&be->model->cfg); i++) free(impl->blocks[i].data);
         for (int i = 0; impl->f32_copies && i < n_matrices(&be->model->cfg); i++) free(impl->f32_copies[i]);
         free(impl->packed);
         free(impl->q4);
+        free(impl->blocks);
         free(impl->f32_copies);
         free(impl->layers);
         free(impl->vectors);

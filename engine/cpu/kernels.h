@@ -38,6 +38,19 @@ typedef struct {
     uint8_t codes[16];
 } CpuQ4Block;
 
+/* A matrix [N][K] kept as its source's blocks of a quantised ggml type (a GGUF's Q4_K, Q6_K, Q5_0, ...: every
+ * type whose ggml_type_traits has a dequant), N rows of row_blocks blocks, row_bytes each: ~ the file's bytes
+ * per weight. Products rebuild rows of it to f32 with the table's rebuild[type] (the same values the loader's
+ * dequantiser gives) and multiply those exactly as f32 weights. */
+typedef struct {
+    uint8_t *data;
+    int type;
+    size_t row_bytes, row_blocks;
+} CpuBlocks;
+
+/* ggml type codes the table has a rebuild entry for (gguf.h's GgmlType codes are below it). */
+#define CPU_GGML_TYPES 64
+
 /* Fill blocks / p (storage from the caller) and return 1 when every block of w[N][K] is exactly such a
  * block, else 0. K must be a multiple of 32. */
 int cpu_pack_q4(CpuQ4Block *blocks, const float *w, int N, int K);
@@ -102,6 +115,9 @@ typedef void CpuQ8RowsFn(float *y, int ldy, const float *x, int M, int K, const 
  * level. */
 typedef void CpuQ4RebuildFn(float *w, const CpuQ4Block *blocks, size_t n_blocks);
 typedef void CpuQ8RebuildFn(float *w, const CpuPacked *p, size_t b0, size_t n_blocks);
+/* n_blocks blocks of a ggml type at src rebuilt to f32 at dst: the type's dequantiser (GgmlDequantFn), or an
+ * instruction-set version of it with the same bits. */
+typedef void CpuBlockRebuildFn(const uint8_t *src, float *dst, size_t n_blocks);
 /* binary16 <-> f32 rows (round to nearest even; the same bits as cpu_f32_to_f16 / cpu_f16_to_f32). */
 typedef void CpuToF16Fn(uint16_t *dst, const float *src, size_t n);
 typedef void CpuToF32Fn(float *dst, const uint16_t *src, size_t n);
@@ -134,6 +150,7 @@ typedef struct {
     CpuQ8RowsFn *q8_rows;
     CpuQ4RebuildFn *q4_rebuild;
     CpuQ8RebuildFn *q8_rebuild;
+    CpuBlockRebuildFn *rebuild[CPU_GGML_TYPES]; /* per ggml type; NULL for a type without a dequantiser */
     CpuToF16Fn *to_f16;
     CpuToF32Fn *to_f32;
     void (*softmax)(float *x, int n);              /* bit for bit cpu_softmax for inputs that are not NaN */

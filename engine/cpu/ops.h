@@ -16,11 +16,18 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
 void cpu_matmul_part(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate,
                      int part, int parts);
 
-/* Rows [n0, n1) of a matrix held as codes (q4, else q8) rebuilt to the loader's f32 weights, into
- * w[n1 - n0][K]: the same bits at every level. */
-void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuQ4Block *q4, const CpuPacked *q8, int n0, int n1, int K);
+/* A matrix held as codes: 4-bit blocks, else int8 codes, else a ggml type's blocks (the first non-NULL). */
+typedef struct {
+    const CpuQ4Block *q4;
+    const CpuPacked *q8;
+    const CpuBlocks *blocks;
+} CpuCodes;
 
-/* cpu_matmul for a matrix held only as codes (q4, else q8): each thread takes cpu_matmul's slice of output
+/* Rows [n0, n1) of a matrix held as codes rebuilt to the loader's f32 weights, into w[n1 - n0][K]: the same bits
+ * at every level. */
+void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuCodes *c, int n0, int n1, int K);
+
+/* cpu_matmul for a matrix held only as codes: each thread takes cpu_matmul's slice of output
  * features, rebuilds it into its own tile of f32 weights and makes the same single-threaded BLAS call on it,
  * so the result is cpu_matmul's on the loader's f32 weights bit for bit. A slice wider than CPU_CODE_TILE_MAX
  * floats is cut into tiles of equal rows; that is bit for bit too under OpenBLAS's SkylakeX kernels
@@ -29,11 +36,11 @@ void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuQ4Block *q4, const
  * tile_floats >= cpu_code_tile_floats(N, K, omp_get_max_threads()). */
 #define CPU_CODE_TILE_MAX ((size_t)1 << 20)
 size_t cpu_code_tile_floats(int N, int K, int parts);
-void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
-                      const float *bias, int M, int N, int K, int accumulate, float *tiles, size_t tile_floats);
+void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,
+                      int K, int accumulate, float *tiles, size_t tile_floats);
 /* Its slice `part` of `parts`, on that part's own tile. */
-void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
-                           const float *bias, int M, int N, int K, int accumulate, float *tile, int part, int parts);
+void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M,
+                           int N, int K, int accumulate, float *tile, int part, int parts);
 
 /* One product of a cpu_matmul_q4 call: y[M][N] = x[M][K] . w[N][K]^T (+ bias[N]) (+ the old y). */
 typedef struct {

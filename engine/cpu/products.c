@@ -72,30 +72,32 @@ size_t cpu_code_tile_floats(int N, int K, int parts) {
     return most;
 }
 
-void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuQ4Block *q4, const CpuPacked *q8, int n0, int n1, int K) {
+void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuCodes *c, int n0, int n1, int K) {
     size_t per_row = (size_t)K / 32;
-    if (q4) k->q4_rebuild(w, q4 + (size_t)n0 * per_row, (size_t)(n1 - n0) * per_row);
-    else k->q8_rebuild(w, q8, (size_t)n0 * per_row, (size_t)(n1 - n0) * per_row);
+    if (c->q4) k->q4_rebuild(w, c->q4 + (size_t)n0 * per_row, (size_t)(n1 - n0) * per_row);
+    else if (c->q8) k->q8_rebuild(w, c->q8, (size_t)n0 * per_row, (size_t)(n1 - n0) * per_row);
+    else k->rebuild[c->blocks->type](c->blocks->data + (size_t)n0 * c->blocks->row_bytes, w,
+                                      (size_t)(n1 - n0) * c->blocks->row_blocks);
 }
 
-void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
-                           const float *bias, int M, int N, int K, int accumulate, float *tile, int part, int parts) {
+void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M,
+                           int N, int K, int accumulate, float *tile, int part, int parts) {
     int n0, n1;
     matmul_slice(N, part, parts, &n0, &n1);
     int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1;
     for (int t0 = n0; t0 < n1; t0 += step) {
         int t1 = n1 - t0 < step ? n1 : t0 + step;
-        cpu_rebuild_rows(k, tile, q4, q8, t0, t1, K);
+        cpu_rebuild_rows(k, tile, c, t0, t1, K);
         gemm_slice(y, x, tile, bias, M, N, K, t0, t1, accumulate);
     }
 }
 
-void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
-                      const float *bias, int M, int N, int K, int accumulate, float *tiles, size_t tile_floats) {
+void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,
+                      int K, int accumulate, float *tiles, size_t tile_floats) {
     int parts = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < parts; p++)
-        cpu_matmul_codes_part(k, y, x, q4, q8, bias, M, N, K, accumulate,
+        cpu_matmul_codes_part(k, y, x, c, bias, M, N, K, accumulate,
                               tiles + tile_floats * (size_t)omp_get_thread_num(), p, parts);
 }
 

@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "../gguf.h"
+
 #if CPU_X86
 #include <cpuid.h>
 #endif
@@ -62,6 +64,12 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
                       .q8_rows = cpu_q8_rows_scalar, .q4_rebuild = cpu_q4_rebuild_scalar,
                       .q8_rebuild = cpu_q8_rebuild_scalar, .to_f16 = cpu_to_f16_scalar, .to_f32 = cpu_to_f32_scalar,
                       .softmax = cpu_softmax, .swiglu = cpu_swiglu, .attend_rows = NULL, .attend_multiple = 0};
+    /* the block rebuilders: every ggml type's dequantiser (the contract with gguf.c: a type gains its entry here
+     * when its dequantiser lands there), replaced below by a vector version where one exists */
+    for (int t = 0; t < CPU_GGML_TYPES; t++) {
+        const GgmlTypeTraits *traits = ggml_type_traits(t);
+        k->rebuild[t] = traits ? traits->dequant : NULL;
+    }
     (void)f;
 #if CPU_X86
     if (simd == CPU_SIMD_AVX2) {
