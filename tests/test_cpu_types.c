@@ -7,7 +7,9 @@
  *  - on the f32 weights the loader dequantises (model_load: every matrix rebuilt to f32 up front);
  * a 12-token prefill and 4 decode steps of 1 and of 3 sequences give the same logits bit for bit on both, at
  * every instruction-set level this CPU has, and are within 1e-5 of the plain reference forward
- * (engine/cpu/reference.c; max |diff| / max |ref|). (What the codes save in memory: tests/rss_8b.sh.) */
+ * (engine/cpu/reference.c; max |diff| / max |ref|). Each level's rebuild entry of a block type equals gguf.c's
+ * dequantiser bit for bit on random blocks, zero / subnormal / largest / infinite / NaN scales included. (What
+ * the codes save in memory: tests/rss_8b.sh.) */
 #include <string.h>
 #include <unistd.h>
 
@@ -107,12 +109,47 @@ static void check_type(TestCounts *tc, int type, const char *dir) {
     unlink(path);
 }
 
+/* Every level's rebuild entry for `type` against gguf.c's dequantiser, bit for bit (NaN payloads included), on
+ * blocks of random bytes (every bit pattern of codes and scales) and on blocks whose f16 scale fields are set
+ * to zero, +-subnormal, the largest finite value, +-infinity and a NaN. */
+static void check_rebuild(TestCounts *tc, int type) {
+    const GgmlTypeTraits *t = ggml_type_traits(type);
+    if (!t || !t->dequant || t->block < 2) return;
+    enum { BLOCKS = 64 };
+    static const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x83FF, 0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x7D01};
+    size_t bytes = (size_t)BLOCKS * t->bytes, n = (size_t)BLOCKS * t->block;
+    uint8_t *raw = malloc(bytes);
+    float *want = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < bytes; i++) raw[i] = (uint8_t)gguf_writer_rand();
+    for (size_t li = 0; li < sizeof GGUF_BLOCK_LAYOUTS / sizeof GGUF_BLOCK_LAYOUTS[0]; li++)
+        for (int b = 0; GGUF_BLOCK_LAYOUTS[li].type == type && b < BLOCKS / 2; b++)
+            for (int k = 0; k < GGUF_BLOCK_LAYOUTS[li].n_f16; k++)
+                memcpy(raw + (size_t)b * t->bytes + GGUF_BLOCK_LAYOUTS[li].f16_at[k],
+                       &special[(b + k) % (sizeof special / sizeof special[0])], 2);
+    t->dequant(raw, want, BLOCKS);
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    for (int li = 0; li < 3; li++) {
+        CpuKernels k;
+        KvErr err = {{0}};
+        if (cpu_kernels_init(&k, levels[li], NULL, &err)) continue;
+        memset(got, 0xA5, sizeof(float) * n);
+        k.rebuild[type](raw, got, BLOCKS);
+        CHECK(tc, !memcmp(got, want, sizeof(float) * n),
+              "%s %s: the table's rebuild equals gguf.c's dequantiser bit for bit (%d blocks, special scales included)",
+              t->name, levels[li], BLOCKS);
+    }
+    free(raw), free(want), free(got);
+}
+
 int main(void) {
     TestCounts tc = {"test_cpu_types", 0, 0};
     char dir[] = "/tmp/kvbench_types_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     const int types[] = {1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_type(&tc, types[i], dir);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_rebuild(&tc, types[i]);
+        check_type(&tc, types[i], dir);
+    }
     rmdir(dir);
     return test_finish(&tc);
 }

@@ -72,6 +72,10 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
     }
     (void)f;
 #if CPU_X86
+    if (simd != CPU_SIMD_SCALAR) { /* the AVX2 block rebuilders serve the AVX-512 level too */
+        if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx2;
+        if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx2;
+    }
     if (simd == CPU_SIMD_AVX2) {
         k->q4_rows = cpu_q4_rows_avx2, k->q8_rows = cpu_q8_rows_avx2;
         k->q4_rebuild = cpu_q4_rebuild_avx2, k->q8_rebuild = cpu_q8_rebuild_avx2;
