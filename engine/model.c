@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 #if defined(__GLIBC__)
 #include <malloc.h> /* malloc_trim */
 
@@ -266,6 +270,21 @@ void model_copy_all(const TensorCopy *copies, int n) {
     }
 }
 
+/* Drops the pages of a mapped source tensor once it has been handed over (FILL_VISIT): a file-backed mapping
+ * read once stays resident until unmapped, so a backend keeping its own copy of every tensor would otherwise
+ * hold the file twice at the end of its load (madvise on a read-only private mapping: the pages are read again
+ * if touched, never lost). */
+static void release_source(const TensorCopy *c) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (c->source != COPY_FROM_DATA || !c->data) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)c->data & ~(page - 1),
+              hi = ((uintptr_t)c->data + c->rows * c->row_bytes + page - 1) & ~(page - 1);
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)c;
+#endif
+}
+
 /* Offers matrix w, read from a source tensor of a quantised block type, to fill->blocks as its rows of blocks
  * (a permuted GGUF Q/K put back in order in a buffer of its own). 1 when the visitor kept it, 0 when it is to be
  * handed over in f32, -1 on an error. */
@@ -312,7 +331,10 @@ int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *
         for (int i = 0; i < n_refs; i++) {
             int kept = offer_blocks(fill, &copies[i], &refs[i], m->source, err);
             if (kept < 0) goto done;
-            if (kept) continue;
+            if (kept) {
+                release_source(&copies[i]);
+                continue;
+            }
             uint64_t n = refs[i].rows * refs[i].cols;
             if (!(scratch = kv_malloc(n * sizeof(float), err))) {
                 kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, n * 4e-9);
@@ -322,6 +344,7 @@ int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *
             model_copy_all(&copies[i], 1);
             if (fill->visit(fill->user, refs[i].role, refs[i].layer, scratch, refs[i].rows, refs[i].cols, err))
                 goto done;
+            release_source(&copies[i]);
             free(scratch);
             scratch = NULL;
         }
