@@ -251,8 +251,12 @@ static int keep_blocks(CpuImpl *impl, int index, int type, const uint8_t *data, 
         for (int n0 = 0; ok && n0 < N; n0 += PACK_CHUNK_ROWS) {
             int n = N - n0 < PACK_CHUNK_ROWS ? N - n0 : PACK_CHUNK_ROWS;
             rebuild(data + (size_t)n0 * row_bytes, rows, (size_t)n * row_blocks);
-            CpuPacked part = {p.q + (size_t)n0 * K, p.scale + (size_t)n0 * per_row, p.offset + (size_t)n0 * per_row};
-            ok = q4 ? cpu_pack_q4(q4 + (size_t)n0 * per_row, rows, n, K) : cpu_pack_exact(&part, rows, n, K);
+            if (q4) {
+                ok = cpu_pack_q4(q4 + (size_t)n0 * per_row, rows, n, K);
+            } else {
+                CpuPacked part = {p.q + (size_t)n0 * K, p.scale + (size_t)n0 * per_row, p.offset + (size_t)n0 * per_row};
+                ok = cpu_pack_exact(&part, rows, n, K);
+            }
         }
         if (ok) {
             if (q4) impl->q4[index] = q4;
