@@ -417,7 +417,7 @@ static int scratch_code_tiles(CpuImpl *impl, const ModelConfig *c, int B, int M,
         int N = c->vocab_size, K = c->d_model;
         if (i < lm_head_index(c)) matrix_shape(c, i % W_PER_LAYER, &N, &K);
         int rows = i < lm_head_index(c) ? M : B, kernels = impl->q4[i] || impl->packed[i].q;
-        if (matrix_f32(impl, c, i) || (kernels && (rows <= CPU_Q4_MAX_ROWS || impl->fast))) continue;
+        if (matrix_f32(impl, c, i) || (kernels && rows <= CPU_Q4_MAX_ROWS)) continue;
         size_t need = cpu_code_tile_floats(N, K, threads);
         floats = need > floats ? need : floats;
     }
