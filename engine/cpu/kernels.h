@@ -167,8 +167,7 @@ typedef struct {
 int cpu_kernels_init(CpuKernels *k, const char *simd, const char *fast, KvErr *err);
 const char *cpu_simd_name(CpuSimd simd);
 const char *cpu_fast_kernel_name(CpuFastKernel k);
-/* Whether this CPU (and, for AMX, the kernel: Linux grants the tile state on request) runs level / kernel. */
-int cpu_simd_usable(CpuSimd simd);
+/* Whether this CPU (and, for AMX, the kernel: Linux grants the tile state on request) runs fast kernel k. */
 int cpu_fast_kernel_usable(CpuFastKernel k);
 
 /* ------------------------------------------------------------------------------ portable reference kernels */

@@ -222,22 +222,6 @@ void cpu_matmul_q8_fast_part(const CpuFastKernels *f, float *y, const float *x, 
     fast_part(f, &job, 1, x, M, K, accumulate, tile, part, parts);
 }
 
-void cpu_matmul_q4_fast(const CpuFastKernels *f, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
-                        int accumulate, float *tiles) {
-#pragma omp parallel
-    cpu_matmul_q4_fast_part(f, jobs, n_jobs, x, M, K, accumulate,
-                            tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
-                            omp_get_num_threads());
-}
-
-void cpu_matmul_q8_fast(const CpuFastKernels *f, float *y, const float *x, const CpuPacked *w, const float *bias,
-                        int M, int N, int K, int accumulate, float *tiles) {
-#pragma omp parallel
-    cpu_matmul_q8_fast_part(f, y, x, w, bias, M, N, K, accumulate,
-                            tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
-                            omp_get_num_threads());
-}
-
 /* ---------------------------------------------------------------------------------------------- attention */
 
 int cpu_attend_direct(const CpuKernels *k, int d) { return k->attend_rows && d % k->attend_multiple == 0; }

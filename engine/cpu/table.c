@@ -48,11 +48,6 @@ static int fast_usable(const CpuFeatures *f, CpuFastKernel k) {
            (k == CPU_FAST_AMX && f->amx);
 }
 
-int cpu_simd_usable(CpuSimd simd) {
-    CpuFeatures f = probe();
-    return simd_usable(&f, simd);
-}
-
 int cpu_fast_kernel_usable(CpuFastKernel k) {
     CpuFeatures f = probe();
     return fast_usable(&f, k);
