@@ -1073,8 +1073,12 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
     be->destroy = cpu_destroy;
     impl->fast = opt->decode == BACKEND_DECODE_FAST;
     impl->cache_elem = opt->cache;
-    if (cpu_kernels_init(&impl->k, opt->simd, opt->fast_kernel, err) || take_weights(impl, m, err)) {
+    if (cpu_kernels_init(&impl->k, opt->simd, opt->fast_kernel, err)) {
         kv_wrap(err, "cpu backend");
+        cpu_destroy(be);
+        return -1;
+    }
+    if (take_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;
     }
