@@ -1,23 +1,40 @@
 /* backend.c — the table of backends; the one place that knows their names. */
 #include "backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int cpu_backend_open(Backend **out, const Model *m, KvErr *err);
+int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, KvErr *err);
 #ifdef KVBENCH_CUDA
 int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
 #endif
 
+/* The cuda backend takes no options: its cache is its own (bf16 on the GPU, backend_open refuses f16), its
+ * decode exact. */
+#ifdef KVBENCH_CUDA
+static int cuda_open(Backend **out, const Model *m, const BackendOptions *opt, KvErr *err) {
+    if (opt->decode == BACKEND_DECODE_FAST)
+        return kv_fail(err, "decode fast (KVBENCH_DECODE=fast): the fast decode is the cpu backend's; backend 'cuda' "
+                            "decodes exactly: unset KVBENCH_DECODE or use backend cpu");
+    if (opt->simd[0] || opt->fast_kernel[0])
+        return kv_fail(err, "simd level '%s' / fast kernel '%s' (KVBENCH_SIMD, KVBENCH_FAST_KERNEL): the cpu backend's "
+                            "kernels; backend 'cuda' has none", opt->simd, opt->fast_kernel);
+    if (cuda_backend_open(out, m, err)) return -1;
+    (*out)->used = (BackendOptions){.decode = BACKEND_DECODE_EXACT, .cache = KV_ELEM_F32, .simd_auto = 1};
+    return 0;
+}
+#endif
+
 typedef struct {
     const char *name;
-    int (*open)(Backend **out, const Model *m, KvErr *err);
+    int (*open)(Backend **out, const Model *m, const BackendOptions *opt, KvErr *err);
 } BackendEntry;
 
 static const BackendEntry BACKENDS[] = {
     {"cpu", cpu_backend_open},
 #ifdef KVBENCH_CUDA
-    {"cuda", cuda_backend_open},
+    {"cuda", cuda_open},
 #endif
 };
 
@@ -32,15 +49,47 @@ static const BackendEntry *find(const char *name, KvErr *err) {
     return NULL;
 }
 
-int backend_open(Backend **out, const char *name, const Model *m, KvErr *err) {
+int backend_open(Backend **out, const char *name, const Model *m, const BackendOptions *opt, KvErr *err) {
     *out = NULL;
-    int elem = backend_cache_elem(err);
-    if (elem < 0) return -1;
-    if (elem == KV_ELEM_F16 && strcmp(name, "cpu"))
+    const BackendOptions defaults = {BACKEND_DECODE_EXACT, KV_ELEM_F32, "", "", 0};
+    if (!opt) opt = &defaults;
+    if (opt->cache == KV_ELEM_F16 && strcmp(name, "cpu"))
         return kv_fail(err, "KVBENCH_CACHE=f16: the half-precision cache is the cpu backend's; backend '%s' keeps its "
                             "own cache (bf16 on the GPU for cuda): unset KVBENCH_CACHE or use backend cpu", name);
     const BackendEntry *e = find(name, err);
-    return e ? e->open(out, m, err) : -1;
+    return e ? e->open(out, m, opt, err) : -1;
+}
+
+void backend_options_used(const Backend *b, BackendOptions *used) { *used = b->used; }
+
+void backend_setup_label(const BackendOptions *used, char *out, size_t size) {
+    /* "fast2" is the fast decode's arithmetic since the batched fast decode (one f32 chain per output over exact
+     * int32 block dots), so rows of the first fast arithmetic ("fast") never resume or average with it */
+    snprintf(out, size, "%s%s%s%s", used->decode == BACKEND_DECODE_FAST ? ",decode=fast2" : "",
+             used->cache == KV_ELEM_F16 ? ",cache=f16" : "", used->simd_auto ? "" : ",simd=",
+             used->simd_auto ? "" : used->simd);
+}
+
+int backend_options_parse(BackendOptions *o, const char *decode, const char *cache, const char *simd,
+                          const char *fast_kernel, KvErr *err) {
+    *o = (BackendOptions){BACKEND_DECODE_EXACT, KV_ELEM_F32, "", "", 0};
+    if (decode && *decode && strcmp(decode, "exact")) {
+        if (strcmp(decode, "fast"))
+            return kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
+        o->decode = BACKEND_DECODE_FAST;
+    }
+    if (cache && *cache && strcmp(cache, "f32")) {
+        if (strcmp(cache, "f16"))
+            return kv_fail(err, "KVBENCH_CACHE=%s: unknown KV cache type (f32, the default, or f16)", cache);
+        o->cache = KV_ELEM_F16;
+    }
+    if (simd && strlen(simd) >= sizeof o->simd)
+        return kv_fail(err, "KVBENCH_SIMD=%.32s...: unknown instruction set (scalar, avx2 or avx512)", simd);
+    if (fast_kernel && strlen(fast_kernel) >= sizeof o->fast_kernel)
+        return kv_fail(err, "KVBENCH_FAST_KERNEL=%.32s...: unknown fast kernel (scalar, avx2, vnni or amx)", fast_kernel);
+    snprintf(o->simd, sizeof o->simd, "%s", simd ? simd : "");
+    snprintf(o->fast_kernel, sizeof o->fast_kernel, "%s", fast_kernel ? fast_kernel : "");
+    return 0;
 }
 
 int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err) {
@@ -59,18 +108,4 @@ const char *backend_available(void) {
 #else
     return "cpu";
 #endif
-}
-
-int backend_fast_decode(KvErr *err) {
-    const char *decode = getenv("KVBENCH_DECODE");
-    if (!decode || !*decode || !strcmp(decode, "exact")) return 0;
-    if (!strcmp(decode, "fast")) return 1;
-    return kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
-}
-
-int backend_cache_elem(KvErr *err) {
-    const char *cache = getenv("KVBENCH_CACHE");
-    if (!cache || !*cache || !strcmp(cache, "f32")) return KV_ELEM_F32;
-    if (!strcmp(cache, "f16")) return KV_ELEM_F16;
-    return kv_fail(err, "KVBENCH_CACHE=%s: unknown KV cache type (f32, the default, or f16)", cache);
 }

@@ -32,11 +32,30 @@ typedef struct {
     void *user;
 } TraceHook;
 
+/* How a backend computes, asked for at backend_open (NULL: every default) and reported back as used
+ * (backend_options_used). A zeroed struct is the default. Which options change bits (README "Numeric paths"):
+ *  - decode FAST: activations quantised to int8 in every decode step's products: predictions may differ;
+ *  - cache F16: keys and values stored as IEEE binary16: answers and keep-sets may differ;
+ *  - simd: the exact products' summation order differs per instruction set, so a level other than the one the
+ *    automatic choice takes on this CPU changes the logits' low bits (and may change a greedy answer);
+ *  - fast_kernel: no (every fast kernel gives the same bits), so it is never part of a row's setup. */
+typedef enum { BACKEND_DECODE_EXACT = 0, BACKEND_DECODE_FAST = 1 } BackendDecode;
+typedef struct {
+    BackendDecode decode;
+    KvElem cache;
+    char simd[16];        /* "" the automatic choice, else scalar | avx2 | avx512 (the cpu backend's) */
+    char fast_kernel[16]; /* "" the best at that level, else scalar | avx2 | vnni | amx (the cpu backend's) */
+    /* Reported only: 1 when `simd` is the level the automatic choice takes on this CPU (or the backend has no
+     * levels), so a row need not name it. */
+    int simd_auto;
+} BackendOptions;
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;
     const Model *model;
     void *impl;
+    BackendOptions used; /* what this backend computes with (backend_options_used); set by backend_open */
     /* An empty uniform cache with `capacity` entries per head. */
     int (*cache_new)(Backend *b, KvCache **out, int capacity, KvErr *err);
     /* A head-variable cache of the kept entries of src, with `extra_capacity` more per head. */
@@ -64,8 +83,21 @@ struct Backend {
 };
 
 /* name: "cpu" or "cuda" (the latter only in a CUDA build, with a usable GPU: otherwise an error that says
- * what was needed and what was found). */
-int backend_open(Backend **out, const char *name, const Model *m, KvErr *err);
+ * what was needed and what was found). opt: NULL for the defaults; an option the backend has not (the cuda
+ * backend keeps its own bf16 cache and exact decode) fails with a line saying so. */
+int backend_open(Backend **out, const char *name, const Model *m, const BackendOptions *opt, KvErr *err);
+/* The options b actually computes with: the decode path, cache and level that run, names resolved (simd and
+ * fast_kernel as the levels chosen). A row's setup is built from this report only (backend_setup_label). */
+void backend_options_used(const Backend *b, BackendOptions *used);
+/* The suffix a row's setup gets for the options that change bits (",decode=fast2", ",cache=f16",
+ * ",simd=LEVEL" when the level is not the automatic one; "" for the defaults), from a report of
+ * backend_options_used. */
+void backend_setup_label(const BackendOptions *used, char *out, size_t size);
+/* Parses the textual options (the command line's, or the environment's KVBENCH_DECODE, KVBENCH_CACHE,
+ * KVBENCH_SIMD, KVBENCH_FAST_KERNEL as the runs layer passes them; NULL or "" = default) into o; an unknown
+ * value fails naming `what` (e.g. "KVBENCH_DECODE") and the value. */
+int backend_options_parse(BackendOptions *o, const char *decode, const char *cache, const char *simd,
+                          const char *fast_kernel, KvErr *err);
 /* Loads the model at spec the way backend `name` wants it: only the configuration and tokenizer
  * (model_load_config), its backend_open streaming the weights from the file into its own form: the CPU
  * backend keeps the packed codes of every matrix that packs exactly (f32 for the rest), the CUDA backend bf16
@@ -76,15 +108,4 @@ int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err
 void backend_close(Backend *b);
 /* Names compiled into this binary, comma-separated. */
 const char *backend_available(void);
-/* The CPU backend's opt-in FAST decode (environment KVBENCH_DECODE=fast; "exact", the default): activations
- * quantised to int8, so predictions may differ from the exact path. 1 when requested, 0 for exact, -1 (message
- * in err) for another value. Runs record it in their setup, so fast rows never pass for exact ones. */
-int backend_fast_decode(KvErr *err);
-/* The CPU backend's opt-in half-precision KV cache (environment KVBENCH_CACHE=f16; "f32", the default):
- * keys and values stored as IEEE binary16 (rounded to nearest even), attention and the policies' observation
- * reading them widened to f32 a layer at a time, so answers may differ from the exact path. KV_ELEM_F16 when
- * requested, KV_ELEM_F32 for f32, -1 (message in err) for another value. Runs record it in their setup
- * (`,cache=f16`). The CUDA backend keeps its own bf16 cache: opening it with KVBENCH_CACHE=f16 fails. */
-int backend_cache_elem(KvErr *err);
-
 #endif

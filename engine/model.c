@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 #if defined(__GLIBC__)
 #include <malloc.h> /* malloc_trim */
 
@@ -266,6 +270,42 @@ void model_copy_all(const TensorCopy *copies, int n) {
     }
 }
 
+/* Drops the pages of a mapped source tensor once it has been handed over (FILL_VISIT): a file-backed mapping
+ * read once stays resident until unmapped, so a backend keeping its own copy of every tensor would otherwise
+ * hold the file twice at the end of its load (madvise on a read-only private mapping: the pages are read again
+ * if touched, never lost). */
+static void release_source(const TensorCopy *c) {
+#if defined(__linux__) && defined(MADV_DONTNEED)
+    if (c->source != COPY_FROM_DATA || !c->data) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)c->data & ~(page - 1),
+              hi = ((uintptr_t)c->data + c->rows * c->row_bytes + page - 1) & ~(page - 1);
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+    (void)c;
+#endif
+}
+
+/* Offers matrix w, read from a source tensor of a quantised block type, to fill->blocks as its rows of blocks
+ * (a permuted GGUF Q/K put back in order in a buffer of its own). 1 when the visitor kept it, 0 when it is to be
+ * handed over in f32, -1 on an error. */
+static int offer_blocks(const WeightFill *fill, const TensorCopy *c, const WeightRef *w, const char *source,
+                        KvErr *err) {
+    const GgmlTypeTraits *t = c->source == COPY_FROM_DATA ? ggml_type_traits(c->type) : NULL;
+    if (!fill->blocks || !t || !t->dequant || t->block < 2 || w->n_dims != 2) return 0;
+    const uint8_t *data = c->data;
+    uint8_t *rows = NULL;
+    if (c->perm_heads) {
+        if (!(rows = kv_malloc(c->rows * c->row_bytes, err)))
+            return kv_wrap(err, "%s: tensor '%s': a buffer for its rows", source, w->gguf_name);
+        for (uint64_t r = 0; r < c->rows; r++)
+            memcpy(rows + r * c->row_bytes, c->data + source_row(r, c->perm_heads, c->rows) * c->row_bytes, c->row_bytes);
+        data = rows;
+    }
+    int rc = fill->blocks(fill->user, w->role, w->layer, c->type, data, c->rows, c->cols, c->row_bytes, err);
+    free(rows);
+    return rc < 0 ? -1 : rc == 0;
+}
+
 int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *source, KvErr *err) {
     WeightRef *refs = NULL;
     TensorCopy *copies = NULL;
@@ -289,6 +329,12 @@ int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *
         /* a buffer of each tensor's own size, freed before the next: a large one (the token embeddings) is
          * not kept resident while the visitor builds its copies of the others */
         for (int i = 0; i < n_refs; i++) {
+            int kept = offer_blocks(fill, &copies[i], &refs[i], m->source, err);
+            if (kept < 0) goto done;
+            if (kept) {
+                release_source(&copies[i]);
+                continue;
+            }
             uint64_t n = refs[i].rows * refs[i].cols;
             if (!(scratch = kv_malloc(n * sizeof(float), err))) {
                 kv_wrap(err, "%s: a %.2f GB buffer for one weight", m->source, n * 4e-9);
@@ -298,6 +344,7 @@ int model_fill_weights(Model *m, const WeightFill *fill, PlanTensor plan, void *
             model_copy_all(&copies[i], 1);
             if (fill->visit(fill->user, refs[i].role, refs[i].layer, scratch, refs[i].rows, refs[i].cols, err))
                 goto done;
+            release_source(&copies[i]);
             free(scratch);
             scratch = NULL;
         }
@@ -387,18 +434,22 @@ static int load_with(Model **out, const char *spec, const WeightFill *fill, KvEr
 }
 
 int model_load(Model **out, const char *spec, KvErr *err) {
-    WeightFill fill = {FILL_ARENA, NULL, NULL};
+    WeightFill fill = {FILL_ARENA, NULL, NULL, NULL};
     return load_with(out, spec, &fill, err);
 }
 
 int model_load_config(Model **out, const char *spec, KvErr *err) {
-    WeightFill fill = {FILL_NONE, NULL, NULL};
+    WeightFill fill = {FILL_NONE, NULL, NULL, NULL};
     return load_with(out, spec, &fill, err);
 }
 
 int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr *err) {
+    return model_stream_weight_blocks(m, visit, NULL, user, err);
+}
+
+int model_stream_weight_blocks(const Model *m, WeightVisitor visit, BlockVisitor blocks, void *user, KvErr *err) {
     if (!m->has_host_weights) {
-        WeightFill fill = {FILL_VISIT, visit, user};
+        WeightFill fill = {FILL_VISIT, visit, user, blocks};
         Model *again = NULL;
         if (load_with(&again, m->source, &fill, err)) return -1;
         /* The source was read once for the configuration: it must still describe the same model. */

@@ -84,6 +84,13 @@ typedef enum {
 typedef int (*WeightVisitor)(void *user, WeightRole role, int layer, const float *data, uint64_t rows,
                              uint64_t cols, KvErr *err);
 
+/* Receives one matrix as its source's blocks of a quantised ggml type (GgmlTypeTraits: a block of more than one
+ * element): rows of cols / block blocks, row_bytes each, contiguous in the layout of the fields above (a GGUF
+ * Llama's permuted Q/K rows already put back in order); data is valid during the call. Returns 0 when it kept
+ * the matrix, 1 to have it handed over in f32 instead (WeightVisitor), -1 on an error. */
+typedef int (*BlockVisitor)(void *user, WeightRole role, int layer, int type, const uint8_t *data, uint64_t rows,
+                            uint64_t cols, size_t row_bytes, KvErr *err);
+
 /* Loads a model from:
  *   - a path ending in .gguf,
  *   - a Hugging Face directory (config.json, *.safetensors [+ index], tokenizer.json, tokenizer_config.json),
@@ -101,6 +108,9 @@ int model_load_config(Model **out, const char *spec, KvErr *err);
 /* Hands every weight to visit once, in load order: from the host arena when the model has one, otherwise
  * read again from the model's source one tensor at a time (host memory: one tensor in f32 at a time). */
 int model_stream_weights(const Model *m, WeightVisitor visit, void *user, KvErr *err);
+/* model_stream_weights offering each matrix stored in a quantised block type to `blocks` first (NULL: none),
+ * so a backend can keep the codes instead of f32 (a model with a host arena hands over f32 only). */
+int model_stream_weight_blocks(const Model *m, WeightVisitor visit, BlockVisitor blocks, void *user, KvErr *err);
 void model_free(Model *m);
 
 /* Fills cfg->... from a named shape; used by the synthetic loader and by CUDA timing. */

@@ -48,6 +48,7 @@ typedef struct {
     enum { FILL_ARENA, FILL_NONE, FILL_VISIT } mode;
     WeightVisitor visit;
     void *user;
+    BlockVisitor blocks; /* FILL_VISIT: offered the matrices of quantised block types first; NULL: none */
 } WeightFill;
 
 /* Checks that a copy's type can be dequantised (by converting its first row into a buffer of its own), naming

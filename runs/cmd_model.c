@@ -13,6 +13,7 @@
 #include "../engine/num.h"
 #include "../engine/tokenizer.h"
 #include "commands.h"
+#include "util.h"
 
 /* The value after option argv[*i], advancing *i; NULL (with a message) when it is missing. */
 static const char *option_value(const char *cmd, int argc, char **argv, int *i) {
@@ -169,7 +170,10 @@ int cmd_generate(int argc, char **argv) {
         kv_fail(&err, "%d prompt tokens + %lld new exceed the model's context of %d", ids.n, max_new, m->cfg.max_context);
         goto done;
     }
-    if (backend_open(&be, backend, m, &err) || be->cache_new(be, &cache, ids.n + (int)max_new, &err)) goto done;
+    BackendOptions bo;
+    if (util_backend_options(&bo, &err) || backend_open(&be, backend, m, &bo, &err) ||
+        be->cache_new(be, &cache, ids.n + (int)max_new, &err))
+        goto done;
     GenerateOptions opt = {.max_new = (int)max_new, .stop_ids = m->cfg.eos_ids, .n_stop = m->cfg.n_eos};
     GenerateStats st;
     if (generate_greedy(be, &cache, 1, ids.ids, ids.n, &opt, &out, &st, &err)) goto done;

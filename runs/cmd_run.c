@@ -10,6 +10,7 @@
 #include "../engine/num.h"
 #include "../report/report.h"
 #include "commands.h"
+#include "util.h"
 #include "config.h"
 #include "datacheck.h"
 #include "memplan.h"
@@ -90,7 +91,7 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         return 1;
     }
     RunConfig cfg;
-    if (config_load(&cfg, config_path, &err)) {
+    if (util_backend_options(&opt.backend, &err) || config_load(&cfg, config_path, &err)) {
         fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 1;
     }

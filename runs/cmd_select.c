@@ -15,6 +15,7 @@
 #include "../engine/tokenizer.h"
 #include "../policies/policy.h"
 #include "commands.h"
+#include "util.h"
 
 static const char USAGE[] =
     "usage: kvbench select --model M --file F --policy P --budget B [--aggregation A] [--window W] [--backend NAME]\n"
@@ -95,7 +96,9 @@ static int run_select(const char *model_path, const char *file, const char *back
         kv_fail(err, "%s: budget of %d tokens is more than the context (%d tokens)", file, budget->tokens, ids.n);
         goto done;
     }
-    if (backend_open(&be, backend_name, m, err) || be->cache_new(be, &cache, ids.n, err) ||
+    BackendOptions bo;
+    if (util_backend_options(&bo, err) || backend_open(&be, backend_name, m, &bo, err) ||
+        be->cache_new(be, &cache, ids.n, err) ||
         policy_begin(&st, cfg, c->n_layers, c->n_kv_heads, ids.n, err))
         goto done;
     SelectHook hook_state = {st, policy_needs_value_norm(cfg)};

@@ -55,7 +55,8 @@ typedef struct {
     char model_id[256];    /* util_model_identity of the current model */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
-    char (*row_setups)[112]; /* [n_datasets] the current model's rows: its dataset's setup and its decode rule */
+    char (*row_setups)[160]; /* [n_datasets] the current model's rows: its dataset's setup, the options its backend
+                              * reports it computed with where they change bits, and its decode rule */
     StoreVariantKey *keys; /* [n_variants] */
     DuoPattern duo;        /* the model's DuoAttention pattern, when the config runs duoattention */
     int duo_na;            /* the model's "duo_attention_patterns" is "none": its duoattention cells are skipped */
@@ -694,7 +695,7 @@ static int load_model(Sweep *sw, KvErr *err) {
     if (tokenizer_vocab_size(sw->tok) > sw->model->cfg.vocab_size)
         return kv_fail(err, "%s: model '%s': the tokenizer has %d tokens, the model's vocabulary only %d",
                        sw->cfg->file, rm->name, tokenizer_vocab_size(sw->tok), sw->model->cfg.vocab_size);
-    return backend_open(&sw->be, rm->backend, sw->model, err);
+    return backend_open(&sw->be, rm->backend, sw->model, &sw->opt->backend, err);
 }
 
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
@@ -730,8 +731,14 @@ static int check_model_identity(Sweep *sw, KvErr *err) {
  * the setup without the suffix, so resume runs them again and the report keeps the two apart. Traces hold no text. */
 static void model_setups(Sweep *sw) {
     const char *rule = !sw->opt->trace && tokenizer_clean_up_spaces(sw->tok) ? ",clean_up_spaces" : "";
+    /* the backend's options that change predictions and traces alike, as it reports it ran them (so a label
+     * never names a path that did not run) */
+    BackendOptions used;
+    char options[64];
+    backend_options_used(sw->be, &used);
+    backend_setup_label(&used, options, sizeof options);
     for (int d = 0; d < sw->cfg->n_datasets; d++)
-        snprintf(sw->row_setups[d], sizeof sw->row_setups[d], "%s%s", sw->setups[d], rule);
+        snprintf(sw->row_setups[d], sizeof sw->row_setups[d], "%s%s%s", sw->setups[d], options, rule);
 }
 
 static int sweep_model(Sweep *sw, KvErr *err) {
@@ -786,7 +793,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
 
 /* Model files, tokenizers and DuoAttention patterns exist: checked for every model before the first one is
  * loaded. */
-static int check_inputs(const RunConfig *cfg, KvErr *err) {
+static int check_inputs(const RunConfig *cfg, const SweepOptions *opt, KvErr *err) {
     struct stat st;
     for (int i = 0; i < cfg->n_models; i++) {
         const RunModel *m = &cfg->models[i];
@@ -803,7 +810,7 @@ static int check_inputs(const RunConfig *cfg, KvErr *err) {
         if (strcmp(m->backend, "cpu") && !strstr(backend_available(), m->backend))
             return kv_fail(err, "%s: models[%d].backend: '%s' is not in this build (available: %s)", cfg->file, i,
                            m->backend, backend_available());
-        if (strcmp(m->backend, "cpu") && backend_cache_elem(err) == KV_ELEM_F16)
+        if (strcmp(m->backend, "cpu") && opt->backend.cache == KV_ELEM_F16)
             return kv_fail(err, "%s: models[%d].backend: KVBENCH_CACHE=f16 is the cpu backend's half-precision cache; "
                                 "backend '%s' keeps its own (unset KVBENCH_CACHE or use backend cpu)", cfg->file, i,
                            m->backend);
@@ -843,11 +850,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     sw.memory_limit = opt->memory_limit > 0 ? opt->memory_limit : cfg->memory_limit;
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
-    if (check_inputs(cfg, err)) return -1;
-    const int fast_decode = backend_fast_decode(err);
-    if (fast_decode < 0) return -1;
-    const int cache_elem = backend_cache_elem(err);
-    if (cache_elem < 0) return -1;
+    if (check_inputs(cfg, opt, err)) return -1;
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.row_setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.row_setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
@@ -873,13 +876,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
         /* the non-default generation and length rules change predictions; the defaults add nothing (a trace
          * decodes without stop tokens and always refuses an over-long sample) */
         if (!opt->trace && cfg->stop_any_token) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",stop=any");
-        if (!opt->trace && cfg->over_length_error) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
-        /* the CPU backend's opt-in FAST decode changes predictions and traces alike; "fast2" is its arithmetic
-         * since the batched fast decode (one f32 chain per output over exact int32 block dots), so rows of the
-         * first fast arithmetic ("fast") never resume or average with it */
-        if (fast_decode) k += snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",decode=fast2");
-        /* so does its opt-in half-precision cache (every row it makes: prefill, observation and decode) */
-        if (cache_elem == KV_ELEM_F16) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",cache=f16");
+        if (!opt->trace && cfg->over_length_error) snprintf(setup + k, sizeof *sw.setups - (size_t)k, ",long=error");
     }
     for (int v = 0; v < cfg->n_variants; v++) {
         const RunVariant *x = &cfg->variants[v];

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "../engine/backend.h"
 #include "../engine/err.h"
 #include "config.h"
 
@@ -23,6 +24,8 @@ typedef struct {
                            * the traces table instead of predictions and scores */
     double memory_limit;  /* --memory-limit: bytes for a sample's prefill cache and its variants while they decode
                            * (runs/memplan.h); overrides the config's "memory_limit"; 0 = that, or none */
+    BackendOptions backend; /* what each model's backend is asked for (zeroed: the defaults); its rows' setups
+                             * name what the backend reports it used (backend_options_used) */
 } SweepOptions;
 
 typedef struct {

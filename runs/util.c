@@ -12,6 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+int util_backend_options(BackendOptions *o, KvErr *err) {
+    return backend_options_parse(o, getenv("KVBENCH_DECODE"), getenv("KVBENCH_CACHE"), getenv("KVBENCH_SIMD"),
+                                 getenv("KVBENCH_FAST_KERNEL"), err);
+}
+
 int util_make_dirs(const char *dir, KvErr *err) {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return kv_fail(err, "%s: path too long", dir);

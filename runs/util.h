@@ -5,7 +5,13 @@
 
 #include <stddef.h>
 
+#include "../engine/backend.h"
 #include "../engine/err.h"
+
+/* The backend options of a command: the environment's KVBENCH_DECODE (exact | fast), KVBENCH_CACHE
+ * (f32 | f16), KVBENCH_SIMD (scalar | avx2 | avx512) and KVBENCH_FAST_KERNEL (scalar | avx2 | vnni | amx),
+ * each a fallback for its default. The one place kvbench reads them: the engine takes BackendOptions only. */
+int util_backend_options(BackendOptions *o, KvErr *err);
 
 /* mkdir -p. */
 int util_make_dirs(const char *dir, KvErr *err);

@@ -145,7 +145,12 @@ int main(int argc, char **argv) {
     KvErr err = {{0}};
     Model *m;
     Backend *be;
-    if (backend_load_model(&m, backend, spec, &err) || backend_open(&be, backend, m, &err)) {
+    /* the options a run would take from the environment (KVBENCH_CACHE, KVBENCH_SIMD, ...), as kvbench's runs
+     * layer reads them */
+    BackendOptions opt;
+    if (backend_options_parse(&opt, getenv("KVBENCH_DECODE"), getenv("KVBENCH_CACHE"), getenv("KVBENCH_SIMD"),
+                              getenv("KVBENCH_FAST_KERNEL"), &err) ||
+        backend_load_model(&m, backend, spec, &err) || backend_open(&be, backend, m, &opt, &err)) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;
     }
@@ -175,14 +180,14 @@ int main(int argc, char **argv) {
     printf("decode_16_step_vs_1 %.2f %.2f\n", (spent.wall_s / steps_16) / (one.wall_s / steps),
            (spent.cpu_s / steps_16) / (one.cpu_s / steps));
     if (report_variants(be, "", variants_context, steps_16, &err)) goto fail;
-    /* the same decodes on the opt-in FAST path (KVBENCH_DECODE=fast, read at backend open: a second backend),
+    /* the same decodes on the opt-in FAST path (decode fast: a second backend),
      * and a fast 16-sequence step against the fast and the exact single-sequence steps */
     {
         Backend *fast;
         BenchClock one_fast;
-        setenv("KVBENCH_DECODE", "fast", 1);
-        int rc = backend_open(&fast, backend, m, &err);
-        unsetenv("KVBENCH_DECODE");
+        BackendOptions fast_opt = opt;
+        fast_opt.decode = BACKEND_DECODE_FAST;
+        int rc = backend_open(&fast, backend, m, &fast_opt, &err);
         if (rc) goto fail;
         rc = bench_decode(fast, 1, 128, steps, &one_fast, &err) || bench_decode(fast, 16, 128, steps_16, &spent, &err);
         BenchClock fast_spent = spent;

@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     const PolicyConfig *pcs[N_POLICIES];
     TokenIds ctx = {0};
     Round r[MAX_ROUNDS];
-    if (backend_load_model(&m, "cpu", spec, &err) || backend_open(&be, "cpu", m, &err)) goto fail; /* as runs do */
+    if (backend_load_model(&m, "cpu", spec, &err) || backend_open(&be, "cpu", m, NULL, &err)) goto fail; /* as runs do */
     for (int i = 0; i < N_POLICIES; i++) {
         if (policy_config(&cfgs[i], swept_policies[i], NULL, &err)) goto fail;
         pcs[i] = &cfgs[i];

@@ -222,7 +222,7 @@ static int bench_decode(const char *model_path, int tokens) {
     double single = 0, batched = 0, single_cpu = 0, batched_cpu = 0;
     int *ids = malloc((size_t)tokens * sizeof *ids), rc = ids ? 0 : -1;
     if (!rc) rc = backend_load_model(&m, "cpu", model_path, &err); /* as runs load it */
-    if (!rc) rc = backend_open(&be, "cpu", m, &err);
+    if (!rc) rc = backend_open(&be, "cpu", m, NULL, &err);
     /* Any token sequence serves for timing; a fixed stride through the vocabulary. */
     for (int i = 0; !rc && i < tokens; i++) ids[i] = (int)((17L + 7919L * i) % m->cfg.vocab_size);
     if (!rc) rc = be->cache_new(be, &prefill, tokens, &err);

@@ -1,5 +1,5 @@
 /* test_cpu_f16.c — the binary16 conversions of the CPU backend's opt-in half-precision KV cache
- * (KVBENCH_CACHE=f16, engine/cpu_f16.c) and the cache that holds them (engine/kvcache.c).
+ * (cache f16, engine/cpu/portable.c and the kernel table's to_f16 / to_f32) and the cache that holds them (engine/kvcache.c).
  *
  * References: numpy's float16 (tests/reference/gen_f16_cases.py writes tests/data/f16/: f32 -> f16 on 8181
  * cases chosen at every rounding branch, f16 -> f32 on 5890), a hand-derived table (ties to even, subnormals,
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/cpu_internal.h"
+#include "../engine/cpu/ops.h"
 #include "../engine/kvcache.h"
 #include "test.h"
 
@@ -139,9 +139,9 @@ static void check_exhaustive(TestCounts *tc) {
     }
     const char *levels[] = {"scalar", "avx2", "avx512"};
     for (int li = 0; li < 3; li++) {
-        CpuSimd simd;
+        CpuKernels kt;
         KvErr err = {{0}};
-        if (cpu_simd_choose(&simd, levels[li], &err)) {
+        if (cpu_kernels_init(&kt, levels[li], NULL, &err)) {
             printf("test_cpu_f16: %s not supported here, skipped (%s)\n", levels[li], err.msg);
             continue;
         }
@@ -149,10 +149,10 @@ static void check_exhaustive(TestCounts *tc) {
         for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
             int n = lens[k], wbad = 0, nbad = 0;
             memset(got, 0xFF, 0x10000 * sizeof *got);
-            cpu_f16_to_f32_rows(simd, got, all, (size_t)n);
+            kt.to_f32(got, all, (size_t)n);
             for (int i = 0; i < n; i++)
                 wbad += isnan(ref[i]) ? !isnan(got[i]) : f32_bits(got[i]) != f32_bits(ref[i]);
-            cpu_f32_to_f16_rows(simd, back, x, (size_t)n);
+            kt.to_f16(back, x, (size_t)n);
             for (int i = 0; i < n; i++) {
                 uint16_t want = cpu_f32_to_f16(x[i]);
                 int nan = (want & 0x7C00) == 0x7C00 && (want & 0x3FF);

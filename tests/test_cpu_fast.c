@@ -1,4 +1,4 @@
-/* test_cpu_fast.c — the opt-in FAST products (engine/cpu_fast.c, KVBENCH_DECODE=fast) and the fast decode:
+/* test_cpu_fast.c — the opt-in FAST products (engine/cpu/: portable.c, avx2.c, vnni.c; decode fast) and the fast decode:
  *  - every kernel this CPU runs (AVX2, VNNI, AMX; a kernel it lacks is skipped with a printed line) gives the
  *    portable C's outputs bit for bit (so the same exact int32 block dots and the same f32 chain), on random
  *    4-bit and int8 weights with edge blocks (codes all 0 / all 15, int8 -128 / 127, all-zero activation
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "../engine/backend.h"
-#include "../engine/cpu_internal.h"
+#include "../engine/cpu/ops.h"
 #include "../engine/kvcache.h"
 #include "test.h"
 
@@ -100,12 +100,15 @@ static void weights_row(int fmt, const CpuQ4Block *q4, const CpuPacked *q8, int 
 
 /* The product in `parts` shares made one after another (what the threads of a decode step each make), so
  * the split is checked without thousands of parallel regions. */
-static void run(CpuFastKernel k, int fmt, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
+static void run(CpuFastKernel kernel, int fmt, float *y, const float *x, const CpuQ4Block *q4, const CpuPacked *q8,
                 const float *bias, int M, int N, int K, int accumulate, int parts, float *tile) {
+    CpuKernels kt; /* the table's entries of that kernel (for every number of rows) */
+    KvErr ignored;
+    cpu_kernels_init(&kt, NULL, cpu_fast_kernel_name(kernel), &ignored);
     CpuQ4Job job = {y, q4, bias, N};
     for (int p = 0; p < parts; p++) {
-        if (fmt == 0) cpu_matmul_q4_fast_part(k, &job, 1, x, M, K, accumulate, tile, p, parts);
-        else cpu_matmul_q8_fast_part(k, y, x, q8, bias, M, N, K, accumulate, tile, p, parts);
+        if (fmt == 0) cpu_matmul_q4_fast_part(&kt.fast_many, &job, 1, x, M, K, accumulate, tile, p, parts);
+        else cpu_matmul_q8_fast_part(&kt.fast_many, y, x, q8, bias, M, N, K, accumulate, tile, p, parts);
     }
 }
 
@@ -223,16 +226,16 @@ static void check_decode(TestCounts *tc) {
     CHECK(tc, backend_load_model(&m, "cpu", GGUF_PATH, &err) == 0, "%s", err.msg);
     float *first = NULL;
     const int sizes[] = {1, 2, 3, 16, 17};
-    setenv("KVBENCH_DECODE", "fast", 1);
     for (int k = CPU_FAST_SCALAR; m && k <= CPU_FAST_AMX; k++) {
         const char *name = cpu_fast_kernel_name((CpuFastKernel)k);
         if (!cpu_fast_kernel_usable((CpuFastKernel)k)) {
             printf("test_cpu_fast: SKIPPING the %s kernel's decode: this CPU (or its kernel) does not run it\n", name);
             continue;
         }
-        setenv("KVBENCH_FAST_KERNEL", name, 1);
+        BackendOptions opt = {.decode = BACKEND_DECODE_FAST};
+        snprintf(opt.fast_kernel, sizeof opt.fast_kernel, "%s", name);
         Backend *be = NULL;
-        CHECK(tc, backend_open(&be, "cpu", m, &err) == 0, "%s", err.msg);
+        CHECK(tc, backend_open(&be, "cpu", m, &opt, &err) == 0, "%s", err.msg);
         if (!be) continue;
         for (int i = 0; i < 5; i++) {
             /* the portable C only on one batch: it is slow at SmolLM2's size */
@@ -250,12 +253,10 @@ static void check_decode(TestCounts *tc) {
         }
         backend_close(be);
     }
-    setenv("KVBENCH_FAST_KERNEL", "tiles", 1);
+    BackendOptions tiles = {.decode = BACKEND_DECODE_FAST, .fast_kernel = "tiles"};
     Backend *be = NULL;
-    CHECK(tc, m && backend_open(&be, "cpu", m, &err) == -1 && strstr(err.msg, "unknown fast kernel"),
-          "KVBENCH_FAST_KERNEL=tiles is refused: %s", err.msg);
-    unsetenv("KVBENCH_FAST_KERNEL");
-    unsetenv("KVBENCH_DECODE");
+    CHECK(tc, m && backend_open(&be, "cpu", m, &tiles, &err) == -1 && strstr(err.msg, "unknown fast kernel"),
+          "fast kernel 'tiles' is refused: %s", err.msg);
     free(first);
     model_free(m);
 }

@@ -1,4 +1,4 @@
-/* test_cpu_kernels.c — the packed-weight kernels of the CPU backend (engine/cpu_q4.c) on every SIMD level
+/* test_cpu_kernels.c — the kernel table of the CPU backend (engine/cpu/) on every instruction-set level
  * this CPU has, the portable one always:
  *  - packing: Q4_1-style (f16 scale, f16 minimum, codes 0..15) and Q4_0-style (codes -8..7) blocks pack to
  *    4 bits and unpack to the very same f32 values; a value off the block grid does not pack;
@@ -12,11 +12,11 @@
  *    (cpu_attend_heads_rows: binary16 rows, a view's rows shared from a base then rows of its own) equals
  *    cpu_attend_row on the same rows copied into one f32 block, bit for bit;
  *  - the SIMD levels agree with the portable path within 1e-5 (summation order only);
- *  - cpu_simd_choose rejects an unknown name with a message. */
+ *  - cpu_kernels_init rejects an unknown name with a message. */
 #include <stdint.h>
 #include <string.h>
 
-#include "../engine/cpu_internal.h"
+#include "../engine/cpu/ops.h"
 #include "test.h"
 
 enum { N = 13, K = 160, MAXM = 17 };
@@ -93,8 +93,8 @@ static void check_packing(TestCounts *tc, const float *w) {
     CHECK(tc, cpu_pack_q4(blocks, q8, N, K) == 0, "int8 codes do not pack to 4 bits");
 }
 
-static void check_level(TestCounts *tc, CpuSimd simd, const float *w4, const float *w8, float *scalar_out) {
-    const char *name = cpu_simd_name(simd);
+static void check_level(TestCounts *tc, const CpuKernels *simd, const float *w4, const float *w8, float *scalar_out) {
+    const char *name = simd->simd_name;
     static CpuQ4Block blocks[N * K / 32], blocks_b[N * K / 32];
     cpu_pack_q4(blocks, w4, N, K);
     int8_t codes[N * K];
@@ -123,8 +123,8 @@ static void check_level(TestCounts *tc, CpuSimd simd, const float *w4, const flo
                 double e = rel_err(y, ref, M * N);
                 CHECK(tc, e <= 1e-5, "%s %s M=%d accumulate=%d: relative error %.3g", name, fmt ? "q8" : "q4", M,
                       accumulate, e);
-                if (simd == CPU_SIMD_SCALAR && M == 17 && !accumulate) memcpy(scalar_out + fmt * MAXM * N, y, sizeof y);
-                if (simd != CPU_SIMD_SCALAR && M == 17 && !accumulate) {
+                if (simd->simd == CPU_SIMD_SCALAR && M == 17 && !accumulate) memcpy(scalar_out + fmt * MAXM * N, y, sizeof y);
+                if (simd->simd != CPU_SIMD_SCALAR && M == 17 && !accumulate) {
                     double worst = 0;
                     for (int i = 0; i < M * N; i++) ref[i] = scalar_out[fmt * MAXM * N + i];
                     worst = rel_err(y, ref, M * N);
@@ -166,9 +166,9 @@ static void check_level(TestCounts *tc, CpuSimd simd, const float *w4, const flo
     }
 }
 
-/* cpu_swiglu_simd against cpu_swiglu bit for bit: gates across exp's clamp (|g| > 87), around 0 (both
+/* the table's swiglu against cpu_swiglu bit for bit: gates across exp's clamp (|g| > 87), around 0 (both
  * signs), tiny and huge values, infinities, and a length that leaves a tail after the 16-lane blocks. */
-static void check_swiglu(TestCounts *tc, CpuSimd simd, const char *name) {
+static void check_swiglu(TestCounts *tc, const CpuKernels *simd, const char *name) {
     enum { LEN = 16 * 40 + 7 };
     static float g[LEN], u[LEN], want[LEN];
     const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-45f, 86.9f, 87.0f, 87.5f, 88.0f, 88.5f, -86.9f,
@@ -181,17 +181,17 @@ static void check_swiglu(TestCounts *tc, CpuSimd simd, const char *name) {
     }
     memcpy(want, g, sizeof g);
     cpu_swiglu(want, u, LEN);
-    cpu_swiglu_simd(simd, g, u, LEN);
+    simd->swiglu(g, u, LEN);
     int same = 1;
     for (int i = 0; i < LEN; i++) same &= !memcmp(&g[i], &want[i], sizeof(float));
     CHECK(tc, same, "%s: SwiGLU equals cpu_swiglu bit for bit over %d values", name, LEN);
 }
 
-/* cpu_attend_heads_simd against cpu_attend_row per head, bit for bit: key counts around the 4-key and 16-lane
+/* cpu_attend_heads (the table's attend_rows where it serves) against cpu_attend_row per head, bit for bit: key counts around the 4-key and 16-lane
  * blocks, head dims of 1 to 8 vectors (80: a last partial group of the output registers), 1 to 9 query
  * heads per key head (past 4: a second pass of up to four), scores from small to large enough that most
  * probabilities underflow. */
-static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
+static void check_attention(TestCounts *tc, const CpuKernels *simd, const char *name) {
     enum { MAXN = 300, MAXD = 128, MAXG = 9 };
     static float q[MAXG * MAXD], k[MAXN * MAXD], v[MAXN * MAXD], out[MAXG * MAXD], want[MAXD], probs[MAXG * MAXN],
         want_p[MAXN];
@@ -205,7 +205,7 @@ static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
                 int n = ns[ni], d = ds[di], G = gs[(di * 14 + ni + si) % 6];
                 for (int i = 0; i < G * d; i++) q[i] = spread[si] * (2 * uniform() - 1);
                 for (int i = 0; i < n * d; i++) k[i] = 2 * uniform() - 1, v[i] = 2 * uniform() - 1;
-                cpu_attend_heads_simd(simd, out, probs, q, k, v, n, d, 0.125f, G);
+                cpu_attend_heads(simd, out, probs, q, k, v, n, d, 0.125f, G);
                 for (int g = 0; g < G; g++) {
                     cpu_attend_row(want, want_p, q + g * d, k, v, n, d, 0.125f);
                     same &= !memcmp(out + g * d, want, sizeof(float) * d) &&
@@ -222,7 +222,7 @@ static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
             int n = ns[ni];
             for (int i = 0; i < n; i++) x[i] = y[i] = (si == 3 ? 300.0f : spread[si] * 10) * (2 * uniform() - 1);
             cpu_softmax(x, n);
-            cpu_softmax_simd(simd, y, n);
+            simd->softmax(y, n);
             same &= !memcmp(x, y, sizeof(float) * n);
         }
     CHECK(tc, same, "%s: softmax equals cpu_softmax bit for bit", name);
@@ -231,7 +231,7 @@ static void check_attention(TestCounts *tc, CpuSimd simd, const char *name) {
 /* cpu_attend_heads_rows against cpu_attend_row on the rows copied (widened) into one block, bit for bit: f32
  * and binary16 rows, held in one piece or as a view (every other row of a base, then rows of its own), key
  * counts around the 4-key blocks, head dims 16..128, 1 to 5 query heads. */
-static void check_rows_in_place(TestCounts *tc) {
+static void check_rows_in_place(TestCounts *tc, const CpuKernels *simd) {
     enum { MAXN = 200, MAXD = 128, MAXG = 5 };
     static float q[MAXG * MAXD], kw[MAXN * MAXD], vw[MAXN * MAXD], kb[2 * MAXN * MAXD], vb[2 * MAXN * MAXD],
         out[MAXG * MAXD], want[MAXD], probs[MAXG * MAXN], want_p[MAXN];
@@ -264,7 +264,7 @@ static void check_rows_in_place(TestCounts *tc) {
                     size_t own_bytes = own_at * (half ? 2 : 4);
                     CpuRows keys = {kbase, shared, n_shared, (const char *)kbase + own_bytes, half};
                     CpuRows values = {vbase, shared, n_shared, (const char *)vbase + own_bytes, half};
-                    cpu_attend_heads_rows(CPU_SIMD_AVX512, out, probs, q, &keys, &values, n, d, 0.125f, G);
+                    cpu_attend_heads_rows(simd, out, probs, q, &keys, &values, n, d, 0.125f, G);
                     for (int g = 0; g < G; g++) {
                         cpu_attend_row(want, want_p, q + g * d, kw, vw, n, d, 0.125f);
                         same &= !memcmp(out + g * d, want, sizeof(float) * d) &&
@@ -283,19 +283,19 @@ int main(void) {
     make_q8_weights(w8);
     check_packing(&tc, w4);
     KvErr err = {{0}};
-    CpuSimd simd;
-    CHECK(&tc, cpu_simd_choose(&simd, "sse9", &err) != 0 && strstr(err.msg, "unknown"), "unknown level: %s", err.msg);
+    CpuKernels kt, *simd = &kt;
+    CHECK(&tc, cpu_kernels_init(&kt, "sse9", NULL, &err) != 0 && strstr(err.msg, "unknown"), "unknown level: %s", err.msg);
     const char *levels[] = {"scalar", "avx2", "avx512"};
     for (int i = 0; i < 3; i++) {
         err.msg[0] = 0;
-        if (cpu_simd_choose(&simd, levels[i], &err)) {
+        if (cpu_kernels_init(&kt, levels[i], NULL, &err)) {
             printf("test_cpu_kernels: %s not supported here, skipped (%s)\n", levels[i], err.msg);
             continue;
         }
         check_level(&tc, simd, w4, w8, scalar_out);
         check_swiglu(&tc, simd, levels[i]);
         check_attention(&tc, simd, levels[i]);
-        if (simd == CPU_SIMD_AVX512 && cpu_attend_direct(simd, 64)) check_rows_in_place(&tc);
+        if (cpu_attend_direct(simd, 64)) check_rows_in_place(&tc, simd);
         printf("test_cpu_kernels: %s checked\n", levels[i]);
     }
     return test_finish(&tc);

@@ -1,5 +1,5 @@
-/* test_cpu_tiles.c — the prefill product from packed weights (cpu_matmul_codes, engine/cpu_kernels.c) and
- * the row rebuilders it uses (cpu_unpack_q4_rows / cpu_unpack_q8_rows, engine/cpu_q4.c):
+/* test_cpu_tiles.c — the prefill product from packed weights (cpu_matmul_codes, engine/cpu/products.c) and
+ * the row rebuilders it uses (cpu_rebuild_rows: the kernel table's q4_rebuild / q8_rebuild, engine/cpu/):
  *  - rows rebuilt at every SIMD level this CPU has equal the weights they were packed from, bit for bit (the
  *    loader's f32 values: codes times f16 scales plus offsets, exact in f32);
  *  - cpu_matmul_codes equals cpu_matmul on those f32 weights bit for bit (the reference is today's prefill
@@ -16,7 +16,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "../engine/cpu_internal.h"
+#include "../engine/cpu/ops.h"
 #include "test.h"
 
 static unsigned state = 11;
@@ -70,20 +70,20 @@ static void matrix_free(Matrix *mx) {
     free(mx->q8.offset);
 }
 
-static void check_unpack(TestCounts *tc, CpuSimd simd, const Matrix *mx, const char *fmt) {
+static void check_unpack(TestCounts *tc, const CpuKernels *k, const Matrix *mx, const char *fmt) {
     int n0 = 3, n1 = mx->N < 40 ? mx->N : 40;
     float *rows = malloc(sizeof(float) * (n1 - n0) * mx->K);
-    if (mx->q4) cpu_unpack_q4_rows(simd, rows, mx->q4, n0, n1, mx->K);
-    else cpu_unpack_q8_rows(simd, rows, &mx->q8, n0, n1, mx->K);
+    CpuCodes codes = {mx->q4, mx->q4 ? NULL : &mx->q8, NULL};
+    cpu_rebuild_rows(k, rows, &codes, n0, n1, mx->K);
     CHECK(tc, !memcmp(rows, mx->w + (size_t)n0 * mx->K, sizeof(float) * (n1 - n0) * mx->K),
-          "%s %s %d x %d: rows %d..%d rebuilt to the packed f32 weights bit for bit", cpu_simd_name(simd), fmt, mx->N,
+          "%s %s %d x %d: rows %d..%d rebuilt to the packed f32 weights bit for bit", k->simd_name, fmt, mx->N,
           mx->K, n0, n1);
     free(rows);
 }
 
 /* cpu_matmul_codes against cpu_matmul on the f32 weights, at `threads` threads; returns the number of
  * outputs that differ. */
-static size_t compare(CpuSimd simd, const Matrix *mx, int M, int threads, int with_bias, int accumulate) {
+static size_t compare(const CpuKernels *k, const Matrix *mx, int M, int threads, int with_bias, int accumulate) {
     int N = mx->N, K = mx->K;
     float *x = malloc(sizeof(float) * M * K), *bias = malloc(sizeof(float) * N);
     float *ref = malloc(sizeof(float) * M * N), *got = malloc(sizeof(float) * M * N);
@@ -94,7 +94,8 @@ static size_t compare(CpuSimd simd, const Matrix *mx, int M, int threads, int wi
     size_t tile_floats = cpu_code_tile_floats(N, K, threads);
     float *tiles = malloc(sizeof(float) * tile_floats * threads);
     cpu_matmul(ref, x, mx->w, with_bias ? bias : NULL, M, N, K, accumulate);
-    cpu_matmul_codes(simd, got, x, mx->q4, mx->q4 ? NULL : &mx->q8, with_bias ? bias : NULL, M, N, K, accumulate,
+    CpuCodes codes = {mx->q4, mx->q4 ? NULL : &mx->q8, NULL};
+    cpu_matmul_codes(k, got, x, &codes, with_bias ? bias : NULL, M, N, K, accumulate,
                      tiles, tile_floats);
     size_t differ = 0;
     for (int i = 0; i < M * N; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
@@ -114,9 +115,9 @@ int main(void) {
     const struct { int N, K, M; } cut[] = {{3000, 1536, 40}, {1000, 4096, 33}};
     const char *levels[] = {"scalar", "avx2", "avx512"};
     for (int li = 0; li < 3; li++) {
-        CpuSimd simd;
+        CpuKernels kt, *simd = &kt;
         KvErr err = {{0}};
-        if (cpu_simd_choose(&simd, levels[li], &err)) {
+        if (cpu_kernels_init(&kt, levels[li], NULL, &err)) {
             printf("test_cpu_tiles: %s not supported here, skipped (%s)\n", levels[li], err.msg);
             continue;
         }

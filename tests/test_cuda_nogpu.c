@@ -54,7 +54,7 @@ static void check_library(TestCounts *tc, const char *device_msg) {
         return;
     }
     Backend *be = NULL;
-    int rc = backend_open(&be, "cuda", m, &err);
+    int rc = backend_open(&be, "cuda", m, NULL, &err);
     CHECK(tc, rc == -1 && be == NULL, "backend_open(cuda) succeeded without a GPU");
     CHECK(tc, !strcmp(err.msg, device_msg), "backend_open(cuda) said '%s', the device check '%s'", err.msg,
           device_msg);
@@ -62,7 +62,7 @@ static void check_library(TestCounts *tc, const char *device_msg) {
     KvCache *cache = NULL;
     float logits[512];
     int tokens[4] = {1, 2, 3, 4};
-    if (backend_open(&be, "cpu", m, &err) || be->cache_new(be, &cache, 8, &err) ||
+    if (backend_open(&be, "cpu", m, NULL, &err) || be->cache_new(be, &cache, 8, &err) ||
         be->forward(be, &cache, 1, tokens, 4, logits, NULL, NULL, &err)) {
         CHECK(tc, 0, "cpu backend after the cuda failure: %s", err.msg);
     } else {

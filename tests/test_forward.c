@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "../engine/backend.h"
-#include "../engine/cpu_internal.h"
+#include "../engine/cpu/ops.h"
 #include "../engine/generate.h"
 #include "../engine/kvcache.h"
 #include "forward_checks.h"
@@ -56,15 +56,16 @@ static void check_kernels(TestCounts *tc) {
         probs[past + T];
     for (int i = 0; i < T * d; i++) q[i] = 2 * UNIFORM() - 1;
     for (int i = 0; i < (past + T) * d; i++) k[i] = 2 * UNIFORM() - 1, v[i] = 2 * UNIFORM() - 1;
-    cpu_attend_block(CPU_SIMD_SCALAR, blocked, d, q, d, k, v, T, past, d, 0.25f, scores);
+    CpuKernels portable, best;
+    KvErr ignored;
+    cpu_kernels_init(&portable, "scalar", NULL, &ignored);
+    cpu_kernels_init(&best, NULL, NULL, &ignored);
+    cpu_attend_block(&portable, blocked, d, q, d, k, v, T, past, d, 0.25f, scores);
     {
-        CpuSimd best;
-        KvErr ignored;
         float fast[T * d];
-        cpu_simd_choose(&best, NULL, &ignored);
-        cpu_attend_block(best, fast, d, q, d, k, v, T, past, d, 0.25f, scores);
+        cpu_attend_block(&best, fast, d, q, d, k, v, T, past, d, 0.25f, scores);
         CHECK(tc, !memcmp(fast, blocked, sizeof fast), "blocked attention at %s equals the portable one bit for bit",
-              cpu_simd_name(best));
+              best.simd_name);
     }
     for (int t = 0; t < T; t++) cpu_attend_row(rowwise + t * d, probs, q + t * d, k, v, past + t + 1, d, 0.25f);
     CHECK(tc, rel_err(blocked, rowwise, T * d) <= 1e-5, "blocked vs per-row attention %.3g",
@@ -89,11 +90,21 @@ static void check_kernels(TestCounts *tc) {
     CHECK(tc, cpu_pack_exact(&packed, w, N, KK) == 1, "Q4_1 / Q8_0-style blocks pack");
     cpu_matmul(y_f32, xr, w, NULL, 2, N, KK, 0);
     static float tiles[64 * CPU_Q4_TILE_FLOATS(KK)] __attribute__((aligned(64)));
-    cpu_matmul_q8(CPU_SIMD_SCALAR, y_packed, xr, &packed, NULL, 2, N, KK, 0, tiles);
+    cpu_matmul_q8(&portable, y_packed, xr, &packed, NULL, 2, N, KK, 0, tiles);
     CHECK(tc, rel_err(y_packed, y_f32, 2 * N) <= 1e-5, "packed vs f32 product %.3g", rel_err(y_packed, y_f32, 2 * N));
     w[5] += 1e-4f;
     CHECK(tc, cpu_pack_exact(&packed, w, N, KK) == 0, "a value off the block grid does not pack");
 #undef UNIFORM
+}
+
+/* The simd level the backends are opened at (NULL: the automatic choice), as the runs layer would pass it. */
+static const char *simd_level;
+
+static BackendOptions level_options(void) {
+    BackendOptions o;
+    KvErr ignored;
+    backend_options_parse(&o, NULL, NULL, simd_level, NULL, &ignored);
+    return o;
 }
 
 /* ------------------------------------------------------------------------------------ against the reference */
@@ -168,7 +179,8 @@ static void check_streamed(TestCounts *tc, const char *spec, const Model *arena,
     KvErr err = {{0}};
     Model *m = NULL;
     Backend *be = NULL;
-    if (backend_load_model(&m, "cpu", spec, &err) || backend_open(&be, "cpu", m, &err)) {
+    BackendOptions opt = level_options();
+    if (backend_load_model(&m, "cpu", spec, &err) || backend_open(&be, "cpu", m, &opt, &err)) {
         CHECK(tc, 0, "%s without an f32 arena: %s", spec, err.msg);
         model_free(m);
         return;
@@ -237,7 +249,7 @@ static void check_changed_source(TestCounts *tc) {
     CHECK(tc, backend_load_model(&m, "cpu", path, &err) == 0, "%s", err.msg);
     snprintf(cmd, sizeof cmd, "cp tests/data/gguf/tiny_qwen2.gguf %s", path);
     CHECK(tc, system(cmd) == 0, "%s", cmd);
-    int rc = m ? backend_open(&be, "cpu", m, &err) : -1;
+    int rc = m ? backend_open(&be, "cpu", m, NULL, &err) : -1;
     CHECK(tc, rc == -1 && !be && strstr(err.msg, "changed since it was opened") && strstr(err.msg, path),
           "backend_open on a replaced file: rc %d: %s", rc, err.msg);
     model_free(m);
@@ -273,7 +285,21 @@ static int batched_greedy(Backend *be, int n_cases, int **ids, const int *n_ids,
     return rc;
 }
 
-/* The opt-in fast decode (KVBENCH_DECODE=fast) on the reference cases: its greedy tokens against the
+/* The fast decode reads codes only: on a model with f32 matrices (a synthetic model's random weights, an f32
+ * checkpoint) it would decode exactly under its label, so the backend refuses it, naming the model. */
+static void refuse_fast(TestCounts *tc, const char *spec) {
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    BackendOptions fast = {.decode = BACKEND_DECODE_FAST};
+    CHECK(tc, model_load(&m, spec, &err) == 0, "%s", err.msg);
+    CHECK(tc, m && backend_open(&be, "cpu", m, &fast, &err) == -1 && !be && strstr(err.msg, "block codes") &&
+                  strstr(err.msg, spec),
+          "decode fast on f32 matrices refused: %s", err.msg);
+    model_free(m);
+}
+
+/* The opt-in fast decode (decode = fast) on the reference cases: its greedy tokens against the
  * reference's, reported (an approximate path: agreement is a measurement, not a requirement). Checked: it
  * runs, its prompt logits (prefill is exact on both paths) are the exact path's, and all cases decoded in
  * one batch give each case's single-sequence tokens (a batched fast decode equals B single ones). */
@@ -281,10 +307,13 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     KvErr err = {{0}};
     Model *m = NULL;
     Backend *be = NULL;
-    setenv("KVBENCH_DECODE", "fast", 1);
-    int rc = model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &err);
-    unsetenv("KVBENCH_DECODE");
-    CHECK(tc, rc == 0, "%s with KVBENCH_DECODE=fast: %s", spec, err.msg);
+    BackendOptions fast = {.decode = BACKEND_DECODE_FAST}, used;
+    int rc = model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &fast, &err);
+    CHECK(tc, rc == 0, "%s with decode fast: %s", spec, err.msg);
+    if (!rc) {
+        backend_options_used(be, &used);
+        CHECK(tc, used.decode == BACKEND_DECODE_FAST, "%s: the backend reports the fast decode it runs", spec);
+    }
     if (rc) {
         model_free(m);
         return;
@@ -363,7 +392,8 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
     KvErr err = {{0}};
     Model *m = NULL;
     Backend *be = NULL;
-    if (model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &err)) {
+    BackendOptions opt = level_options();
+    if (model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &opt, &err)) {
         CHECK(tc, 0, "%s: %s", spec, err.msg);
         model_free(m);
         return;
@@ -412,19 +442,20 @@ int main(void) {
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 1);
     report_fast(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama");
-    /* every instruction set of the packed kernels this CPU has (KVBENCH_SIMD forces one at backend open) */
+    refuse_fast(&tc, "synthetic:smollm2-135m:layers=1:vocab=512");
+    /* every instruction set of the packed kernels this CPU has (BackendOptions.simd forces one at backend open) */
     const char *levels[] = {"scalar", "avx2", "avx512"};
     for (int i = 0; i < 3; i++) {
-        CpuSimd simd;
+        CpuKernels kt;
         KvErr err = {{0}};
-        if (cpu_simd_choose(&simd, levels[i], &err)) {
+        if (cpu_kernels_init(&kt, levels[i], NULL, &err)) {
             printf("test_forward: %s\n", err.msg);
             continue;
         }
-        setenv("KVBENCH_SIMD", levels[i], 1);
-        printf("test_forward: KVBENCH_SIMD=%s\n", levels[i]);
+        simd_level = levels[i];
+        printf("test_forward: simd %s\n", levels[i]);
         check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 0);
-        unsetenv("KVBENCH_SIMD");
+        simd_level = NULL;
     }
     FILE *f = fopen(GGUF_PATH, "rb");
     if (f) {

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "../engine/backend.h"
-#include "../engine/cpu_internal.h"
+#include "../engine/cpu/ops.h"
 #include "../engine/generate.h"
 #include "../engine/kvcache.h"
 #include "forward_checks.h"
@@ -35,12 +35,14 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-/* Opens the cpu backend on m with KVBENCH_CACHE set to `cache` (NULL: unset). */
+/* The simd level the backends are opened at (NULL: the automatic choice). */
+static const char *simd_level;
+
+/* Opens the cpu backend on m with the cache option `cache` (NULL: the default), as the runs layer parses it. */
 static int open_cpu(Backend **be, const Model *m, const char *cache, KvErr *err) {
-    if (cache) setenv("KVBENCH_CACHE", cache, 1);
-    int rc = backend_open(be, "cpu", m, err);
-    unsetenv("KVBENCH_CACHE");
-    return rc;
+    BackendOptions o;
+    if (backend_options_parse(&o, NULL, cache, simd_level, NULL, err)) return -1;
+    return backend_open(be, "cpu", m, &o, err);
 }
 
 /* Greedy tokens of both backends on the reference cases, and the prompt logits of each against the other and
@@ -103,7 +105,6 @@ static void check_reference(TestCounts *tc, Backend *exact, Backend *half, const
 /* The keys and values of the last layer observed in a prefill vs the cache's rows widened. */
 typedef struct {
     const KvCache *cache;
-    CpuSimd simd;
     int layers, same;
 } ObsCheck;
 
@@ -130,7 +131,7 @@ static void check_observation(TestCounts *tc, Backend *be, const int *ids, int n
     KvErr err = {{0}};
     KvCache *c;
     CHECK(tc, be->cache_new(be, &c, n, &err) == 0, "%s", err.msg);
-    ObsCheck oc = {c, CPU_SIMD_SCALAR, 0, 1};
+    ObsCheck oc = {c, 0, 1};
     ObserveHook obs = {.window = n < 8 ? n : 8, .on_layer = observe_rows, .user = &oc};
     CHECK(tc, be->forward(be, &c, 1, ids, n, NULL, &obs, NULL, &err) == 0, "observed prefill: %s", err.msg);
     CHECK(tc, oc.layers == be->model->cfg.n_layers && oc.same,
@@ -186,11 +187,10 @@ static void check_option(TestCounts *tc) {
     CHECK(tc, be && be->cache_new(be, &c, 4, &err) == 0 && c->elem == KV_ELEM_F32, "f32 cache");
     if (be) be->cache_free(be, c);
     backend_close(be);
-    setenv("KVBENCH_CACHE", "f16", 1);
     be = NULL;
-    CHECK(tc, backend_open(&be, "cuda", m, &err) == -1 && strstr(err.msg, "cpu backend's"),
+    BackendOptions half = {.cache = KV_ELEM_F16};
+    CHECK(tc, backend_open(&be, "cuda", m, &half, &err) == -1 && strstr(err.msg, "cpu backend's"),
           "f16 with the cuda backend: %s", err.msg);
-    unsetenv("KVBENCH_CACHE");
     model_free(m);
 }
 
@@ -201,16 +201,16 @@ int main(void) {
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 0, 1, 0);
     const char *levels[] = {"scalar", "avx2", "avx512"};
     for (int i = 0; i < 3; i++) {
-        CpuSimd simd;
+        CpuKernels kt;
         KvErr err = {{0}};
-        if (cpu_simd_choose(&simd, levels[i], &err)) {
+        if (cpu_kernels_init(&kt, levels[i], NULL, &err)) {
             printf("test_forward_f16: %s\n", err.msg);
             continue;
         }
-        setenv("KVBENCH_SIMD", levels[i], 1);
-        printf("test_forward_f16: KVBENCH_SIMD=%s\n", levels[i]);
+        simd_level = levels[i];
+        printf("test_forward_f16: simd %s\n", levels[i]);
         check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 0, 0, 1);
-        unsetenv("KVBENCH_SIMD");
+        simd_level = NULL;
     }
     FILE *f = fopen(GGUF_PATH, "rb");
     if (f) {

@@ -45,7 +45,7 @@ static void test_stop_rules(TestCounts *tc) {
     KvErr err;
     Model *m = NULL;
     Backend *be = NULL;
-    if (model_load(&m, "synthetic:smollm2-135m:layers=1:vocab=512", &err) || backend_open(&be, "cpu", m, &err)) {
+    if (model_load(&m, "synthetic:smollm2-135m:layers=1:vocab=512", &err) || backend_open(&be, "cpu", m, NULL, &err)) {
         CHECK(tc, 0, "%s", err.msg);
         model_free(m);
         return;

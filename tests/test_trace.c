@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 
+#include "../engine/cpu/kernels.h"
 #include "../engine/model.h"
 #include "../metrics/fragility.h"
 #include "../runs/commands.h"
@@ -295,7 +296,7 @@ static void test_window_narrowing(TestCounts *tc) {
     Backend *be = NULL;
     CHECK(tc, model_load(&m, "synthetic:smollm2-135m:layers=2:seed=7", &err) == 0, "%s", err.msg);
     if (!m) return;
-    CHECK(tc, backend_open(&be, "cpu", m, &err) == 0, "%s", err.msg);
+    CHECK(tc, backend_open(&be, "cpu", m, NULL, &err) == 0, "%s", err.msg);
     if (!be) {
         model_free(m);
         return;
@@ -375,7 +376,7 @@ static void test_smollm2_reference(TestCounts *tc) {
     Model *m = NULL;
     Backend *be = NULL;
     CHECK(tc, model_load(&m, gguf, &err) == 0, "%s", err.msg);
-    if (m) CHECK(tc, backend_open(&be, "cpu", m, &err) == 0, "%s", err.msg);
+    if (m) CHECK(tc, backend_open(&be, "cpu", m, NULL, &err) == 0, "%s", err.msg);
     const int N = cJSON_GetObjectItem(root, "n_layers")->valueint;
     const int K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint;
     TokenIds ctx = {0}, steps = {0};
@@ -451,6 +452,52 @@ static void test_smollm2_reference(TestCounts *tc) {
 
 /* The shipped fragility configs parse and follow the paper's protocol (issue: w = 1 against w = 32, mean, max
  * and max+prior, 50%, value-weighted importance, enough steps; the CPU one also at 20%). */
+/* `KVBENCH_DECODE=fast kvbench trace` decodes fast or refuses, and its rows' setup is the backend's report of
+ * what ran: on the synthetic model (f32 matrices, which the fast decode cannot read) it stops with one line and
+ * writes nothing; on a GGUF of block codes (SmolLM2-135M's Q4_1 blocks) it traces
+ * under ",decode=fast2", and KVBENCH_SIMD=scalar (not the automatic level on an AVX2 or AVX-512 CPU) adds
+ * ",simd=scalar". */
+static void test_fast_trace(TestCounts *tc, const char *config) {
+    const char *refused = path_in("fast_refused.db");
+    char *args[] = {(char *)config, "--db", (char *)refused, "--limit", "1", NULL};
+    setenv("KVBENCH_DECODE", "fast", 1);
+    CHECK(tc, run(cmd_trace, "fast_refused", args) == 1 && log_contains("fast_refused", "block codes") &&
+                  query_int(refused, "SELECT count(*) FROM traces") <= 0,
+          "fast trace on f32 matrices refused");
+    char gguf_path[256];
+    snprintf(gguf_path, sizeof gguf_path, "%s/trace_gguf.json", dir);
+    write_file(gguf_path,
+               "{\"name\": \"trace\", \"window\": [4], \"trace\": {\"steps\": 2},\n"
+               " \"models\": [{\"path\": \"models/SmolLM2-135M-Instruct.Q4_1.gguf\", \"name\": \"smol\"}],\n"
+               " \"datasets\": [{\"suite\": \"longbench\", \"tasks\": [\"multi_news\"], \"data_path\": "
+               "\"tests/data/longbench\", \"first_n\": 1, \"target_tokens\": 60}],\n"
+               " \"policies\": [\"full\", \"snapkv\"], \"budgets\": [\"50%\"]}\n");
+    const char *db = path_in("fast.db");
+    char *fast_args[] = {gguf_path, "--db", (char *)db, NULL};
+    CHECK(tc, run(cmd_trace, "fast", fast_args) == 0, "fast trace on block codes");
+    CHECK(tc, query_int(db, "SELECT count(*) FROM samples WHERE setup LIKE 'trace,%,decode=fast2'") == 1 &&
+                  query_int(db, "SELECT count(*) FROM traces") > 0,
+          "fast trace rows under decode=fast2");
+    unsetenv("KVBENCH_DECODE");
+    const char *exact = path_in("exact.db");
+    char *exact_args[] = {gguf_path, "--db", (char *)exact, NULL};
+    CHECK(tc, run(cmd_trace, "exact", exact_args) == 0 &&
+                  query_int(exact, "SELECT count(*) FROM samples WHERE setup NOT LIKE '%decode=%' AND setup NOT "
+                                   "LIKE '%simd=%'") == 1,
+          "the exact trace's setup names no option");
+    CpuKernels best;
+    KvErr ignored;
+    if (!cpu_kernels_init(&best, NULL, NULL, &ignored) && best.simd != CPU_SIMD_SCALAR) {
+        setenv("KVBENCH_SIMD", "scalar", 1);
+        const char *scalar = path_in("scalar.db");
+        char *scalar_args[] = {gguf_path, "--db", (char *)scalar, NULL};
+        CHECK(tc, run(cmd_trace, "scalar", scalar_args) == 0 &&
+                      query_int(scalar, "SELECT count(*) FROM samples WHERE setup LIKE '%,simd=scalar'") == 1,
+              "KVBENCH_SIMD=scalar names its level in the setup");
+        unsetenv("KVBENCH_SIMD");
+    }
+}
+
 static void test_shipped_configs(TestCounts *tc) {
     static const struct {
         const char *file;
@@ -496,6 +543,7 @@ int main(void) {
     write_file(config, CONFIG);
     test_trace_runs(&tc, config);
     test_value_weighted_run(&tc, config);
+    test_fast_trace(&tc, config);
     test_shipped_configs(&tc);
     test_bad_input(&tc);
     test_window_narrowing(&tc);

@@ -298,7 +298,7 @@ static void check_streamed(Summary *s, const char *spec, const int *tokens, int 
     float *logits = NULL;
     DerivedOnly d = {0};
     double t0 = now_s();
-    if (model_load_config(&m, spec, &err) || backend_open(&gpu, "cuda", m, &err)) {
+    if (model_load_config(&m, spec, &err) || backend_open(&gpu, "cuda", m, NULL, &err)) {
         verdict(s, 0, "%s streamed weights: %s", spec, err.msg);
         goto done;
     }
@@ -357,7 +357,7 @@ static void check_model(Summary *s, const char *spec) {
         verdict(s, 0, "%s: out of host memory", spec);
         goto done;
     }
-    if (backend_open(&cpu, "cpu", m, &err) || backend_open(&gpu, "cuda", m, &err)) {
+    if (backend_open(&cpu, "cpu", m, NULL, &err) || backend_open(&gpu, "cuda", m, NULL, &err)) {
         verdict(s, 0, "%s: backend_open: %s", spec, err.msg);
         goto done;
     }
@@ -595,7 +595,7 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
     int *tokens = NULL;
     float *logits = NULL;
     printf("\n== %s: speed ==\n", spec);
-    if (model_load(&m, spec, &err) || backend_open(&gpu, "cuda", m, &err)) {
+    if (model_load(&m, spec, &err) || backend_open(&gpu, "cuda", m, NULL, &err)) {
         verdict(s, 0, "%s: %s", spec, err.msg);
         goto done;
     }

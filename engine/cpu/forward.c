@@ -1,25 +1,26 @@
-/* cpu.c — the CPU backend: a Llama / Mistral / Qwen2 decoder forward in f32 over head-variable KV caches.
+/* forward.c — the CPU backend: a Llama / Mistral / Qwen2 decoder forward in f32 over head-variable KV caches,
+ * on the kernel table (kernels.h) filled once at open from the BackendOptions it is given.
  *
- * One forward runs T new tokens for each of B sequences. All B*T rows go through every weight matrix in one
- * GEMM (OpenBLAS), so the variants of a sample decode together and read the weights once per step.
- * Attention runs per (sequence, query head) over that sequence's cache head, whose length is its own.
- * Long inputs are processed in chunks of CPU_CHUNK tokens (a chunked prefill): the activations then take
- * CPU_CHUNK rows whatever the context length, and attention scores tiles of CPU_TILE x n, never n x n.
+ * Two paths, by what a forward is: a prefill or question feed (T > 1, or an observation) runs in chunks of
+ * CPU_CHUNK tokens (forward_chunk): all B*T rows of a chunk go through every weight matrix in one GEMM
+ * (OpenBLAS), attention per (sequence, query head) in tiles of CPU_TILE x n scores, never n x n. Every
+ * single-token step (forward_decode: any B, with or without a trace hook) runs as ONE parallel region, its
+ * products from the matrices' codes (the table's exact or fast kernels) for up to CPU_Q4_MAX_ROWS rows, else
+ * (exact path) the chunk path's BLAS slices, so its logits equal forward_chunk's bit for bit and the path the
+ * backend reports (backend_options_used) is the one that ran.
  * Threads: OpenMP only. Each thread calls a single-threaded OpenBLAS on its own slice of a product (set at
  * open: OpenBLAS's own thread pool and OpenMP's spinning workers would otherwise fight over the cores at
  * every switch between a product and a per-row loop, dozens of times per layer).
- * Decode steps (a few rows) are bound by the bytes of weights read: where a matrix is exactly GGUF-style
- * block codes they read a lossless packed copy: 4-bit codes (a Q4_1 / Q4_0 GGUF, 0.625 bytes per weight,
- * cpu_q4.c, with AVX2 / AVX-512 kernels chosen at open, KVBENCH_SIMD to force one), else int8 codes (a Q8_0
- * GGUF, 1.25 bytes per weight, CpuPacked). A 4-bit product converts each weight once for all rows of a
+ * Decode steps are bound by the bytes of weights read: where a matrix is exactly GGUF-style block codes they
+ * read a lossless packed copy: 4-bit codes (a Q4_1 / Q4_0 GGUF, 0.625 bytes per weight), else int8 codes (a
+ * Q8_0 GGUF, 1.25 bytes per weight, CpuPacked). A code product converts each weight once for all rows of a
  * step, so B sequences decoding together cost little more than one.
  * Weights: the backend streams them in at open (model_stream_weights) and keeps ONE form of each matrix:
  * its codes where it packs exactly, else f32. Prefill GEMMs on a matrix held as codes rebuild each thread's
  * slice of it into a small f32 tile and make the same BLAS call (cpu_matmul_codes), so no f32 copy of the
  * model is held and the logits are those of the f32 weights bit for bit. Only a Model loaded with its f32
- * arena (model_load) is read from that arena too (nothing more to hold), the way it was before.
- * Parallel regions per decode layer: q/k/v together, attention, o, gate/up/SwiGLU together, down.
- * KV cache: f32 rows by default (exact). KVBENCH_CACHE=f16 opts into binary16 rows (half the memory of the
+ * arena (model_load) is read from that arena too (nothing more to hold).
+ * KV cache: f32 rows by default (exact). The cache option f16 opts into binary16 rows (half the memory of the
  * cache, rounded to nearest even when stored): each layer's attention widens the rows of that layer back to
  * f32 into one scratch (s->kv_view, one layer of the batch's caches, never the whole cache) and runs the
  * same kernels on it, which the policies' observation reads too.
@@ -36,8 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "cpu_internal.h"
+#include "../backend.h"
+#include "../gguf.h"
+#include "ops.h"
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -95,14 +97,15 @@ enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
 
 typedef struct {
     CpuScratch s;
-    CpuSimd simd;        /* instruction set of the 4-bit kernels */
-    int fast;            /* KVBENCH_DECODE=fast: decode steps on int8-quantised activations */
-    CpuFastKernel fast_kernel;
-    KvElem cache_elem;   /* the caches it makes: KV_ELEM_F32, or KV_ELEM_F16 (KVBENCH_CACHE=f16) */
+    CpuKernels k;        /* the kernel table, filled at open */
+    int fast;            /* decode = fast: decode steps on int8-quantised activations */
+    KvElem cache_elem;   /* the caches it makes: KV_ELEM_F32, or KV_ELEM_F16 */
     /* Matrices by index: layer l's at l*W_PER_LAYER + W_Q.., then lm_head, then tok_embd (the lm_head's index
-     * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else f32 only. */
+     * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else its source's blocks of a
+     * quantised ggml type (blocks[i].data), else f32 only. */
     CpuQ4Block **q4;
     CpuPacked *packed;
+    CpuBlocks *blocks;
     float **f32_copies;  /* the f32 copies this backend made ([n_matrices]; NULL where none) */
     /* Norms and biases (own copies, in `vectors`); the f32 weights of each matrix where there are some (a
      * matrix that packs has none unless the Model holds its f32 arena), else NULL. */
@@ -222,6 +225,56 @@ static int keep_matrix(CpuImpl *impl, int index, const float *w, int N, int K, i
     return 0;
 }
 
+/* Rows per try when a matrix of blocks is tested for packing: the f32 values of this many rows at a time. */
+#define PACK_CHUNK_ROWS 256
+
+/* Keeps matrix `index` from its source's blocks of ggml type `type` (N rows of row_bytes): as 4-bit or int8 codes
+ * when the f32 values they rebuild to pack exactly (a Q4_0 / Q4_1 / Q8_0 GGUF: the codes keep_matrix keeps of
+ * the same values, so the same bits as before), else the blocks themselves (~ the file's bytes per weight).
+ * Tried PACK_CHUNK_ROWS rows at a time, so no f32 copy of the matrix is held. */
+static int keep_blocks(CpuImpl *impl, int index, int type, const uint8_t *data, int N, int K, size_t row_bytes,
+                       KvErr *err) {
+    CpuBlockRebuildFn *rebuild = impl->k.rebuild[type];
+    size_t row_blocks = row_bytes / ggml_type_traits(type)->bytes, per_row = (size_t)K / CPU_PACK_BLOCK;
+    float *rows = kv_malloc((size_t)PACK_CHUNK_ROWS * K * sizeof *rows, err);
+    if (!rows) return kv_wrap(err, "cpu backend: rows of a %d x %d matrix", N, K);
+    for (int form = 0; form < 2 && K % CPU_PACK_BLOCK == 0; form++) {
+        CpuQ4Block *q4 = form ? NULL : kv_malloc((size_t)N * per_row * sizeof *q4, err);
+        size_t codes = (size_t)N * K, n_blocks = codes / CPU_PACK_BLOCK;
+        CpuPacked p = {form ? kv_malloc(codes + 2 * n_blocks * sizeof(float), err) : NULL, NULL, NULL};
+        if (!q4 && !p.q) {
+            free(rows);
+            return kv_wrap(err, "cpu backend: a packed copy of a %d x %d matrix", N, K);
+        }
+        if (p.q) p.scale = (float *)(p.q + codes), p.offset = p.scale + n_blocks;
+        int ok = 1;
+        for (int n0 = 0; ok && n0 < N; n0 += PACK_CHUNK_ROWS) {
+            int n = N - n0 < PACK_CHUNK_ROWS ? N - n0 : PACK_CHUNK_ROWS;
+            rebuild(data + (size_t)n0 * row_bytes, rows, (size_t)n * row_blocks);
+            if (q4) {
+                ok = cpu_pack_q4(q4 + (size_t)n0 * per_row, rows, n, K);
+            } else {
+                CpuPacked part = {p.q + (size_t)n0 * K, p.scale + (size_t)n0 * per_row, p.offset + (size_t)n0 * per_row};
+                ok = cpu_pack_exact(&part, rows, n, K);
+            }
+        }
+        if (ok) {
+            if (q4) impl->q4[index] = q4;
+            else impl->packed[index] = p;
+            free(rows);
+            return 0;
+        }
+        free(q4);
+        free(p.q);
+    }
+    free(rows);
+    uint8_t *copy = kv_malloc((size_t)N * row_bytes, err);
+    if (!copy) return kv_wrap(err, "cpu backend: the %s blocks of a %d x %d matrix", ggml_type_name(type), N, K);
+    memcpy(copy, data, (size_t)N * row_bytes);
+    impl->blocks[index] = (CpuBlocks){copy, type, row_bytes, row_blocks};
+    return 0;
+}
+
 typedef struct {
     CpuImpl *impl;
     const Model *m;
@@ -285,6 +338,33 @@ static int take_weight(void *user, WeightRole role, int layer, const float *data
     return 0;
 }
 
+/* The matrix index of weight `role` of `layer`, or -1 for a norm or bias. */
+static int matrix_index(const ModelConfig *c, WeightRole role, int layer) {
+    if (role == WEIGHT_TOK_EMBD) return tok_embd_index(c);
+    if (role == WEIGHT_LM_HEAD) return lm_head_index(c);
+    int which = role == WEIGHT_Q ? W_Q : role == WEIGHT_K ? W_K : role == WEIGHT_V ? W_V : role == WEIGHT_O ? W_O
+                : role == WEIGHT_GATE ? W_GATE : role == WEIGHT_UP ? W_UP : role == WEIGHT_DOWN ? W_DOWN : -1;
+    return which < 0 || layer < 0 ? -1 : layer * W_PER_LAYER + which;
+}
+
+/* model_stream_weight_blocks' block visitor: a matrix of a quantised ggml type into keep_blocks (its f32
+ * pointers stay NULL: products rebuild it from the codes); 1 (hand it over in f32) for a type the table has no
+ * rebuild entry for. */
+static int take_blocks(void *user, WeightRole role, int layer, int type, const uint8_t *data, uint64_t rows,
+                       uint64_t cols, size_t row_bytes, KvErr *err) {
+    WeightIntake *in = user;
+    CpuImpl *impl = in->impl;
+    const ModelConfig *c = &in->m->cfg;
+    int index = matrix_index(c, role, layer);
+    uint64_t want_rows, want_cols;
+    if (type < 0 || type >= CPU_GGML_TYPES || !impl->k.rebuild[type] || index < 0) return 1;
+    if (!expected_shape(c, role, layer, &want_rows, &want_cols) || rows != want_rows || cols != want_cols)
+        return kv_fail(err, "%s: the model changed since it was opened (weight %d of layer %d is %llu x %llu)",
+                       in->m->source, (int)role, layer, (unsigned long long)rows, (unsigned long long)cols);
+    impl->received++;
+    return keep_blocks(impl, index, type, data, (int)rows, (int)cols, row_bytes, err) ? -1 : 0;
+}
+
 /* Streams every weight of m into the backend's own forms (from the Model's arena when it has one, else read
  * again from its source one tensor at a time). */
 static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
@@ -292,7 +372,8 @@ static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
     int n = n_matrices(c), D = c->d_model, hd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
     size_t per_layer = 2 * (size_t)D + (c->qkv_bias ? (size_t)hd + 2 * (size_t)kd : 0);
     impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
-    impl->q4 = impl->packed ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
+    impl->blocks = impl->packed ? kv_calloc((size_t)n, sizeof *impl->blocks, err) : NULL;
+    impl->q4 = impl->blocks ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
     impl->f32_copies = impl->q4 ? kv_calloc((size_t)n, sizeof *impl->f32_copies, err) : NULL;
     impl->layers = impl->f32_copies ? kv_calloc((size_t)c->n_layers, sizeof *impl->layers, err) : NULL;
     impl->vectors = impl->layers ? kv_malloc(((size_t)c->n_layers * per_layer + D) * sizeof(float), err) : NULL;
@@ -306,11 +387,17 @@ static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
     }
     impl->out_norm = v;
     WeightIntake in = {impl, m};
-    if (model_stream_weights(m, take_weight, &in, err)) return kv_wrap(err, "cpu backend");
+    if (model_stream_weight_blocks(m, take_weight, take_blocks, &in, err)) return kv_wrap(err, "cpu backend");
     int want = 2 + !c->tied_embeddings + c->n_layers * (9 + 3 * (c->qkv_bias != 0));
     if (impl->received != want)
         return kv_fail(err, "cpu backend: %s handed over %d weights, the model has %d", m->source, impl->received, want);
     return 0;
+}
+
+/* Matrix `index` as codes (all NULL for an f32 matrix). */
+static CpuCodes codes_of(const CpuImpl *impl, int index) {
+    return (CpuCodes){impl->q4[index], impl->packed[index].q ? &impl->packed[index] : NULL,
+                      impl->blocks[index].data ? &impl->blocks[index] : NULL};
 }
 
 /* The f32 weights kept of matrix `index`, or NULL when it is held only as codes. */
@@ -322,14 +409,15 @@ static const float *matrix_f32(const CpuImpl *impl, const ModelConfig *c, int in
 }
 
 /* Room in s->code_tiles for a forward of B sequences and M rows per chunk: the products on matrices held
- * only as codes past the packed kernels' rows (lm_head's only for more than that many sequences). */
+ * only as codes that the code kernels do not make (past their rows, or a ggml type's blocks at any rows). */
 static int scratch_code_tiles(CpuImpl *impl, const ModelConfig *c, int B, int M, KvErr *err) {
     int threads = omp_get_max_threads();
     size_t floats = 0;
     for (int i = 0; i <= lm_head_index(c); i++) {
         int N = c->vocab_size, K = c->d_model;
         if (i < lm_head_index(c)) matrix_shape(c, i % W_PER_LAYER, &N, &K);
-        if ((i < lm_head_index(c) ? M : B) <= CPU_Q4_MAX_ROWS || matrix_f32(impl, c, i)) continue;
+        int rows = i < lm_head_index(c) ? M : B, kernels = impl->q4[i] || impl->packed[i].q;
+        if (matrix_f32(impl, c, i) || (kernels && rows <= CPU_Q4_MAX_ROWS)) continue;
         size_t need = cpu_code_tile_floats(N, K, threads);
         floats = need > floats ? need : floats;
     }
@@ -343,14 +431,15 @@ static void matmul(const CpuImpl *impl, int index, float *y, const float *x, con
                    int M, int N, int K, int accumulate) {
     if (M <= CPU_Q4_MAX_ROWS && impl->q4[index]) {
         CpuQ4Job job = {y, impl->q4[index], bias, N};
-        cpu_matmul_q4(impl->simd, &job, 1, x, M, K, accumulate, impl->s.q4_tiles);
+        cpu_matmul_q4(&impl->k, &job, 1, x, M, K, accumulate, impl->s.q4_tiles);
     } else if (M <= CPU_Q4_MAX_ROWS && impl->packed[index].q)
-        cpu_matmul_q8(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, impl->s.q4_tiles);
+        cpu_matmul_q8(&impl->k, y, x, &impl->packed[index], bias, M, N, K, accumulate, impl->s.q4_tiles);
     else if (w)
         cpu_matmul(y, x, w, bias, M, N, K, accumulate);
-    else
-        cpu_matmul_codes(impl->simd, y, x, impl->q4[index], impl->packed[index].q ? &impl->packed[index] : NULL, bias,
-                         M, N, K, accumulate, impl->s.code_tiles, impl->s.code_tile_floats);
+    else {
+        CpuCodes codes = codes_of(impl, index);
+        cpu_matmul_codes(&impl->k, y, x, &codes, bias, M, N, K, accumulate, impl->s.code_tiles, impl->s.code_tile_floats);
+    }
 }
 
 /* Whether every layer's W_O is kept in f32 (else an observation rebuilds it into s->wo). */
@@ -364,8 +453,10 @@ static int all_wo_f32(const CpuImpl *impl, const ModelConfig *c) {
 static void embed_row(const CpuImpl *impl, const ModelConfig *c, float *x, int token) {
     int D = c->d_model, i = tok_embd_index(c);
     if (impl->tok_embd) memcpy(x, impl->tok_embd + (size_t)token * D, (size_t)D * sizeof(float));
-    else if (impl->q4[i]) cpu_unpack_q4_rows(impl->simd, x, impl->q4[i], token, token + 1, D);
-    else cpu_unpack_q8_rows(impl->simd, x, &impl->packed[i], token, token + 1, D);
+    else {
+        CpuCodes codes = codes_of(impl, i);
+        cpu_rebuild_rows(&impl->k, x, &codes, token, token + 1, D);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------- cache views */
@@ -410,13 +501,13 @@ static size_t view_offset(KvCache *const *caches, int b, int kh, int layer, int 
 
 /* All len entries of head i's keys (values when `values`) as f32 rows at dst, in order: the shared rows one
  * by one from the base, the own rows in one piece (widened when the cache is f16). */
-static void copy_rows(CpuSimd simd, float *dst, const KvCache *kc, int i, int values, int d) {
+static void copy_rows(const CpuKernels *k, float *dst, const KvCache *kc, int i, int values, int d) {
     int shared = kvcache_n_shared(kc, i), n = kc->len[i];
     for (int e = 0; e < n;) {
         int run = e < shared ? 1 : n - e; /* a shared row alone; the own rows in one piece */
         const void *src = values ? kvcache_value(kc, i, e) : kvcache_key(kc, i, e);
         size_t count = (size_t)run * d;
-        if (kc->elem == KV_ELEM_F16) cpu_f16_to_f32_rows(simd, dst + (size_t)e * d, src, count);
+        if (kc->elem == KV_ELEM_F16) k->to_f32(dst + (size_t)e * d, src, count);
         else memcpy(dst + (size_t)e * d, src, count * sizeof(float));
         e += run;
     }
@@ -424,15 +515,15 @@ static void copy_rows(CpuSimd simd, float *dst, const KvCache *kc, int i, int va
 
 /* Copies this part's share of the (sequence, kv-head) heads of `layer` that need a view into kv_view and
  * points k_view / v_view at them: task t = b*K + kh goes to part t mod parts. */
-static void fill_views_part(CpuScratch *s, CpuSimd simd, KvCache *const *caches, int B, int K, int d, int layer,
+static void fill_views_part(CpuScratch *s, const CpuKernels *k, KvCache *const *caches, int B, int K, int d, int layer,
                             int part, int parts) {
     for (int t = part; t < B * K; t += parts) {
         int b = t / K, kh = t % K, i = layer * K + kh;
         const KvCache *kc = caches[b];
         if (!needs_view(kc)) continue;
         float *keys = s->kv_view + view_offset(caches, b, kh, layer, K, d), *values = keys + (size_t)kc->len[i] * d;
-        copy_rows(simd, keys, kc, i, 0, d);
-        copy_rows(simd, values, kc, i, 1, d);
+        copy_rows(k, keys, kc, i, 0, d);
+        copy_rows(k, values, kc, i, 1, d);
         s->k_view[t] = keys;
         s->v_view[t] = values;
     }
@@ -450,28 +541,28 @@ static const float *value_rows(const CpuScratch *s, const KvCache *kc, int b, in
 /* One query row of the G query heads of sequence b's kv-head kh (cache index i) over its first n entries:
  * the rows read where they are when the kernel can (`direct`: cpu_attend_direct), else the f32 block of
  * key_rows / value_rows (kv_view filled for caches that need one). */
-static void attend_heads(const CpuScratch *s, CpuSimd simd, const KvCache *kc, int b, int kh, int K, int i, int n,
+static void attend_heads(const CpuScratch *s, const CpuKernels *k, const KvCache *kc, int b, int kh, int K, int i, int n,
                          const float *q, float *out, float *probs, int d, float scale, int G, int direct) {
     if (direct && needs_view(kc)) {
         int shared = kvcache_n_shared(kc, i), half = kc->elem == KV_ELEM_F16;
         CpuRows keys = {shared ? kc->base->k[i] : NULL, shared ? kc->shared[i] : NULL, shared, kc->k[i], half};
         CpuRows values = {shared ? kc->base->v[i] : NULL, shared ? kc->shared[i] : NULL, shared, kc->v[i], half};
-        cpu_attend_heads_rows(simd, out, probs, q, &keys, &values, n, d, scale, G);
+        cpu_attend_heads_rows(k, out, probs, q, &keys, &values, n, d, scale, G);
     } else {
-        cpu_attend_heads_simd(simd, out, probs, q, key_rows(s, kc, b, kh, K, i), value_rows(s, kc, b, kh, K, i), n, d,
+        cpu_attend_heads(k, out, probs, q, key_rows(s, kc, b, kh, K, i), value_rows(s, kc, b, kh, K, i), n, d,
                               scale, G);
     }
 }
 
 /* Stores n keys and values (d floats each, rows `stride` floats apart) at entry `at` of cache head i, as the
  * cache's element type. */
-static void cache_store(CpuSimd simd, KvCache *kc, int i, int at, const float *k, const float *v, size_t stride,
-                        int n, int d) {
+static void cache_store(const CpuKernels *kt, KvCache *kc, int i, int at, const float *k, const float *v,
+                        size_t stride, int n, int d) {
     for (int t = 0; t < n; t++) {
         size_t dst = (size_t)(at - kvcache_n_shared(kc, i) + t) * d; /* a view's own rows follow its shared ones */
         if (kc->elem == KV_ELEM_F16) {
-            cpu_f32_to_f16_rows(simd, kvcache_k16(kc, i) + dst, k + t * stride, (size_t)d);
-            cpu_f32_to_f16_rows(simd, kvcache_v16(kc, i) + dst, v + t * stride, (size_t)d);
+            kt->to_f16(kvcache_k16(kc, i) + dst, k + t * stride, (size_t)d);
+            kt->to_f16(kvcache_v16(kc, i) + dst, v + t * stride, (size_t)d);
         } else {
             memcpy(kc->k[i] + dst, k + t * stride, (size_t)d * sizeof(float));
             memcpy(kc->v[i] + dst, v + t * stride, (size_t)d * sizeof(float));
@@ -487,6 +578,7 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
     if (B < 1 || T < 1) return kv_fail(err, "cpu forward: need at least one sequence and one token (got %d x %d)", B, T);
     if (observe && B != 1) return kv_fail(err, "cpu forward: an observation hook needs one sequence (got %d)", B);
     if (trace && T != 1) return kv_fail(err, "cpu forward: a trace hook needs single-token steps (got %d tokens)", T);
+    if (trace && observe) return kv_fail(err, "cpu forward: a trace hook and an observation hook in one forward");
     for (int i = 0; i < B * T; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return kv_fail(err, "cpu forward: token id %d (sequence %d, index %d) outside the vocabulary of %d",
@@ -527,19 +619,19 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
 /* Attention of one layer for rows [b*tc + t]: appends this chunk's keys and values to every cache head, then
  * each query head attends over its kv-head's entries, causal over the chunk. `observed`: layer_observe reads
  * this layer's rows next, as one f32 block per head. */
-static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, KvCache *const *caches, int B, int tc,
-                            int layer, int pos0, const TraceHook *trace, int observed) {
+static void layer_attention(CpuScratch *s, const CpuKernels *k, const ModelConfig *c, KvCache *const *caches, int B,
+                            int tc, int layer, int pos0, int observed) {
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
     size_t hd = (size_t)H * d, kd = (size_t)K * d;
     float scale = 1.0f / sqrtf((float)d);
-    int any_view = 0, direct = cpu_attend_direct(simd, d);
+    int any_view = 0, direct = cpu_attend_direct(k, d);
     for (int b = 0; b < B; b++) {
         KvCache *kc = caches[b];
         any_view |= needs_view(kc);
         for (int kh = 0; kh < K; kh++) {
             int i = layer * K + kh, at = kc->len[i];
             size_t row = (size_t)b * tc;
-            cache_store(simd, kc, i, at, s->k + row * kd + (size_t)kh * d, s->v + row * kd + (size_t)kh * d, kd, tc, d);
+            cache_store(k, kc, i, at, s->k + row * kd + (size_t)kh * d, s->v + row * kd + (size_t)kh * d, kd, tc, d);
             for (int t = 0; t < tc; t++) kc->pos[i][at + t] = kc->n_pos + pos0 + t;
             kc->len[i] += tc;
         }
@@ -547,7 +639,7 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
     /* the BLAS blocks, the portable kernels and the observation read one f32 block per head */
     if (any_view && (tc >= CPU_BLOCK_MIN_ROWS || !direct || observed)) {
 #pragma omp parallel
-        fill_views_part(s, simd, caches, B, K, d, layer, omp_get_thread_num(), omp_get_num_threads());
+        fill_views_part(s, k, caches, B, K, d, layer, omp_get_thread_num(), omp_get_num_threads());
     }
     if (tc >= CPU_BLOCK_MIN_ROWS) {
         /* one task per (sequence, head, tile of CPU_TILE query rows); a tile needs only the keys up to its
@@ -562,16 +654,15 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
                     int rows = tc - t_lo < CPU_TILE ? tc - t_lo : CPU_TILE;
                     size_t row0 = (size_t)b * tc + t_lo;
                     const KvCache *kc = caches[b];
-                    cpu_attend_block(simd, s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
+                    cpu_attend_block(k, s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
                                      (int)hd, key_rows(s, kc, b, h / G, K, i), value_rows(s, kc, b, h / G, K, i), rows,
                                      kc->len[i] - tc + t_lo, d, scale, s->scores + stride * (size_t)omp_get_thread_num());
                 }
         return;
     }
-    /* Few rows (decode, short feeds): one task per (sequence, key head, row), its G query heads together;
-     * serial when a trace wants the probabilities in order. */
+    /* Few rows (short feeds): one task per (sequence, key head, row), its G query heads together */
     size_t stride = s->prob_floats / (size_t)omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic) collapse(3) if (!trace)
+#pragma omp parallel for schedule(dynamic) collapse(3)
     for (int b = 0; b < B; b++)
         for (int kh = 0; kh < K; kh++)
             for (int t = 0; t < tc; t++) {
@@ -579,9 +670,7 @@ static void layer_attention(CpuScratch *s, CpuSimd simd, const ModelConfig *c, K
                 int i = layer * K + kh, n = kc->len[i] - tc + t + 1;
                 size_t at = ((size_t)b * tc + t) * hd + (size_t)kh * G * d;
                 float *probs = s->probs + stride * (size_t)omp_get_thread_num();
-                attend_heads(s, simd, kc, b, kh, K, i, n, s->q + at, s->att + at, probs, d, scale, G, direct);
-                for (int g = 0; trace && g < G; g++)
-                    trace->on_attention(trace->user, b, layer, kh * G + g, probs + (size_t)g * n, kc->pos[i], n);
+                attend_heads(s, k, kc, b, kh, K, i, n, s->q + at, s->att + at, probs, d, scale, G, direct);
             }
 }
 
@@ -607,8 +696,8 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
                        .w_o = impl->layers[layer].wo};
     if (!obs.w_o) {
         int wi = layer * W_PER_LAYER + W_O;
-        if (impl->q4[wi]) cpu_unpack_q4_rows(impl->simd, s->wo, impl->q4[wi], 0, c->d_model, (int)hd);
-        else cpu_unpack_q8_rows(impl->simd, s->wo, &impl->packed[wi], 0, c->d_model, (int)hd);
+        CpuCodes codes = codes_of(impl, wi);
+        cpu_rebuild_rows(&impl->k, s->wo, &codes, 0, c->d_model, (int)hd);
         obs.w_o = s->wo;
     }
     if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
@@ -617,7 +706,7 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
 
 /* One chunk: tokens [t0, t0 + tc) of every sequence through all layers. */
 static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
-                         int t0, int tc, const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+                         int t0, int tc, const ObserveHook *observe, KvErr *err) {
     CpuScratch *s = &impl->s;
     const ModelConfig *c = &m->cfg;
     int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2;
@@ -644,7 +733,7 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
         if (M <= CPU_Q4_MAX_ROWS && q4[W_Q] && q4[W_K] && q4[W_V]) {
             const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
                                      {s->v, q4[W_V], w->bv, (int)kd}};
-            cpu_matmul_q4(impl->simd, qkv, 3, s->xn, M, D, 0, s->q4_tiles);
+            cpu_matmul_q4(&impl->k, qkv, 3, s->xn, M, D, 0, s->q4_tiles);
         } else {
             matmul(impl, pi + W_Q, s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
             matmul(impl, pi + W_K, s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
@@ -656,13 +745,13 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
         }
         int observed = observe && t0 + tc == T;
-        layer_attention(s, impl->simd, c, caches, B, tc, l, t0, trace, observed);
+        layer_attention(s, &impl->k, c, caches, B, tc, l, t0, observed);
         if (observed && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
         matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
         if (M <= CPU_Q4_MAX_ROWS && q4[W_GATE] && q4[W_UP]) {
-            cpu_ffn_q4(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], s->xn, M, D, F, s->q4_tiles);
+            cpu_ffn_q4(&impl->k, s->gate, s->up, q4[W_GATE], q4[W_UP], s->xn, M, D, F, s->q4_tiles);
         } else {
             matmul(impl, pi + W_GATE, s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
             matmul(impl, pi + W_UP, s->up, s->xn, w->w_up, NULL, M, F, D, 0);
@@ -717,43 +806,51 @@ static void step_barrier(StepBarrier *b, int parties) {
     atomic_fetch_sub(&b->sleepers, 1);
 }
 
-/* Whether every product of a forward of M rows reads packed weights, so a single-token step can run as one
- * parallel region (forward_decode). */
-static int all_packed(const CpuImpl *impl, const ModelConfig *c, int M) {
-    if (M > CPU_Q4_MAX_ROWS) return 0;
+/* Whether every matrix is held as codes: the fast decode's condition (its products read codes only). */
+static int all_packed(const CpuImpl *impl, const ModelConfig *c) {
     for (int i = 0; i < c->n_layers * W_PER_LAYER + 1; i++)
         if (!impl->q4[i] && !impl->packed[i].q) return 0;
     return 1;
 }
 
-/* The fast kernel for M rows: AMX's tile products pay off from about 8 rows (measured on SmolLM2's
- * matrices); below, its VNNI kernel, which gives the same bits. */
-static CpuFastKernel fast_kernel_rows(const CpuImpl *impl, int M) {
-    return impl->fast_kernel == CPU_FAST_AMX && M < 8 ? CPU_FAST_VNNI : impl->fast_kernel;
+/* The fast kernel for M rows (the table's: AMX's tile products pay off from about 8 rows). */
+static const CpuFastKernels *fast_kernels(const CpuImpl *impl, int M) {
+    return M < 8 ? &impl->k.fast_few : &impl->k.fast_many;
 }
 
-/* This thread's share of y = x W^T (+ bias) (+ y) from the packed copy of matrix `index`. */
-static void matmul_part(const CpuImpl *impl, int index, float *y, const float *x, const float *bias, int M, int N,
-                        int K, int accumulate, float *tile, int part, int parts) {
-    if (impl->q4[index]) {
+/* This thread's share of y = x W^T (+ bias) (+ y) of matrix `index`, chosen as matmul() chooses: the codes'
+ * kernels for a few rows (always on the fast path), else the BLAS slice cpu_matmul takes for this part (on
+ * the f32 weights, or on this part's tile rebuilt from the codes), so the same bits as matmul(). */
+static void matmul_part(const CpuImpl *impl, const ModelConfig *c, int index, float *y, const float *x,
+                        const float *bias, int M, int N, int K, int accumulate, float *tile, int part, int parts) {
+    int codes = impl->fast || M <= CPU_Q4_MAX_ROWS;
+    if (codes && impl->q4[index]) {
         CpuQ4Job job = {y, impl->q4[index], bias, N};
+        if (impl->fast) cpu_matmul_q4_fast_part(fast_kernels(impl, M), &job, 1, x, M, K, accumulate, tile, part, parts);
+        else cpu_matmul_q4_part(&impl->k, &job, 1, x, M, K, accumulate, tile, part, parts);
+    } else if (codes && impl->packed[index].q) {
         if (impl->fast)
-            cpu_matmul_q4_fast_part(fast_kernel_rows(impl, M), &job, 1, x, M, K, accumulate, tile, part, parts);
-        else
-            cpu_matmul_q4_part(impl->simd, &job, 1, x, M, K, accumulate, tile, part, parts);
-    } else if (impl->fast) {
-        cpu_matmul_q8_fast_part(fast_kernel_rows(impl, M), y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part,
-                                parts);
+            cpu_matmul_q8_fast_part(fast_kernels(impl, M), y, x, &impl->packed[index], bias, M, N, K, accumulate, tile,
+                                    part, parts);
+        else cpu_matmul_q8_part(&impl->k, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
+    } else if (matrix_f32(impl, c, index)) {
+        cpu_matmul_part(y, x, matrix_f32(impl, c, index), bias, M, N, K, accumulate, part, parts);
     } else {
-        cpu_matmul_q8_part(impl->simd, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
+        CpuCodes codes = codes_of(impl, index);
+        cpu_matmul_codes_part(&impl->k, y, x, &codes, bias, M, N, K, accumulate,
+                              impl->s.code_tiles + impl->s.code_tile_floats * (size_t)part, part, parts);
     }
 }
 
-/* One token for each of B sequences through all layers in ONE parallel region (a forward_chunk with tc = 1
- * opens five per layer): 6 barriers per layer, each thread computing the norms itself into its own row of
- * xn_parts. Same kernels, same arithmetic, so the logits equal forward_chunk's bit for bit. */
+/* THE decode step: one token for each of B sequences through all layers in ONE parallel region (a
+ * forward_chunk with tc = 1 would open five per layer): 6 barriers per layer, each thread computing the norms
+ * itself into its own row of xn_parts. Every single-token forward runs here, whatever B, with or without a
+ * trace hook, on the exact or the fast products (matmul_part), so the path a backend reports is the path that
+ * ran. The exact products are matmul()'s (the same kernels and BLAS slices), so the logits equal
+ * forward_chunk's bit for bit. A trace hook takes the attention of every (sequence, kv-head) in order on one
+ * thread, the probabilities handed over as they are computed. */
 static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens,
-                           float *logits) {
+                           float *logits, const TraceHook *trace) {
     CpuScratch *s = &impl->s;
     const ModelConfig *c = &m->cfg;
     int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2, G = H / K;
@@ -764,7 +861,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
     StepBarrier barrier = {0, 0, 0};
     /* f16 caches and views: attention reads their rows where they are when it can (no copy of the layer),
      * else from kv_view */
-    int any_view = 0, direct = cpu_attend_direct(impl->simd, d);
+    int any_view = 0, direct = cpu_attend_direct(&impl->k, d);
     for (int b = 0; b < B; b++) any_view |= needs_view(caches[b]);
 #pragma omp parallel
     {
@@ -786,15 +883,15 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             int pi = l * W_PER_LAYER;
             CpuQ4Block *const *q4 = impl->q4 + pi;
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
-            if (q4[W_Q] && q4[W_K] && q4[W_V]) {
+            if ((impl->fast || M <= CPU_Q4_MAX_ROWS) && q4[W_Q] && q4[W_K] && q4[W_V]) {
                 const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
                                          {s->v, q4[W_V], w->bv, (int)kd}};
-                if (impl->fast) cpu_matmul_q4_fast_part(fast_kernel_rows(impl, M), qkv, 3, xn, M, D, 0, tile, p, P);
-                else cpu_matmul_q4_part(impl->simd, qkv, 3, xn, M, D, 0, tile, p, P);
+                if (impl->fast) cpu_matmul_q4_fast_part(fast_kernels(impl, M), qkv, 3, xn, M, D, 0, tile, p, P);
+                else cpu_matmul_q4_part(&impl->k, qkv, 3, xn, M, D, 0, tile, p, P);
             } else {
-                matmul_part(impl, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
-                matmul_part(impl, pi + W_K, s->k, xn, w->bk, M, (int)kd, D, 0, tile, p, P);
-                matmul_part(impl, pi + W_V, s->v, xn, w->bv, M, (int)kd, D, 0, tile, p, P);
+                matmul_part(impl, c, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
+                matmul_part(impl, c, pi + W_K, s->k, xn, w->bk, M, (int)kd, D, 0, tile, p, P);
+                matmul_part(impl, c, pi + W_V, s->v, xn, w->bv, M, (int)kd, D, 0, tile, p, P);
             }
             step_barrier(&barrier, P);
             /* RoPE, then the new key and value onto each sequence's cache heads (sequence r by one thread) */
@@ -805,42 +902,44 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
                 for (int kh = 0; kh < K; kh++) {
                     int i = l * K + kh, at = kc->len[i];
                     size_t row = (size_t)r * kd + (size_t)kh * d;
-                    cache_store(impl->simd, kc, i, at, s->k + row, s->v + row, kd, 1, d);
+                    cache_store(&impl->k, kc, i, at, s->k + row, s->v + row, kd, 1, d);
                     kc->pos[i][at] = kc->n_pos;
                     kc->len[i]++;
                 }
             }
             step_barrier(&barrier, P);
             if (any_view && !direct) {
-                fill_views_part(s, impl->simd, caches, M, K, d, l, p, P);
+                fill_views_part(s, &impl->k, caches, M, K, d, l, p, P);
                 step_barrier(&barrier, P);
             }
-            for (int task = p; task < M * K; task += P) {
-                int r = task / K, kh = task % K, i = l * K + kh;
+            /* tasks (sequence r, kv-head kh) split between the threads, or in order on thread 0 for a trace */
+            for (int task = trace ? (p ? M * K : 0) : p; task < M * K; task += trace ? 1 : P) {
+                int r = task / K, kh = task % K, i = l * K + kh, n = caches[r]->len[i];
                 size_t at = (size_t)r * hd + (size_t)kh * G * d;
-                attend_heads(s, impl->simd, caches[r], r, kh, K, i, caches[r]->len[i], s->q + at, s->att + at, probs,
-                             d, scale, G, direct);
+                attend_heads(s, &impl->k, caches[r], r, kh, K, i, n, s->q + at, s->att + at, probs, d, scale, G, direct);
+                for (int g = 0; trace && g < G; g++)
+                    trace->on_attention(trace->user, r, l, kh * G + g, probs + (size_t)g * n, caches[r]->pos[i], n);
             }
             step_barrier(&barrier, P);
-            matmul_part(impl, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
+            matmul_part(impl, c, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
             step_barrier(&barrier, P);
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-            if (q4[W_GATE] && q4[W_UP] && !impl->fast) {
-                cpu_ffn_q4_part(impl->simd, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
+            if (!impl->fast && M <= CPU_Q4_MAX_ROWS && q4[W_GATE] && q4[W_UP]) {
+                cpu_ffn_q4_part(&impl->k, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
             } else {
-                matmul_part(impl, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
-                matmul_part(impl, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
+                matmul_part(impl, c, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
+                matmul_part(impl, c, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
                 step_barrier(&barrier, P);
                 size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
-                cpu_swiglu_simd(impl->simd, s->gate + lo, s->up + lo, hi - lo);
+                impl->k.swiglu(s->gate + lo, s->up + lo, hi - lo);
             }
             step_barrier(&barrier, P);
-            matmul_part(impl, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);
+            matmul_part(impl, c, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);
             step_barrier(&barrier, P);
         }
         if (logits) {
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->out_norm, D, c->rms_eps);
-            matmul_part(impl, c->n_layers * W_PER_LAYER, logits, xn, NULL, M, c->vocab_size, D, 0, tile, p, P);
+            matmul_part(impl, c, c->n_layers * W_PER_LAYER, logits, xn, NULL, M, c->vocab_size, D, 0, tile, p, P);
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += 1;
@@ -874,18 +973,18 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         scratch_q4_tiles(s, c, err) || scratch_code_tiles(impl, c, B, rows, err) ||
         scratch_views(s, c, caches, B, T, err))
         return -1;
-    if (T == 1 && !observe && !trace && all_packed(impl, c, B)) {
+    if (T == 1 && !observe) {
         if (scratch_floats(&s->xn_parts, &s->xn_part_floats, (size_t)omp_get_max_threads() * B * c->d_model,
                            "per-thread normed rows", err))
             return -1;
-        forward_decode(impl, m, caches, B, tokens, logits);
+        forward_decode(impl, m, caches, B, tokens, logits, trace);
         return 0;
     }
     for (int t0 = 0; t0 < T;) {
         int tc = T - t0 < chunk ? T - t0 : chunk;
         int rest = T - t0 - tc;
         if (observe && rest > 0 && rest < observe->window) tc -= observe->window - rest;
-        if (forward_chunk(impl, m, caches, B, tokens, T, t0, tc, observe, trace, err)) return -1;
+        if (forward_chunk(impl, m, caches, B, tokens, T, t0, tc, observe, err)) return -1;
         t0 += tc;
         if (t0 == T && logits) {
             int D = c->d_model;
@@ -935,9 +1034,11 @@ static void cpu_destroy(Backend *be) {
         scratch_free(&impl->s);
         for (int i = 0; impl->packed && i < n_matrices(&be->model->cfg); i++) free(impl->packed[i].q);
         for (int i = 0; impl->q4 && i < n_matrices(&be->model->cfg); i++) free(impl->q4[i]);
+        for (int i = 0; impl->blocks && i < n_matrices(&be->model->cfg); i++) free(impl->blocks[i].data);
         for (int i = 0; impl->f32_copies && i < n_matrices(&be->model->cfg); i++) free(impl->f32_copies[i]);
         free(impl->packed);
         free(impl->q4);
+        free(impl->blocks);
         free(impl->f32_copies);
         free(impl->layers);
         free(impl->vectors);
@@ -946,23 +1047,7 @@ static void cpu_destroy(Backend *be) {
     free(be);
 }
 
-/* The fast path's kernel: the best this CPU runs at level simd (AMX when Linux grants the tile state, else
- * VNNI, else AVX2, else portable C), or the one `request` (KVBENCH_FAST_KERNEL) names, when usable. */
-static int fast_kernel_choose(CpuFastKernel *out, CpuSimd simd, const char *request, KvErr *err) {
-    *out = cpu_fast_kernel_for(simd);
-    if (!request || !*request) return 0;
-    for (int k = CPU_FAST_SCALAR; k <= CPU_FAST_AMX; k++)
-        if (!strcmp(request, cpu_fast_kernel_name((CpuFastKernel)k))) {
-            if (!cpu_fast_kernel_usable((CpuFastKernel)k))
-                return kv_fail(err, "KVBENCH_FAST_KERNEL=%s: this CPU (or its kernel) does not run it; best here: %s",
-                               request, cpu_fast_kernel_name(*out));
-            *out = (CpuFastKernel)k;
-            return 0;
-        }
-    return kv_fail(err, "KVBENCH_FAST_KERNEL=%s: unknown fast kernel (scalar, avx2, vnni or amx)", request);
-}
-
-int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
+int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, KvErr *err) {
     *out = NULL;
     const ModelConfig *c = &m->cfg;
     if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim % 2)
@@ -986,30 +1071,34 @@ int cpu_backend_open(Backend **out, const Model *m, KvErr *err) {
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;
-    impl->fast = backend_fast_decode(err);
-    if (impl->fast < 0) {
+    impl->fast = opt->decode == BACKEND_DECODE_FAST;
+    impl->cache_elem = opt->cache;
+    if (cpu_kernels_init(&impl->k, opt->simd, opt->fast_kernel, err)) {
+        kv_wrap(err, "cpu backend");
         cpu_destroy(be);
         return -1;
     }
-    int elem = backend_cache_elem(err);
-    if (elem < 0) {
+    if (take_weights(impl, m, err)) {
         cpu_destroy(be);
         return -1;
     }
-    impl->cache_elem = (KvElem)elem;
+    /* the fast decode reads codes only: a model with f32 matrices would decode exactly under its label */
+    if (impl->fast && !all_packed(impl, c)) {
+        kv_fail(err, "cpu backend: %s: the fast decode needs every matrix held as block codes (a Q4_0, Q4_1 or Q8_0 "
+                     "GGUF); this model has f32 matrices: use the exact decode", m->source);
+        cpu_destroy(be);
+        return -1;
+    }
     if (impl->cache_elem == KV_ELEM_F16)
-        fprintf(stderr, "kvbench: cpu backend: f16 KV cache (KVBENCH_CACHE=f16): keys and values stored as IEEE "
-                        "binary16, half the cache memory; answers may differ from the exact f32 cache\n");
-    if (cpu_simd_choose(&impl->simd, getenv("KVBENCH_SIMD"), err) ||
-        (impl->fast && fast_kernel_choose(&impl->fast_kernel, impl->simd, getenv("KVBENCH_FAST_KERNEL"), err)) ||
-        take_weights(impl, m, err)) {
-        cpu_destroy(be);
-        return -1;
-    }
+        fprintf(stderr, "kvbench: cpu backend: f16 KV cache: keys and values stored as IEEE binary16, half the cache "
+                        "memory; answers may differ from the exact f32 cache\n");
     if (impl->fast)
-        fprintf(stderr, "kvbench: cpu backend: FAST decode (KVBENCH_DECODE=fast, %s kernel): activations quantised to "
-                        "int8 per 32 weights, integer dot products; answers may differ from the exact path\n",
-                cpu_fast_kernel_name(impl->fast_kernel));
+        fprintf(stderr, "kvbench: cpu backend: FAST decode (%s kernel): activations quantised to int8 per 32 weights, "
+                        "integer dot products; answers may differ from the exact path\n",
+                cpu_fast_kernel_name(impl->k.fast));
+    be->used = (BackendOptions){.decode = opt->decode, .cache = opt->cache, .simd_auto = impl->k.simd == impl->k.simd_auto};
+    snprintf(be->used.simd, sizeof be->used.simd, "%s", cpu_simd_name(impl->k.simd));
+    snprintf(be->used.fast_kernel, sizeof be->used.fast_kernel, "%s", impl->fast ? cpu_fast_kernel_name(impl->k.fast) : "");
     *out = be;
     return 0;
 }

@@ -1,0 +1,463 @@
+/* avx512.c — the kernel table's AVX-512 entries (AVX-512F, 16 lanes; kernels.h, isa.h).
+ *
+ * Exact products from the codes as avx2.c's with 16 lanes, register tiles of 4 outputs x up to 4 rows (one
+ * accumulator of 16 lanes per output, reduced as _mm512_reduce_add_ps does). SwiGLU, softmax and the
+ * decode attention give the portable kernels' bits (portable.c fixes their orders in the source); the
+ * attention reads a cache's rows where they are (a view's shared rows in its base, binary16 rows widened in
+ * registers), so a view and an f16 cache need no copy. Rebuilt rows and binary16 conversions: the portable
+ * bits. */
+#include "isa.h"
+
+#if CPU_X86
+#include <immintrin.h>
+#include <math.h>
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define Q4_GROUP CPU_Q4_GROUP
+
+/* --------------------------------------------------------------- AVX-512: 16 lanes, tiles of 4 x up to 4 */
+
+static inline AVX512_TARGET void block_avx512(const CpuQ4Block *b, __m512 *w0, __m512 *w1) {
+    __m512 s = _mm512_set1_ps(_cvtsh_ss(b->scale)), o = _mm512_set1_ps(_cvtsh_ss(b->offset));
+    __m128i c = _mm_loadu_si128((const __m128i *)b->codes), mask = _mm_set1_epi8(15);
+    *w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(c, mask))), s, o);
+    *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(c, 4), mask))), s, o);
+}
+
+/* G (1 or 4) consecutive outputs from n for one row x, the blocks converted in registers. Written out for 4
+ * rows so the accumulators stay in registers; each row's codes are prefetched ~1 KiB ahead. */
+#define ROW_STEP_AVX512(acc, row)                                                                                  \
+    do {                                                                                                           \
+        const CpuQ4Block *blk_ = (row) + b;                                                                        \
+        _mm_prefetch((const char *)(blk_ + 48), _MM_HINT_T0);                                                      \
+        __m512 w0_, w1_;                                                                                           \
+        block_avx512(blk_, &w0_, &w1_);                                                                            \
+        acc = _mm512_fmadd_ps(w0_, x0, acc);                                                                       \
+        acc = _mm512_fmadd_ps(w1_, x1, acc);                                                                       \
+    } while (0)
+
+static inline __attribute__((always_inline)) AVX512_TARGET void one_row_avx512(float *y, const float *x, int K,
+                                                                               const CpuQ4Block *w,
+                                                                               const float *bias, int n, int G,
+                                                                               int accumulate) {
+    int per_row = K / 32;
+    const CpuQ4Block *r0 = w + (size_t)n * per_row, *r1 = r0 + per_row, *r2 = r1 + per_row, *r3 = r2 + per_row;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int b = 0; b < per_row; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+        ROW_STEP_AVX512(a0, r0);
+        if (G == 4) {
+            ROW_STEP_AVX512(a1, r1);
+            ROW_STEP_AVX512(a2, r2);
+            ROW_STEP_AVX512(a3, r3);
+        }
+    }
+    cpu_store_out(y + n, _mm512_reduce_add_ps(a0), bias, n, accumulate);
+    if (G == 4) {
+        cpu_store_out(y + n + 1, _mm512_reduce_add_ps(a1), bias, n + 1, accumulate);
+        cpu_store_out(y + n + 2, _mm512_reduce_add_ps(a2), bias, n + 2, accumulate);
+        cpu_store_out(y + n + 3, _mm512_reduce_add_ps(a3), bias, n + 3, accumulate);
+    }
+}
+
+/* The 16 sums of a full 4 x 4 register tile, each in _mm512_reduce_add_ps's order (lanes i and i+8, then i
+ * and i+4, then i and i+2, then the last two), the shuffles and adds shared by the 16: the same bits as 16
+ * separate reductions at a third of the instructions. Result lane 4r + g holds acc[g][r], so quarter r is the
+ * row's 4 consecutive outputs; they are stored as store_out would, with bias[n..n+3] and accumulate. */
+static inline __attribute__((always_inline)) AVX512_TARGET void store_tile4x4_avx512(float *y, int ldy, int m,
+                                                                                     __m512 acc[Q4_GROUP][4],
+                                                                                     const float *bias, int n,
+                                                                                     int accumulate) {
+    __m512 half[8], quarter[4], pair[2];
+    for (int i = 0; i < 8; i++) { /* accumulators 2i, 2i+1 (index g*4 + r): lanes 0-7 and 8-15 of half[i] */
+        __m512 a = acc[(2 * i) / 4][(2 * i) % 4], b = acc[(2 * i + 1) / 4][(2 * i + 1) % 4];
+        half[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int j = 0; j < 4; j++) /* quarter q of quarter[j]: accumulator 4j + q, 4 lanes */
+        quarter[j] = _mm512_add_ps(_mm512_shuffle_f32x4(half[2 * j], half[2 * j + 1], 0x88),
+                                   _mm512_shuffle_f32x4(half[2 * j], half[2 * j + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* within each quarter: (lane 0 + lane 2, lane 1 + lane 3) of two sources */
+        pair[i] = _mm512_add_ps(_mm512_shuffle_ps(quarter[2 * i], quarter[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm512_shuffle_ps(quarter[2 * i], quarter[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(pair[0], pair[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_ps(pair[0], pair[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    float lanes[16];
+    _mm512_storeu_ps(lanes, sums);
+    for (int r = 0; r < 4; r++) {
+        __m128 total = _mm_loadu_ps(lanes + 4 * r);
+        float *out = y + (size_t)(m + r) * ldy + n;
+        if (bias) total = _mm_add_ps(total, _mm_loadu_ps(bias + n));
+        _mm_storeu_ps(out, accumulate ? _mm_add_ps(_mm_loadu_ps(out), total) : total);
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void tile_avx512(float *y, int ldy, const float *x, int m,
+                                                                            int R, int K, const float *tile,
+                                                                            const float *bias, int n, int G,
+                                                                            int accumulate) {
+    __m512 acc[Q4_GROUP][4];
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++) acc[g][r] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 16) {
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) xv[r] = _mm512_loadu_ps(x + (size_t)(m + r) * K + k);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 wv = _mm512_load_ps(tile + (size_t)g * K + k);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[g][r] = _mm512_fmadd_ps(wv, xv[r], acc[g][r]);
+        }
+    }
+    if (G == Q4_GROUP && R == 4) {
+        store_tile4x4_avx512(y, ldy, m, acc, bias, n, accumulate);
+        return;
+    }
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < R; r++)
+            cpu_store_out(y + (size_t)(m + r) * ldy + n + g, _mm512_reduce_add_ps(acc[g][r]), bias, n + g, accumulate);
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void tiles_avx512(float *y, int ldy, const float *x,
+                                                                             int M, int K, const float *tile,
+                                                                             const float *bias, int n, int G,
+                                                                             int accumulate) {
+    int m = 0;
+    for (; m + 4 <= M; m += 4) tile_avx512(y, ldy, x, m, 4, K, tile, bias, n, G, accumulate);
+    switch (M - m) {
+    case 3: tile_avx512(y, ldy, x, m, 3, K, tile, bias, n, G, accumulate); break;
+    case 2: tile_avx512(y, ldy, x, m, 2, K, tile, bias, n, G, accumulate); break;
+    case 1: tile_avx512(y, ldy, x, m, 1, K, tile, bias, n, G, accumulate); break;
+    }
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void group_avx512(float *y, int ldy, const float *x,
+                                                                             int M, int K, const CpuQ4Block *w,
+                                                                             const float *bias, int n, int G,
+                                                                             int accumulate, float *tile) {
+    if (M == 1) {
+        one_row_avx512(y, x, K, w, bias, n, G, accumulate);
+        return;
+    }
+    int per_row = K / 32;
+    for (int g = 0; g < G; g++)
+        for (int b = 0; b < per_row; b++) {
+            __m512 w0, w1;
+            block_avx512(w + (size_t)(n + g) * per_row + b, &w0, &w1);
+            _mm512_store_ps(tile + (size_t)g * K + b * 32, w0);
+            _mm512_store_ps(tile + (size_t)g * K + b * 32 + 16, w1);
+        }
+    tiles_avx512(y, ldy, x, M, K, tile, bias, n, G, accumulate);
+}
+
+AVX512_TARGET void cpu_q4_rows_avx512(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w,
+                                      const float *bias, int n0, int n1, int accumulate, float *tile) {
+    int n = n0;
+    for (; n + Q4_GROUP <= n1; n += Q4_GROUP) group_avx512(y, ldy, x, M, K, w, bias, n, Q4_GROUP, accumulate, tile);
+    for (; n < n1; n++) group_avx512(y, ldy, x, M, K, w, bias, n, 1, accumulate, tile);
+}
+
+static inline AVX512_TARGET void block_q8_avx512(const CpuPacked *w, size_t bi, __m512 *w0, __m512 *w1) {
+    __m512 s = _mm512_set1_ps(w->scale[bi]), o = _mm512_set1_ps(w->offset[bi]);
+    const int8_t *q = w->q + bi * 32;
+    *w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), s, o);
+    *w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))), s, o);
+}
+
+AVX512_TARGET void cpu_q8_rows_avx512(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w,
+                                         const float *bias, int n0, int n1, int accumulate, float *tile) {
+    int per_row = K / 32;
+    for (int n = n0; n < n1;) {
+        if (M == 1) {
+            __m512 acc = _mm512_setzero_ps();
+            for (int b = 0; b < per_row; b++) {
+                _mm_prefetch((const char *)(w->q + ((size_t)n * per_row + b) * 32 + 1024), _MM_HINT_T0);
+                __m512 w0, w1;
+                block_q8_avx512(w, (size_t)n * per_row + b, &w0, &w1);
+                acc = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + b * 32), acc);
+                acc = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 32 + 16), acc);
+            }
+            cpu_store_out(y + n, _mm512_reduce_add_ps(acc), bias, n, accumulate);
+            n++;
+            continue;
+        }
+        int G = n1 - n >= Q4_GROUP ? Q4_GROUP : 1;
+        for (int g = 0; g < G; g++)
+            for (int b = 0; b < per_row; b++) {
+                __m512 w0, w1;
+                block_q8_avx512(w, (size_t)(n + g) * per_row + b, &w0, &w1);
+                _mm512_store_ps(tile + (size_t)g * K + b * 32, w0);
+                _mm512_store_ps(tile + (size_t)g * K + b * 32 + 16, w1);
+            }
+        if (G == Q4_GROUP) tiles_avx512(y, ldy, x, M, K, tile, bias, n, Q4_GROUP, accumulate);
+        else tiles_avx512(y, ldy, x, M, K, tile, bias, n, 1, accumulate);
+        n += G;
+    }
+}
+
+
+/* ---------------------------------------------------------------------------------------------- SwiGLU */
+
+/* portable.c's exp_approx on 16 lanes: the same operations in the same order, each rounded (no fused
+ * multiply-add), and the clamp as its two comparisons, so every lane is bit for bit the portable value. */
+static inline __attribute__((always_inline)) AVX512_TARGET __m512 exp_approx_avx512(__m512 x) {
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ), x, _mm512_set1_ps(-87.0f));
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_GT_OQ), x, _mm512_set1_ps(88.0f));
+    const __m512 round = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), round), round);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(1.428606765330187045e-06f)));
+    __m512 p = _mm512_mul_ps(r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f / 120), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f / 24), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f / 6), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(0.5f), p));
+    p = _mm512_mul_ps(r, _mm512_add_ps(_mm512_set1_ps(1.0f), p));
+    p = _mm512_add_ps(_mm512_set1_ps(1.0f), p);
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+AVX512_TARGET void cpu_swiglu_avx512(float *g, const float *u, size_t n) {
+    size_t i = 0;
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 e = exp_approx_avx512(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), sign)));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                              _mm512_loadu_ps(u + i)));
+    }
+    cpu_swiglu(g + i, u + i, n - i);
+}
+
+/* ------------------------------------------------------------------------------------- decode attention */
+
+/* cpu_softmax bit for bit on G (constant) rows of n, row g at x + g*n: the maximum (exact in any order), the
+ * exps 16 at a time, each row's sum one by one in index order as cpu_softmax adds them (the rows' sums side
+ * by side, so their chains of additions overlap), the scaling elementwise. */
+static inline __attribute__((always_inline)) AVX512_TARGET void softmax_rows(float *x, int n, const int G) {
+    float mx[4], total[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        const float *row = x + (size_t)g * n;
+        __m512 mxv = _mm512_set1_ps(-INFINITY);
+        int i = 0;
+        for (; i + 16 <= n; i += 16) mxv = _mm512_max_ps(mxv, _mm512_loadu_ps(row + i));
+        mx[g] = _mm512_reduce_max_ps(mxv);
+        for (; i < n; i++) mx[g] = row[i] > mx[g] ? row[i] : mx[g];
+        total[g] = 0.0f;
+    }
+    for (int i0 = 0; i0 < n; i0 += 16) {
+        __mmask16 live = n - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i0)) - 1);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            float *row = x + (size_t)g * n + i0;
+            _mm512_mask_storeu_ps(row, live, exp_approx_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, row), _mm512_set1_ps(mx[g]))));
+        }
+        for (int i = i0; i < i0 + 16 && i < n; i++) {
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) total[g] += x[(size_t)g * n + i];
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        float *row = x + (size_t)g * n;
+        __m512 inv = _mm512_set1_ps(1.0f / total[g]);
+        for (int i0 = 0; i0 < n; i0 += 16) {
+            __mmask16 live = n - i0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i0)) - 1);
+            _mm512_mask_storeu_ps(row + i0, live, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, row + i0), inv));
+        }
+    }
+}
+
+
+AVX512_TARGET void cpu_softmax_avx512(float *x, int n) {
+    if (n > 0) softmax_rows(x, n, 1);
+}
+
+/* Row j of a head's keys or values as attention reads them in place (CpuRows): a shared row of the base or
+ * an own row. */
+static inline __attribute__((always_inline)) const char *row_at(const CpuRows *r, int j, size_t row_bytes) {
+    if (j < r->n_shared) return (const char *)r->base + (size_t)r->shared[j] * row_bytes;
+    return (const char *)r->own + (size_t)(j - r->n_shared) * row_bytes;
+}
+
+/* Rows are asked for this many keys ahead: a view's shared rows are scattered in its base, where the
+ * hardware's stream prefetchers do not find them. */
+#define ROWS_AHEAD 8
+static inline __attribute__((always_inline)) void prefetch_row(const char *row, size_t row_bytes) {
+    for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(row + at, 0, 3);
+}
+
+/* 16 floats at float index i of a row: f32, or binary16 widened (exactly) when HALF. */
+static inline __attribute__((always_inline)) AVX512_TARGET __m512 row_load(const char *row, int i, const int HALF) {
+    if (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(const void *)row + i)));
+    return _mm512_loadu_ps((const float *)(const void *)row + i);
+}
+
+/* The 4x4 transposes of q.k: 16-float block i of keys r0..r3 as t[0..3], where t[c] holds floats i+4c..i+4c+3
+ * of each key, key by 128-bit quarter. */
+static inline __attribute__((always_inline)) AVX512_TARGET void key_quarters(const char *const r[4], int i, __m512 t[4],
+                                                                             const int HALF) {
+    __m512 a0 = row_load(r[0], i, HALF), a1 = row_load(r[1], i, HALF), a2 = row_load(r[2], i, HALF),
+           a3 = row_load(r[3], i, HALF);
+    __m512 lo01 = _mm512_shuffle_f32x4(a0, a1, 0x44), hi01 = _mm512_shuffle_f32x4(a0, a1, 0xEE);
+    __m512 lo23 = _mm512_shuffle_f32x4(a2, a3, 0x44), hi23 = _mm512_shuffle_f32x4(a2, a3, 0xEE);
+    t[0] = _mm512_shuffle_f32x4(lo01, lo23, 0x88), t[1] = _mm512_shuffle_f32x4(lo01, lo23, 0xDD);
+    t[2] = _mm512_shuffle_f32x4(hi01, hi23, 0x88), t[3] = _mm512_shuffle_f32x4(hi01, hi23, 0xDD);
+}
+
+/* probs . v for output floats [i, i + 16 NV) of G heads: keys in order, multiply then add (no fused
+ * multiply-add), each head's NV accumulators in registers (constant G and NV). */
+static inline __attribute__((always_inline)) AVX512_TARGET void values_block(float *out, const float *probs,
+                                                                             const CpuRows *v, int n, int d, int i,
+                                                                             const int G, const int NV, const int HALF) {
+    size_t row_bytes = (size_t)d * (HALF ? 2 : 4);
+    __m512 o[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) o[g][c] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const char *row = row_at(v, j, row_bytes);
+        if (i == 0 && j + ROWS_AHEAD < n) prefetch_row(row_at(v, j + ROWS_AHEAD, row_bytes), row_bytes);
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) vv[c] = row_load(row, i + 16 * c, HALF);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 p = _mm512_set1_ps(probs[(size_t)g * n + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NV; c++) o[g][c] = _mm512_add_ps(o[g][c], _mm512_mul_ps(p, vv[c]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NV; c++) _mm512_storeu_ps(out + (size_t)g * d + i + 16 * c, o[g][c]);
+}
+
+/* cpu_attend_row for G (constant, 1..4) query heads that share the keys and values, d a multiple of 16, bit
+ * for bit cpu_attend_row's values for each head on the rows in order (portable.c fixes its orders in the
+ * source):
+ *  - q.k_j: four keys at a time, one per 128-bit quarter (key_quarters, once for all heads); quarter lanes
+ *    are cpu_attend_row's four lanes (products i = l mod 4 added in order), then ((0 + lane 0) + lane 1 +
+ *    lane 2) + lane 3 per quarter; leftover keys as cpu_attend_row does them;
+ *  - softmax: softmax_rows;
+ *  - probs . v: values_block.
+ * Each head's operations are those of one head alone; the heads only share loads and shuffles, and their
+ * independent chains of additions fill each other's latencies. Rows are read where they are (a view's shared
+ * rows in its base) and binary16 rows widened in registers (exact), so a view and an f16 cache need no copy. */
+static inline __attribute__((always_inline)) AVX512_TARGET void attend_heads_body(float *out, float *probs,
+                                                                                  const float *q, const CpuRows *k,
+                                                                                  const CpuRows *v, int n, int d,
+                                                                                  float scale, const int G,
+                                                                                  const int HALF) {
+    const __m512 zero = _mm512_setzero_ps();
+    size_t row_bytes = (size_t)d * (HALF ? 2 : 4);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const char *r[4] = {row_at(k, j, row_bytes), row_at(k, j + 1, row_bytes), row_at(k, j + 2, row_bytes),
+                            row_at(k, j + 3, row_bytes)};
+        if (j + ROWS_AHEAD + 4 <= n)
+            for (int a = 0; a < 4; a++) prefetch_row(row_at(k, j + ROWS_AHEAD + a, row_bytes), row_bytes);
+        __m512 acc[4] = {zero, zero, zero, zero};
+        for (int i = 0; i < d; i += 16) {
+            __m512 t[4];
+            key_quarters(r, i, t, HALF);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    acc[g] = _mm512_add_ps(acc[g], _mm512_mul_ps(t[c], _mm512_broadcast_f32x4(_mm_loadu_ps(q + (size_t)g * d + i + 4 * c))));
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m512 sum = _mm512_add_ps(zero, acc[g]);
+            sum = _mm512_add_ps(sum, _mm512_permute_ps(acc[g], _MM_SHUFFLE(1, 1, 1, 1)));
+            sum = _mm512_add_ps(sum, _mm512_permute_ps(acc[g], _MM_SHUFFLE(2, 2, 2, 2)));
+            sum = _mm512_add_ps(sum, _mm512_permute_ps(acc[g], _MM_SHUFFLE(3, 3, 3, 3)));
+            sum = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+            __m512 firsts = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), sum);
+            _mm_storeu_ps(probs + (size_t)g * n + j, _mm512_castps512_ps128(firsts));
+        }
+    }
+    for (; j < n; j++) {
+        const char *row = row_at(k, j, row_bytes);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            __m128 lane = _mm_setzero_ps();
+            for (int i = 0; i < d; i += 4) {
+                __m128 kj = HALF ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)(row + 2 * (size_t)i)))
+                                 : _mm_loadu_ps((const float *)(const void *)row + i);
+                lane = _mm_add_ps(lane, _mm_mul_ps(_mm_loadu_ps(q + (size_t)g * d + i), kj));
+            }
+            float l[4];
+            _mm_storeu_ps(l, lane);
+            float *pj = probs + (size_t)g * n + j;
+            *pj = (((0.0f + l[0]) + l[1]) + l[2]) + l[3];
+            *pj *= scale;
+        }
+    }
+    softmax_rows(probs, n, G);
+    for (int i = 0; i < d; i += 64) {
+        switch ((d - i < 64 ? d - i : 64) / 16) {
+        case 4: values_block(out, probs, v, n, d, i, G, 4, HALF); break;
+        case 3: values_block(out, probs, v, n, d, i, G, 3, HALF); break;
+        case 2: values_block(out, probs, v, n, d, i, G, 2, HALF); break;
+        default: values_block(out, probs, v, n, d, i, G, 1, HALF); break;
+        }
+    }
+}
+
+AVX512_TARGET void cpu_attend_rows_avx512(float *out, float *probs, const float *q, const CpuRows *k,
+                                              const CpuRows *v, int n, int d, float scale, int G) {
+    for (int g0 = 0; g0 < G; g0 += 4) { /* four heads at a time: their accumulators fill the registers */
+        float *o = out + (size_t)g0 * d, *p = probs + (size_t)g0 * n;
+        const float *qg = q + (size_t)g0 * d;
+        int heads = G - g0 < 4 ? G - g0 : 4;
+#define ATTEND_HEADS(h)                                                                                                \
+    (k->half ? attend_heads_body(o, p, qg, k, v, n, d, scale, h, 1) : attend_heads_body(o, p, qg, k, v, n, d, scale, h, 0))
+        if (heads == 4) ATTEND_HEADS(4);
+        else if (heads == 3) ATTEND_HEADS(3);
+        else if (heads == 2) ATTEND_HEADS(2);
+        else ATTEND_HEADS(1);
+#undef ATTEND_HEADS
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ rebuilt rows */
+
+AVX512_TARGET void cpu_q4_rebuild_avx512(float *w, const CpuQ4Block *blocks, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        __m512 w0, w1;
+        block_avx512(blocks + b, &w0, &w1);
+        _mm512_storeu_ps(w + b * 32, w0);
+        _mm512_storeu_ps(w + b * 32 + 16, w1);
+    }
+}
+
+AVX512_TARGET void cpu_q8_rebuild_avx512(float *w, const CpuPacked *p, size_t b0, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) {
+        __m512 w0, w1;
+        block_q8_avx512(p, b0 + b, &w0, &w1);
+        _mm512_storeu_ps(w + b * 32, w0);
+        _mm512_storeu_ps(w + b * 32 + 16, w1);
+    }
+}
+
+/* -------------------------------------------------------------------------------------------- binary16 */
+
+__attribute__((target("avx512f"))) void cpu_to_f16_avx512(uint16_t *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = cpu_f32_to_f16(src[i]);
+}
+
+__attribute__((target("avx512f"))) void cpu_to_f32_avx512(float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    for (; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+}
+#endif

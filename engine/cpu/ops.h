@@ -1,0 +1,101 @@
+/* ops.h — the CPU backend's operations over the kernel table (products.c, pack.c): threads split each
+ * product's output features and call the table's entries, the large products go to OpenBLAS (on tiles of
+ * f32 weights rebuilt from their codes where the backend holds only codes). Used by forward.c and the tests.
+ * Shape legend: M rows of x, N outputs, K inputs, T query rows, n keys, d head dim. */
+#ifndef KVBENCH_CPU_OPS_H
+#define KVBENCH_CPU_OPS_H
+
+#include "kernels.h"
+
+/* y[M][N] = x[M][K] · w[N][K]^T (+ bias[N] when non-NULL) (+ the old y when accumulate): Hugging Face's
+ * y = W x for M rows at once, so each weight matrix is read once per call whatever M is. Threads split the
+ * N output features; each calls a single-threaded BLAS on its slice. */
+void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate);
+/* The slice `part` of `parts` of cpu_matmul (its whole call is the union of parts = omp_get_max_threads()
+ * slices), for a caller already inside a parallel region. */
+void cpu_matmul_part(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate,
+                     int part, int parts);
+
+/* A matrix held as codes: 4-bit blocks, else int8 codes, else a ggml type's blocks (the first non-NULL). */
+typedef struct {
+    const CpuQ4Block *q4;
+    const CpuPacked *q8;
+    const CpuBlocks *blocks;
+} CpuCodes;
+
+/* Rows [n0, n1) of a matrix held as codes rebuilt to the loader's f32 weights, into w[n1 - n0][K]: the same bits
+ * at every level. */
+void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuCodes *c, int n0, int n1, int K);
+
+/* cpu_matmul for a matrix held only as codes: each thread takes cpu_matmul's slice of output
+ * features, rebuilds it into its own tile of f32 weights and makes the same single-threaded BLAS call on it,
+ * so the result is cpu_matmul's on the loader's f32 weights bit for bit. A slice wider than CPU_CODE_TILE_MAX
+ * floats is cut into tiles of equal rows; that is bit for bit too under OpenBLAS's SkylakeX kernels
+ * (AVX-512) for M > 32 (tests/test_cpu_tiles.c), but not under its Haswell / Zen kernels, whose sums depend on
+ * where the rows are cut. tiles: one tile of tile_floats floats for each OpenMP thread,
+ * tile_floats >= cpu_code_tile_floats(N, K, omp_get_max_threads()). */
+#define CPU_CODE_TILE_MAX ((size_t)1 << 20)
+size_t cpu_code_tile_floats(int N, int K, int parts);
+void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,
+                      int K, int accumulate, float *tiles, size_t tile_floats);
+/* Its slice `part` of `parts`, on that part's own tile. */
+void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M,
+                           int N, int K, int accumulate, float *tile, int part, int parts);
+
+/* One product of a cpu_matmul_q4 call: y[M][N] = x[M][K] . w[N][K]^T (+ bias[N]) (+ the old y). */
+typedef struct {
+    float *y;
+    const CpuQ4Block *w;
+    const float *bias;
+    int N;
+} CpuQ4Job;
+
+/* The products of jobs[n_jobs] with the same x from the codes, in one parallel region (threads split all
+ * jobs' output features) with the table's q4_rows / q8_rows: each weight block is read and converted to f32
+ * once per call whatever M is. Results do not depend on M nor on the thread count; they do depend on the
+ * level (summation order). tiles: threads * CPU_Q4_TILE_FLOATS(K) floats, 64-byte aligned. */
+void cpu_matmul_q4(const CpuKernels *k, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                   int accumulate, float *tiles);
+void cpu_matmul_q8(const CpuKernels *k, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N,
+                   int K, int accumulate, float *tiles);
+/* The SwiGLU feed-forward's first half in one parallel region: gate = x . wg^T, up = x . wu^T, then
+ * gate = silu(gate) * up ([M][F] each), bit for bit what the separate products and the table's swiglu give. */
+void cpu_ffn_q4(const CpuKernels *k, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu,
+                const float *x, int M, int K, int F, float *tiles);
+/* The share `part` of `parts` of each call above, for a caller already inside a parallel region (one region
+ * per decode step); tile is that part's own CPU_Q4_TILE_FLOATS(K) floats. The union of all parts is the whole
+ * call, bit for bit. */
+void cpu_matmul_q4_part(const CpuKernels *k, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                        int accumulate, float *tile, int part, int parts);
+void cpu_matmul_q8_part(const CpuKernels *k, float *y, const float *x, const CpuPacked *w, const float *bias, int M,
+                        int N, int K, int accumulate, float *tile, int part, int parts);
+void cpu_ffn_q4_part(const CpuKernels *k, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu,
+                     const float *x, int M, int K, int F, float *tile, int part, int parts);
+
+/* The fast counterparts of cpu_matmul_q4_part (at most 4 jobs) and cpu_matmul_q8_part on fast kernel f (the
+ * table's fast_many or fast_few), with the same tiles, parts and store semantics (bias, accumulate). Each weight
+ * block is read once per call for up to CPU_FAST_ROWS rows. */
+void cpu_matmul_q4_fast_part(const CpuFastKernels *f, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                             int accumulate, float *tile, int part, int parts);
+void cpu_matmul_q8_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuPacked *w, const float *bias,
+                             int M, int N, int K, int accumulate, float *tile, int part, int parts);
+
+/* G query heads that share k and v (grouped-query attention): head g's query at q + g*d, its output at
+ * out + g*d, its probabilities at probs + g*n; bit for bit cpu_attend_row per head (for scores that are not
+ * NaN) with the table's attend_rows where it serves d, else cpu_attend_row itself. */
+void cpu_attend_heads(const CpuKernels *k, float *out, float *probs, const float *q, const float *kk, const float *v,
+                      int n, int d, float scale, int G);
+/* Whether the table reads rows in place at head dim d (cpu_attend_heads_rows); elsewhere the caller copies
+ * (and widens) the rows into one f32 block and calls cpu_attend_heads. */
+int cpu_attend_direct(const CpuKernels *k, int d);
+/* cpu_attend_heads on rows read where they are (a view's shared rows, binary16 rows widened exactly), only
+ * where cpu_attend_direct(k, d), for n >= 1 (a decoded token always sees its own key). */
+void cpu_attend_heads_rows(const CpuKernels *k, float *out, float *probs, const float *q, const CpuRows *kr,
+                           const CpuRows *vr, int n, int d, float scale, int G);
+/* T query rows (row t at q + t*ldq) against n = n_past + T keys, causal: row t sees keys j <= n_past + t.
+ * Two BLAS products through scores[T][n] (the caller's buffer), the table's softmax between. Output row t at
+ * out + t*ldo. Single-threaded: the caller runs one block per thread. */
+void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, int ldq, const float *kk,
+                      const float *v, int T, int n_past, int d, float scale, float *scores);
+
+#endif

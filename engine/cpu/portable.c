@@ -1,0 +1,261 @@
+/* portable.c — the readable reference of every kernel of the CPU backend (kernels.h): plain C11, the loops
+ * written so the compiler vectorises them (`omp simd`) where their order allows. Every instruction-set file
+ * (avx2.c, avx512.c, vnni.c) gives these functions' bits, or states where it does not (the summation order of
+ * the exact code products differs per level).
+ *
+ * exp is a Cody–Waite range reduction plus a degree-6 polynomial (relative error ~2e-7) instead of libm's
+ * expf, because a call stops the compiler from vectorising the softmax and SwiGLU loops, and an 8k-token
+ * prefill of SmolLM2 takes ~9e9 exponentials in its softmaxes alone.
+ *
+ * The fast products (decode = fast) have ONE arithmetic, stated here and followed by every kernel. Row x (one
+ * sequence's activations) is quantised per block b of 32: d_b = max|x| / 127, xq = rint(x * (127 / max|x|)),
+ * s_b = sum(xq) (integers), xo_b = d_b * s_b. For output n with block scale w_b, offset o_b (weight =
+ * code * w_b + o_b) and the exact int32 dot dot_b = sum(code * xq):
+ *     acc = 0;  for b in order:  acc = fma(fl(float(dot_b) * w_b), d_b, acc);  acc = fma(o_b, xo_b, acc)
+ * then y = acc (+ bias) (+ the old y) as the exact path stores. Every (row, output) is its own chain of
+ * rounded f32 steps in a fixed order and the integer dots are exact whichever instructions sum them, so the
+ * portable, AVX2, VNNI and AMX kernels give the same bits, and row r of an M-row call equals the 1-row call. */
+#include "isa.h"
+
+#include <math.h>
+#include <string.h>
+
+#pragma omp declare simd
+static inline float exp_approx(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* n = round(x / ln2) by the 1.5 * 2^23 trick (no libm call, so the loop stays vectorisable) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)n + 127) * (1 << 23);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+
+void cpu_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+#pragma omp simd
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+void cpu_rope(float *x, int n_heads, int d, const float *cos_t, const float *sin_t) {
+    int half = d / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *a = x + (size_t)h * d, *b = a + half;
+#pragma omp simd
+        for (int i = 0; i < half; i++) {
+            float x0 = a[i], x1 = b[i];
+            a[i] = x0 * cos_t[i] - x1 * sin_t[i];
+            b[i] = x1 * cos_t[i] + x0 * sin_t[i];
+        }
+    }
+}
+
+void cpu_softmax(float *x, int n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    /* the sum in index order (what the compiler made of the loop before; the SIMD decode kernel in avx512.c
+     * follows this order to give the same bits) */
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = exp_approx(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void cpu_swiglu(float *g, const float *u, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + exp_approx(-g[i])) * u[i];
+}
+
+void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
+                    float scale) {
+    /* q.k_j in four lanes (lane l sums the products i = l mod 4 in order, a tail of d mod 4 on lane 0), then
+     * ((0 + lane 0) + lane 1 + lane 2) + lane 3: the order of the 4-lane vectorisation this loop had, fixed in
+     * the source so that every compiler and the SIMD decode kernel (avx512.c) give the same bits */
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * d;
+        float lane[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int i = 0;
+        for (; i + 4 <= d; i += 4)
+            for (int l = 0; l < 4; l++) lane[l] += q[i + l] * kj[i + l];
+        for (; i < d; i++) lane[0] += q[i] * kj[i];
+        probs[j] = (((0.0f + lane[0]) + lane[1]) + lane[2]) + lane[3];
+        probs[j] *= scale;
+    }
+    cpu_softmax(probs, n);
+    memset(out, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const float *vj = v + (size_t)j * d;
+        float p = probs[j];
+#pragma omp simd
+        for (int i = 0; i < d; i++) out[i] += p * vj[i];
+    }
+}
+
+
+/* ---------------------------------------------------------------------------------------------- binary16 */
+
+uint16_t cpu_f32_to_f16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t exp = (u >> 23) & 0xFF, man = u & 0x7FFFFF;
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00 | (man ? 0x200 | (man >> 13) : 0)); /* inf, quiet NaN */
+    int e = (int)exp - 127; /* unbiased exponent of a normal x */
+    if (e > 15) return (uint16_t)(sign | 0x7C00);
+    if (e >= -14) {
+        /* normal half: keep 10 of the 23 mantissa bits, round the 13 dropped ones to nearest even; a carry out
+         * of the mantissa steps the exponent (up to infinity past 65504), which the addition does by itself */
+        uint32_t h = ((uint32_t)(e + 15) << 10) | (man >> 13), rest = man & 0x1FFF;
+        if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    if (e < -25) return sign; /* below half the smallest subnormal (2^-25): rounds to zero (exp 0 lands here) */
+    /* subnormal half m * 2^-24: x = full * 2^(e - 23) with the 24-bit significand full, so m = full * 2^(e + 1):
+     * drop -e - 1 bits (14 to 24) and round them to nearest even */
+    uint32_t full = man | 0x800000;
+    int shift = -e - 1;
+    uint32_t h = full >> shift, rest = full & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (h & 1))) h++; /* may round up into the smallest normal: right */
+    return (uint16_t)(sign | h);
+}
+
+float cpu_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 31, man = h & 1023, u;
+    if (exp == 31) u = sign | 0x7F800000 | (man ? 0x400000 | (man << 13) : 0);
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) u = sign;
+    else { /* subnormal: normalise the mantissa */
+        int e = 113;
+        while (!(man & 1024)) man <<= 1, e--;
+        u = sign | ((uint32_t)e << 23) | ((man & 1023) << 13);
+    }
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+void cpu_to_f16_scalar(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_f32_to_f16(src[i]);
+}
+
+void cpu_to_f32_scalar(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+}
+
+/* ------------------------------------------------------------------------------- products from the codes */
+
+void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K) {
+    const CpuQ4Block *row = blocks + (size_t)n * (K / 32);
+    for (int b = 0; b < K / 32; b++) {
+        float s = cpu_f16_to_f32(row[b].scale), o = cpu_f16_to_f32(row[b].offset);
+        for (int i = 0; i < 16; i++) {
+            w[b * 32 + i] = (float)(row[b].codes[i] & 15) * s + o;
+            w[b * 32 + i + 16] = (float)(row[b].codes[i] >> 4) * s + o;
+        }
+    }
+}
+
+void cpu_q4_rebuild_scalar(float *w, const CpuQ4Block *blocks, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++) cpu_unpack_q4_row(w + b * 32, blocks + b, 0, 32);
+}
+
+void cpu_q8_rebuild_scalar(float *w, const CpuPacked *p, size_t b0, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++)
+        for (int i = 0; i < 32; i++)
+            w[b * 32 + i] = (float)p->q[(b0 + b) * 32 + i] * p->scale[b0 + b] + p->offset[b0 + b];
+}
+
+/* Portable path: 16 lanes per accumulator like AVX-512 (not the same order within a lane's sum: AVX-512
+ * adds its lanes as a tree). */
+void cpu_q4_rows_scalar(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w, const float *bias,
+                        int n0, int n1, int accumulate, float *tile) {
+    for (int n = n0; n < n1; n++) {
+        cpu_unpack_q4_row(tile, w, n, K);
+        for (int m = 0; m < M; m++) {
+            const float *xm = x + (size_t)m * K;
+            float lanes[16] = {0};
+            for (int k = 0; k < K; k += 16)
+                for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
+            float total = 0.0f;
+            for (int i = 0; i < 16; i++) total += lanes[i];
+            cpu_store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
+        }
+    }
+}
+
+void cpu_q8_rows_scalar(float *y, int ldy, const float *x, int M, int K, const CpuPacked *w, const float *bias,
+                           int n0, int n1, int accumulate, float *tile) {
+    for (int n = n0; n < n1; n++) {
+        for (int i = 0; i < K; i++) tile[i] = (float)w->q[(size_t)n * K + i] * w->scale[((size_t)n * K + i) / 32] +
+                                              w->offset[((size_t)n * K + i) / 32];
+        for (int m = 0; m < M; m++) {
+            const float *xm = x + (size_t)m * K;
+            float lanes[16] = {0};
+            for (int k = 0; k < K; k += 16)
+                for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
+            float total = 0.0f;
+            for (int i = 0; i < 16; i++) total += lanes[i];
+            cpu_store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ fast products */
+
+void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row) {
+    for (int b = 0; b < x->K / 32; b++) {
+        const float *v = row + b * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+        float inv = amax > 0 ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int q = (int)rintf(v[i] * inv);
+            x->xq[(size_t)m * x->K + b * 32 + i] = (int8_t)q;
+            sum += q;
+        }
+        x->d[b * CPU_FAST_ROWS + m] = amax / 127.0f;
+        x->xo[b * CPU_FAST_ROWS + m] = (amax / 127.0f) * (float)sum;
+        x->s[b * CPU_FAST_ROWS + m] = sum;
+    }
+}
+
+
+/* The reference: outputs [n0, n1) for all rows of x, one scalar chain each. Rows of y start at y_row0. */
+void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate) {
+    int K = x->K, per_row = K / 32;
+    for (int m = 0; m < x->rows; m++)
+        for (int n = n0; n < n1; n++) {
+            float acc = 0.0f;
+            for (int b = 0; b < per_row; b++) {
+                const int8_t *xq = x->xq + (size_t)m * K + b * 32;
+                int32_t dot = 0;
+                float w, o;
+                if (job->q4) {
+                    const CpuQ4Block *blk = job->q4 + (size_t)n * per_row + b;
+                    for (int i = 0; i < 16; i++) dot += (blk->codes[i] & 15) * xq[i] + (blk->codes[i] >> 4) * xq[i + 16];
+                    w = cpu_f16_to_f32(blk->scale);
+                    o = cpu_f16_to_f32(blk->offset);
+                } else {
+                    const int8_t *q = job->q8->q + (size_t)n * K + b * 32;
+                    for (int i = 0; i < 32; i++) dot += q[i] * xq[i];
+                    w = job->q8->scale[(size_t)n * per_row + b];
+                    o = job->q8->offset[(size_t)n * per_row + b];
+                }
+                acc = fmaf((float)dot * w, x->d[b * CPU_FAST_ROWS + m], acc);
+                acc = fmaf(o, x->xo[b * CPU_FAST_ROWS + m], acc);
+            }
+            cpu_store_out(job->y + (size_t)(y_row0 + m) * job->N + n, acc, job->bias, n, accumulate);
+        }
+}

@@ -1,0 +1,256 @@
+/* products.c — the operations of ops.h: threads over the kernel table's entries, and the BLAS products. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------ BLAS products */
+
+/* Part p of parts of cpu_matmul's output features: a contiguous slice, cut at multiples of 16 rows to keep
+ * BLAS's tiles whole; the last part ends at N. */
+static void matmul_slice(int N, int p, int parts, int *n0, int *n1) {
+    *n0 = (int)((long)N * p / parts) & ~15;
+    *n1 = p == parts - 1 ? N : (int)((long)N * (p + 1) / parts) & ~15;
+}
+
+/* Outputs [n0, n1) of y = x w^T (+ bias) (+ y), w pointing at weight row n0: one single-threaded BLAS call. */
+static void gemm_slice(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int n0,
+                       int n1, int accumulate) {
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (bias) {
+        for (int m = 0; m < M; m++) {
+            float *row = y + (size_t)m * N;
+            if (accumulate) {
+#pragma omp simd
+                for (int i = n0; i < n1; i++) row[i] += bias[i];
+            } else {
+                memcpy(row + n0, bias + n0, (size_t)(n1 - n0) * sizeof(float));
+            }
+        }
+        beta = 1.0f;
+    }
+    if (M == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w, K, x, 1, beta, y + n0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n1 - n0, K, 1.0f, x, K, w, K, beta, y + n0, N);
+}
+
+void cpu_matmul_part(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate,
+                     int part, int parts) {
+    int n0, n1;
+    matmul_slice(N, part, parts, &n0, &n1);
+    if (n1 > n0) gemm_slice(y, x, w + (size_t)n0 * K, bias, M, N, K, n0, n1, accumulate);
+}
+
+void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int accumulate) {
+    /* Each thread takes a contiguous slice of the output features (weight rows) for all M rows, so every
+     * weight is read by one thread only, once. */
+    int parts = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++) cpu_matmul_part(y, x, w, bias, M, N, K, accumulate, p, parts);
+}
+
+/* Rows per tile of a slice of `rows` weight rows of width K: the whole slice when it fits in
+ * CPU_CODE_TILE_MAX floats, else equal parts of at most that, multiples of 16 rows (the last one shorter). */
+static int tile_rows(int rows, int K) {
+    int cap = (int)(CPU_CODE_TILE_MAX / (size_t)K) & ~15;
+    cap = cap < 16 ? 16 : cap;
+    if (rows <= cap) return rows;
+    int tiles = (rows + cap - 1) / cap;
+    return ((rows + tiles - 1) / tiles + 15) & ~15;
+}
+
+size_t cpu_code_tile_floats(int N, int K, int parts) {
+    size_t most = 0;
+    for (int p = 0; p < parts; p++) {
+        int n0, n1;
+        matmul_slice(N, p, parts, &n0, &n1);
+        size_t floats = n1 > n0 ? (size_t)tile_rows(n1 - n0, K) * K : 0;
+        most = floats > most ? floats : most;
+    }
+    return most;
+}
+
+void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuCodes *c, int n0, int n1, int K) {
+    size_t per_row = (size_t)K / 32;
+    if (c->q4) k->q4_rebuild(w, c->q4 + (size_t)n0 * per_row, (size_t)(n1 - n0) * per_row);
+    else if (c->q8) k->q8_rebuild(w, c->q8, (size_t)n0 * per_row, (size_t)(n1 - n0) * per_row);
+    else k->rebuild[c->blocks->type](c->blocks->data + (size_t)n0 * c->blocks->row_bytes, w,
+                                      (size_t)(n1 - n0) * c->blocks->row_blocks);
+}
+
+void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M,
+                           int N, int K, int accumulate, float *tile, int part, int parts) {
+    int n0, n1;
+    matmul_slice(N, part, parts, &n0, &n1);
+    int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1;
+    for (int t0 = n0; t0 < n1; t0 += step) {
+        int t1 = n1 - t0 < step ? n1 : t0 + step;
+        cpu_rebuild_rows(k, tile, c, t0, t1, K);
+        gemm_slice(y, x, tile, bias, M, N, K, t0, t1, accumulate);
+    }
+}
+
+void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,
+                      int K, int accumulate, float *tiles, size_t tile_floats) {
+    int parts = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++)
+        cpu_matmul_codes_part(k, y, x, c, bias, M, N, K, accumulate,
+                              tiles + tile_floats * (size_t)omp_get_thread_num(), p, parts);
+}
+
+/* ------------------------------------------------------------------------------- products from the codes */
+
+/* Part p of parts takes groups [G*p/parts, G*(p+1)/parts) of CPU_Q4_GROUP output features of the whole list
+ * of jobs, so every weight is read by one thread once. */
+void cpu_matmul_q4_part(const CpuKernels *k, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                        int accumulate, float *tile, int part, int parts) {
+    long groups = 0;
+    for (int j = 0; j < n_jobs; j++) groups += (jobs[j].N + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
+    long g0 = groups * part / parts, g1 = groups * (part + 1) / parts, base = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        long gj = (jobs[j].N + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP, lo = g0 > base ? g0 : base,
+             hi = g1 < base + gj ? g1 : base + gj;
+        if (lo < hi) {
+            int n0 = (int)(lo - base) * CPU_Q4_GROUP, n1 = (int)(hi - base) * CPU_Q4_GROUP;
+            k->q4_rows(jobs[j].y, jobs[j].N, x, M, K, jobs[j].w, jobs[j].bias, n0, n1 < jobs[j].N ? n1 : jobs[j].N,
+                       accumulate, tile);
+        }
+        base += gj;
+    }
+}
+
+void cpu_matmul_q4(const CpuKernels *k, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                   int accumulate, float *tiles) {
+#pragma omp parallel
+    cpu_matmul_q4_part(k, jobs, n_jobs, x, M, K, accumulate,
+                       tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                       omp_get_num_threads());
+}
+
+/* Outputs [n0, n1) of part `part`: whole groups of CPU_Q4_GROUP. */
+static void part_range(int N, int part, int parts, int *n0, int *n1) {
+    long groups = (N + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
+    *n0 = (int)(groups * part / parts) * CPU_Q4_GROUP;
+    *n1 = (int)(groups * (part + 1) / parts) * CPU_Q4_GROUP;
+    *n1 = *n1 < N ? *n1 : N;
+}
+
+void cpu_ffn_q4_part(const CpuKernels *k, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu,
+                     const float *x, int M, int K, int F, float *tile, int part, int parts) {
+    int f0, f1;
+    part_range(F, part, parts, &f0, &f1);
+    if (f0 >= f1) return;
+    k->q4_rows(gate, F, x, M, K, wg, NULL, f0, f1, 0, tile);
+    k->q4_rows(up, F, x, M, K, wu, NULL, f0, f1, 0, tile);
+    for (int m = 0; m < M; m++) k->swiglu(gate + (size_t)m * F + f0, up + (size_t)m * F + f0, (size_t)(f1 - f0));
+}
+
+void cpu_ffn_q4(const CpuKernels *k, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu,
+                const float *x, int M, int K, int F, float *tiles) {
+#pragma omp parallel
+    cpu_ffn_q4_part(k, gate, up, wg, wu, x, M, K, F, tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(),
+                    omp_get_thread_num(), omp_get_num_threads());
+}
+
+void cpu_matmul_q8_part(const CpuKernels *k, float *y, const float *x, const CpuPacked *w, const float *bias, int M,
+                        int N, int K, int accumulate, float *tile, int part, int parts) {
+    int n0, n1;
+    part_range(N, part, parts, &n0, &n1);
+    if (n0 < n1) k->q8_rows(y, N, x, M, K, w, bias, n0, n1, accumulate, tile);
+}
+
+void cpu_matmul_q8(const CpuKernels *k, float *y, const float *x, const CpuPacked *w, const float *bias, int M, int N,
+                   int K, int accumulate, float *tiles) {
+#pragma omp parallel
+    cpu_matmul_q8_part(k, y, x, w, bias, M, N, K, accumulate,
+                       tiles + CPU_Q4_TILE_FLOATS(K) * (size_t)omp_get_thread_num(), omp_get_thread_num(),
+                       omp_get_num_threads());
+}
+
+/* ------------------------------------------------------------------------------------------ fast products */
+
+/* The quantised rows in a tile of CPU_Q4_TILE_FLOATS(K) floats (CpuFastX's layout). */
+static CpuFastX fast_x(float *tile, int K) {
+    char *p = (char *)tile;
+    size_t sums = sizeof(float) * CPU_FAST_ROWS * (size_t)(K / 32);
+    CpuFastX x = {(int8_t *)p, (float *)(p + (size_t)CPU_FAST_ROWS * K),
+                  (float *)(p + (size_t)CPU_FAST_ROWS * K + sums),
+                  (int32_t *)(p + (size_t)CPU_FAST_ROWS * K + 2 * sums), K, 0};
+    return x;
+}
+
+/* Each part takes a share of the outputs in groups of CPU_FAST_GROUP and, per pass of up to CPU_FAST_ROWS
+ * rows, reads each weight block of its share once for all those rows. */
+static void fast_part(const CpuFastKernels *f, const CpuFastJob *jobs, int n_jobs, const float *x, int M, int K,
+                      int accumulate, float *tile, int part, int parts) {
+    long groups = 0;
+    for (int j = 0; j < n_jobs; j++) groups += (jobs[j].N + CPU_FAST_GROUP - 1) / CPU_FAST_GROUP;
+    long g0 = groups * part / parts, g1 = groups * (part + 1) / parts;
+    if (g0 >= g1) return;
+    CpuFastX fx = fast_x(tile, K);
+    if (f->begin) f->begin();
+    for (int m0 = 0; m0 < M; m0 += CPU_FAST_ROWS) {
+        fx.rows = M - m0 < CPU_FAST_ROWS ? M - m0 : CPU_FAST_ROWS;
+        for (int m = 0; m < fx.rows; m++) f->quantize(&fx, m, x + (size_t)(m0 + m) * K);
+        long base = 0;
+        for (int j = 0; j < n_jobs; j++) {
+            long gj = (jobs[j].N + CPU_FAST_GROUP - 1) / CPU_FAST_GROUP;
+            for (long g = g0 > base ? g0 : base; g < g1 && g < base + gj; g++) {
+                int n0 = (int)(g - base) * CPU_FAST_GROUP;
+                int n1 = n0 + CPU_FAST_GROUP < jobs[j].N ? n0 + CPU_FAST_GROUP : jobs[j].N;
+                f->group(&jobs[j], &fx, m0, n0, n1, accumulate);
+            }
+            base += gj;
+        }
+    }
+    if (f->end) f->end();
+}
+
+void cpu_matmul_q4_fast_part(const CpuFastKernels *f, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
+                             int accumulate, float *tile, int part, int parts) {
+    CpuFastJob fj[4];
+    for (int j = 0; j < n_jobs; j++) fj[j] = (CpuFastJob){jobs[j].y, jobs[j].w, NULL, jobs[j].bias, jobs[j].N};
+    fast_part(f, fj, n_jobs, x, M, K, accumulate, tile, part, parts);
+}
+
+void cpu_matmul_q8_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuPacked *w, const float *bias,
+                             int M, int N, int K, int accumulate, float *tile, int part, int parts) {
+    CpuFastJob job = {y, NULL, w, bias, N};
+    fast_part(f, &job, 1, x, M, K, accumulate, tile, part, parts);
+}
+
+/* ---------------------------------------------------------------------------------------------- attention */
+
+int cpu_attend_direct(const CpuKernels *k, int d) { return k->attend_rows && d % k->attend_multiple == 0; }
+
+void cpu_attend_heads_rows(const CpuKernels *k, float *out, float *probs, const float *q, const CpuRows *kr,
+                           const CpuRows *vr, int n, int d, float scale, int G) {
+    if (cpu_attend_direct(k, d) && n > 0) k->attend_rows(out, probs, q, kr, vr, n, d, scale, G);
+}
+
+void cpu_attend_heads(const CpuKernels *k, float *out, float *probs, const float *q, const float *kk, const float *v,
+                      int n, int d, float scale, int G) {
+    if (cpu_attend_direct(k, d) && n > 0) {
+        CpuRows keys = {NULL, NULL, 0, kk, 0}, values = {NULL, NULL, 0, v, 0};
+        k->attend_rows(out, probs, q, &keys, &values, n, d, scale, G);
+        return;
+    }
+    for (int g = 0; g < G; g++)
+        cpu_attend_row(out + (size_t)g * d, probs + (size_t)g * n, q + (size_t)g * d, kk, v, n, d, scale);
+}
+
+void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, int ldq, const float *kk,
+                      const float *v, int T, int n_past, int d, float scale, float *scores) {
+    int n = n_past + T;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, d, scale, q, ldq, kk, d, 0.0f, scores, n);
+    for (int t = 0; t < T; t++) {
+        float *row = scores + (size_t)t * n;
+        int seen = n_past + t + 1;
+        k->softmax(row, seen);
+        memset(row + seen, 0, (size_t)(n - seen) * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, n, 1.0f, scores, n, v, d, 0.0f, out, ldo);
+}
