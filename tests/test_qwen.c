@@ -121,7 +121,7 @@ static void check_reference(TestCounts *tc, const cJSON *ref) {
     KvErr err = {{0}};
     Model *m = NULL;
     Backend *be = NULL;
-    if (backend_load_model(&m, "cpu", QWEN, &err) || backend_open(&be, "cpu", m, &err)) {
+    if (backend_load_model(&m, "cpu", QWEN, &err) || backend_open(&be, "cpu", m, NULL, &err)) {
         CHECK(tc, 0, "%s: %s", QWEN, err.msg);
         model_free(m);
         return;
@@ -234,7 +234,7 @@ static void check_engine_paths(TestCounts *tc) {
         return;
     }
     m->cfg.n_layers = 2;
-    if (backend_open(&be, "cpu", m, &err)) {
+    if (backend_open(&be, "cpu", m, NULL, &err)) {
         CHECK(tc, 0, "%s, 2 layers: %s", QWEN, err.msg);
         model_free(m);
         return;
