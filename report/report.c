@@ -386,8 +386,9 @@ done:
 }
 
 static int section_setup(ReportSection *s, int with_setup, KvErr *err) {
-    qsort(s->budgets, (size_t)s->n_budgets, sizeof *s->budgets, cmp_budget);
-    qsort(s->methods, (size_t)s->n_methods, sizeof *s->methods, cmp_method);
+    /* a section whose rows all lack a budget or a method has no array to sort (NULL) */
+    if (s->n_budgets) qsort(s->budgets, (size_t)s->n_budgets, sizeof *s->budgets, cmp_budget);
+    if (s->n_methods) qsort(s->methods, (size_t)s->n_methods, sizeof *s->methods, cmp_method);
     label_methods(s);
     size_t cells = (size_t)s->n_methods * s->n_budgets;
     s->cells = kv_calloc(cells + 1, sizeof *s->cells, err);
