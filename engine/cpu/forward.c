@@ -1084,8 +1084,9 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
     }
     /* the fast decode reads codes only: a model with f32 matrices would decode exactly under its label */
     if (impl->fast && !all_packed(impl, c)) {
-        kv_fail(err, "cpu backend: %s: the fast decode needs every matrix held as block codes (a Q4_0, Q4_1 or Q8_0 "
-                     "GGUF); this model has f32 matrices: use the exact decode", m->source);
+        kv_fail(err, "cpu backend: %s: the fast decode needs every matrix held as 4- or 8-bit block codes (a Q4_0, Q4_1 "
+                     "or Q8_0 GGUF); this model has matrices in f32 or in other block types: use the exact decode",
+                m->source);
         cpu_destroy(be);
         return -1;
     }
