@@ -165,6 +165,24 @@ int report_first_of_model(const ReportData *d, int i) {
     return 1;
 }
 
+/* A horizontal chart's axes, one row per method (row k at y = k, top down), x over [lo, hi] padded, a black line
+ * at x = `reference`; then "plot ". */
+static void put_method_axes(FILE *gp, const char *xlabel, double lo, double hi, double reference,
+                            const ReportMethod *methods, int n_methods) {
+    double pad = (hi - lo) * 0.08 + 1;
+    fputs("set xlabel ", gp);
+    report_put_gp_string(gp, xlabel);
+    fprintf(gp, "\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\nset grid x\nset key outside right top\nset ytics (",
+            lo - pad, hi + pad, n_methods - 1);
+    for (int k = 0; k < n_methods; k++) {
+        fputs(k ? ", " : "", gp);
+        report_put_gp_tic(gp, methods[k].label);
+        fprintf(gp, " %d", k);
+    }
+    fprintf(gp, ") scale 0\nset arrow from %g, graph 0 to %g, graph 1 nohead lc rgb 'black' lw 1.5\nplot ", reference,
+            reference);
+}
+
 static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     char name[300], dat_path[1200];
     FILE *dat, *gp;
@@ -210,16 +228,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fputc('\n', gp);
-    double pad = (hi - lo) * 0.08 + 1;
-    fprintf(gp, "set xlabel 'change = 100 × (avg / avg(full) − 1), %%'\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\n"
-                "set grid x\nset key outside right top\nset ytics (",
-            lo - pad, hi + pad, x->n_methods - 1);
-    for (int k = 0; k < x->n_methods; k++) {
-        fputs(k ? ", " : "", gp);
-        report_put_gp_tic(gp, x->methods[k].label);
-        fprintf(gp, " %d", k);
-    }
-    fputs(") scale 0\nset arrow from 0, graph 0 to 0, graph 1 nohead lc rgb 'black' lw 1.5\nplot ", gp);
+    put_method_axes(gp, "change = 100 × (avg / avg(full) − 1), %", lo, hi, 0, x->methods, x->n_methods);
     for (int k = 0; k < x->n_methods; k++) {
         const ReportMethod *m = &x->methods[k];
         fputs(k ? ", \\\n  " : "", gp);
@@ -395,16 +404,8 @@ static int plot_crossmodel(FigureCtx *c, const CrossModel *x) {
              x->budget, x->min_n);
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
-    double pad = (hi - lo) * 0.08 + 1;
-    fprintf(gp, "\nset xlabel '%% of the model''s own full cache'\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\n"
-                "set grid x\nset key outside right top\nset ytics (",
-            lo - pad, hi + pad, x->n_methods - 1);
-    for (int k = 0; k < x->n_methods; k++) {
-        fputs(k ? ", " : "", gp);
-        report_put_gp_tic(gp, x->methods[k].label);
-        fprintf(gp, " %d", k);
-    }
-    fputs(") scale 0\nset arrow from 100, graph 0 to 100, graph 1 nohead lc rgb 'black' lw 1.5\nplot ", gp);
+    fputc('\n', gp);
+    put_method_axes(gp, "% of the model's own full cache", lo, hi, 100, x->methods, x->n_methods);
     for (int i = 0; i < x->n_models; i++) {
         fputs(i ? ", \\\n  " : "", gp);
         report_put_gp_string(gp, dat_path);

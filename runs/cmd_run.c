@@ -33,6 +33,19 @@ static int option_value(const char *cmd, int argc, char **argv, int *i, const ch
     return 0;
 }
 
+/* An option's value as an integer in [1, 1000000]. */
+static int count_option(const char *cmd, int argc, char **argv, int *i, int *out) {
+    const char *text;
+    long long n = 0;
+    if (option_value(cmd, argc, argv, i, &text)) return -1;
+    if (num_parse_integer(text, 1, 1000000, &n)) {
+        fprintf(stderr, "kvbench %s: %s '%s': expected an integer in [1, 1000000]\n", cmd, argv[*i - 1], text);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
 int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL, *memory = NULL;
     for (int i = 0; i < argc; i++) {
@@ -170,23 +183,9 @@ int cmd_report(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(argv[i], "--min-n")) {
-            const char *text;
-            long long n = 0;
-            if (option_value("report", argc, argv, &i, &text)) return 2;
-            if (num_parse_integer(text, 1, 1000000, &n)) {
-                fprintf(stderr, "kvbench report: --min-n '%s': expected an integer in [1, 1000000]\n", text);
-                return 2;
-            }
-            opt.min_n = (int)n;
+            if (count_option("report", argc, argv, &i, &opt.min_n)) return 2;
         } else if (!strcmp(argv[i], "--resamples")) {
-            const char *text;
-            long long n = 0;
-            if (option_value("report", argc, argv, &i, &text)) return 2;
-            if (num_parse_integer(text, 1, 1000000, &n)) {
-                fprintf(stderr, "kvbench report: --resamples '%s': expected an integer in [1, 1000000]\n", text);
-                return 2;
-            }
-            opt.resamples = (int)n;
+            if (count_option("report", argc, argv, &i, &opt.resamples)) return 2;
         } else if (argv[i][0] != '-' && !config_path) {
             config_path = argv[i];
         } else {

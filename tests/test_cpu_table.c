@@ -19,6 +19,7 @@
 #include "../engine/backend.h"
 #include "../engine/cpu/kernels.h"
 #include "../engine/cpu/reference.h"
+#include "decode_run.h"
 #include "test.h"
 
 enum { PROMPT = 40, STEPS = 4, WIDE = 34, MAXB = WIDE }; /* a prompt past the code kernels' 32 rows */
@@ -42,24 +43,8 @@ static void count_trace(void *user, int seq, int layer, int head, const float *p
     trace_calls++;
 }
 
-/* Prefills B caches with each sequence's prompt, then runs `steps` decode steps of all B together; logits[s][b][V]
- * receives step s's (s = 0: the prompt's last position). */
 static int run(Backend *be, int B, int steps, float *logits, const TraceHook *trace, KvErr *err) {
-    int V = be->model->cfg.vocab_size, ids[PROMPT], rc = 0;
-    KvCache *caches[MAXB] = {0};
-    for (int b = 0; b < B && !rc; b++) {
-        for (int t = 0; t < PROMPT; t++) ids[t] = token_at(b, t, V);
-        rc = be->cache_new(be, &caches[b], PROMPT + steps, err) ||
-             be->forward(be, &caches[b], 1, ids, PROMPT, logits + (size_t)b * V, NULL, NULL, err);
-    }
-    for (int s = 1; s <= steps && !rc; s++) {
-        int fed[MAXB];
-        for (int b = 0; b < B; b++) fed[b] = token_at(b, PROMPT + s - 1, V);
-        rc = be->forward(be, caches, B, fed, 1, logits + (size_t)s * B * V, NULL, trace, err);
-    }
-    for (int b = 0; b < B; b++)
-        if (caches[b]) be->cache_free(be, caches[b]);
-    return rc;
+    return decode_run(be, B, PROMPT, steps, token_at, logits, trace, err);
 }
 
 /* The reference's logits for sequence b after step s. */

@@ -15,6 +15,7 @@
 
 #include "../engine/backend.h"
 #include "../engine/cpu/reference.h"
+#include "decode_run.h"
 #include "gguf_writer.h"
 #include "test.h"
 
@@ -33,21 +34,7 @@ static int token_at(int b, int t, int V) { return (int)((5u * (unsigned)t + 11u 
 
 /* logits[s][b][V] of n_seqs sequences: the prompt's last position (s = 0), then each decode step. */
 static int run(Backend *be, int n_seqs, float *logits, KvErr *err) {
-    int V = be->model->cfg.vocab_size, ids[PROMPT], rc = 0;
-    KvCache *caches[B] = {0};
-    for (int b = 0; b < n_seqs && !rc; b++) {
-        for (int t = 0; t < PROMPT; t++) ids[t] = token_at(b, t, V);
-        rc = be->cache_new(be, &caches[b], PROMPT + STEPS, err) ||
-             be->forward(be, &caches[b], 1, ids, PROMPT, logits + (size_t)b * V, NULL, NULL, err);
-    }
-    for (int s = 1; s <= STEPS && !rc; s++) {
-        int fed[B];
-        for (int b = 0; b < n_seqs; b++) fed[b] = token_at(b, PROMPT + s - 1, V);
-        rc = be->forward(be, caches, n_seqs, fed, 1, logits + (size_t)s * n_seqs * V, NULL, NULL, err);
-    }
-    for (int b = 0; b < n_seqs; b++)
-        if (caches[b]) be->cache_free(be, caches[b]);
-    return rc;
+    return decode_run(be, n_seqs, PROMPT, STEPS, token_at, logits, NULL, err);
 }
 
 static void check_type(TestCounts *tc, int type, const char *dir) {
