@@ -3,9 +3,20 @@
 #ifndef KVBENCH_TESTS_DECODE_RUN_H
 #define KVBENCH_TESTS_DECODE_RUN_H
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "../engine/backend.h"
+
+/* max |a - b| / max |b| over n (logits against their reference). */
+static inline double rel_err(const float *a, const float *b, int n) {
+    double worst = 0, scale = 0;
+    for (int i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return worst / fmax(scale, 1e-30);
+}
 
 /* Token t of sequence b, for a vocabulary of V. */
 typedef int (*DecodeRunToken)(int b, int t, int V);

@@ -24,15 +24,6 @@
 
 enum { PROMPT = 40, STEPS = 4, WIDE = 34, MAXB = WIDE }; /* a prompt past the code kernels' 32 rows */
 
-/* max |a - b| / max |b| over n. */
-static double rel_err(const float *a, const float *b, int n) {
-    double worst = 0, scale = 0;
-    for (int i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return worst / fmax(scale, 1e-30);
-}
 
 /* Token t of sequence b (prompt, then the fed tokens of the decode steps): fixed, so the reference can replay it. */
 static int token_at(int b, int t, int V) { return (int)((7u * (unsigned)t + 13u * (unsigned)b + 3u) % (unsigned)V); }

@@ -21,14 +21,6 @@
 
 enum { PROMPT = 12, STEPS = 4, B = 3 };
 
-static double rel_err(const float *a, const float *b, int n) {
-    double worst = 0, scale = 0;
-    for (int i = 0; i < n; i++) {
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return worst / fmax(scale, 1e-30);
-}
 
 static int token_at(int b, int t, int V) { return (int)((5u * (unsigned)t + 11u * (unsigned)b + 1u) % (unsigned)V); }
 

@@ -176,21 +176,28 @@ void cpu_q8_rebuild_scalar(float *w, const CpuPacked *p, size_t b0, size_t n_blo
             w[b * 32 + i] = (float)p->q[(b0 + b) * 32 + i] * p->scale[b0 + b] + p->offset[b0 + b];
 }
 
+/* Output column n of M rows from one rebuilt weight row: 16 lane sums, then the lanes added in order (both code
+ * kernels' scalar entries). */
+static void tile_row_products(float *y, int ldy, const float *x, int M, int K, const float *tile, const float *bias,
+                              int n, int accumulate) {
+    for (int m = 0; m < M; m++) {
+        const float *xm = x + (size_t)m * K;
+        float lanes[16] = {0};
+        for (int k = 0; k < K; k += 16)
+            for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
+        float total = 0.0f;
+        for (int i = 0; i < 16; i++) total += lanes[i];
+        cpu_store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
+    }
+}
+
 /* Portable path: 16 lanes per accumulator like AVX-512 (not the same order within a lane's sum: AVX-512
  * adds its lanes as a tree). */
 void cpu_q4_rows_scalar(float *y, int ldy, const float *x, int M, int K, const CpuQ4Block *w, const float *bias,
                         int n0, int n1, int accumulate, float *tile) {
     for (int n = n0; n < n1; n++) {
         cpu_unpack_q4_row(tile, w, n, K);
-        for (int m = 0; m < M; m++) {
-            const float *xm = x + (size_t)m * K;
-            float lanes[16] = {0};
-            for (int k = 0; k < K; k += 16)
-                for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
-            float total = 0.0f;
-            for (int i = 0; i < 16; i++) total += lanes[i];
-            cpu_store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
-        }
+        tile_row_products(y, ldy, x, M, K, tile, bias, n, accumulate);
     }
 }
 
@@ -199,15 +206,7 @@ void cpu_q8_rows_scalar(float *y, int ldy, const float *x, int M, int K, const C
     for (int n = n0; n < n1; n++) {
         for (int i = 0; i < K; i++) tile[i] = (float)w->q[(size_t)n * K + i] * w->scale[((size_t)n * K + i) / 32] +
                                               w->offset[((size_t)n * K + i) / 32];
-        for (int m = 0; m < M; m++) {
-            const float *xm = x + (size_t)m * K;
-            float lanes[16] = {0};
-            for (int k = 0; k < K; k += 16)
-                for (int i = 0; i < 16; i++) lanes[i] += tile[k + i] * xm[k + i];
-            float total = 0.0f;
-            for (int i = 0; i < 16; i++) total += lanes[i];
-            cpu_store_out(y + (size_t)m * ldy + n, total, bias, n, accumulate);
-        }
+        tile_row_products(y, ldy, x, M, K, tile, bias, n, accumulate);
     }
 }
 
