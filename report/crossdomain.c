@@ -314,10 +314,7 @@ static int crossmodel_at(const ReportData *d, const int *first, int n_models, in
         for (int m = 0; m < cd.n_methods; m++) {
             int k;
             for (k = 0; k < x->n_methods && !same_method(&x->methods[k], &cd.methods[m]); k++) {}
-            if (k == x->n_methods) {
-                if (k == cap) continue; /* cannot happen: cap counts every section's methods */
-                x->methods[x->n_methods++] = cd.methods[m];
-            }
+            if (k == x->n_methods) x->methods[x->n_methods++] = cd.methods[m]; /* cap counts every section's */
             StatsInterval ci = cd.mean[m];
             ci.value += 100, ci.lo += 100, ci.hi += 100;
             x->pct[(size_t)k * n_models + i] = ci;
@@ -419,11 +416,7 @@ static int plot_crossmodel(FigureCtx *c, const CrossModel *x) {
 }
 
 int report_crossmodel_figures(FigureCtx *c, const ReportData *d) {
-    CrossModel *x;
-    int n;
-    if (report_crossmodels(d, &x, &n, c->err)) return -1;
-    int rc = 0;
-    for (int j = 0; j < n && !rc; j++) rc = plot_crossmodel(c, &x[j]);
-    report_crossmodels_free(x, n);
-    return rc;
+    for (int j = 0; j < d->n_crossmodels; j++)
+        if (plot_crossmodel(c, &d->crossmodels[j])) return -1;
+    return 0;
 }

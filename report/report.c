@@ -436,6 +436,7 @@ int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, int 
     if (run_pass(d, db, db_path, 1, err)) goto fail;
     for (int i = 0; i < d->n_sections; i++)
         if (section_stats(&d->sections[i], err) || count_needle(&d->sections[i], db, db_path, err)) goto fail;
+    if (report_crossmodels(d, &d->crossmodels, &d->n_crossmodels, err)) goto fail;
     return 0;
 fail:
     report_data_free(d);
@@ -475,6 +476,7 @@ void report_data_free(ReportData *d) {
         free(s->suite);
     }
     free(d->sections);
+    report_crossmodels_free(d->crossmodels, d->n_crossmodels);
     memset(d, 0, sizeof *d);
 }
 

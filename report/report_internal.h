@@ -108,6 +108,8 @@ typedef struct {
     int resamples;       /* bootstrap resamples per interval (ReportOptions.resamples, resolved) */
     int n_rows, n_failed_rows; /* over every section */
     ReportProvenance prov;
+    struct CrossModel *crossmodels; /* [n_crossmodels] per fractional budget, with two models or more (crossdomain.c) */
+    int n_crossmodels;
 } ReportData;
 
 /* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
@@ -209,7 +211,7 @@ int report_crossdomain_figures(FigureCtx *c, const ReportData *d);
 /* Several models side by side at one fractional budget (crossdomain.c): per method, each model's score as a
  * percentage of its own model's full cache, 100 + its cross-domain mean change (CrossDomain.mean). Models are
  * never averaged together. Made only when the database holds two models or more. */
-typedef struct {
+typedef struct CrossModel {
     char budget[64];
     double keep_fraction;
     int n_models;
@@ -220,7 +222,8 @@ typedef struct {
     StatsInterval *pct;       /* [M][N] value NaN where the model did not run the method at this budget */
     int min_n;
 } CrossModel;
-/* Every fractional budget that any model ran with a full cache, ascending; *n = 0 for fewer than two models. */
+/* Every fractional budget that any model ran with a full cache, ascending; *n = 0 for fewer than two models.
+ * report_load fills ReportData.crossmodels with it once. */
 int report_crossmodels(const ReportData *d, CrossModel **out, int *n, KvErr *err);
 void report_crossmodels_free(CrossModel *x, int n);
 int report_crossmodel_figures(FigureCtx *c, const ReportData *d);

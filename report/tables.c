@@ -769,17 +769,11 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
 
 /* Every model side by side at each budget: a method's score as % of its own model's full cache. */
 static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
-    CrossModel *x;
-    int n;
-    if (report_crossmodels(d, &x, &n, err)) return -1;
-    for (int j = 0; j < n; j++) {
-        const CrossModel *c = &x[j];
+    for (int j = 0; j < d->n_crossmodels; j++) {
+        const CrossModel *c = &d->crossmodels[j];
         if (!c->n_methods) continue;
         Table *t = table_new("%");
-        if (!t) {
-            report_crossmodels_free(x, n);
-            return kv_fail(err, "out of memory");
-        }
+        if (!t) return kv_fail(err, "out of memory");
         char buf[208], head[400];
         for (int i = 0; i < c->n_models; i++) {
             snprintf(buf, sizeof buf, "%s (%d domains)", c->models[i], c->n_domains[i]);
@@ -805,7 +799,6 @@ static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *er
         emit(f, fmt, t);
         table_free(t);
     }
-    report_crossmodels_free(x, n);
     return 0;
 }
 
@@ -1019,15 +1012,8 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (!(f = report_open_out(out_dir, "ordering.csv", path, sizeof path, err))) return -1;
     write_csv_ordering(f, d);
     if (report_close_out(f, path, log, err)) return -1;
-    CrossModel *x;
-    int n;
-    if (report_crossmodels(d, &x, &n, err)) return -1;
-    if (n == 0) return 0;
-    if (!(f = report_open_out(out_dir, "cross_model.csv", path, sizeof path, err))) {
-        report_crossmodels_free(x, n);
-        return -1;
-    }
-    write_csv_crossmodel(f, x, n);
-    report_crossmodels_free(x, n);
+    if (d->n_crossmodels == 0) return 0;
+    if (!(f = report_open_out(out_dir, "cross_model.csv", path, sizeof path, err))) return -1;
+    write_csv_crossmodel(f, d->crossmodels, d->n_crossmodels);
     return report_close_out(f, path, log, err);
 }
