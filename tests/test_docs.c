@@ -77,9 +77,9 @@ int main(void) {
     CHECK(&tc, exists("docs/DESIGN.md") && exists("docs/spec/models.md") && exists("docs/spec/policies.md") &&
                    exists("docs/spec/datasets.md"),
           "docs/ holds the design notes and the three specs");
-    static const char *const topics[] = {"docs/running.md",  "docs/data-and-models.md", "docs/gpu.md",
-                                         "docs/fragility.md", "docs/performance.md",     "docs/database.md",
-                                         "docs/architecture.md"};
+    static const char *const topics[] = {"docs/running.md",      "docs/data-and-models.md", "docs/gpu.md",
+                                         "docs/fragility.md",    "docs/performance.md",     "docs/database.md",
+                                         "docs/architecture.md", "docs/results.md"};
     int links = 0;
     for (size_t i = 0; i < sizeof topics / sizeof topics[0]; i++) {
         KvErr err;
