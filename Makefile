@@ -47,6 +47,10 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_SRC:= $(wildcard tests/bench_*.c)
 BENCH_BIN:= $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
+# The largest test fixtures (tokenizer files) are tracked xz-compressed: one call to a lent GPU machine carries at
+# most 64 MiB of the working tree, models included (tests/gpu/README.md). Each is expanded beside itself
+# (git-ignored) before any test is built.
+XZ_FIXTURES := $(patsubst %.xz,%,$(wildcard tests/data/tokenizers/*/*.xz))
 MODEL    := models/SmolLM2-135M-Instruct.Q4_1.gguf
 QWEN     := models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf
 
@@ -95,7 +99,10 @@ $(BUILD)/%.o: %.cu $(COMPILE_FLAGS)
 	@mkdir -p $(dir $@)
 	$(NVCC_PATH) $(CUFLAGS) -MMD -MP -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libkvbench.a tests/test.h
+$(XZ_FIXTURES): %: %.xz
+	xz -dc $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libkvbench.a tests/test.h | $(XZ_FIXTURES)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libkvbench.a $(LDFLAGS) $(LDLIBS)
 

@@ -3,6 +3,7 @@
  * Tokenizes a text file with the model's tokenizer (plain text: no chat template, no BOS), prefills it with
  * an observation hook (observation_prepare, then policy_observe, per layer), selects the budget and prints
  * the kept counts per layer and kv-head with a summary. Usage errors exit 2, failures 1. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,10 @@
 
 static const char USAGE[] =
     "usage: kvbench select --model M --file F --policy P --budget B [--aggregation A] [--window W] [--backend NAME]\n"
-    "                      [--duo-patterns DIR]\n"
+    "                      [--duo-patterns DIR] [--keep-out FILE]\n"
     "  B: a keep fraction (0.2 or 20%) or tokens per head (512tok); A: default, mean, max, max+prior\n"
-    "  DIR: duoattention's head pattern folder (default: the shipped one the model's path names)\n";
+    "  DIR: duoattention's head pattern folder (default: the shipped one the model's path names)\n"
+    "  FILE: the keep-set's positions, one line per layer and kv-head (`L K COUNT POS...`), to compare backends\n";
 
 typedef struct {
     PolicyState *state;
@@ -60,9 +62,34 @@ static void print_keepset(const KeepSet *ks, int context_len) {
            hi);
 }
 
+/* The keep-set as text: a header line, then `layer kv_head count positions...` per head, layer-major, so two
+ * backends' choices on the same input can be compared position by position (tests/gpu/trained.sh). Written to
+ * FILE.part and renamed, so a failed write leaves no file that looks complete. */
+static int write_keepset(const char *path, const KeepSet *ks, int context_len, KvErr *err) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.part", path) >= (int)sizeof tmp) return kv_fail(err, "%s: path too long", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return kv_fail(err, "%s: cannot write: %s", tmp, strerror(errno));
+    fprintf(f, "kvbench-keepset 1 layers %d kv_heads %d context %d\n", ks->n_layers, ks->n_kv_heads, context_len);
+    for (int l = 0; l < ks->n_layers; l++)
+        for (int k = 0; k < ks->n_kv_heads; k++) {
+            int i = l * ks->n_kv_heads + k;
+            fprintf(f, "%d %d %d", l, k, ks->counts[i]);
+            for (int e = 0; e < ks->counts[i]; e++) fprintf(f, " %d", ks->positions[ks->offsets[i] + e]);
+            fputc('\n', f);
+        }
+    int bad = ferror(f);
+    if (fclose(f) || bad || rename(tmp, path)) {
+        int saved = errno;
+        remove(tmp);
+        return kv_fail(err, "%s: cannot write: %s", path, strerror(saved));
+    }
+    return 0;
+}
+
 /* Tokenizes, prefills with the hook, selects. Returns the exit status. */
 static int run_select(const char *model_path, const char *file, const char *backend_name, const PolicyConfig *cfg,
-                      const Budget *budget, KvErr *err) {
+                      const Budget *budget, const char *keep_out, KvErr *err) {
     Model *m = NULL;
     Backend *be = NULL;
     KvCache *cache = NULL;
@@ -117,6 +144,7 @@ static int run_select(const char *model_path, const char *file, const char *back
     printf(", budget keep fraction %.17g (compression ratio %.17g)\n", budget_keep_fraction(budget, ids.n),
            budget_compression_ratio(budget, ids.n));
     print_keepset(&ks, ids.n);
+    if (keep_out && write_keepset(keep_out, &ks, ids.n, err)) goto done;
     printf("prefill %.1f ms%s, select %.2f ms\n", t1 - t0, needs_attention ? " (with observation)" : "", t2 - t1);
     rc = 0;
 done:
@@ -132,7 +160,7 @@ done:
 
 int cmd_select(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *policy = NULL, *budget_text = NULL, *aggregation = NULL;
-    const char *backend = "cpu", *window = NULL, *duo_dir = NULL;
+    const char *backend = "cpu", *window = NULL, *duo_dir = NULL, *keep_out = NULL;
     for (int i = 0; i < argc; i++) {
         const char **slot = !strcmp(argv[i], "--model")         ? &model
                             : !strcmp(argv[i], "--file")        ? &file
@@ -142,6 +170,7 @@ int cmd_select(int argc, char **argv) {
                             : !strcmp(argv[i], "--window")      ? &window
                             : !strcmp(argv[i], "--backend")     ? &backend
                             : !strcmp(argv[i], "--duo-patterns") ? &duo_dir
+                            : !strcmp(argv[i], "--keep-out")    ? &keep_out
                                                                 : NULL;
         if (!slot) {
             fprintf(stderr, "kvbench select: unknown option '%s'\n%s", argv[i], USAGE);
@@ -186,7 +215,7 @@ int cmd_select(int argc, char **argv) {
         }
         cfg.duo_pattern = &duo;
     }
-    int rc = run_select(model, file, backend, &cfg, &budget, &err);
+    int rc = run_select(model, file, backend, &cfg, &budget, keep_out, &err);
     if (rc) fprintf(stderr, "kvbench select: %s\n", err.msg);
     duo_pattern_free(&duo);
     return rc ? 1 : 0;

@@ -10,7 +10,7 @@ set -euo pipefail
 # clang (with its sanitizer / libFuzzer runtimes and OpenMP) builds `make sanitize` and `make fuzz`: its UBSan
 # traps float-cast-overflow, gcc's does not.
 debs=(build-essential pkg-config libcjson-dev libsqlite3-dev zlib1g-dev libzip-dev libopenblas-dev
-      libgomp1 gnuplot-nox python3 python3-pip sqlite3 clang libclang-rt-dev libomp-dev)
+      libgomp1 gnuplot-nox python3 python3-pip sqlite3 clang libclang-rt-dev libomp-dev xz-utils)
 missing=()
 for p in "${debs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -50,6 +50,48 @@ static void test_usage(TestCounts *tc) {
                   "snapkv", "--budget", "0.2") == 1 && strstr(out, "/nonexistent/m.gguf"), "missing model: %s", out);
 }
 
+/* --keep-out: the file holds every (layer, kv-head) once, layer-major, with its count and that many positions,
+ * ascending and inside the context, summing to the printed total; an unwritable path is one line, exit 1, and
+ * leaves no file. */
+static void check_keep_out(TestCounts *tc, const char *ctx) {
+    static char out[16384];
+    const char *keep = "/tmp/kvbench_select_keep.txt";
+    unlink(keep);
+    int rc = RUN(out, "--model", MODEL, "--file", ctx, "--policy", "snapkv", "--budget", "40%", "--window", "8",
+                 "--keep-out", keep);
+    int kept = -1, all = 0;
+    const char *total = strstr(out, "total kept ");
+    if (total) sscanf(total, "total kept %d of %d", &kept, &all);
+    FILE *f = fopen(keep, "r");
+    CHECK(tc, rc == 0 && f, "select --keep-out ran and wrote %s: %s", keep, out);
+    if (!f) return;
+    int n_layers = 0, n_kv = 0, context = 0, ok = 1, sum = 0, heads = 0;
+    ok = fscanf(f, "kvbench-keepset 1 layers %d kv_heads %d context %d", &n_layers, &n_kv, &context) == 3;
+    for (int l = 0; ok && l < n_layers; l++)
+        for (int k = 0; ok && k < n_kv; k++) {
+            int fl, fk, count, prev = -1;
+            ok = fscanf(f, "%d %d %d", &fl, &fk, &count) == 3 && fl == l && fk == k && count >= 0 && count <= context;
+            for (int e = 0; ok && e < count; e++) {
+                int pos;
+                ok = fscanf(f, "%d", &pos) == 1 && pos > prev && pos < context;
+                prev = pos;
+            }
+            sum += count;
+            heads++;
+        }
+    int trailing = 0;
+    CHECK(tc, ok && fscanf(f, "%d", &trailing) == EOF, "keep-set file well formed");
+    fclose(f);
+    CHECK(tc, n_layers == 30 && n_kv == 3 && heads == 90 && sum == kept && all == 90 * context,
+          "keep-set file: %d x %d heads, %d kept of %d printed (%d)", n_layers, n_kv, sum, kept, all);
+    unlink(keep);
+    rc = RUN(out, "--model", MODEL, "--file", ctx, "--policy", "snapkv", "--budget", "40%", "--window", "8",
+             "--keep-out", "/nonexistent/dir/keep.txt");
+    CHECK(tc, rc == 1 && strstr(out, "/nonexistent/dir/keep.txt.part: cannot write") &&
+                  access("/nonexistent/dir/keep.txt", F_OK) != 0,
+          "unwritable --keep-out: %s", out);
+}
+
 static void test_on_model(TestCounts *tc) {
     if (access(MODEL, R_OK) != 0) {
         printf("cmd_select: %s not fetched (make model); skipping the prefill cases\n", MODEL);
@@ -74,6 +116,7 @@ static void test_on_model(TestCounts *tc) {
     const char *total = strstr(out, "total kept ");
     if (total) sscanf(total, "total kept %d of %d", &kept, &all);
     CHECK(tc, L > 8 && all == 30 * 3 * L && kept == 30 * (int)(L * 0.5 * 3), "L=%d kept %d of %d", L, kept, all);
+    check_keep_out(tc, ctx);
     rc = RUN(out, "--model", MODEL, "--file", ctx, "--policy", "snapkv", "--budget", "0.2", "--window", "200");
     CHECK(tc, rc == 1 && strstr(out, "longer than its 200-token window"), "window > context: %s", out);
     rc = RUN(out, "--model", MODEL, "--file", ctx, "--policy", "streamingllm", "--budget", "5000tok");
