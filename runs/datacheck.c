@@ -291,9 +291,10 @@ typedef struct {
     KvErr err;
 } ModelEstimate;
 
-/* One sample's lengths in words (LongBench) or its target in tokens (RULER, NIAH). */
+/* One sample's lengths in words (LongBench) or its target in tokens (RULER, NIAH); cap_tokens: LongBench's
+ * middle truncation (target_tokens in the config), which the run applies in tokens to context + question. */
 typedef struct {
-    int ctx_words, q_words, target_tokens, max_new;
+    int ctx_words, q_words, target_tokens, max_new, cap_tokens;
 } SampleLength;
 
 static int words(const char *text) {
@@ -342,6 +343,7 @@ static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const RunMode
         if (cfg->max_new_tokens > 0 && cfg->max_new_tokens < G) G = cfg->max_new_tokens;
         /* RULER and NIAH fit context + question (+ RULER's answer room) to the target */
         int L = s->target_tokens > 0 ? s->target_tokens - q : (int)lround(s->ctx_words * tokens_per_word);
+        if (s->cap_tokens > 0 && L > s->cap_tokens - q) L = s->cap_tokens - q;
         if (L < 1) L = 1;
         nv = 0;
         for (int v = 0; v < cfg->n_variants; v++) {
@@ -366,7 +368,7 @@ static void estimate_published(const RunConfig *cfg, const RunDataset *rd, const
         if (rd->first_n > 0 && rd->first_n < n) n = rd->first_n;
         SampleLength *len = calloc((size_t)(n ? n : 1), sizeof *len);
         for (int i = 0; len && i < n; i++)
-            len[i] = (SampleLength){LB_PUBLISHED[k].avg_words, 0, 0, LB_PUBLISHED[k].max_new};
+            len[i] = (SampleLength){LB_PUBLISHED[k].avg_words, 0, 0, LB_PUBLISHED[k].max_new, rd->target_tokens};
         for (int m = 0; len && m < cfg->n_models; m++)
             if (models[m].have_cfg) {
                 models[m].published = 1;
@@ -429,13 +431,13 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
                 Sample x;
                 int ruler = !strcmp(rd->suite, "ruler");
                 if (ruler) {
-                    len[i] = (SampleLength){0, 0, (rd->target_tokens > 0 ? rd->target_tokens : 4096) - max_new, max_new};
+                    len[i] = (SampleLength){0, 0, (rd->target_tokens > 0 ? rd->target_tokens : 4096) - max_new, max_new, 0};
                     continue;
                 }
                 if (i > 0 && dataset_get(ds, i, &x, &err)) break;
                 const Sample *y = i > 0 ? &x : &s;
-                len[i] = is_longbench ? (SampleLength){words(y->context), words(y->question), 0, max_new}
-                                      : (SampleLength){0, 0, y->target_tokens, max_new};
+                len[i] = is_longbench ? (SampleLength){words(y->context), words(y->question), 0, max_new, rd->target_tokens}
+                                      : (SampleLength){0, 0, y->target_tokens, max_new, 0};
                 if (i > 0) sample_free(&x);
             }
             for (int m = 0; len && m < cfg->n_models; m++) {

@@ -266,6 +266,27 @@ static void check_estimate(TestCounts *tc) {
 /* DuoAttention's head patterns: SmolLM2 has none shipped (a problem naming the key), a folder of another shape is a
  * problem naming both shapes, "none" is N/A; the figure2 config finds the shipped Llama and Mistral patterns and
  * estimates Qwen2.5-32B without its N/A DuoAttention cells (8 variants, the others 9). */
+/* LongBench's middle truncation (target_tokens) caps the estimate's context: the shipped lcc sample 0 has 13,997
+ * SmolLM2 tokens, so uncapped the estimate's longest would be about that; capped at 3,000 it is at most 3,000. */
+static void check_longbench_cap(TestCounts *tc) {
+    static char out[1 << 14];
+    if (access("models/SmolLM2-135M-Instruct.Q4_1.gguf", R_OK) != 0) return;
+    for (int capped = 0; capped < 2; capped++) {
+        char config[1024];
+        snprintf(config, sizeof config,
+                 "{\"name\": \"cap\", \"models\": [{\"path\": \"models/SmolLM2-135M-Instruct.Q4_1.gguf\", "
+                 "\"backend\": \"cuda\"}], \"datasets\": [{\"suite\": \"longbench\", \"tasks\": [\"lcc\"], "
+                 "\"data_path\": \"datasets/assets/longbench/subsets\", \"first_n\": 1%s}], "
+                 "\"policies\": [\"full\", \"snapkv\"], \"budgets\": [\"20%%\"]}",
+                 capped ? ", \"target_tokens\": 3000" : "");
+        data_check("cap.json", config, out, sizeof out);
+        const char *at = strstr(out, "(longest ");
+        int longest = at ? atoi(at + 9) : -1;
+        CHECK(tc, capped ? longest > 0 && longest <= 3000 : longest > 10000, "%s: longest %d\n%s",
+              capped ? "capped at 3000" : "uncapped", longest, out);
+    }
+}
+
 static void check_duo(TestCounts *tc) {
     static char out[1 << 16], cfg[2048];
     const char *fmt = "{\"db\": \"%s/duo.db\", \"models\": [{\"path\": \"" SMOLLM "\"%s}],"
@@ -306,6 +327,7 @@ int main(void) {
     check_hf_dirs(&tc);
     check_shipped(&tc);
     check_duo(&tc);
+    check_longbench_cap(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
