@@ -34,6 +34,7 @@
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../metrics/metrics.h"
+#include "claims.h"
 #include "memplan.h"
 #include "prepare.h"
 #include "store.h"
@@ -50,7 +51,9 @@ typedef struct {
     Tokenizer *tok;        /* the model's, or own_tok */
     Tokenizer *own_tok;    /* loaded from the config's "tokenizer" */
     Backend *be;
-    Store *store;          /* NULL until the database exists (it is created for the first sample written) */
+    Store *store;          /* NULL until the database exists (it is created for the first sample claimed) */
+    Claimant me;           /* this process, as its claims name it (runs/claims.h) */
+    ClaimsHeartbeat *heartbeat; /* renews this run's claims while it lives; NULL until the first claim */
     long long run_id;
     char model_id[256];    /* util_model_identity of the current model */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
@@ -68,6 +71,7 @@ typedef struct {
 
 typedef struct {
     int dataset, task, index;
+    char *key;              /* the sample's database key (sample_key) */
     unsigned char *pending; /* [n_variants]: 1 = still to run */
 } PlanItem;
 
@@ -116,7 +120,10 @@ static void plan_free(Plan *p, const RunConfig *cfg) {
     int total = 0;
     for (int d = 0; d < cfg->n_datasets; d++) total += cfg->datasets[d].n_tasks;
     for (int i = 0; p->open && i < total; i++) dataset_close(p->open[i]);
-    for (int i = 0; i < p->n_items; i++) free(p->items[i].pending);
+    for (int i = 0; i < p->n_items; i++) {
+        free(p->items[i].pending);
+        free(p->items[i].key);
+    }
     free(p->open);
     free(p->specs);
     free(p->labels);
@@ -126,7 +133,8 @@ static void plan_free(Plan *p, const RunConfig *cfg) {
     memset(p, 0, sizeof *p);
 }
 
-static int plan_add(Plan *p, int *cap, int d, int t, int index, const unsigned char *pending, int n, KvErr *err) {
+static int plan_add(Plan *p, int *cap, int d, int t, int index, const char *key, const unsigned char *pending, int n,
+                    KvErr *err) {
     if (p->n_items == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         PlanItem *grown = realloc(p->items, (size_t)*cap * sizeof *grown);
@@ -134,7 +142,12 @@ static int plan_add(Plan *p, int *cap, int d, int t, int index, const unsigned c
         p->items = grown;
     }
     PlanItem *it = &p->items[p->n_items];
+    it->key = NULL;
     if (!(it->pending = kv_malloc((size_t)n, err))) return -1;
+    if (!(it->key = strdup(key))) {
+        free(it->pending);
+        return kv_fail(err, "out of memory planning the sweep");
+    }
     memcpy(it->pending, pending, (size_t)n);
     it->dataset = d;
     it->task = t;
@@ -228,7 +241,7 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                     done[v] = !done[v] && !(sw->duo_na && policy_needs_duo_pattern(&cfg->variants[v].policy));
                     missing |= done[v];
                 }
-                if (missing && plan_add(p, &cap, d, k, i, done, nv, err)) goto fail;
+                if (missing && plan_add(p, &cap, d, k, i, key, done, nv, err)) goto fail;
             }
         }
     }
@@ -485,20 +498,26 @@ static StoreSample sample_row(const Sweep *sw, const Plan *p, const PlanItem *it
     return ss;
 }
 
-/* The database, created (with its directory) for the first sample to be written, and this model's run row. */
-static int begin_run(Sweep *sw, KvErr *err) {
-    char rev[64], host[256] = "unknown", hash[32], shard[32];
-    if (sw->run_id) return 0;
+/* The database, created (with its directory) for the first sample claimed, and the heartbeat of this run's claims. */
+static int open_store(Sweep *sw, KvErr *err) {
     if (!sw->store &&
         (util_make_parent_dirs(sw->opt->db_path, err) || store_open(&sw->store, sw->opt->db_path, 0, err)))
         return -1;
+    return sw->heartbeat ? 0 : claims_heartbeat_start(&sw->heartbeat, sw->opt->db_path, &sw->me, err);
+}
+
+/* This model's run row, for the first sample written. */
+static int begin_run(Sweep *sw, KvErr *err) {
+    char rev[64], host[256] = "unknown", hash[32], shard[32];
+    if (sw->run_id) return 0;
+    if (open_store(sw, err)) return -1;
     util_git_revision(rev, sizeof rev);
     gethostname(host, sizeof host - 1);
     snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
     snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
     const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
     StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sw->model_id, tokenizer,
-                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
+                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL, sw->opt->limit};
     return store_begin_run(sw->store, &r, &sw->run_id, err);
 }
 
@@ -648,10 +667,16 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         int ok = 0;
         for (int i = 0; i < n; i++)
             if (!runs[i].failed) mean += runs[i].score, ok++;
+        /* the mean of the variants that ran: a failed variant has no score, and a 0 for it would read as one */
+        char scored[96];
+        if (!ok) snprintf(scored, sizeof scored, "no score (every variant failed)");
+        else if (ok < n) snprintf(scored, sizeof scored, "mean score %.3f of the %d that ran (%d failed)", mean / ok, ok,
+                                  n - ok);
+        else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
-                              "batch%s, mean score %.3f\n",
+                              "batch%s, %s\n",
                 sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
-                decode_ms, n_batches, n_batches == 1 ? "" : "es", ok ? mean / ok : 0.0);
+                decode_ms, n_batches, n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
     for (int i = 0; i < n; i++) {
@@ -662,6 +687,28 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     free(rows);
     if (built) sample_free(&s);
     return rc;
+}
+
+/* Claims a planned sample for this run (runs/claims.h) and drops the variants another run finished since the plan
+ * was made; *mine = 0 when another live run holds the sample or left nothing of it to do. */
+static int claim_item(Sweep *sw, PlanItem *it, int *mine, KvErr *err) {
+    const char *setup = sw->row_setups[it->dataset];
+    int nv = sw->cfg->n_variants, pending = 0;
+    unsigned char *done = kv_malloc((size_t)nv, err);
+    *mine = 0;
+    if (!done || open_store(sw, err) || claims_take(sw->store, &sw->me, sw->rm->name, setup, it->key, mine, err) ||
+        (*mine && (sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, setup, it->key, sw->keys,
+                                                                   nv, done, err))) {
+        free(done);
+        return -1;
+    }
+    for (int v = 0; *mine && v < nv; v++) pending += it->pending[v] = it->pending[v] && !done[v];
+    free(done);
+    if (*mine && !pending) {
+        *mine = 0;
+        return claims_release(sw->store, &sw->me, sw->rm->name, setup, it->key, err);
+    }
+    return 0;
 }
 
 static void progress(Sweep *sw) {
@@ -773,7 +820,16 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     if (!rc && plan.n_items) {
         sw->stats->samples_planned += plan.n_items;
         for (int i = 0; i < plan.n_items && !rc; i++) {
-            rc = process_item(sw, &plan, &plan.items[i], err);
+            PlanItem *it = &plan.items[i];
+            int mine;
+            rc = claim_item(sw, it, &mine, err);
+            if (!rc && !mine) sw->stats->samples_elsewhere++;
+            if (rc || !mine) continue;
+            rc = process_item(sw, &plan, it, err);
+            KvErr release_err;
+            if (claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[it->dataset], it->key,
+                               rc ? &release_err : err))
+                rc = -1;
             progress(sw);
         }
         if (sw->opt->progress_line) fputc('\n', sw->opt->log);
@@ -851,6 +907,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
     if (check_inputs(cfg, opt, err)) return -1;
+    claims_self(&sw.me);
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.row_setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.row_setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
@@ -893,6 +950,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     /* A run that had nothing to do still leaves the database it was asked for (a shard with no samples merges). */
     if (!rc && !sw.store)
         rc = util_make_parent_dirs(opt->db_path, err) || store_open(&sw.store, opt->db_path, 0, err) ? -1 : 0;
+    claims_heartbeat_stop(sw.heartbeat);
     store_close(sw.store);
     free(sw.setups);
     free(sw.row_setups);

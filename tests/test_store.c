@@ -17,7 +17,7 @@
 
 static char dir[64];
 
-static const StoreRun RUN = {"t", "{}", "abc", "rev", "m", "models/m.gguf", "00", "models/m.gguf", "cpu", "host", NULL};
+static const StoreRun RUN = {"t", "{}", "abc", "rev", "m", "models/m.gguf", "00", "models/m.gguf", "cpu", "host", NULL, 0};
 
 static StoreSample sample(const char *key, const char *task, const char *domain) {
     StoreSample m = {"m", "cq=0", key, "ruler", task, domain, "string_match_all", 0, -1, 4096, 3000, 40,
