@@ -95,8 +95,14 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 2;
     }
+    char assets[4096];
+    if (util_assets_dir(assets, sizeof assets, &err)) {
+        fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    opt.assets_dir = assets;
     /* Every input checked, every problem listed, before any model loads or any database is created. */
-    DataCheckOptions check = {stderr, 0, 0, db, trace};
+    DataCheckOptions check = {stderr, 0, 0, db, trace, assets};
     DataCheckResult found;
     datacheck_config(config_path, &check, &found);
     if (found.problems) {

@@ -35,6 +35,7 @@
 #include "../engine/tokenizer.h"
 #include "../metrics/metrics.h"
 #include "claims.h"
+#include "estimate.h"
 #include "memplan.h"
 #include "prepare.h"
 #include "store.h"
@@ -56,6 +57,7 @@ typedef struct {
     ClaimsHeartbeat *heartbeat; /* renews this run's claims while it lives; NULL until the first claim */
     long long run_id;
     char model_id[256];    /* util_model_identity of the current model */
+    char log_name[256];    /* the current model's name as the log prints it (util_escape_text: a newline in it stays on its line) */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
     char (*row_setups)[160]; /* [n_datasets] the current model's rows: its dataset's setup, the options its backend
@@ -205,7 +207,7 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
     for (int d = 0, k = 0; d < cfg->n_datasets; d++) {
         const RunDataset *rd = &cfg->datasets[d];
         p->first[d] = k;
-        DatasetOptions o = {rd->data_path, NULL, rd->fraction, rd->first_n, rd->seed, rd->target_tokens,
+        DatasetOptions o = {rd->data_path, sw->opt->assets_dir, rd->fraction, rd->first_n, rd->seed, rd->target_tokens,
                             rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
                             rd->skip_bad_lines, rd->ruler_unit_sizing, count_tokens, sw->tok};
         for (int t = 0; t < rd->n_tasks; t++, k++) {
@@ -312,6 +314,17 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         goto failed;
     }
 
+    /* A prefill whose cache alone exceeds the memory limit is not computed: its K and V rows of the context take at
+     * least 2 bytes an element (estimate_kv_bytes_per_token); the exact size is checked again after it. */
+    if (sw->memory_limit > 0 && estimate_kv_bytes_per_token(&m->cfg) * ctx.n > sw->memory_limit) {
+        char least[32], limit[32];
+        util_format_bytes(estimate_kv_bytes_per_token(&m->cfg) * ctx.n, least, sizeof least);
+        util_format_bytes(sw->memory_limit, limit, sizeof limit);
+        kv_fail(&err, "out of memory: the prefill's cache of at least %s alone exceeds the memory limit of %s", least,
+                limit);
+        goto failed;
+    }
+
     /* One observed prefill; the full variant decodes on its cache, so that gets room for question and answer. */
     if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err))) goto failed;
     for (int i = 0; i < n; i++) {
@@ -377,14 +390,17 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         r->batch = batch_of[j];
         if (r->batch >= 0) continue;
         r->failed = 1;
-        const double MiB = 1048576, prefill_bytes = (double)pf.cache->arena_bytes;
+        char prefill[32], limit[32], needed[32], left[32];
+        util_format_bytes((double)pf.cache->arena_bytes, prefill, sizeof prefill);
+        util_format_bytes(sw->memory_limit, limit, sizeof limit);
+        util_format_bytes(need[(use_views ? 0 : n) + j], needed, sizeof needed);
+        util_format_bytes(budget, left, sizeof left);
         if (budget < 0)
-            kv_fail(&r->err, "out of memory: the prefill's cache of %.2f MiB alone exceeds the memory limit of %.2f "
-                             "MiB", prefill_bytes / MiB, sw->memory_limit / MiB);
+            kv_fail(&r->err, "out of memory: the prefill's cache of %s alone exceeds the memory limit of %s", prefill,
+                    limit);
         else
-            kv_fail(&r->err, "out of memory: this variant's %s and decode need %.2f MiB, %.2f MiB are free for the "
-                             "variants beside the prefill's cache of %.2f MiB (%s)", use_views ? "view" : "gathered copy",
-                    need[(use_views ? 0 : n) + j] / MiB, budget / MiB, prefill_bytes / MiB,
+            kv_fail(&r->err, "out of memory: this variant's %s and decode need %s, %s are free for the variants beside "
+                             "the prefill's cache of %s (%s)", use_views ? "view" : "gathered copy", needed, left, prefill,
                     budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
     }
     *n_batches = nb;
@@ -578,14 +594,14 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     for (int i = 0; i < n; i++)
         if (tr.failed[i]) {
             fprintf(sw->opt->log, "%s%s: %s: %d of %d variants not traced (%s: %s)\n",
-                    sw->opt->progress_line ? "\r\033[K" : "", sw->rm->name, key, n_failed, n,
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, key, n_failed, n,
                     pending[i]->policy.name, tr.errs[i].msg);
             break;
         }
     if (!sw->opt->progress_line)
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d keep-sets traced over %d steps, %d+%d tokens, prefill %.0f ms, "
                               "decode %.0f ms\n",
-                sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n - n_failed, tr.n_steps,
+                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n - n_failed, tr.n_steps,
                 tr.context_tokens, tr.question_tokens, tr.prefill_ms, tr.decode_ms);
 done:
     sample_trace_free(&tr);
@@ -659,7 +675,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
             if (runs[i].failed) first = &runs[i];
         if (first)
             fprintf(sw->opt->log, "%s%s: %s: %d of %d variants failed (%s: %s)\n",
-                    sw->opt->progress_line ? "\r\033[K" : "", sw->rm->name, key, n_failed, n, first->v->policy.name,
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, key, n_failed, n, first->v->policy.name,
                     first->err.msg);
     }
     if (!sw->opt->progress_line && rc == 0) {
@@ -675,7 +691,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
                               "batch%s, %s\n",
-                sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
+                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
                 decode_ms, n_batches, n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
@@ -718,7 +734,7 @@ static void progress(Sweep *sw) {
     double per = st->samples_done ? elapsed / st->samples_done : 0;
     double eta = per * (st->samples_planned - st->samples_done) / 1000.0;
     fprintf(sw->opt->log, "\r\033[K%s: %d/%d samples  ETA %dm%02ds  prefill %.0f tok/s  decode %.1f tok/s",
-            sw->rm->name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
+            sw->log_name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
             st->prefill_ms > 0 ? st->prefill_tokens / (st->prefill_ms / 1000) : 0.0,
             st->decode_ms > 0 ? st->decode_tokens / (st->decode_ms / 1000) : 0.0);
     fflush(sw->opt->log);
@@ -792,6 +808,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     Plan plan = {0};
     char duo_dir[1100];
     sw->run_id = 0;
+    util_escape_text(sw->rm->name, sw->log_name, sizeof sw->log_name);
     int rc = check_model_identity(sw, err), duo = 0;
     if (!rc) {
         duo = config_duo_pattern_dir(sw->cfg, sw->rm, duo_dir, sizeof duo_dir, err);
@@ -801,7 +818,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     }
     if (!rc && sw->duo_na)
         fprintf(sw->opt->log, "%s: duoattention N/A (\"duo_attention_patterns\": \"none\"); its cells are skipped\n",
-                sw->rm->name);
+                sw->log_name);
     if (!rc) rc = load_model(sw, err);
     if (!rc && duo == 1 && (sw->duo.n_layers != sw->model->cfg.n_layers || sw->duo.n_kv_heads != sw->model->cfg.n_kv_heads))
         rc = kv_fail(err, "%s: model '%s': the DuoAttention pattern %s has %d layers x %d kv-heads, the model %d x %d",
@@ -814,7 +831,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
         int variants = 0;
         for (int i = 0; i < plan.n_items; i++)
             for (int v = 0; v < sw->cfg->n_variants; v++) variants += plan.items[i].pending[v];
-        fprintf(sw->opt->log, "%s: %d samples to run (%d rows); %s\n", sw->rm->name, plan.n_items, variants,
+        fprintf(sw->opt->log, "%s: %d samples to run (%d rows); %s\n", sw->log_name, plan.n_items, variants,
                 plan.n_items ? "starting" : "nothing to do");
     }
     if (!rc && plan.n_items) {
@@ -874,27 +891,6 @@ static int check_inputs(const RunConfig *cfg, const SweepOptions *opt, KvErr *er
     return 0;
 }
 
-/* The database can be created where it is asked for: the nearest existing ancestor of its path is a writable
- * directory (checked now; the file and its directories are only made for the first sample written). */
-static int check_db_path(const char *path, KvErr *err) {
-    char dir[4096];
-    struct stat st;
-    snprintf(dir, sizeof dir, "%s", path);
-    for (;;) {
-        char *slash = strrchr(dir, '/');
-        if (!slash) snprintf(dir, sizeof dir, ".");
-        else if (slash == dir) dir[1] = 0;
-        else *slash = 0;
-        if (!stat(dir, &st)) break;
-        if (!strcmp(dir, ".") || !strcmp(dir, "/")) break;
-    }
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
-        return kv_fail(err, "%s: cannot create the database: %s is not a directory", path, dir);
-    if (access(dir, W_OK))
-        return kv_fail(err, "%s: cannot create the database: %s: %s", path, dir, strerror(errno));
-    return 0;
-}
-
 int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err) {
     SweepStats local = {0};
     Sweep sw = {0};
@@ -942,7 +938,8 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     }
     /* An existing database is opened (and checked) now; a new one is created for the first sample written. */
     struct stat st;
-    int rc = stat(opt->db_path, &st) ? check_db_path(opt->db_path, err) : store_open(&sw.store, opt->db_path, 0, err);
+    int rc = stat(opt->db_path, &st) ? util_check_creatable(opt->db_path, err)
+                                     : store_open(&sw.store, opt->db_path, 0, err);
     for (int i = 0; i < cfg->n_models && !rc; i++) {
         sw.rm = &cfg->models[i];
         rc = sweep_model(&sw, err);

@@ -16,6 +16,7 @@
 
 typedef struct {
     const char *db_path;
+    const char *assets_dir; /* the datasets' assets (util_assets_dir) */
     int limit;            /* the first N samples of each task, before sharding (so the shards of a limited
                              run together hold exactly the unsharded run's samples); 0 = all */
     int shard_index;      /* this process runs the samples whose key hashes to shard_index mod shard_count */
