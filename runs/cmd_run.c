@@ -257,7 +257,8 @@ int cmd_merge_with(int argc, char **argv, const StoreMergeOptions *test_options)
     sigemptyset(&handler.sa_mask);
     merge_signal = 0;
     for (int i = 0; i < 3; i++) /* a signal ignored (nohup) stays ignored */
-        if (!sigaction(SIGNALS[i], NULL, &was[i]) && was[i].sa_handler != SIG_IGN) sigaction(SIGNALS[i], &handler, NULL);
+        if (!sigaction(SIGNALS[i], NULL, &was[i]) && was[i].sa_handler != SIG_IGN)
+            sigaction(SIGNALS[i], &handler, NULL);
     StoreMergeOptions opt = {&merge_signal, test_options ? test_options->pause_ms : 0};
     KvErr err = {{0}};
     int rc = store_merge_into_with(argv[0], (const char *const *)argv + 1, argc - 1, &opt, &err);

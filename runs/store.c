@@ -879,10 +879,11 @@ static int copy_source(Store *s, const char *src_path, KvErr *err) {
     if (!rc) rc = check_merge_identity(s, src_path, err);
     int has_limit = 0;
     if (!rc) rc = has_column(s, "src", "runs", "sample_limit", &has_limit, err);
-    if (!rc && exec(s, has_limit ? "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ", sample_limit) SELECT " RUN_COLUMNS
-                                   ", sample_limit FROM src.runs"
-                                 : "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs",
-                    err))
+    const char *copy_runs = has_limit ? "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ", sample_limit) SELECT "
+                                        RUN_COLUMNS ", sample_limit FROM src.runs"
+                                      : "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS
+                                        " FROM src.runs";
+    if (!rc && exec(s, copy_runs, err))
         rc = kv_wrap(err, "merging %s", src_path);
     if (!rc && exec(s,
                     "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"

@@ -57,7 +57,8 @@ typedef struct {
     ClaimsHeartbeat *heartbeat; /* renews this run's claims while it lives; NULL until the first claim */
     long long run_id;
     char model_id[256];    /* util_model_identity of the current model */
-    char log_name[256];    /* the current model's name as the log prints it (util_escape_text: a newline in it stays on its line) */
+    char log_name[256];    /* the current model's name as the log prints it (util_escape_text: a newline in it
+                            * cannot start a line of its own) */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
     char (*row_setups)[160]; /* [n_datasets] the current model's rows: its dataset's setup, the options its backend
@@ -400,8 +401,8 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
                     limit);
         else
             kv_fail(&r->err, "out of memory: this variant's %s and decode need %s, %s are free for the variants beside "
-                             "the prefill's cache of %s (%s)", use_views ? "view" : "gathered copy", needed, left, prefill,
-                    budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
+                             "the prefill's cache of %s (%s)", use_views ? "view" : "gathered copy", needed, left,
+                    prefill, budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
     }
     *n_batches = nb;
 

@@ -83,13 +83,12 @@ int util_check_creatable(const char *file, KvErr *err) {
         }
         if (!stat(dir, &st)) break;
     }
-    int found = !stat(dir, &st);
-    if (!found || !S_ISDIR(st.st_mode))
-        return kv_fail(err, "cannot create %s (%s is not a writable directory: %s)", file, dir,
-                       found ? "not a directory" : strerror(errno));
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return kv_fail(err, "cannot create %s (%s is not a writable directory)", file, dir);
     snprintf(probe, sizeof probe, "%s/.kvbench-probe-XXXXXX", dir);
     int fd = mkstemp(probe);
-    if (fd < 0) return kv_fail(err, "cannot create %s (%s is not a writable directory: %s)", file, dir, strerror(errno));
+    if (fd < 0)
+        return kv_fail(err, "cannot create %s (%s is not a writable directory: %s)", file, dir, strerror(errno));
     close(fd);
     unlink(probe);
     return 0;

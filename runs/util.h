@@ -27,7 +27,7 @@ int util_make_parent_dirs(const char *file, KvErr *err);
 /* Whether `file` (which does not exist yet) can be created with its missing directories: its nearest existing
  * ancestor is a directory in which this process can create a file (tried with a temporary file, removed at once:
  * permissions alone do not say it for root or on /proc and read-only mounts). On failure err says
- * "cannot create FILE (DIR is not a writable directory: REASON)". */
+ * "cannot create FILE (DIR is not a writable directory)", with the reason where the file could not be made. */
 int util_check_creatable(const char *file, KvErr *err);
 
 /* Bytes with the binary unit that keeps the number at least 1: "512 B", "512.00 KiB", "1.50 MiB", "8.00 GiB". */

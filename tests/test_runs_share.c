@@ -338,7 +338,8 @@ static void test_assets(TestCounts *tc) {
         fflush(NULL);
         pid_t pid = fork();
         if (pid == 0) {
-            if (!freopen(path_in(with_env ? "assets_env.log" : "assets_none.log"), "w", stderr) || chdir(dir)) _exit(99);
+            const char *log = path_in(with_env ? "assets_env.log" : "assets_none.log");
+            if (!freopen(log, "w", stderr) || chdir(dir)) _exit(99);
             if (with_env) setenv("KVBENCH_ASSETS", assets, 1);
             else unsetenv("KVBENCH_ASSETS");
             char *args[] = {config, "--db", with_env ? "assets_env.db" : "assets_none.db", NULL};
