@@ -1,5 +1,6 @@
 /* claims.h — runs that share one database share its work: a run claims a sample (a row of table claims) before
- * computing it, and a second run on the same file takes the samples nobody holds (docs/database.md "claims").
+ * computing it, and a second run on the same file takes the samples nobody holds, then waits for the others'
+ * (runs/sweep.c; docs/database.md "claims").
  *
  * A claim names its process: host, pid and the process's start time (so a pid the system gave to a new process
  * is not mistaken for the claimant). It holds while that process lives: on the claimant's host a claim whose

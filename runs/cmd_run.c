@@ -125,7 +125,7 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     char replaced[64] = "", elsewhere[128] = "";
     if (st.rows_replaced) snprintf(replaced, sizeof replaced, " (and %ld failed rows replaced)", st.rows_replaced);
     if (st.samples_elsewhere)
-        snprintf(elsewhere, sizeof elsewhere, ", %d left to another run computing them in the same database",
+        snprintf(elsewhere, sizeof elsewhere, ", %d done by another run on this database",
                  st.samples_elsewhere);
     /* A run refused before its first sample has its one line above, not a summary of nothing. */
     if (!rc || st.samples_done)

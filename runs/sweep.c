@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../datasets/dataset.h"
@@ -706,26 +707,26 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     return rc;
 }
 
+/* What claim_item found: the sample is this run's to compute, another live run is computing it, or another run has
+ * written every row this run had planned for it. */
+typedef enum { CLAIM_MINE, CLAIM_HELD, CLAIM_FINISHED } ClaimState;
+
 /* Claims a planned sample for this run (runs/claims.h) and drops the variants another run finished since the plan
- * was made; *mine = 0 when another live run holds the sample or left nothing of it to do. */
-static int claim_item(Sweep *sw, PlanItem *it, int *mine, KvErr *err) {
+ * was made. */
+static int claim_item(Sweep *sw, PlanItem *it, ClaimState *state, KvErr *err) {
     const char *setup = sw->row_setups[it->dataset];
-    int nv = sw->cfg->n_variants, pending = 0;
+    int nv = sw->cfg->n_variants, pending = 0, taken = 0;
     unsigned char *done = kv_malloc((size_t)nv, err);
-    *mine = 0;
-    if (!done || open_store(sw, err) || claims_take(sw->store, &sw->me, sw->rm->name, setup, it->key, mine, err) ||
-        (*mine && (sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, setup, it->key, sw->keys,
+    if (!done || open_store(sw, err) || claims_take(sw->store, &sw->me, sw->rm->name, setup, it->key, &taken, err) ||
+        (taken && (sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, setup, it->key, sw->keys,
                                                                    nv, done, err))) {
         free(done);
         return -1;
     }
-    for (int v = 0; *mine && v < nv; v++) pending += it->pending[v] = it->pending[v] && !done[v];
+    for (int v = 0; taken && v < nv; v++) pending += it->pending[v] = it->pending[v] && !done[v];
     free(done);
-    if (*mine && !pending) {
-        *mine = 0;
-        return claims_release(sw->store, &sw->me, sw->rm->name, setup, it->key, err);
-    }
-    return 0;
+    *state = !taken ? CLAIM_HELD : pending ? CLAIM_MINE : CLAIM_FINISHED;
+    return *state == CLAIM_FINISHED ? claims_release(sw->store, &sw->me, sw->rm->name, setup, it->key, err) : 0;
 }
 
 static void progress(Sweep *sw) {
@@ -739,6 +740,45 @@ static void progress(Sweep *sw) {
             st->prefill_ms > 0 ? st->prefill_tokens / (st->prefill_ms / 1000) : 0.0,
             st->decode_ms > 0 ? st->decode_tokens / (st->decode_ms / 1000) : 0.0);
     fflush(sw->opt->log);
+}
+
+/* Runs the plan's samples that no other run holds, then waits for those another run is computing: each is tried
+ * again every second until that run has stored it (or its claim lapses, and this run computes it), so a run
+ * ends only when every planned sample is stored, by it or by another run. */
+static int run_plan(Sweep *sw, Plan *plan, KvErr *err) {
+    unsigned char *held = kv_malloc((size_t)plan->n_items, err);
+    if (!held) return -1;
+    memset(held, 1, (size_t)plan->n_items);
+    int rc = 0, n_held = plan->n_items, said = -1;
+    while (!rc && n_held) {
+        for (int i = 0; i < plan->n_items && !rc; i++) {
+            PlanItem *it = &plan->items[i];
+            ClaimState state;
+            if (!held[i] || (rc = claim_item(sw, it, &state, err)) || state == CLAIM_HELD) continue;
+            held[i] = 0;
+            n_held--;
+            if (state == CLAIM_FINISHED) {
+                sw->stats->samples_elsewhere++;
+                continue;
+            }
+            rc = process_item(sw, plan, it, err);
+            KvErr release_err;
+            if (claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[it->dataset], it->key,
+                               rc ? &release_err : err))
+                rc = -1;
+            progress(sw);
+        }
+        if (rc || !n_held) break;
+        if (n_held != said)
+            fprintf(sw->opt->log, "%s%s: waiting for %d sample%s another run on this database is computing\n",
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, n_held, n_held == 1 ? "" : "s");
+        said = n_held;
+        fflush(sw->opt->log);
+        struct timespec second = {1, 0};
+        nanosleep(&second, NULL);
+    }
+    free(held);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- one model */
@@ -837,19 +877,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     }
     if (!rc && plan.n_items) {
         sw->stats->samples_planned += plan.n_items;
-        for (int i = 0; i < plan.n_items && !rc; i++) {
-            PlanItem *it = &plan.items[i];
-            int mine;
-            rc = claim_item(sw, it, &mine, err);
-            if (!rc && !mine) sw->stats->samples_elsewhere++;
-            if (rc || !mine) continue;
-            rc = process_item(sw, &plan, it, err);
-            KvErr release_err;
-            if (claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[it->dataset], it->key,
-                               rc ? &release_err : err))
-                rc = -1;
-            progress(sw);
-        }
+        rc = run_plan(sw, &plan, err);
         if (sw->opt->progress_line) fputc('\n', sw->opt->log);
         if (!rc && sw->run_id) rc = store_end_run(sw->store, sw->run_id, err);
     }
