@@ -7,7 +7,10 @@
  * process is gone (kill -9 included) is taken over at once; a claim from another host, whose process cannot be
  * looked at, holds until its lease expires. The lease is renewed by a heartbeat thread with its own connection
  * while the run lives, so a claim of a crashed run on another host is free CLAIM_LEASE_S seconds after its last
- * heartbeat. A claim is released when its sample's rows are written. Claims are not copied by a merge. */
+ * heartbeat. A claim is released when its sample's rows are written. Claims are not copied by a merge.
+ * Assumed: a host name names one process table (two containers of one name that cannot see each other's processes
+ * would take over each other's claims: the sample is then computed twice, its rows kept once), and hosts that
+ * share a database keep their clocks within a minute or so of each other (leases compare wall-clock times). */
 #ifndef KVBENCH_RUNS_CLAIMS_H
 #define KVBENCH_RUNS_CLAIMS_H
 
