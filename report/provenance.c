@@ -1,7 +1,8 @@
 /* provenance.c — what a report's rows came from, from the database's runs table: the configs, the kvbench
  * revisions (`git describe --always --dirty` at build time, Makefile; "-dirty": built from a tree with
  * uncommitted changes), the models with their identities, and the dates the runs span. Rows from several
- * revisions are reported with a warning naming them: code that changed between runs may score differently. */
+ * revisions are reported with a warning naming them: code that changed between runs may score differently; so are
+ * rows of runs limited by --limit (runs.sample_limit), which ran only the first samples of each task. */
 #include <string.h>
 
 #include "report_internal.h"
@@ -39,6 +40,31 @@ static int list(sqlite3 *db, const char *sql, char *out, size_t n, int *count, K
     return rc == SQLITE_DONE ? 0 : kv_fail(err, "reading the runs: %s", sqlite3_errmsg(db));
 }
 
+/* How many of the runs behind the rows were limited by --limit (runs.sample_limit; a database written before the
+ * column existed recorded none), and the smallest and largest limit; -1 on an SQL error. */
+static int limited_runs(sqlite3 *db, int *n_runs, int *n_limited, int *lo, int *hi, KvErr *err) {
+    sqlite3_stmt *st;
+    *n_runs = *n_limited = *lo = *hi = 0;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'sample_limit'", -1, &st,
+                           NULL) != SQLITE_OK)
+        return kv_fail(err, "reading the runs: %s", sqlite3_errmsg(db));
+    int has = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    if (!has) return 0;
+    if (sqlite3_prepare_v2(db, "SELECT count(*), count(sample_limit), coalesce(min(sample_limit), 0), "
+                               "coalesce(max(sample_limit), 0)" USED_RUNS, -1, &st, NULL) != SQLITE_OK)
+        return kv_fail(err, "reading the runs: %s", sqlite3_errmsg(db));
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *n_runs = sqlite3_column_int(st, 0);
+        *n_limited = sqlite3_column_int(st, 1);
+        *lo = sqlite3_column_int(st, 2);
+        *hi = sqlite3_column_int(st, 3);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : kv_fail(err, "reading the runs: %s", sqlite3_errmsg(db));
+}
+
 int report_provenance_load(sqlite3 *db, ReportProvenance *p, KvErr *err) {
     int n;
     memset(p, 0, sizeof *p);
@@ -52,10 +78,21 @@ int report_provenance_load(sqlite3 *db, ReportProvenance *p, KvErr *err) {
         list(db, "SELECT MIN(started) || ' to ' || MAX(COALESCE(finished, started))" USED_RUNS, p->dates,
              sizeof p->dates, &n, err))
         return -1;
+    int n_runs, n_limited, lo, hi;
+    if (limited_runs(db, &n_runs, &n_limited, &lo, &hi, err)) return -1;
+    size_t k = 0;
     if (p->n_revisions > 1)
-        snprintf(p->warning, sizeof p->warning, "Warning: the rows come from %d kvbench revisions (%s); code that "
-                 "changed between them may score differently, so compare rows of one revision", p->n_revisions,
-                 p->revisions);
+        k = (size_t)snprintf(p->warning, sizeof p->warning, "Warning: the rows come from %d kvbench revisions (%s); "
+                             "code that changed between them may score differently, so compare rows of one revision",
+                             p->n_revisions, p->revisions);
+    if (n_limited && k < sizeof p->warning) {
+        char limit[48];
+        if (lo == hi) snprintf(limit, sizeof limit, "%d", lo);
+        else snprintf(limit, sizeof limit, "%d to %d", lo, hi);
+        snprintf(p->warning + k, sizeof p->warning - k, "%s%d of %d runs were limited (--limit %s): they ran only "
+                 "the first %s sample%s of each task, so their scores stand for those samples, not the whole task",
+                 k ? ". " : "Warning: ", n_limited, n_runs, limit, limit, hi == 1 ? "" : "s");
+    }
     return 0;
 }
 

@@ -93,7 +93,7 @@ typedef struct {
     char models[4096];      /* "SmolLM2-135M-Instruct (fp=...,bytes=...)" */
     char dates[128];        /* "2026-12-04T17:20:00Z to 2026-12-04T17:24:00Z" */
     int n_revisions;
-    char warning[1300];     /* "" unless the rows come from several revisions */
+    char warning[1300];     /* "" unless the rows come from several revisions or from runs limited by --limit */
 } ReportProvenance;
 int report_provenance_load(sqlite3 *db, ReportProvenance *p, KvErr *err);
 /* The provenance as a Markdown list (then the warning in bold), or as LaTeX comments (the warning also as a

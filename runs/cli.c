@@ -16,10 +16,12 @@ typedef struct {
 } Command;
 
 static const Command COMMANDS[] = {
-    {"run", cmd_run, "run CONFIG.json [--db PATH] [--limit N] [--shard i/N]   run a sweep into SQLite",
+    {"run", cmd_run, "run CONFIG.json [--db PATH] [--limit N] [--shard i/N] [--memory-limit SIZE]  run a sweep",
      "  --db PATH    results database (default: the config's \"db\", else results/kvbench.db)\n"
      "  --limit N    at most N samples per task\n"
-     "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n"},
+     "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n"
+     "  --memory-limit SIZE  memory for a sample's prefill cache and its variants (e.g. 8GiB; default: the config's\n"
+     "               \"memory_limit\", else the device's): the variants decode in as few batches as fit, same rows\n"},
     {"report", cmd_report, "report [CONFIG.json | --db PATH] [--out DIR]  tables and figures from a database",
      "  CONFIG.json  report the config's \"db\" (results/kvbench.db when it names none)\n"
      "  --db PATH    report this database; without CONFIG.json or --db: results/kvbench.db, or the only .db in "
@@ -29,7 +31,7 @@ static const Command COMMANDS[] = {
      "  --min-n N    fewest samples behind an interval, a * or a verdict (default 10; fewer: \"too few samples\")\n"
      "  --resamples N  bootstrap resamples behind each interval (default 2000)\n"},
     {"trace", cmd_trace, "trace CONFIG.json [--db PATH] [--limit N] [--shard i/N]  retained-importance traces",
-     "  options as for run\n"},
+     "  options as for run, but --memory-limit\n"},
     {"merge", cmd_merge, "merge OUT.db IN.db...                           combine shard databases",
      "  rows already in OUT.db are kept, none duplicated\n"},
     {"slurm", cmd_slurm, "slurm CONFIG.json --shards N [--submit] ...     write (and submit) a Slurm job array",

@@ -14,6 +14,7 @@
 #include "../engine/tokenizer.h"
 #include "commands.h"
 #include "datacheck.h"
+#include "util.h"
 
 #define USAGE                                                                                                   \
     "usage: kvbench data list\n"                                                                                \
@@ -100,7 +101,13 @@ static int check(int argc, char **argv) {
         fprintf(stderr, "kvbench data: check needs CONFIG.json\n%s", USAGE);
         return 2;
     }
-    DataCheckOptions opt = {stdout, !quiet, !quiet, NULL, 0};
+    char assets[4096];
+    KvErr err;
+    if (util_assets_dir(assets, sizeof assets, &err)) {
+        fprintf(stderr, "kvbench data: %s\n", err.msg);
+        return 1;
+    }
+    DataCheckOptions opt = {stdout, !quiet, !quiet, NULL, 0, assets};
     DataCheckResult res;
     datacheck_config(config, &opt, &res);
     printf("%s: %d problem%s, %d warning%s\n", config, res.problems, res.problems == 1 ? "" : "s", res.warnings,
@@ -119,7 +126,13 @@ int cmd_data(int argc, char **argv) {
         return 2;
     }
     const char *spec = argv[1], *model = NULL;
-    DatasetOptions opt = {.seed = 42};
+    char assets[4096];
+    KvErr assets_err;
+    if (util_assets_dir(assets, sizeof assets, &assets_err)) {
+        fprintf(stderr, "kvbench data: %s\n", assets_err.msg);
+        return 1;
+    }
+    DatasetOptions opt = {.seed = 42, .assets_dir = assets};
     long long index = -1;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];

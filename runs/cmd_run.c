@@ -2,6 +2,7 @@
  * with run (cmd_sweep): argument parsing only; the work is in sweep.c (runner), store.c (database) and report/
  * (tables and figures); datacheck.c checks every input first. */
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +95,14 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 2;
     }
+    char assets[4096];
+    if (util_assets_dir(assets, sizeof assets, &err)) {
+        fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
+        return 1;
+    }
+    opt.assets_dir = assets;
     /* Every input checked, every problem listed, before any model loads or any database is created. */
-    DataCheckOptions check = {stderr, 0, 0, db, trace};
+    DataCheckOptions check = {stderr, 0, 0, db, trace, assets};
     DataCheckResult found;
     datacheck_config(config_path, &check, &found);
     if (found.problems) {
@@ -115,13 +122,16 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     SweepStats st;
     int rc = sweep_run(&cfg, &opt, &st, &err);
     if (rc) fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
-    char replaced[64] = "";
+    char replaced[64] = "", elsewhere[128] = "";
     if (st.rows_replaced) snprintf(replaced, sizeof replaced, " (and %ld failed rows replaced)", st.rows_replaced);
+    if (st.samples_elsewhere)
+        snprintf(elsewhere, sizeof elsewhere, ", %d done by another run on this database",
+                 st.samples_elsewhere);
     /* A run refused before its first sample has its one line above, not a summary of nothing. */
     if (!rc || st.samples_done)
-        fprintf(stderr, "kvbench %s: %d of %d samples done (%d failed), %ld rows written to %s%s in %.1f s\n", cmd,
-                st.samples_done, st.samples_planned, st.samples_failed, st.rows_written, opt.db_path, replaced,
-                st.wall_ms / 1000);
+        fprintf(stderr, "kvbench %s: %d of %d samples done here (%d of them failed)%s, %ld rows written to %s%s; %ld "
+                        "rows failed; %.1f s\n", cmd, st.samples_done, st.samples_planned, st.samples_failed, elsewhere,
+                st.rows_written, opt.db_path, replaced, st.rows_failed, st.wall_ms / 1000);
     if (!trace && st.samples_done)
         fprintf(stderr, "kvbench %s: %ld decode batches; %d sample%s needed more than one (the memory did not hold "
                         "all their variants at once)\n", cmd, st.decode_batches, st.samples_split,
@@ -227,15 +237,39 @@ int cmd_report(int argc, char **argv) {
     return 0;
 }
 
-int cmd_merge(int argc, char **argv) {
+/* The signal that interrupted a merge (0: none). A signal handler can only reach a variable of static storage;
+ * this one is written by the handler and read through StoreMergeOptions.stop, nowhere else. */
+static volatile sig_atomic_t merge_signal;
+
+static void on_merge_signal(int sig) { merge_signal = sig; }
+
+int cmd_merge_with(int argc, char **argv, const StoreMergeOptions *test_options) {
     if (argc < 2 || argv[0][0] == '-') {
         fprintf(stderr, "usage: kvbench merge OUT.db IN.db...   (rows already in OUT.db are kept, none duplicated; "
                         "inputs that disagree on identity are refused, all of them before anything is copied)\n");
         return 2;
     }
+    /* Ctrl-C, kill or a closed terminal: the merge stops and cleans up (a new output's temporary file and its -wal /
+     * -shm are removed), then the process ends by the same signal. */
+    static const int SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction handler = {0}, was[3];
+    handler.sa_handler = on_merge_signal;
+    sigemptyset(&handler.sa_mask);
+    merge_signal = 0;
+    for (int i = 0; i < 3; i++) /* a signal ignored (nohup) stays ignored */
+        if (!sigaction(SIGNALS[i], NULL, &was[i]) && was[i].sa_handler != SIG_IGN)
+            sigaction(SIGNALS[i], &handler, NULL);
+    StoreMergeOptions opt = {&merge_signal, test_options ? test_options->pause_ms : 0};
     KvErr err = {{0}};
-    int rc = store_merge_into(argv[0], (const char *const *)argv + 1, argc - 1, &err);
+    int rc = store_merge_into_with(argv[0], (const char *const *)argv + 1, argc - 1, &opt, &err);
+    for (int i = 0; i < 3; i++) sigaction(SIGNALS[i], &was[i], NULL);
     if (rc) fprintf(stderr, "kvbench merge: %s\n", err.msg);
     else fprintf(stderr, "kvbench merge: merged %d database%s into %s\n", argc - 1, argc > 2 ? "s" : "", argv[0]);
+    if (merge_signal) {
+        fflush(stderr);
+        raise(merge_signal);
+    }
     return rc ? 1 : 0;
 }
+
+int cmd_merge(int argc, char **argv) { return cmd_merge_with(argc, argv, NULL); }

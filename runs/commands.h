@@ -11,6 +11,8 @@
 #ifndef KVBENCH_COMMANDS_H
 #define KVBENCH_COMMANDS_H
 
+#include "store.h"
+
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
@@ -26,5 +28,8 @@ int cmd_trace(int argc, char **argv);
 /* The command line `run` and `trace` share (cmd_run.c): CONFIG.json [--db PATH] [--limit N] [--shard i/N];
  * cmd names the command in messages, trace selects retained-importance traces instead of scored runs. */
 int cmd_sweep(const char *cmd, int trace, int argc, char **argv);
+
+/* kvbench merge with store options a test sets (StoreMergeOptions.pause_ms; stop is the command's own). */
+int cmd_merge_with(int argc, char **argv, const StoreMergeOptions *test_options);
 
 #endif

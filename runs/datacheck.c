@@ -22,6 +22,7 @@
 #include "../policies/duo.h"
 #include "config.h"
 #include "estimate.h"
+#include "util.h"
 
 #define MAX_TAINTED 64
 #define WHERE_DATA "(where to get each dataset and model: configs/README.md, \"Data and models\")"
@@ -394,7 +395,7 @@ static void check_task(Check *c, const RunConfig *cfg, int d, int t, ModelEstima
         if (c->opt->estimate) estimate_published(cfg, rd, rd->tasks[t], models);
         return;
     }
-    DatasetOptions o = {path_unknown ? NULL : rd->data_path, NULL, rd->fraction, rd->first_n, rd->seed,
+    DatasetOptions o = {path_unknown ? NULL : rd->data_path, c->opt->assets_dir, rd->fraction, rd->first_n, rd->seed,
                         rd->target_tokens, rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
                         rd->skip_bad_lines, rd->ruler_unit_sizing, dataset_count_words, NULL};
     Dataset *ds = NULL;
@@ -468,23 +469,9 @@ static void check_db(Check *c, const RunConfig *cfg) {
         return;
     }
     /* the nearest existing directory above it must let the run create the rest */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", db);
-    for (;;) {
-        char *slash = strrchr(dir, '/');
-        if (!slash) {
-            snprintf(dir, sizeof dir, ".");
-            break;
-        }
-        *slash = 0;
-        if (!*dir) {
-            snprintf(dir, sizeof dir, "/");
-            break;
-        }
-        if (!stat(dir, &st)) break;
-    }
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK))
-        report(c, "problem", "%s: %s: cannot create %s (%s is not a writable directory)", c->file, key, db, dir);
+    KvErr err;
+    if (util_check_creatable(db, &err))
+        report(c, "problem", "%s: %s: %s", c->file, key, err.msg);
 }
 
 /* ---------------------------------------------------------------- the estimate's report */

@@ -22,6 +22,7 @@ typedef struct {
     const char *db;     /* the database the run will use (--db), checked instead of the config's "db"; NULL: the
                            config's */
     int trace;          /* for `kvbench trace`: the config needs its "trace" section */
+    const char *assets_dir; /* the datasets' assets (util_assets_dir) */
 } DataCheckOptions;
 
 typedef struct {

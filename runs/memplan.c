@@ -75,7 +75,8 @@ int memplan_parse_bytes(const char *text, const char *what, double *bytes, KvErr
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || errno || !isfinite(v) || v <= 0 || isspace((unsigned char)text[0]))
+    /* strtod also reads C's hexadecimal numbers (0x10, 0x1p4): a size is decimal */
+    if (end == text || errno || !isfinite(v) || v <= 0 || isspace((unsigned char)text[0]) || strpbrk(text, "xX"))
         return kv_fail(err, "%s '%s': expected a positive size such as 512MiB, 8GiB or 2000000000", what, text);
     while (*end == ' ') end++;
     for (size_t u = 0; u < sizeof UNITS / sizeof UNITS[0]; u++)

@@ -46,7 +46,8 @@ static const char *SCHEMA =
     "  id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE,\n"
     "  config_name TEXT NOT NULL, config TEXT NOT NULL, config_hash TEXT NOT NULL, git_rev TEXT NOT NULL,\n"
     "  model_name TEXT NOT NULL, model_path TEXT NOT NULL, model_id TEXT NOT NULL, tokenizer TEXT NOT NULL,\n"
-    "  backend TEXT NOT NULL, host TEXT NOT NULL, shard TEXT, started TEXT NOT NULL, finished TEXT) STRICT;\n"
+    "  backend TEXT NOT NULL, host TEXT NOT NULL, shard TEXT, started TEXT NOT NULL, finished TEXT,\n"
+    "  sample_limit INTEGER) STRICT;\n"
     "CREATE TABLE samples(\n"
     "  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id),\n"
     "  model TEXT NOT NULL, setup TEXT NOT NULL, sample_key TEXT NOT NULL,\n"
@@ -142,6 +143,34 @@ static int query_text(Store *s, const char *sql, char *out, size_t n, KvErr *err
     return 0;
 }
 
+/* Columns added to a table of schema version 2 after its first databases were written (nullable: NULL is what
+ * such a database's rows did not record): a writable open adds them, a read-only one reads the file without. */
+static const char *const ADDED_COLUMNS[][2] = {{"runs", "sample_limit"}};
+#define N_ADDED_COLUMNS (int)(sizeof ADDED_COLUMNS / sizeof ADDED_COLUMNS[0])
+
+/* Whether table `table` of `schema` has column `column` (*has); -1 on an SQL error. */
+static int has_column(Store *s, const char *schema, const char *table, const char *column, int *has, KvErr *err) {
+    char sql[200], count[32];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pragma_table_info('%s', '%s') WHERE name = '%s'", table, schema,
+             column);
+    if (query_text(s, sql, count, sizeof count, err)) return -1;
+    *has = strcmp(count, "0") != 0;
+    return 0;
+}
+
+/* Adds the columns of ADDED_COLUMNS a database of an earlier build lacks (inside the caller's transaction). */
+static int add_columns(Store *s, KvErr *err) {
+    for (int i = 0; i < N_ADDED_COLUMNS; i++) {
+        char sql[200];
+        int has;
+        if (has_column(s, "main", ADDED_COLUMNS[i][0], ADDED_COLUMNS[i][1], &has, err)) return -1;
+        snprintf(sql, sizeof sql, "ALTER TABLE main.%s ADD COLUMN %s INTEGER", ADDED_COLUMNS[i][0],
+                 ADDED_COLUMNS[i][1]);
+        if (!has && exec(s, sql, err)) return -1;
+    }
+    return 0;
+}
+
 /* Checks (or, for an empty writable database, creates) the schema. `schema` is "main" or an attached name. */
 static int check_schema(Store *s, const char *schema, const char *label, int may_create, KvErr *err) {
     char sql[256], version[64], count[32];
@@ -171,7 +200,7 @@ static int check_schema(Store *s, const char *schema, const char *label, int may
         return kv_fail(err, "%s: database schema version %s, this kvbench reads version %d (use the kvbench that "
                             "wrote it, or a new --db)", label, version[0] ? version : "(none)", STORE_SCHEMA_VERSION);
     if (may_create && !strcmp(schema, "main")) {
-        if (exec(s, "BEGIN IMMEDIATE", err) || exec(s, VIEWS, err) || exec(s, "COMMIT", err)) {
+        if (exec(s, "BEGIN IMMEDIATE", err) || add_columns(s, err) || exec(s, VIEWS, err) || exec(s, "COMMIT", err)) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             return kv_wrap(err, "updating the views");
         }
@@ -295,7 +324,14 @@ static int check_columns(Store *s, const char *schema, const char *label, KvErr 
             len = (size_t)snprintf(sql, cap, "SELECT '%s', rowid, bad FROM (SELECT %s.rowid, CASE", table, table);
         }
         const char *c = (const char *)sqlite3_column_text(cols, 1), *type = (const char *)sqlite3_column_text(cols, 2);
-        int notnull = sqlite3_column_int(cols, 3);
+        int notnull = sqlite3_column_int(cols, 3), added = 0, present = 1;
+        for (int i = 0; i < N_ADDED_COLUMNS; i++)
+            added |= !strcmp(table, ADDED_COLUMNS[i][0]) && !strcmp(c, ADDED_COLUMNS[i][1]);
+        if (added && has_column(s, schema, table, c, &present, err)) goto done;
+        if (!present) {
+            more = sqlite3_step(cols) == SQLITE_ROW;
+            continue;
+        }
         const char *allowed = !strcmp(type, "TEXT") ? "'text'" : !strcmp(type, "INTEGER") ? "'integer'"
                               : !strcmp(type, "REAL") ? "'real', 'integer'" : "'blob'";
         /* Qualified (table.column): a missing column is an error, where a bare "name" would read as a string. */
@@ -441,14 +477,16 @@ int store_begin_run(Store *s, const StoreRun *r, long long *run_id, KvErr *err) 
     char uuid[40];
     random_uuid(uuid, sizeof uuid);
     if (sqlite3_prepare_v2(s->db,
-                           "INSERT INTO runs(" RUN_COLUMNS ") VALUES(?,?,?,?,?,?,?,?,?,?,?,?,"
-                           "strftime('%Y-%m-%dT%H:%M:%SZ','now'), NULL)",
+                           "INSERT INTO runs(" RUN_COLUMNS ", sample_limit) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,"
+                           "strftime('%Y-%m-%dT%H:%M:%SZ','now'), NULL, ?)",
                            -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "recording the run");
     const char *values[] = {uuid,           r->config_name, r->config_text, r->config_hash, r->git_rev,
                             r->model_name,  r->model_path,  r->model_id, r->tokenizer,  r->backend,
                             r->host,        r->shard};
     for (int i = 0; i < 12; i++) bind_text(st, i + 1, values[i]);
+    if (r->sample_limit > 0) sqlite3_bind_int(st, 13, r->sample_limit);
+    else sqlite3_bind_null(st, 13);
     if (step_done(s, st, "recording the run", err)) return -1;
     *run_id = sqlite3_last_insert_rowid(s->db);
     return 0;
@@ -807,9 +845,12 @@ static int check_merge_identity(Store *s, const char *src_path, KvErr *err) {
 static int attach_source(Store *s, const char *src_path, KvErr *err) {
     sqlite3_stmt *st;
     char uri[3200];
-    struct stat sb;
-    if (!strcmp(src_path, s->path)) return kv_fail(err, "%s: cannot merge a database into itself", src_path);
-    if (stat(src_path, &sb)) return kv_fail(err, "%s: cannot open database: %s", src_path, strerror(errno));
+    struct stat sb, out;
+    if (stat(src_path, &sb) && strcmp(src_path, s->path))
+        return kv_fail(err, "%s: cannot open database: %s", src_path, strerror(errno));
+    /* the same file under another name too (a symbolic or hard link, "./" in front) */
+    if (!strcmp(src_path, s->path) || (!stat(s->path, &out) && out.st_dev == sb.st_dev && out.st_ino == sb.st_ino))
+        return kv_fail(err, "%s: cannot merge a database into itself", src_path);
     if (not_a_file(src_path, &sb, err)) return -1;
     if (read_only_uri(src_path, uri, sizeof uri, err)) return -1;
     if (sqlite3_prepare_v2(s->db, "ATTACH DATABASE ? AS src", -1, &st, NULL) != SQLITE_OK)
@@ -836,8 +877,15 @@ static int copy_source(Store *s, const char *src_path, KvErr *err) {
     int rc = exec(s, MERGE_GROUPS, err);
     if (!rc) rc = add_groups(s, "main", s->path, err);
     if (!rc) rc = check_merge_identity(s, src_path, err);
+    int has_limit = 0;
+    if (!rc) rc = has_column(s, "src", "runs", "sample_limit", &has_limit, err);
+    const char *copy_runs = has_limit ? "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ", sample_limit) SELECT "
+                                        RUN_COLUMNS ", sample_limit FROM src.runs"
+                                      : "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS
+                                        " FROM src.runs";
+    if (!rc && exec(s, copy_runs, err))
+        rc = kv_wrap(err, "merging %s", src_path);
     if (!rc && exec(s,
-                    "INSERT OR IGNORE INTO main.runs(" RUN_COLUMNS ") SELECT " RUN_COLUMNS " FROM src.runs;\n"
                     "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
                     "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
                     "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
@@ -876,7 +924,21 @@ static int copy_source(Store *s, const char *src_path, KvErr *err) {
     return rc;
 }
 
-int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err) {
+/* SQLite's progress callback during a merge: non-zero interrupts the statement running. */
+static int merge_stopped(void *opt) {
+    const StoreMergeOptions *o = opt;
+    return o && o->stop && *o->stop;
+}
+
+/* Waits opt->pause_ms, or less when the merge is stopped meanwhile. */
+static void merge_pause(const StoreMergeOptions *opt) {
+    for (double waited = 0; opt && waited < opt->pause_ms && !merge_stopped((void *)opt); waited += 10) {
+        struct timespec ten_ms = {0, 10000000};
+        nanosleep(&ten_ms, NULL);
+    }
+}
+
+static int merge_with(Store *s, const char *const *src_paths, int n, const StoreMergeOptions *opt, KvErr *err) {
     /* First pass: every input readable, undamaged, of this schema, and agreeing on identity with the output and
      * with every input before it; only then anything is copied, so a refused merge leaves the output as it was. */
     int rc = exec(s, MERGE_GROUPS, err);
@@ -888,13 +950,22 @@ int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err) {
         sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
     }
     for (int i = 0; i < n && !rc; i++) {
+        merge_pause(opt);
+        if (merge_stopped((void *)opt)) break;
         if ((rc = attach_source(s, src_paths[i], err))) break;
         rc = copy_source(s, src_paths[i], err);
         sqlite3_exec(s->db, "DETACH DATABASE src", NULL, NULL, NULL);
     }
+    if (merge_stopped((void *)opt))
+        rc = kv_fail(err, "%s: merge interrupted (inputs merged before the interruption stay merged; a new output is "
+                          "not created)", s->path);
     sqlite3_exec(s->db, "DROP TABLE IF EXISTS temp.merge_models; DROP TABLE IF EXISTS temp.merge_tasks;", NULL, NULL,
                  NULL);
     return rc;
+}
+
+int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err) {
+    return merge_with(s, src_paths, n, NULL, err);
 }
 
 /* A database file and the -wal / -shm files SQLite may have left beside it. */
@@ -908,6 +979,11 @@ static void remove_database(const char *path) {
 }
 
 int store_merge_into(const char *out_path, const char *const *src_paths, int n, KvErr *err) {
+    return store_merge_into_with(out_path, src_paths, n, NULL, err);
+}
+
+int store_merge_into_with(const char *out_path, const char *const *src_paths, int n, const StoreMergeOptions *opt,
+                          KvErr *err) {
     struct stat sb;
     char tmp[1100];
     /* A new output is made under a temporary name beside it and linked to its name only when every input was
@@ -919,7 +995,8 @@ int store_merge_into(const char *out_path, const char *const *src_paths, int n, 
     int rc = store_open(&s, fresh ? tmp : out_path, 0, err);
     if (!rc) {
         if (fresh) snprintf(s->path, sizeof s->path, "%s", out_path); /* messages name the output */
-        rc = store_merge(s, src_paths, n, err);
+        sqlite3_progress_handler(s->db, 1000, merge_stopped, (void *)opt);
+        rc = merge_with(s, src_paths, n, opt, err);
         store_close(s);
     }
     if (fresh) {

@@ -14,6 +14,7 @@
 #ifndef KVBENCH_RUNS_STORE_H
 #define KVBENCH_RUNS_STORE_H
 
+#include <signal.h>
 #include <sqlite3.h>
 
 #include "../engine/err.h"
@@ -37,6 +38,7 @@ typedef struct {
     const char *model_name, *model_path, *model_id, *tokenizer, *backend;  /* model_id: util_model_identity */
     const char *host;
     const char *shard;        /* "i/N" or NULL */
+    int sample_limit;         /* --limit: at most this many samples per task; 0 = all (stored NULL) */
 } StoreRun;
 
 int store_begin_run(Store *s, const StoreRun *run, long long *run_id, KvErr *err);
@@ -134,8 +136,19 @@ int store_write_traces(Store *s, long long run_id, const StoreSample *sample, co
 int store_merge(Store *s, const char *const *src_paths, int n, KvErr *err);
 
 /* store_merge into the database out_path, opened or created; a new one is created only when the merge succeeds
- * (a refused merge leaves no file). */
+ * (a refused, failed or interrupted merge leaves no file, nor its -wal / -shm). */
 int store_merge_into(const char *out_path, const char *const *src_paths, int n, KvErr *err);
+
+typedef struct {
+    /* When non-NULL, a merge stops (failing with "interrupted") soon after *stop becomes non-zero: at SQLite's next
+     * progress callback, or between inputs. `kvbench merge` sets it from its SIGINT / SIGTERM / SIGHUP handler. */
+    volatile sig_atomic_t *stop;
+    double pause_ms; /* waits this long before copying each input (0: none), so a test can interrupt a merge mid-way */
+} StoreMergeOptions;
+
+/* store_merge_into with options (NULL: none). */
+int store_merge_into_with(const char *out_path, const char *const *src_paths, int n, const StoreMergeOptions *opt,
+                          KvErr *err);
 
 /* Describes how identity `now` differs from `was` (comma-separated key=value lists): the first pair that
  * differs, "seed=42 -> seed=7", or both whole when they are not such lists. */

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../datasets/dataset.h"
@@ -34,6 +35,8 @@
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../metrics/metrics.h"
+#include "claims.h"
+#include "estimate.h"
 #include "memplan.h"
 #include "prepare.h"
 #include "store.h"
@@ -50,9 +53,13 @@ typedef struct {
     Tokenizer *tok;        /* the model's, or own_tok */
     Tokenizer *own_tok;    /* loaded from the config's "tokenizer" */
     Backend *be;
-    Store *store;          /* NULL until the database exists (it is created for the first sample written) */
+    Store *store;          /* NULL until the database exists (it is created for the first sample claimed) */
+    Claimant me;           /* this process, as its claims name it (runs/claims.h) */
+    ClaimsHeartbeat *heartbeat; /* renews this run's claims while it lives; NULL until the first claim */
     long long run_id;
     char model_id[256];    /* util_model_identity of the current model */
+    char log_name[256];    /* the current model's name as the log prints it (util_escape_text: a newline in it
+                            * cannot start a line of its own) */
     char (*setups)[96];    /* [n_datasets] what else changes predictions: compress_question, max_new_tokens cap
                             * (traces: the steps), and the dataset's chat_template where it overrides the suite */
     char (*row_setups)[160]; /* [n_datasets] the current model's rows: its dataset's setup, the options its backend
@@ -68,6 +75,7 @@ typedef struct {
 
 typedef struct {
     int dataset, task, index;
+    char *key;              /* the sample's database key (sample_key) */
     unsigned char *pending; /* [n_variants]: 1 = still to run */
 } PlanItem;
 
@@ -116,7 +124,10 @@ static void plan_free(Plan *p, const RunConfig *cfg) {
     int total = 0;
     for (int d = 0; d < cfg->n_datasets; d++) total += cfg->datasets[d].n_tasks;
     for (int i = 0; p->open && i < total; i++) dataset_close(p->open[i]);
-    for (int i = 0; i < p->n_items; i++) free(p->items[i].pending);
+    for (int i = 0; i < p->n_items; i++) {
+        free(p->items[i].pending);
+        free(p->items[i].key);
+    }
     free(p->open);
     free(p->specs);
     free(p->labels);
@@ -126,7 +137,8 @@ static void plan_free(Plan *p, const RunConfig *cfg) {
     memset(p, 0, sizeof *p);
 }
 
-static int plan_add(Plan *p, int *cap, int d, int t, int index, const unsigned char *pending, int n, KvErr *err) {
+static int plan_add(Plan *p, int *cap, int d, int t, int index, const char *key, const unsigned char *pending, int n,
+                    KvErr *err) {
     if (p->n_items == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         PlanItem *grown = realloc(p->items, (size_t)*cap * sizeof *grown);
@@ -134,7 +146,12 @@ static int plan_add(Plan *p, int *cap, int d, int t, int index, const unsigned c
         p->items = grown;
     }
     PlanItem *it = &p->items[p->n_items];
+    it->key = NULL;
     if (!(it->pending = kv_malloc((size_t)n, err))) return -1;
+    if (!(it->key = strdup(key))) {
+        free(it->pending);
+        return kv_fail(err, "out of memory planning the sweep");
+    }
     memcpy(it->pending, pending, (size_t)n);
     it->dataset = d;
     it->task = t;
@@ -192,7 +209,7 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
     for (int d = 0, k = 0; d < cfg->n_datasets; d++) {
         const RunDataset *rd = &cfg->datasets[d];
         p->first[d] = k;
-        DatasetOptions o = {rd->data_path, NULL, rd->fraction, rd->first_n, rd->seed, rd->target_tokens,
+        DatasetOptions o = {rd->data_path, sw->opt->assets_dir, rd->fraction, rd->first_n, rd->seed, rd->target_tokens,
                             rd->n_samples, rd->depths, rd->n_depths, rd->lengths, rd->n_lengths,
                             rd->skip_bad_lines, rd->ruler_unit_sizing, count_tokens, sw->tok};
         for (int t = 0; t < rd->n_tasks; t++, k++) {
@@ -228,7 +245,7 @@ static int plan_build(Sweep *sw, Plan *p, KvErr *err) {
                     done[v] = !done[v] && !(sw->duo_na && policy_needs_duo_pattern(&cfg->variants[v].policy));
                     missing |= done[v];
                 }
-                if (missing && plan_add(p, &cap, d, k, i, done, nv, err)) goto fail;
+                if (missing && plan_add(p, &cap, d, k, i, key, done, nv, err)) goto fail;
             }
         }
     }
@@ -299,6 +316,17 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         goto failed;
     }
 
+    /* A prefill whose cache alone exceeds the memory limit is not computed: its K and V rows of the context take at
+     * least 2 bytes an element (estimate_kv_bytes_per_token); the exact size is checked again after it. */
+    if (sw->memory_limit > 0 && estimate_kv_bytes_per_token(&m->cfg) * ctx.n > sw->memory_limit) {
+        char least[32], limit[32];
+        util_format_bytes(estimate_kv_bytes_per_token(&m->cfg) * ctx.n, least, sizeof least);
+        util_format_bytes(sw->memory_limit, limit, sizeof limit);
+        kv_fail(&err, "out of memory: the prefill's cache of at least %s alone exceeds the memory limit of %s", least,
+                limit);
+        goto failed;
+    }
+
     /* One observed prefill; the full variant decodes on its cache, so that gets room for question and answer. */
     if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err))) goto failed;
     for (int i = 0; i < n; i++) {
@@ -364,15 +392,18 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         r->batch = batch_of[j];
         if (r->batch >= 0) continue;
         r->failed = 1;
-        const double MiB = 1048576, prefill_bytes = (double)pf.cache->arena_bytes;
+        char prefill[32], limit[32], needed[32], left[32];
+        util_format_bytes((double)pf.cache->arena_bytes, prefill, sizeof prefill);
+        util_format_bytes(sw->memory_limit, limit, sizeof limit);
+        util_format_bytes(need[(use_views ? 0 : n) + j], needed, sizeof needed);
+        util_format_bytes(budget, left, sizeof left);
         if (budget < 0)
-            kv_fail(&r->err, "out of memory: the prefill's cache of %.2f MiB alone exceeds the memory limit of %.2f "
-                             "MiB", prefill_bytes / MiB, sw->memory_limit / MiB);
+            kv_fail(&r->err, "out of memory: the prefill's cache of %s alone exceeds the memory limit of %s", prefill,
+                    limit);
         else
-            kv_fail(&r->err, "out of memory: this variant's %s and decode need %.2f MiB, %.2f MiB are free for the "
-                             "variants beside the prefill's cache of %.2f MiB (%s)", use_views ? "view" : "gathered copy",
-                    need[(use_views ? 0 : n) + j] / MiB, budget / MiB, prefill_bytes / MiB,
-                    budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
+            kv_fail(&r->err, "out of memory: this variant's %s and decode need %s, %s are free for the variants beside "
+                             "the prefill's cache of %s (%s)", use_views ? "view" : "gathered copy", needed, left,
+                    prefill, budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
     }
     *n_batches = nb;
 
@@ -485,20 +516,26 @@ static StoreSample sample_row(const Sweep *sw, const Plan *p, const PlanItem *it
     return ss;
 }
 
-/* The database, created (with its directory) for the first sample to be written, and this model's run row. */
-static int begin_run(Sweep *sw, KvErr *err) {
-    char rev[64], host[256] = "unknown", hash[32], shard[32];
-    if (sw->run_id) return 0;
+/* The database, created (with its directory) for the first sample claimed, and the heartbeat of this run's claims. */
+static int open_store(Sweep *sw, KvErr *err) {
     if (!sw->store &&
         (util_make_parent_dirs(sw->opt->db_path, err) || store_open(&sw->store, sw->opt->db_path, 0, err)))
         return -1;
+    return sw->heartbeat ? 0 : claims_heartbeat_start(&sw->heartbeat, sw->opt->db_path, &sw->me, err);
+}
+
+/* This model's run row, for the first sample written. */
+static int begin_run(Sweep *sw, KvErr *err) {
+    char rev[64], host[256] = "unknown", hash[32], shard[32];
+    if (sw->run_id) return 0;
+    if (open_store(sw, err)) return -1;
     util_git_revision(rev, sizeof rev);
     gethostname(host, sizeof host - 1);
     snprintf(hash, sizeof hash, "%016llx", util_hash64(sw->cfg->text));
     snprintf(shard, sizeof shard, "%d/%d", sw->opt->shard_index, sw->opt->shard_count);
     const char *tokenizer = sw->rm->tokenizer ? sw->rm->tokenizer : sw->model->tokenizer_kind;
     StoreRun r = {sw->cfg->name, sw->cfg->text, hash, rev, sw->rm->name, sw->rm->path, sw->model_id, tokenizer,
-                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL};
+                  sw->rm->backend, host, sw->opt->shard_count > 1 ? shard : NULL, sw->opt->limit};
     return store_begin_run(sw->store, &r, &sw->run_id, err);
 }
 
@@ -559,14 +596,14 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     for (int i = 0; i < n; i++)
         if (tr.failed[i]) {
             fprintf(sw->opt->log, "%s%s: %s: %d of %d variants not traced (%s: %s)\n",
-                    sw->opt->progress_line ? "\r\033[K" : "", sw->rm->name, key, n_failed, n,
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, key, n_failed, n,
                     pending[i]->policy.name, tr.errs[i].msg);
             break;
         }
     if (!sw->opt->progress_line)
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d keep-sets traced over %d steps, %d+%d tokens, prefill %.0f ms, "
                               "decode %.0f ms\n",
-                sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n - n_failed, tr.n_steps,
+                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n - n_failed, tr.n_steps,
                 tr.context_tokens, tr.question_tokens, tr.prefill_ms, tr.decode_ms);
 done:
     sample_trace_free(&tr);
@@ -640,7 +677,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
             if (runs[i].failed) first = &runs[i];
         if (first)
             fprintf(sw->opt->log, "%s%s: %s: %d of %d variants failed (%s: %s)\n",
-                    sw->opt->progress_line ? "\r\033[K" : "", sw->rm->name, key, n_failed, n, first->v->policy.name,
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, key, n_failed, n, first->v->policy.name,
                     first->err.msg);
     }
     if (!sw->opt->progress_line && rc == 0) {
@@ -648,10 +685,16 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         int ok = 0;
         for (int i = 0; i < n; i++)
             if (!runs[i].failed) mean += runs[i].score, ok++;
+        /* the mean of the variants that ran: a failed variant has no score, and a 0 for it would read as one */
+        char scored[96];
+        if (!ok) snprintf(scored, sizeof scored, "no score (every variant failed)");
+        else if (ok < n) snprintf(scored, sizeof scored, "mean score %.3f of the %d that ran (%d failed)", mean / ok, ok,
+                                  n - ok);
+        else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
-                              "batch%s, mean score %.3f\n",
-                sw->rm->name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
-                decode_ms, n_batches, n_batches == 1 ? "" : "es", ok ? mean / ok : 0.0);
+                              "batch%s, %s\n",
+                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
+                decode_ms, n_batches, n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
     for (int i = 0; i < n; i++) {
@@ -664,6 +707,28 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     return rc;
 }
 
+/* What claim_item found: the sample is this run's to compute, another live run is computing it, or another run has
+ * written every row this run had planned for it. */
+typedef enum { CLAIM_MINE, CLAIM_HELD, CLAIM_FINISHED } ClaimState;
+
+/* Claims a planned sample for this run (runs/claims.h) and drops the variants another run finished since the plan
+ * was made. */
+static int claim_item(Sweep *sw, PlanItem *it, ClaimState *state, KvErr *err) {
+    const char *setup = sw->row_setups[it->dataset];
+    int nv = sw->cfg->n_variants, pending = 0, taken = 0;
+    unsigned char *done = kv_malloc((size_t)nv, err);
+    if (!done || open_store(sw, err) || claims_take(sw->store, &sw->me, sw->rm->name, setup, it->key, &taken, err) ||
+        (taken && (sw->opt->trace ? store_traced : store_finished)(sw->store, sw->rm->name, setup, it->key, sw->keys,
+                                                                   nv, done, err))) {
+        free(done);
+        return -1;
+    }
+    for (int v = 0; taken && v < nv; v++) pending += it->pending[v] = it->pending[v] && !done[v];
+    free(done);
+    *state = !taken ? CLAIM_HELD : pending ? CLAIM_MINE : CLAIM_FINISHED;
+    return *state == CLAIM_FINISHED ? claims_release(sw->store, &sw->me, sw->rm->name, setup, it->key, err) : 0;
+}
+
 static void progress(Sweep *sw) {
     const SweepStats *st = sw->stats;
     if (!sw->opt->progress_line || st->samples_planned == 0) return;
@@ -671,10 +736,49 @@ static void progress(Sweep *sw) {
     double per = st->samples_done ? elapsed / st->samples_done : 0;
     double eta = per * (st->samples_planned - st->samples_done) / 1000.0;
     fprintf(sw->opt->log, "\r\033[K%s: %d/%d samples  ETA %dm%02ds  prefill %.0f tok/s  decode %.1f tok/s",
-            sw->rm->name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
+            sw->log_name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
             st->prefill_ms > 0 ? st->prefill_tokens / (st->prefill_ms / 1000) : 0.0,
             st->decode_ms > 0 ? st->decode_tokens / (st->decode_ms / 1000) : 0.0);
     fflush(sw->opt->log);
+}
+
+/* Runs the plan's samples that no other run holds, then waits for those another run is computing: each is tried
+ * again every second until that run has stored it (or its claim lapses, and this run computes it), so a run
+ * ends only when every planned sample is stored, by it or by another run. */
+static int run_plan(Sweep *sw, Plan *plan, KvErr *err) {
+    unsigned char *held = kv_malloc((size_t)plan->n_items, err);
+    if (!held) return -1;
+    memset(held, 1, (size_t)plan->n_items);
+    int rc = 0, n_held = plan->n_items, said = -1;
+    while (!rc && n_held) {
+        for (int i = 0; i < plan->n_items && !rc; i++) {
+            PlanItem *it = &plan->items[i];
+            ClaimState state;
+            if (!held[i] || (rc = claim_item(sw, it, &state, err)) || state == CLAIM_HELD) continue;
+            held[i] = 0;
+            n_held--;
+            if (state == CLAIM_FINISHED) {
+                sw->stats->samples_elsewhere++;
+                continue;
+            }
+            rc = process_item(sw, plan, it, err);
+            KvErr release_err;
+            if (claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[it->dataset], it->key,
+                               rc ? &release_err : err))
+                rc = -1;
+            progress(sw);
+        }
+        if (rc || !n_held) break;
+        if (n_held != said)
+            fprintf(sw->opt->log, "%s%s: waiting for %d sample%s another run on this database is computing\n",
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, n_held, n_held == 1 ? "" : "s");
+        said = n_held;
+        fflush(sw->opt->log);
+        struct timespec second = {1, 0};
+        nanosleep(&second, NULL);
+    }
+    free(held);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- one model */
@@ -745,6 +849,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     Plan plan = {0};
     char duo_dir[1100];
     sw->run_id = 0;
+    util_escape_text(sw->rm->name, sw->log_name, sizeof sw->log_name);
     int rc = check_model_identity(sw, err), duo = 0;
     if (!rc) {
         duo = config_duo_pattern_dir(sw->cfg, sw->rm, duo_dir, sizeof duo_dir, err);
@@ -754,7 +859,7 @@ static int sweep_model(Sweep *sw, KvErr *err) {
     }
     if (!rc && sw->duo_na)
         fprintf(sw->opt->log, "%s: duoattention N/A (\"duo_attention_patterns\": \"none\"); its cells are skipped\n",
-                sw->rm->name);
+                sw->log_name);
     if (!rc) rc = load_model(sw, err);
     if (!rc && duo == 1 && (sw->duo.n_layers != sw->model->cfg.n_layers || sw->duo.n_kv_heads != sw->model->cfg.n_kv_heads))
         rc = kv_fail(err, "%s: model '%s': the DuoAttention pattern %s has %d layers x %d kv-heads, the model %d x %d",
@@ -767,15 +872,12 @@ static int sweep_model(Sweep *sw, KvErr *err) {
         int variants = 0;
         for (int i = 0; i < plan.n_items; i++)
             for (int v = 0; v < sw->cfg->n_variants; v++) variants += plan.items[i].pending[v];
-        fprintf(sw->opt->log, "%s: %d samples to run (%d rows); %s\n", sw->rm->name, plan.n_items, variants,
+        fprintf(sw->opt->log, "%s: %d samples to run (%d rows); %s\n", sw->log_name, plan.n_items, variants,
                 plan.n_items ? "starting" : "nothing to do");
     }
     if (!rc && plan.n_items) {
         sw->stats->samples_planned += plan.n_items;
-        for (int i = 0; i < plan.n_items && !rc; i++) {
-            rc = process_item(sw, &plan, &plan.items[i], err);
-            progress(sw);
-        }
+        rc = run_plan(sw, &plan, err);
         if (sw->opt->progress_line) fputc('\n', sw->opt->log);
         if (!rc && sw->run_id) rc = store_end_run(sw->store, sw->run_id, err);
     }
@@ -818,27 +920,6 @@ static int check_inputs(const RunConfig *cfg, const SweepOptions *opt, KvErr *er
     return 0;
 }
 
-/* The database can be created where it is asked for: the nearest existing ancestor of its path is a writable
- * directory (checked now; the file and its directories are only made for the first sample written). */
-static int check_db_path(const char *path, KvErr *err) {
-    char dir[4096];
-    struct stat st;
-    snprintf(dir, sizeof dir, "%s", path);
-    for (;;) {
-        char *slash = strrchr(dir, '/');
-        if (!slash) snprintf(dir, sizeof dir, ".");
-        else if (slash == dir) dir[1] = 0;
-        else *slash = 0;
-        if (!stat(dir, &st)) break;
-        if (!strcmp(dir, ".") || !strcmp(dir, "/")) break;
-    }
-    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
-        return kv_fail(err, "%s: cannot create the database: %s is not a directory", path, dir);
-    if (access(dir, W_OK))
-        return kv_fail(err, "%s: cannot create the database: %s: %s", path, dir, strerror(errno));
-    return 0;
-}
-
 int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, KvErr *err) {
     SweepStats local = {0};
     Sweep sw = {0};
@@ -851,6 +932,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
     if (check_inputs(cfg, opt, err)) return -1;
+    claims_self(&sw.me);
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.row_setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.row_setups, err)) ||
         !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
@@ -885,7 +967,8 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     }
     /* An existing database is opened (and checked) now; a new one is created for the first sample written. */
     struct stat st;
-    int rc = stat(opt->db_path, &st) ? check_db_path(opt->db_path, err) : store_open(&sw.store, opt->db_path, 0, err);
+    int rc = stat(opt->db_path, &st) ? util_check_creatable(opt->db_path, err)
+                                     : store_open(&sw.store, opt->db_path, 0, err);
     for (int i = 0; i < cfg->n_models && !rc; i++) {
         sw.rm = &cfg->models[i];
         rc = sweep_model(&sw, err);
@@ -893,6 +976,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     /* A run that had nothing to do still leaves the database it was asked for (a shard with no samples merges). */
     if (!rc && !sw.store)
         rc = util_make_parent_dirs(opt->db_path, err) || store_open(&sw.store, opt->db_path, 0, err) ? -1 : 0;
+    claims_heartbeat_stop(sw.heartbeat);
     store_close(sw.store);
     free(sw.setups);
     free(sw.row_setups);

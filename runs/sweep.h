@@ -2,7 +2,9 @@
  * prefill shared by every policy variant, whose compressed caches then decode together in as few batches as fit
  * the memory (docs/DESIGN.md §1, runs/memplan.h). The plan is the expansion minus the rows the database already
  * holds, so a killed run
- * resumes where it stopped; a failing sample becomes failed rows and the run goes on. */
+ * resumes where it stopped; a failing sample becomes failed rows and the run goes on. Runs that share a database
+ * share its samples: each claims a sample before computing it (runs/claims.h), skips those another live run
+ * holds, and at the end waits until that run has stored them (or its claim lapses). */
 #ifndef KVBENCH_RUNS_SWEEP_H
 #define KVBENCH_RUNS_SWEEP_H
 
@@ -14,6 +16,7 @@
 
 typedef struct {
     const char *db_path;
+    const char *assets_dir; /* the datasets' assets (util_assets_dir) */
     int limit;            /* the first N samples of each task, before sharding (so the shards of a limited
                              run together hold exactly the unsharded run's samples); 0 = all */
     int shard_index;      /* this process runs the samples whose key hashes to shard_index mod shard_count */
@@ -31,6 +34,8 @@ typedef struct {
 typedef struct {
     int samples_planned, samples_done;
     int samples_failed;   /* samples every pending variant of which failed */
+    int samples_elsewhere; /* planned samples another run on the same database computed (runs/claims.h): not
+                            * computed here, not in samples_done */
     long rows_written;    /* rows this run added to the database: rows another run wrote first are not counted,
                            * so concurrent runs add up to the rows stored */
     long rows_replaced;   /* failed rows this run replaced in place (a retry) */

@@ -17,6 +17,30 @@ int util_backend_options(BackendOptions *o, KvErr *err) {
                                  getenv("KVBENCH_FAST_KERNEL"), err);
 }
 
+int util_assets_dir(char *out, size_t size, KvErr *err) {
+    const char *env = getenv("KVBENCH_ASSETS");
+    struct stat st;
+    char exe[PATH_MAX] = "", cwd[PATH_MAX] = "?";
+    if (env && *env) {
+        snprintf(out, size, "%s", env);
+        return 0;
+    }
+    snprintf(out, size, "datasets/assets");
+    if (!stat(out, &st) && S_ISDIR(st.st_mode)) return 0;
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+        *slash = 0;
+        snprintf(out, size, "%s/datasets/assets", exe);
+        if (!stat(out, &st) && S_ISDIR(st.st_mode)) return 0;
+    }
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
+    return kv_fail(err, "datasets/assets: not in the current directory (%s) nor beside the kvbench binary (%s): run "
+                        "kvbench from its repository's root, or set KVBENCH_ASSETS=/path/to/kvbench/datasets/assets",
+                   cwd, exe[0] ? exe : "unknown");
+}
+
 int util_make_dirs(const char *dir, KvErr *err) {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return kv_fail(err, "%s: path too long", dir);
@@ -40,6 +64,56 @@ int util_make_parent_dirs(const char *file, KvErr *err) {
     if (!slash || slash == file) return 0;
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - file), file);
     return util_make_dirs(dir, err);
+}
+
+int util_check_creatable(const char *file, KvErr *err) {
+    char dir[PATH_MAX], probe[PATH_MAX + 32];
+    struct stat st;
+    if (snprintf(dir, sizeof dir, "%s", file) >= (int)sizeof dir) return kv_fail(err, "%s: path too long", file);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) {
+            snprintf(dir, sizeof dir, ".");
+            break;
+        }
+        *slash = 0;
+        if (!*dir) {
+            snprintf(dir, sizeof dir, "/");
+            break;
+        }
+        if (!stat(dir, &st)) break;
+    }
+    if (stat(dir, &st) || !S_ISDIR(st.st_mode))
+        return kv_fail(err, "cannot create %s (%s is not a writable directory)", file, dir);
+    snprintf(probe, sizeof probe, "%s/.kvbench-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return kv_fail(err, "cannot create %s (%s is not a writable directory: %s)", file, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+void util_format_bytes(double bytes, char *out, size_t size) {
+    static const char *UNITS[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (bytes < 1024) {
+        snprintf(out, size, "%.0f B", bytes);
+        return;
+    }
+    int u = 0;
+    for (bytes /= 1024; bytes >= 1024 && u < 3; u++) bytes /= 1024;
+    snprintf(out, size, "%.2f %s", bytes, UNITS[u]);
+}
+
+void util_escape_text(const char *text, char *out, size_t size) {
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p && k + 5 < size; p++) {
+        const char *named = *p == '\n' ? "\\n" : *p == '\t' ? "\\t" : *p == '\r' ? "\\r" : *p == '\\' ? "\\\\" : NULL;
+        if (named) k += (size_t)snprintf(out + k, size - k, "%s", named);
+        else if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(out + k, size - k, "\\x%02x", *p);
+        else out[k++] = (char)*p;
+    }
+    if (size) out[k < size ? k : size - 1] = 0;
 }
 
 unsigned long long util_hash64(const char *text) {

@@ -13,10 +13,29 @@
  * each a fallback for its default. The one place kvbench reads them: the engine takes BackendOptions only. */
 int util_backend_options(BackendOptions *o, KvErr *err);
 
+/* The folder of the datasets' assets (RULER templates, LongBench prompts, needle haystacks): $KVBENCH_ASSETS, else
+ * datasets/assets of the current directory, else datasets/assets beside the kvbench binary (/proc/self/exe); when
+ * none exists, err says to run from the repository root or to set KVBENCH_ASSETS. The one place kvbench reads
+ * KVBENCH_ASSETS: the datasets take the folder as DatasetOptions.assets_dir. */
+int util_assets_dir(char *out, size_t size, KvErr *err);
+
 /* mkdir -p. */
 int util_make_dirs(const char *dir, KvErr *err);
 /* Creates the directory that will hold `file` (no-op for a bare file name). */
 int util_make_parent_dirs(const char *file, KvErr *err);
+
+/* Whether `file` (which does not exist yet) can be created with its missing directories: its nearest existing
+ * ancestor is a directory in which this process can create a file (tried with a temporary file, removed at once:
+ * permissions alone do not say it for root or on /proc and read-only mounts). On failure err says
+ * "cannot create FILE (DIR is not a writable directory)", with the reason where the file could not be made. */
+int util_check_creatable(const char *file, KvErr *err);
+
+/* Bytes with the binary unit that keeps the number at least 1: "512 B", "512.00 KiB", "1.50 MiB", "8.00 GiB". */
+void util_format_bytes(double bytes, char *out, size_t size);
+
+/* text with its control characters and backslashes written as C escapes (\n, \t, \r, \\, \xNN), so a name
+ * read from a file prints on one line of a log; cut to fit size. */
+void util_escape_text(const char *text, char *out, size_t size);
 
 /* FNV-1a 64-bit hash of a string (config hashes, shard assignment: the same on every machine). */
 unsigned long long util_hash64(const char *text);

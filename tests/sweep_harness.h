@@ -101,7 +101,7 @@ static long long query_int(const char *db_path, const char *sql) {
 }
 
 /* The one-column rows of a query, one per line (malloc'd), for comparing whole databases. */
-static char *dump_query(const char *db_path, const char *sql) {
+static inline char *dump_query(const char *db_path, const char *sql) {
     sqlite3 *db;
     sqlite3_stmt *st;
     size_t cap = 1 << 16, n = 0;

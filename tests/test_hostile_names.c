@@ -60,7 +60,7 @@ static void fill_db(const char *path) {
     KvErr err;
     Store *s;
     long long run;
-    StoreRun info = {"t", "{}", "h", "rev", hostile[0], "m.gguf", "x", "m.gguf", "cpu", "host", NULL};
+    StoreRun info = {"t", "{}", "h", "rev", hostile[0], "m.gguf", "x", "m.gguf", "cpu", "host", NULL, 0};
     if (store_open(&s, path, 0, &err) || store_begin_run(s, &info, &run, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);

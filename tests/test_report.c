@@ -191,7 +191,7 @@ static StoreResult failed(const char *policy, const char *budget, double keep, c
 
 static void open_db(const char *path, Store **s, long long *run) {
     KvErr err;
-    StoreRun info = {"t", "{}", "h", "rev", "m", "m.gguf", "x", "m.gguf", "cpu", "host", NULL};
+    StoreRun info = {"t", "{}", "h", "rev", "m", "m.gguf", "x", "m.gguf", "cpu", "host", NULL, 0};
     if (store_open(s, path, 0, &err) || store_begin_run(*s, &info, run, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
@@ -785,7 +785,7 @@ static void fill_model(const char *path, const char *model, double full, double 
     KvErr err;
     char model_id[64];
     snprintf(model_id, sizeof model_id, "fp=%s", model);
-    StoreRun info = {"t", "{}", "h", "rev", model, "m.gguf", model_id, "m.gguf", "cpu", "host", NULL};
+    StoreRun info = {"t", "{}", "h", "rev", model, "m.gguf", model_id, "m.gguf", "cpu", "host", NULL, 0};
     if (store_open(&s, path, 0, &err) || store_begin_run(s, &info, &run, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
@@ -870,7 +870,7 @@ static void test_provenance(TestCounts *tc) {
     Store *s = NULL;
     long long run = 0;
     StoreRun one = {"paper_ruler", "{}", "h", "51029b1", "Llama", "l.gguf", "fp=1,bytes=2", "l.gguf", "cpu", "host",
-                    NULL};
+                    NULL, 0};
     StoreResult r[] = {row("full", "mean", "full", 1, 1.0), row("snapkv", "mean", "20%", 0.2, 1.0)};
     CHECK(tc, store_open(&s, db, 0, &err) == 0 && store_begin_run(s, &one, &run, &err) == 0, "%s", err.msg);
     StoreSample m = {"Llama", "cq=0", "ruler:vt:0", "ruler", "vt", "retrieval", "string_match_all", 0, -1, 4096, 4000,

@@ -3,7 +3,8 @@
  * disk (simulated with max_page_count), a read-only connection, a path that cannot be created, a foreign file.
  * Identity: failed rows are retried and replaced, rows written are counted, samples of another model or data
  * identity are refused (write and merge); a damaged b-tree is refused at open with nothing written; a
- * read-only open writes nothing (no -wal / -shm) and works in a directory the process cannot write to. */
+ * read-only open writes nothing (no -wal / -shm) and works in a directory the process cannot write to.
+ * runs.sample_limit: recorded, and absent from a database of an earlier build (read, merged, added on write). */
 #include <fcntl.h>
 #include <pwd.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 
 static char dir[64];
 
-static const StoreRun RUN = {"t", "{}", "abc", "rev", "m", "models/m.gguf", "00", "models/m.gguf", "cpu", "host", NULL};
+static const StoreRun RUN = {"t", "{}", "abc", "rev", "m", "models/m.gguf", "00", "models/m.gguf", "cpu", "host", NULL, 0};
 
 static StoreSample sample(const char *key, const char *task, const char *domain) {
     StoreSample m = {"m", "cq=0", key, "ruler", task, domain, "string_match_all", 0, -1, 4096, 3000, 40,
@@ -587,6 +588,40 @@ static void test_read_only(TestCounts *tc) {
     chmod(ro_dir, 0755);
 }
 
+/* runs.sample_limit (--limit) is recorded; a database written before the column existed is read without it
+ * (read-only, and as a merge input, its runs' limit NULL) and gains it when opened for writing. */
+static void test_sample_limit(TestCounts *tc) {
+    char old[128], out[128];
+    Store *s = NULL;
+    KvErr err = {{0}};
+    long long run;
+    snprintf(old, sizeof old, "%s/before_limit.db", dir);
+    snprintf(out, sizeof out, "%s/after_limit.db", dir);
+    StoreRun limited = RUN;
+    limited.sample_limit = 3;
+    StoreSample m = sample("ruler:vt:0", "vt", "tracing");
+    StoreResult r[] = {result("snapkv", "20%", 1.0, NULL)};
+    CHECK(tc, store_open(&s, old, 0, &err) == 0 && store_begin_run(s, &limited, &run, &err) == 0 &&
+                  store_write_sample(s, run, &m, r, 1, &err) == 0,
+          "limited run: %s", err.msg);
+    CHECK(tc, s && count(s, "SELECT sample_limit FROM runs") == 3, "sample_limit recorded");
+    /* as an earlier build wrote it */
+    CHECK(tc, s && sqlite3_exec(store_handle(s), "ALTER TABLE runs DROP COLUMN sample_limit", NULL, NULL, NULL) ==
+                       SQLITE_OK, "drop the column");
+    store_close(s);
+    CHECK(tc, store_open(&s, old, 1, &err) == 0, "read-only open of a database without sample_limit: %s", err.msg);
+    store_close(s);
+    const char *inputs[] = {old};
+    CHECK(tc, store_merge_into(out, inputs, 1, &err) == 0 && store_open(&s, out, 1, &err) == 0 &&
+                  count(s, "SELECT count(*) FROM runs WHERE sample_limit IS NULL") == 1,
+          "merge of a database without sample_limit: %s", err.msg);
+    store_close(s);
+    CHECK(tc, store_open(&s, old, 0, &err) == 0 &&
+                  count(s, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'sample_limit'") == 1,
+          "a writable open adds sample_limit: %s", err.msg);
+    store_close(s);
+}
+
 int main(void) {
     TestCounts tc = {"test_store", 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_store_XXXXXX");
@@ -602,6 +637,7 @@ int main(void) {
     test_damage(&tc);
     test_read_only(&tc);
     test_foreign_rows(&tc);
+    test_sample_limit(&tc);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);

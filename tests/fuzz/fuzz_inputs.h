@@ -172,7 +172,7 @@ static int fuzz_base_db(char *path, size_t path_n) {
     Store *s;
     KvErr err = {{0}};
     long long run;
-    StoreRun r = {"t", "{}", "abc", "rev", "m", "m.gguf", "fp=aa", "m.gguf", "cpu", "host", "0/2"};
+    StoreRun r = {"t", "{}", "abc", "rev", "m", "m.gguf", "fp=aa", "m.gguf", "cpu", "host", "0/2", 0};
     if (store_open(&s, path, 0, &err) || store_begin_run(s, &r, &run, &err)) return -1;
     StoreVariantKey keys[] = {{"snapkv", "mean", "w=32,k=5", "20%"}, {"defensivekv", "max+prior", "w=32", "20%"},
                               {"full", "mean", "", "100%"}};
