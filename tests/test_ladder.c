@@ -9,15 +9,19 @@
  *    layer-defensivekv with the global allocation), and defensivekv given Ada-CriticalKV's keeps what criticalkv
  *    keeps, entry for entry.
  * 3. The protected counts (policy_protected_kept) against what each allocation protects by definition.
- * 4. Parameters: canonical params text, config keys, and bad values named by file, policy and parameter. */
+ * 4. Parameters: canonical params text, config keys, and bad values named by file, policy and parameter.
+ * 5. Table protected_sets (runs/protected.h) and the report's forced-share summary on hand-derived counts. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../engine/observation.h"
 #include "../policies/policy_internal.h"
+#include "../report/report_internal.h"
 #include "../runs/config.h"
+#include "../runs/protected.h"
 #include "test.h"
 
 #define DATA "tests/data/ladder"
@@ -348,6 +352,62 @@ static void test_config(TestCounts *tc) {
     }
 }
 
+/* Two samples of one variant, 2 layers x 2 kv-heads:
+ *   sample 1: protected 2 0 | 4 4 of kept 4 4 | 8 8: model share 10/24 = .416667, head share (.5+0+.5+.5)/4 = .375,
+ *             layer shares 2/8 and 8/16, largest .5;
+ *   sample 2: protected 1 1 | 1 1 of kept 2 2 | 2 2: .5 each.
+ * Means over the 2 samples: .458333, .4375, .5. A second write of sample 1 changes nothing. */
+static void test_forced_share(TestCounts *tc) {
+    char dir[] = "/tmp/kvbench_ladder_XXXXXX", path[128], text[4096];
+    if (!mkdtemp(dir)) {
+        CHECK(tc, 0, "mkdtemp");
+        return;
+    }
+    snprintf(path, sizeof path, "%s/r.db", dir);
+    Store *s = NULL;
+    KvErr err;
+    long long run = 0;
+    const StoreRun r = {"t", "{}", "abc", "rev", "m", "m.gguf", "00", "m.gguf", "cpu", "host", NULL};
+    StoreResult row = {.key = {"criticalkv", "max+prior", "w=32,k=5,forced=mass", "20%"}, .keep_fraction = 0.2,
+                       .prediction = "a", .score = 1};
+    const int prot1[] = {2, 0, 4, 4}, kept1[] = {4, 4, 8, 8}, prot2[] = {1, 1, 1, 1}, kept2[] = {2, 2, 2, 2};
+    int ok = !store_open(&s, path, 0, &err) && !store_begin_run(s, &r, &run, &err);
+    for (int i = 0; ok && i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "ruler:vt:%d", i % 2);
+        StoreSample m = {"m", "cq=0", key, "ruler", "vt", "tracing", "string_match_all", i % 2, -1, 4096, 3000, 40,
+                         "[\"a\"]", NULL, "fp=aa", "seed=42", 0};
+        ProtectedSet set = {row.key, 2, 2, i % 2 ? prot2 : prot1, i % 2 ? kept2 : kept1};
+        ok = !store_write_sample(s, run, &m, &row, 1, &err) && !protected_write(s, "m", "cq=0", key, &set, 1, &err);
+    }
+    CHECK(tc, ok, "protected sets written: %s", err.msg);
+    snprintf(path, sizeof path, "%s/forced_share.csv", dir);
+    ok = ok && !report_forced_share(store_handle(s), dir, NULL, &err);
+    CHECK(tc, ok, "forced share: %s", err.msg);
+    char *csv = ok ? kv_read_file(path, NULL, &err) : NULL;
+    snprintf(text, sizeof text, "%s", csv ? csv : "");
+    CHECK(tc, strstr(text, "\"m\",\"20%\",\"criticalkv\",\"max+prior\",\"w=32,k=5,forced=mass\",2,0.458333,0.437500,"
+                           "0.500000\n") != NULL,
+          "forced_share.csv:\n%s", text);
+    free(csv);
+    remove(path);
+    snprintf(path, sizeof path, "%s/forced_share.md", dir);
+    remove(path);
+    store_close(s);
+    /* a database without the table shows nothing */
+    snprintf(path, sizeof path, "%s/empty.db", dir);
+    ok = !store_open(&s, path, 0, &err) && !report_forced_share(store_handle(s), dir, NULL, &err);
+    snprintf(path, sizeof path, "%s/forced_share.md", dir);
+    CHECK(tc, ok && access(path, F_OK) != 0, "no table, no summary: %s", err.msg);
+    store_close(s);
+    const char *const files[] = {"r.db", "r.db-wal", "r.db-shm", "empty.db", "empty.db-wal", "empty.db-shm"};
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        remove(path);
+    }
+    rmdir(dir);
+}
+
 int main(void) {
     TestCounts tc = {"ladder", 0, 0};
     Ref r;
@@ -362,5 +422,6 @@ int main(void) {
     ref_close(&r);
     test_params(&tc);
     test_config(&tc);
+    test_forced_share(&tc);
     return test_finish(&tc);
 }
