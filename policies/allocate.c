@@ -194,7 +194,7 @@ static int ladder_layer(const PolicyConfig *cfg, const LayerScores *ls, int K, i
         int n_safe = lp->safeguard ? (int)(n * lc.alpha_safeguard) : 0;
         int n_top = lp->forced == LADDER_FORCED_TOPK ? (int)(n * lc.first_stage_ratio) : 0;
         int m = n_safe > n_top ? n_safe : n_top;
-        for (int k = 0; k < K; k++) {
+        for (int k = 0; m > 0 && k < K; k++) { /* base is kept only when m > 0 (ladder_needs_base) */
             if (topk_stable(ls->base + (size_t)k * L, L, m, idx, err)) return -1;
             for (int t = 0; t < m; t++) {
                 out[(size_t)k * L + idx[t]] = ls->layer_max;

@@ -39,7 +39,8 @@ static int add_sample(sqlite3_stmt *st, Group *g) {
     long long layers = sqlite3_column_int64(st, Q_LAYERS), heads = sqlite3_column_int64(st, Q_HEADS);
     const unsigned char *prot = sqlite3_column_blob(st, Q_PROTECTED), *kept = sqlite3_column_blob(st, Q_KEPT);
     if (layers < 1 || heads < 1 || layers * heads > (1 << 24) ||
-        sqlite3_column_bytes(st, Q_PROTECTED) != 4 * layers * heads || sqlite3_column_bytes(st, Q_KEPT) != 4 * layers * heads)
+        sqlite3_column_bytes(st, Q_PROTECTED) != 4 * layers * heads ||
+        sqlite3_column_bytes(st, Q_KEPT) != 4 * layers * heads)
         return -1;
     double all_prot = 0, all_kept = 0, head_share = 0, layer_max = 0;
     int n_heads = 0;
@@ -116,8 +117,9 @@ int report_forced_share(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err)
         }
         if (!failed && add_sample(st, &g)) {
             failed = 1;
-            kv_fail(err, "protected_sets: a row of %s %s holds counts of another shape than %lld x %lld", col(st, Q_POLICY),
-                    col(st, Q_PARAMS), sqlite3_column_int64(st, Q_LAYERS), sqlite3_column_int64(st, Q_HEADS));
+            kv_fail(err, "protected_sets: a row of %s %s holds counts of another shape than %lld x %lld",
+                    col(st, Q_POLICY), col(st, Q_PARAMS), sqlite3_column_int64(st, Q_LAYERS),
+                    sqlite3_column_int64(st, Q_HEADS));
         }
     }
     if (!failed && rc != SQLITE_DONE) failed = kv_fail(err, "protected_sets: %s", sqlite3_errmsg(db)) != 0;

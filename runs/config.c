@@ -395,9 +395,10 @@ static int apply_ladder(const Ctx *c, const cJSON *p, const char *where, PolicyC
         if (!v) continue;
         char at[256];
         path_join(at, sizeof at, where, LADDER_PARAMS[i]);
-        const char *text = cJSON_IsString(v) ? v->valuestring
-                           : cJSON_IsBool(v) && !strcmp(LADDER_PARAMS[i], "safeguard") ? (cJSON_IsTrue(v) ? "on" : "off")
-                                                                                      : NULL;
+        int safeguard = !strcmp(LADDER_PARAMS[i], "safeguard");
+        const char *text = cJSON_IsString(v)                ? v->valuestring
+                           : cJSON_IsBool(v) && safeguard ? (cJSON_IsTrue(v) ? "on" : "off")
+                                                          : NULL;
         if (!text) return bad(c, at, "expected a string (the safeguard: true or false)");
         KvErr why = {{0}};
         if (policy_set_param(pc, LADDER_PARAMS[i], text, &why)) return bad(c, at, why.msg);

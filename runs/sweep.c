@@ -639,13 +639,13 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     char *answers = built ? answers_json(&s) : NULL;
     StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, n_ctx, n_q, answers);
     ss.over_length = over_length;
+    const int n_layers = sw->model->cfg.n_layers, n_kv_heads = sw->model->cfg.n_kv_heads;
     ProtectedSet *sets = kv_calloc((size_t)n + 1, sizeof *sets, err);
     int n_sets = 0;
     for (int i = 0; sets && i < n; i++)
         if (!runs[i].failed && runs[i].protected_counts)
-            sets[n_sets++] = (ProtectedSet){rows[i].key, sw->model->cfg.n_layers, sw->model->cfg.n_kv_heads,
-                                            runs[i].protected_counts,
-                                            runs[i].protected_counts + sw->model->cfg.n_layers * sw->model->cfg.n_kv_heads};
+            sets[n_sets++] = (ProtectedSet){rows[i].key, n_layers, n_kv_heads, runs[i].protected_counts,
+                                            runs[i].protected_counts + n_layers * n_kv_heads};
     if (!sets || begin_run(sw, err) || store_write_sample(sw->store, sw->run_id, &ss, rows, n, err) ||
         protected_write(sw->store, ss.model, ss.setup, ss.sample_key, sets, n_sets, err))
         rc = -1;
