@@ -14,6 +14,7 @@
 #include "config.h"
 #include "datacheck.h"
 #include "memplan.h"
+#include "protected.h"
 #include "store.h"
 #include "sweep.h"
 
@@ -234,7 +235,8 @@ int cmd_merge(int argc, char **argv) {
         return 2;
     }
     KvErr err = {{0}};
-    int rc = store_merge_into(argv[0], (const char *const *)argv + 1, argc - 1, &err);
+    int rc = store_merge_into(argv[0], (const char *const *)argv + 1, argc - 1, &err) ||
+             protected_merge(argv[0], (const char *const *)argv + 1, argc - 1, &err);
     if (rc) fprintf(stderr, "kvbench merge: %s\n", err.msg);
     else fprintf(stderr, "kvbench merge: merged %d database%s into %s\n", argc - 1, argc > 2 ? "s" : "", argv[0]);
     return rc ? 1 : 0;

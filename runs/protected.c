@@ -3,6 +3,7 @@
 #include "protected.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,5 +79,60 @@ done:
     if (rc) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_finalize(st);
     free(blob);
+    return rc;
+}
+
+/* A read-only SQLite URI for path: file:, the path percent-encoded where a URI would read it otherwise. */
+static void read_only_uri(const char *path, char *out, size_t n) {
+    size_t used = (size_t)snprintf(out, n, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p && used + 4 < n; p++) {
+        int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                    strchr("/._-", *p);
+        used += (size_t)snprintf(out + used, n - used, plain ? "%c" : "%%%02X", *p);
+    }
+    snprintf(out + used, n - used, "?mode=ro");
+}
+
+int protected_merge(const char *out_path, const char *const *src_paths, int n, KvErr *err) {
+    Store *s = NULL;
+    if (store_open(&s, out_path, 0, err)) return -1;
+    sqlite3 *db = store_handle(s);
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        char uri[4200];
+        sqlite3_stmt *st = NULL;
+        read_only_uri(src_paths[i], uri, sizeof uri);
+        if (sqlite3_prepare_v2(db, "ATTACH DATABASE ? AS psrc", -1, &st, NULL) != SQLITE_OK) {
+            rc = db_fail(s, err, "attaching a source of protected sets");
+            break;
+        }
+        sqlite3_bind_text(st, 1, uri, -1, SQLITE_STATIC);
+        int step = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (step != SQLITE_DONE) {
+            rc = kv_fail(err, "%s: cannot attach to copy its protected sets: %s", src_paths[i], sqlite3_errmsg(db));
+            break;
+        }
+        int has = 0;
+        if (sqlite3_prepare_v2(db, "SELECT 1 FROM psrc.sqlite_schema WHERE name = 'protected_sets'", -1, &st, NULL) ==
+            SQLITE_OK)
+            has = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+        if (has && (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
+                    sqlite3_exec(db, TABLE, NULL, NULL, NULL) != SQLITE_OK ||
+                    sqlite3_exec(db,
+                                 "INSERT OR IGNORE INTO main.protected_sets(sample_id, policy, aggregation, params, "
+                                 "budget, n_layers, n_kv_heads, protected, kept) SELECT m.id, p.policy, p.aggregation, "
+                                 "p.params, p.budget, p.n_layers, p.n_kv_heads, p.protected, p.kept FROM "
+                                 "psrc.protected_sets p JOIN psrc.samples x ON x.id = p.sample_id JOIN main.samples m "
+                                 "ON m.model = x.model AND m.setup = x.setup AND m.sample_key = x.sample_key",
+                                 NULL, NULL, NULL) != SQLITE_OK ||
+                    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)) {
+            rc = kv_fail(err, "%s: copying its protected sets: %s", src_paths[i], sqlite3_errmsg(db));
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        }
+        sqlite3_exec(db, "DETACH DATABASE psrc", NULL, NULL, NULL);
+    }
+    store_close(s);
     return rc;
 }

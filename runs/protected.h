@@ -6,8 +6,8 @@
  *
  * The table lives outside the results schema (runs/store.c): it is created on the first write, a database
  * without it reads as having no such rows, and its rows are written in their own transaction right after the
- * sample's results (a run killed between the two leaves that sample without them; `kvbench merge` does not
- * copy them). Shape legend: N layers, K kv-heads. */
+ * sample's results (a run killed between the two leaves that sample without them); `kvbench merge` copies
+ * them after the results (protected_merge). Shape legend: N layers, K kv-heads. */
 #ifndef KVBENCH_RUNS_PROTECTED_H
 #define KVBENCH_RUNS_PROTECTED_H
 
@@ -20,6 +20,11 @@ typedef struct {
     const int *protected_counts;  /* [N][K] */
     const int *kept_counts;       /* [N][K] */
 } ProtectedSet;
+
+/* Copies the protected sets of the databases src_paths[n] into out_path, for the samples out_path holds (run
+ * after store_merge_into, which copies the samples and results); sets already there are left as they are, and a
+ * source without the table adds nothing. */
+int protected_merge(const char *out_path, const char *const *src_paths, int n, KvErr *err);
 
 /* Writes the sets of sample (model, setup, sample_key), already written by store_write_sample, in one
  * transaction; sets already there are left as they are. */

@@ -390,18 +390,32 @@ static void test_forced_share(TestCounts *tc) {
                            "0.500000\n") != NULL,
           "forced_share.csv:\n%s", text);
     free(csv);
+    store_close(s);
+    remove(path);
+    /* kvbench merge copies them with the samples: the merged database gives the same summary */
+    char src[128], merged[128];
+    snprintf(src, sizeof src, "%s/r.db", dir);
+    snprintf(merged, sizeof merged, "%s/m.db", dir);
+    const char *srcs[] = {src};
+    ok = !store_merge_into(merged, srcs, 1, &err) && !protected_merge(merged, srcs, 1, &err) &&
+         !protected_merge(merged, srcs, 1, &err) && !store_open(&s, merged, 1, &err) &&
+         !report_forced_share(store_handle(s), dir, NULL, &err);
+    char *again = ok ? kv_read_file(path, NULL, &err) : NULL;
+    CHECK(tc, ok && again && !strcmp(again, text), "merged: %s", ok ? again : err.msg);
+    free(again);
+    if (ok) store_close(s);
     remove(path);
     snprintf(path, sizeof path, "%s/forced_share.md", dir);
     remove(path);
-    store_close(s);
     /* a database without the table shows nothing */
     snprintf(path, sizeof path, "%s/empty.db", dir);
     ok = !store_open(&s, path, 0, &err) && !report_forced_share(store_handle(s), dir, NULL, &err);
     snprintf(path, sizeof path, "%s/forced_share.md", dir);
     CHECK(tc, ok && access(path, F_OK) != 0, "no table, no summary: %s", err.msg);
     store_close(s);
-    const char *const files[] = {"r.db", "r.db-wal", "r.db-shm", "empty.db", "empty.db-wal", "empty.db-shm"};
-    for (int i = 0; i < 6; i++) {
+    const char *const files[] = {"r.db", "r.db-wal", "r.db-shm", "empty.db", "empty.db-wal", "empty.db-shm",
+                                 "m.db", "m.db-wal", "m.db-shm"};
+    for (int i = 0; i < 9; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         remove(path);
     }
