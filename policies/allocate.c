@@ -134,15 +134,28 @@ int defensive_forced_count(const LayerScores *ls, int k, int prefix_len, int win
     return prefix_len + n > 0 ? prefix_len + n : 0;  /* sorted[:n] with n < 0 drops the last |n| */
 }
 
-void defensive_layer_scores(const LayerScores *ls, int K, int L, int w, double f, float *out) {
+/* defensive_layer_scores, also marking what it raised to M in prot[K][L] (when not NULL). */
+static void defensive_marked(const LayerScores *ls, int K, int L, int w, double f, float *out, unsigned char *prot) {
     const int P = L - w;
     for (int k = 0; k < K; k++) {
         float *row = out + (size_t)k * L;
-        memcpy(row, ls->score + (size_t)k * P, sizeof(float) * (size_t)P);
-        int n = defensive_forced_count(ls, k, P, w, f);
-        for (int t = 0; t < n; t++) row[ls->mass_order[(size_t)k * P + t]] = ls->layer_max;
-        for (int j = P; j < L; j++) row[j] = ls->layer_max;
+        unsigned char *pr = prot ? prot + (size_t)k * L : NULL;
+        memcpy(row, ls->score + (size_t)k * L, sizeof(float) * (size_t)P);
+        int n = ls->n_mass ? defensive_forced_count(ls, k, P, w, f) : 0;
+        for (int t = 0; t < n; t++) {
+            int j = ls->mass_order[(size_t)k * P + t];
+            row[j] = ls->layer_max;
+            if (pr) pr[j] = 1;
+        }
+        for (int j = P; j < L; j++) {
+            row[j] = ls->layer_max;
+            if (pr) pr[j] = 1;
+        }
     }
+}
+
+void defensive_layer_scores(const LayerScores *ls, int K, int L, int w, double f, float *out) {
+    defensive_marked(ls, K, L, w, f, out, NULL);
 }
 
 /* AdaKV's per-layer part (§2.3): safeguard the top n_safe of each head with BIG in s (in place), then the
@@ -163,15 +176,54 @@ static int adaptive_layer(float *s, int K, int L, int n, double alpha, int *idx,
     return 0;
 }
 
-/* Ada-CriticalKV's two stages within head k (§2.5 steps 3-4): s is the safeguarded score row. */
-static int critical_head(float *s, const float *nu, int L, int budget, const PolicyRow *row, int *idx,
-                         unsigned char *keep, KvErr *err) {
-    int b1 = (int)(budget * row->first_stage_ratio);
-    if (topk_stable(s, L, b1, idx, err)) return -1;
-    for (int t = 0; t < b1; t++) s[idx[t]] = FLT_MAX;
-    const float eps = (float)row->epsilon;
-    for (int j = 0; j < L; j++) s[j] = (s[j] + eps) * nu[j];  /* BIG * nu may overflow to inf: still on top */
-    return mark_top(s, L, budget, idx, keep, err);
+/* One layer of a value-weighted policy at keep fraction f (docs/ladder.md): out[K][L] the scores its top-k
+ * ranks, prot[K][L] (zeroed by the caller, or NULL) its protected entries. Head allocation (Ada-CriticalKV
+ * §2.5): the safeguarded base score gives AdaKV's head budgets head_budgets[K], then each head's forced set
+ * (top first_stage_ratio of its budget by that score, or DefensiveKV's mass set) goes to FLT_MAX above the
+ * value-weighted score; the window is an entry like any other at its padded score. Layer and global
+ * allocation (§2.7 Step E): the value-weighted score with the window and the forced set at the layer max M,
+ * and the safeguard and the top-k forced set (each head's top int(n*alpha) and int(n*ratio) by the base score)
+ * at M too. work and idx have room for K*L. */
+static int ladder_layer(const PolicyConfig *cfg, const LayerScores *ls, int K, int L, double f, float *out,
+                        unsigned char *prot, int *head_budgets, float *work, int *idx, KvErr *err) {
+    const LadderParams *lp = &cfg->ladder;
+    const LadderConstants lc = ladder_constants();
+    const int w = cfg->window, P = L - w, n = (int)(L * f);
+    if (lp->allocation != LADDER_ALLOC_HEAD) {
+        defensive_marked(ls, K, L, w, f, out, prot);
+        int n_safe = lp->safeguard ? (int)(n * lc.alpha_safeguard) : 0;
+        int n_top = lp->forced == LADDER_FORCED_TOPK ? (int)(n * lc.first_stage_ratio) : 0;
+        int m = n_safe > n_top ? n_safe : n_top;
+        for (int k = 0; m > 0 && k < K; k++) { /* base is kept only when m > 0 (ladder_needs_base) */
+            if (topk_stable(ls->base + (size_t)k * L, L, m, idx, err)) return -1;
+            for (int t = 0; t < m; t++) {
+                out[(size_t)k * L + idx[t]] = ls->layer_max;
+                if (prot) prot[(size_t)k * L + idx[t]] = 1;
+            }
+        }
+        return 0;
+    }
+    memcpy(work, ls->base, sizeof(float) * (size_t)K * L);
+    if (adaptive_layer(work, K, L, n, lp->safeguard ? lc.alpha_safeguard : 0.0, idx, NULL, head_budgets, err))
+        return -1;
+    for (int k = 0; k < K; k++) {
+        float *s = work + (size_t)k * L;
+        if (lp->forced == LADDER_FORCED_TOPK) {
+            int b1 = (int)(head_budgets[k] * lc.first_stage_ratio);
+            if (topk_stable(s, L, b1, idx, err)) return -1;
+            for (int t = 0; t < b1; t++) s[idx[t]] = FLT_MAX;
+        } else if (lp->forced == LADDER_FORCED_MASS) {
+            int n1 = defensive_forced_count(ls, k, P, w, f);
+            for (int t = 0; t < n1; t++) s[ls->mass_order[(size_t)k * P + t]] = FLT_MAX;
+        }
+        /* The reference's stage 2 ranks (BIG + eps) * nu here, which stays above every unprotected score */
+        for (int j = 0; j < L; j++) {
+            int is_prot = s[j] == FLT_MAX;
+            out[(size_t)k * L + j] = is_prot ? FLT_MAX : ls->score[(size_t)k * L + j];
+            if (prot) prot[(size_t)k * L + j] = (unsigned char)is_prot;
+        }
+    }
+    return 0;
 }
 
 /* CAKE's prefix budget per layer (§2.6 step 3): T = int((L*f - w)*N) split by the layer preferences. */
@@ -210,9 +262,12 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
     const size_t layer_size = (size_t)K * L;
     if (row->allocation == ALLOC_ALL) return keepset_full(out, N, K, L, err);
     unsigned char *keep = kv_calloc((size_t)N * layer_size, 1, err);
-    size_t work_size = row->allocation == ALLOC_GLOBAL ? (size_t)N * layer_size : layer_size;
+    size_t work_size = cfg->ladder.allocation == LADDER_ALLOC_GLOBAL ? (size_t)N * layer_size : layer_size;
     float *work = keep ? kv_malloc(sizeof(float) * work_size, err) : NULL;
-    int *idx = work ? kv_malloc(sizeof(int) * work_size, err) : NULL;
+    float *head_work = work && cfg->ladder.allocation == LADDER_ALLOC_HEAD
+                           ? kv_malloc(sizeof(float) * layer_size, err) : NULL;
+    int *idx = work && (head_work || cfg->ladder.allocation != LADDER_ALLOC_HEAD)
+                   ? kv_malloc(sizeof(int) * work_size, err) : NULL;
     int *head_budgets = idx ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
     int *cake_budgets = head_budgets ? kv_malloc(sizeof(int) * (size_t)N, err) : NULL;
     int rc = cake_budgets ? 0 : -1;
@@ -235,13 +290,8 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
             }
             break;
         case ALLOC_ADAPTIVE:
-        case ALLOC_CRITICAL:
             memcpy(work, ls->score, sizeof(float) * layer_size);
-            rc = adaptive_layer(work, K, L, n, row->alpha_safeguard, idx,
-                                row->allocation == ALLOC_ADAPTIVE ? lk : NULL, head_budgets, err);
-            for (int k = 0; !rc && row->allocation == ALLOC_CRITICAL && k < K; k++)
-                rc = critical_head(work + (size_t)k * L, ls->value_norm + (size_t)k * L, L, head_budgets[k], row,
-                                   idx, lk + (size_t)k * L, err);
+            rc = adaptive_layer(work, K, L, n, row->alpha_safeguard, idx, lk, head_budgets, err);
             break;
         case ALLOC_CAKE:
             for (int k = 0; !rc && k < K; k++) {
@@ -249,14 +299,19 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
                 for (int j = P; j < L; j++) lk[(size_t)k * L + j] = 1;
             }
             break;
+        case ALLOC_CRITICAL:
         case ALLOC_LAYER:
-            defensive_layer_scores(ls, K, L, w, f, work);
-            rc = mark_top(work, K * L, (int)(L * f * K), idx, lk, err);
+        case ALLOC_GLOBAL: {
+            const LadderAllocation a = cfg->ladder.allocation;
+            float *lw = work + (a == LADDER_ALLOC_GLOBAL ? (size_t)l * layer_size : 0);
+            rc = ladder_layer(cfg, ls, K, L, f, lw, NULL, head_budgets, head_work, idx, err);
+            for (int k = 0; !rc && a == LADDER_ALLOC_HEAD && k < K; k++)
+                rc = mark_top(lw + (size_t)k * L, L, head_budgets[k], idx, lk + (size_t)k * L, err);
+            if (!rc && a == LADDER_ALLOC_LAYER) rc = mark_top(lw, K * L, (int)(L * f * K), idx, lk, err);
+            if (!rc && a == LADDER_ALLOC_GLOBAL && l == N - 1)
+                rc = mark_top(work, N * K * L, (int)(L * f * K * N), idx, keep, err);
             break;
-        case ALLOC_GLOBAL:
-            defensive_layer_scores(ls, K, L, w, f, work + (size_t)l * layer_size);
-            if (l == N - 1) rc = mark_top(work, N * K * L, (int)(L * f * K * N), idx, keep, err);
-            break;
+        }
         case ALLOC_ALL: break;
         case ALLOC_DUO: break; /* policy_select hands DuoAttention to duo_keepset */
         }
@@ -264,8 +319,35 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
     if (!rc) rc = keepset_from_mask(keep, N, K, L, out, err);
     free(keep);
     free(work);
+    free(head_work);
     free(idx);
     free(head_budgets);
     free(cake_budgets);
+    return rc;
+}
+
+int ladder_protected_counts(const PolicyConfig *cfg, const LayerScores *layers, int N, int K, int L, double f,
+                            const KeepSet *ks, int *protected_counts, KvErr *err) {
+    const size_t layer_size = (size_t)K * L;
+    float *out = kv_malloc(sizeof(float) * layer_size, err);
+    float *work = out ? kv_malloc(sizeof(float) * layer_size, err) : NULL;
+    int *idx = work ? kv_malloc(sizeof(int) * layer_size, err) : NULL;
+    int *head_budgets = idx ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
+    unsigned char *prot = head_budgets ? kv_malloc(layer_size, err) : NULL;
+    int rc = prot ? 0 : -1;
+    for (int l = 0; !rc && l < N; l++) {
+        memset(prot, 0, layer_size);
+        rc = ladder_layer(cfg, &layers[l], K, L, f, out, prot, head_budgets, work, idx, err);
+        for (int k = 0; !rc && k < K; k++) {
+            const int s = l * K + k, *pos = ks->positions + ks->offsets[s];
+            protected_counts[s] = 0;
+            for (int i = 0; i < ks->counts[s]; i++) protected_counts[s] += prot[(size_t)k * L + pos[i]];
+        }
+    }
+    free(out);
+    free(work);
+    free(idx);
+    free(head_budgets);
+    free(prot);
     return rc;
 }

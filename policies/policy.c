@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,105 @@ const char *policy_names(void) {
     return names;
 }
 
+LadderConstants ladder_constants(void) {
+    const PolicyRow *critical = policy_row("criticalkv"), *defensive = policy_row("defensivekv");
+    return (LadderConstants){critical->alpha_safeguard, critical->first_stage_ratio, critical->epsilon,
+                             defensive->mass_threshold};
+}
+
+int ladder_needs_base(const LadderParams *lp) {
+    return lp->enabled && (lp->allocation == LADDER_ALLOC_HEAD || lp->safeguard || lp->forced == LADDER_FORCED_TOPK);
+}
+
+/* A value-weighted policy's own steps: Ada-CriticalKV's (its row allocates ALLOC_CRITICAL) or DefensiveKV's
+ * (ALLOC_LAYER, and ALLOC_GLOBAL for Layer-DefensiveKV); the group folds as the aggregation. Zero for the
+ * other policies. */
+static LadderParams ladder_defaults(const PolicyRow *row, Aggregation aggregation) {
+    if (!row->needs_value_norm) return (LadderParams){0};
+    LadderGroup group = aggregation == AGG_MEAN ? LADDER_GROUP_MEAN : LADDER_GROUP_MAX;
+    if (row->allocation == ALLOC_CRITICAL)
+        return (LadderParams){1, LADDER_POOL_WINDOW, group, LADDER_FORCED_TOPK, 1, LADDER_WEIGHT_CRITICAL,
+                              LADDER_ALLOC_HEAD};
+    return (LadderParams){1, LADDER_POOL_ROWS, group, LADDER_FORCED_MASS, 0, LADDER_WEIGHT_DEFENSIVE,
+                          row->allocation == ALLOC_GLOBAL ? LADDER_ALLOC_GLOBAL : LADDER_ALLOC_LAYER};
+}
+
+/* The ladder's parameters: key, the values in enum order (value i is enum value i + 1; the safeguard's
+ * off/on are 0/1), and where each lives in LadderParams. */
+static const struct {
+    const char *key;
+    const char *values[4];
+    size_t offset;
+} LADDER_KEYS[] = {
+    {"pooling", {"window", "rows"}, offsetof(LadderParams, pooling)},
+    {"group", {"mean", "max"}, offsetof(LadderParams, group)},
+    {"forced", {"topk", "mass", "none"}, offsetof(LadderParams, forced)},
+    {"safeguard", {"off", "on"}, offsetof(LadderParams, safeguard)},
+    {"weighting", {"critical", "defensive"}, offsetof(LadderParams, weighting)},
+    {"allocation", {"head", "layer", "global"}, offsetof(LadderParams, allocation)},
+};
+#define N_LADDER_KEYS (int)(sizeof LADDER_KEYS / sizeof LADDER_KEYS[0])
+
+/* Every field is an int-sized enum or int (the static asserts keep it so). */
+static int *ladder_field(LadderParams *lp, int key) { return (int *)((char *)lp + LADDER_KEYS[key].offset); }
+_Static_assert(sizeof(LadderPooling) == sizeof(int) && sizeof(LadderForced) == sizeof(int) &&
+                   sizeof(LadderAllocation) == sizeof(int), "ladder fields are ints");
+
+/* The text of value v of key (the safeguard counts from 0, the enums from 1). */
+static const char *ladder_value_name(int key, int v) {
+    int i = strcmp(LADDER_KEYS[key].key, "safeguard") ? v - 1 : v;
+    return i >= 0 && i < 4 ? LADDER_KEYS[key].values[i] : NULL;
+}
+
+int policy_set_param(PolicyConfig *cfg, const char *key, const char *value, KvErr *err) {
+    if (!cfg->ladder.enabled)
+        return kv_fail(err, "policy %s takes no parameter '%s' (only criticalkv, defensivekv and layer-defensivekv "
+                            "take the ladder's steps, docs/ladder.md)", cfg->name, key ? key : "");
+    for (int k = 0; key && k < N_LADDER_KEYS; k++) {
+        if (strcmp(key, LADDER_KEYS[k].key)) continue;
+        char known[64] = "";
+        for (int v = 0; v < 4 && LADDER_KEYS[k].values[v]; v++) {
+            int code = strcmp(key, "safeguard") ? v + 1 : v;
+            if (value && !strcmp(value, LADDER_KEYS[k].values[v])) {
+                *ladder_field(&cfg->ladder, k) = code;
+                return 0;
+            }
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", v ? ", " : "",
+                     LADDER_KEYS[k].values[v]);
+        }
+        return kv_fail(err, "policy %s: %s '%s' is not one of %s", cfg->name, key, value ? value : "", known);
+    }
+    return kv_fail(err, "policy %s: unknown parameter '%s' (known: pooling, group, forced, safeguard, weighting, "
+                        "allocation)", cfg->name, key ? key : "");
+}
+
+int policy_params_text(const PolicyConfig *cfg, char *out, size_t n) {
+    if (n) out[0] = 0;
+    const PolicyRow *row = policy_row(cfg->name);
+    if (!row || !cfg->ladder.enabled) return 0;
+    LadderParams own = ladder_defaults(row, cfg->aggregation), set = cfg->ladder;
+    size_t used = 0;
+    for (int k = 0; k < N_LADDER_KEYS; k++) {
+        int v = *ladder_field(&set, k);
+        if (v == *ladder_field(&own, k)) continue;
+        int wrote = snprintf(out + used, n - used, ",%s=%s", LADDER_KEYS[k].key, ladder_value_name(k, v));
+        if (wrote < 0 || (size_t)wrote >= n - used) return -1;
+        used += (size_t)wrote;
+    }
+    return 0;
+}
+
+static int ladders_equal(const LadderParams *a, const LadderParams *b) {
+    return a->enabled == b->enabled && a->pooling == b->pooling && a->group == b->group && a->forced == b->forced &&
+           a->safeguard == b->safeguard && a->weighting == b->weighting && a->allocation == b->allocation;
+}
+
+int policy_configs_equal(const PolicyConfig *a, const PolicyConfig *b) {
+    return !strcmp(a->name, b->name) && a->aggregation == b->aggregation && a->window == b->window &&
+           a->pool_kernel == b->pool_kernel && a->intended_window_bias == b->intended_window_bias &&
+           a->ties_by_unclamped == b->ties_by_unclamped && ladders_equal(&a->ladder, &b->ladder);
+}
+
 const char *aggregation_name(Aggregation a) {
     switch (a) {
     case AGG_MEAN: return "mean";
@@ -67,7 +167,7 @@ int policy_config(PolicyConfig *out, const char *name, const char *aggregation, 
     const PolicyRow *row = policy_row(name);
     if (!row) return kv_fail(err, "unknown policy '%s' (known: %s)", name ? name : "", policy_names());
     *out = (PolicyConfig){.name = row->name, .aggregation = row->default_aggregation, .window = DEFAULT_WINDOW,
-                          .pool_kernel = DEFAULT_POOL_KERNEL};
+                          .pool_kernel = DEFAULT_POOL_KERNEL, .ladder = ladder_defaults(row, row->default_aggregation)};
     if (!aggregation || !strcmp(aggregation, "default")) return 0;
     Aggregation a = !strcmp(aggregation, "mean") ? AGG_MEAN
                     : !strcmp(aggregation, "max") ? AGG_MAX
@@ -79,6 +179,7 @@ int policy_config(PolicyConfig *out, const char *name, const char *aggregation, 
         return kv_fail(err, "policy %s does not aggregate scores, so it takes no aggregation (got '%s')", row->name,
                        aggregation);
     out->aggregation = a;
+    out->ladder = ladder_defaults(row, a);
     return 0;
 }
 
@@ -212,9 +313,15 @@ static int check_observation(const PolicyState *st, const Observation *obs, KvEr
 int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
     if (check_observation(st, obs, err) || score_layer(st->row, &st->cfg, obs, &st->layers[st->observed], err))
         return -1;
-    layer_scores_trim(&st->layers[st->observed]);
+    layer_scores_trim(&st->layers[st->observed], &st->cfg);
     st->observed++;
     return 0;
+}
+
+/* Scores depend on every step but the allocation, and what a layer keeps on whether selection reads base. */
+static int ladders_score_equal(const LadderParams *a, const LadderParams *b) {
+    return a->enabled == b->enabled && a->pooling == b->pooling && a->group == b->group && a->forced == b->forced &&
+           a->weighting == b->weighting && ladder_needs_base(a) == ladder_needs_base(b);
 }
 
 static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const PolicyConfig *p, const PolicyConfig *q) {
@@ -223,7 +330,8 @@ static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const Policy
            x->needs_value_norm == y->needs_value_norm && x->gamma == y->gamma && x->tau1 == y->tau1 &&
            x->tau2 == y->tau2 && x->mass_threshold == y->mass_threshold && p->aggregation == q->aggregation &&
            p->window == q->window && p->pool_kernel == q->pool_kernel &&
-           p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped;
+           p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped &&
+           ladders_score_equal(&p->ladder, &q->ladder);
 }
 
 int policy_configs_score_equal(const PolicyConfig *a, const PolicyConfig *b) {
@@ -292,4 +400,20 @@ void policy_clamped_kept(const PolicyState *st, const KeepSet *ks, long long *cl
             for (int i = 0; i < ks->counts[l * K + k]; i++)
                 if (pos[i] >= 0 && pos[i] < P) *clamped_kept += st->layers[l].clamped[(size_t)k * P + pos[i]];
         }
+}
+
+int policy_protected_kept(const PolicyState *st, const Budget *b, const KeepSet *ks, int *protected_counts,
+                          KvErr *err) {
+    if (!st->cfg.ladder.enabled) return 1;
+    const int L = st->context_len;
+    double f = budget_keep_fraction(b, L);
+    if (ks->n_layers != st->n_layers || ks->n_kv_heads != st->n_kv_heads)
+        return kv_fail(err, "policy %s: a keep-set of %d x %d heads, the policy has %d x %d", st->row->name,
+                       ks->n_layers, ks->n_kv_heads, st->n_layers, st->n_kv_heads);
+    if (f >= 1.0) {
+        for (int s = 0; s < st->n_layers * st->n_kv_heads; s++) protected_counts[s] = 0;
+        return 0;
+    }
+    return ladder_protected_counts(&st->cfg, st->layers, st->n_layers, st->n_kv_heads, L, f, ks, protected_counts,
+                                   err);
 }

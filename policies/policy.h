@@ -18,6 +18,36 @@
  * it stays AGG_DEFAULT, named "none", for the policies that aggregate nothing (full, streamingllm). */
 typedef enum { AGG_DEFAULT = 0, AGG_MEAN = 1, AGG_MAX = 2, AGG_MAX_PRIOR = 3 } Aggregation;
 
+/* The steps from Ada-CriticalKV to DefensiveKV (docs/ladder.md), for the value-weighted policies only
+ * (criticalkv, defensivekv, layer-defensivekv); each policy's own setting of every step reproduces it.
+ *   pooling     window: the window statistic pooled once (CriticalKV, SnapKV scores); rows: each query row
+ *               pooled and its prefix mass restored (DefensiveKV Step A)
+ *   group       how the G query heads of a group fold: mean or max (by default as the aggregation: mean for
+ *               mean, max for max and max+prior)
+ *   forced      the entries kept whatever their value-weighted score: topk (CriticalKV stage 1, the top
+ *               first_stage_ratio of each head's budget by score), mass (DefensiveKV Step D, cumulative mass
+ *               of the unpooled mean attention), none
+ *   safeguard   the top alpha_safeguard of each head's average budget kept (AdaKV's per-head minimum)
+ *   weighting   critical: (score + epsilon) * nu; defensive: score * nu / sum over kv-heads of nu
+ *   allocation  head: AdaKV head budgets from the score, then each head's own top (K*int(L*f) a layer);
+ *               layer: one top int(L*f*K) over the layer, window and forced set at the layer max;
+ *               global: one top int(L*f*K*N) over every layer (Layer-DefensiveKV) */
+typedef enum { LADDER_POOL_WINDOW = 1, LADDER_POOL_ROWS } LadderPooling;
+typedef enum { LADDER_GROUP_MEAN = 1, LADDER_GROUP_MAX } LadderGroup;
+typedef enum { LADDER_FORCED_TOPK = 1, LADDER_FORCED_MASS, LADDER_FORCED_NONE } LadderForced;
+typedef enum { LADDER_WEIGHT_CRITICAL = 1, LADDER_WEIGHT_DEFENSIVE } LadderWeighting;
+typedef enum { LADDER_ALLOC_HEAD = 1, LADDER_ALLOC_LAYER, LADDER_ALLOC_GLOBAL } LadderAllocation;
+
+typedef struct {
+    int enabled;                 /* 1 for the value-weighted policies, 0 (every field 0) for the others */
+    LadderPooling pooling;
+    LadderGroup group;
+    LadderForced forced;
+    int safeguard;               /* 1 on, 0 off */
+    LadderWeighting weighting;
+    LadderAllocation allocation;
+} LadderParams;
+
 typedef struct {
     const char *name;          /* canonical policy name, e.g. "defensivekv" */
     Aggregation aggregation;   /* resolved by policy_config (AGG_DEFAULT only for full, streamingllm) */
@@ -28,6 +58,7 @@ typedef struct {
     int ties_by_unclamped;     /* opt-in ablation, max+prior only: the entries the prior raised to the head's mean
                                 * are ordered among themselves by their unclamped score instead of by position
                                 * (the reference's tie order; policies/score.c clamp_at_mean) */
+    LadderParams ladder;       /* resolved by policy_config to the policy's own; policy_set_param changes one */
     const DuoPattern *duo_pattern; /* duoattention: the model's head pattern (borrowed; required by
                                     * policy_begin), NULL for every other policy */
 } PolicyConfig;
@@ -53,6 +84,15 @@ double budget_keep_fraction(const Budget *b, int context_len);
  * "mean", "max", "max+prior". An unknown name or an aggregation the policy cannot take is an error. */
 int policy_config(PolicyConfig *out, const char *name, const char *aggregation, KvErr *err);
 const char *aggregation_name(Aggregation a);
+/* Sets one ladder step of a configured value-weighted policy (after policy_config, which fixes the aggregation
+ * the group default follows): key pooling|group|forced|safeguard|weighting|allocation, value as in
+ * LadderParams ("on"/"off" for the safeguard). Errors name the policy, the parameter and the known values. */
+int policy_set_param(PolicyConfig *cfg, const char *key, const char *value, KvErr *err);
+/* The ladder steps that differ from the policy's own, as ",key=value" in the order of LadderParams (empty when
+ * none): the canonical text a row's params carry, so equal settings give equal text. -1 when n is too small. */
+int policy_params_text(const PolicyConfig *cfg, char *out, size_t n);
+/* 1 when a and b are the same configuration (name, aggregation, window, pooling, options, ladder). */
+int policy_configs_equal(const PolicyConfig *a, const PolicyConfig *b);
 /* Comma-separated names, for help and error messages. */
 const char *policy_names(void);
 /* Whether policy_observe needs obs->value_norm (so the runner prepares it once per layer). */
@@ -88,5 +128,11 @@ void policy_end(PolicyState *st);
  * aggregated score the max+prior prior raised to their head's mean (ties there are ordered by position, or by
  * the unclamped score under ties_by_unclamped). *clamped_kept is -1 for any other aggregation. */
 void policy_clamped_kept(const PolicyState *st, const KeepSet *ks, long long *clamped_kept, long long *kept);
+/* Of the keep-set ks that st selected for budget b: protected[l*K + k], the entries of (layer l, kv-head k) kept
+ * whatever their value-weighted score (the safeguard, the forced set, and the window where the allocation
+ * protects it; docs/ladder.md). Returns 0, or 1 when the policy protects nothing by name (not value-weighted:
+ * protected is left alone), -1 on error. */
+int policy_protected_kept(const PolicyState *st, const Budget *b, const KeepSet *ks, int *protected_counts,
+                          KvErr *err);
 
 #endif

@@ -48,19 +48,31 @@ typedef struct {
 /* The row of a canonical or press name; NULL when unknown. */
 const PolicyRow *policy_row(const char *name);
 
+/* The constants of the ladder's steps (policy.h LadderParams), from the policy that publishes each step: the
+ * safeguard's alpha, the top-k share and epsilon from Ada-CriticalKV, the mass threshold from DefensiveKV. */
+typedef struct {
+    double alpha_safeguard, first_stage_ratio, epsilon, mass_threshold;
+} LadderConstants;
+LadderConstants ladder_constants(void);
+/* Whether selection reads LayerScores.base: head allocation, the safeguard, or the top-k forced set. */
+int ladder_needs_base(const LadderParams *lp);
+
 /* One layer's budget-independent scores, kept between policy_observe and policy_select. */
 typedef struct {
-    float *score;        /* SNAPKV [K][L] (window padded); CAKE [K][P] token scores; DEFENSIVE [K][P] c = delta*nuhat */
-    float *value_norm;   /* [K][L] copy of nu (Ada-CriticalKV stage 2) */
+    float *score;        /* SNAPKV [K][L] (window padded); CAKE [K][P] token scores; the value-weighted policies
+                          * (cfg->ladder.enabled) [K][L] the value-weighted score: prefix c (critical: (s+eps)*nu,
+                          * defensive: delta*nuhat), window (s_max+eps)*nu (critical) or M (defensive) */
+    float *base;         /* value-weighted policies [K][L]: the aggregated score, window padded with its layer max
+                          * (SnapKV's); kept only where ladder_needs_base */
     double entropy;      /* CAKE: -sum A ln(A + 1e-10) over heads, window queries, prefix keys */
     double variance_sum; /* CAKE: sum over heads and prefix keys of the window-query variance */
     double preference;   /* CAKE: entropy^(1/tau1) * variance_sum^(1/tau2) */
     float *abar;         /* DEFENSIVE [K][P] mean over group and window queries of the unpooled A */
-    float *delta;        /* DEFENSIVE [K][P] aggregated score before value weighting */
+    float *delta;        /* value-weighted policies [K][P] aggregated score before value weighting */
     float *nu_prefix;    /* DEFENSIVE [K][P] value norms of the prefix (before normalisation over heads) */
-    int *mass_order;     /* DEFENSIVE [K][P] prefix positions by descending abar share */
-    int *n_mass;         /* DEFENSIVE [K] tokens before the cumulative share reaches the threshold */
-    float layer_max;     /* DEFENSIVE: M, the max of c over the layer */
+    int *mass_order;     /* forced set "mass" [K][P] prefix positions by descending abar share (else NULL) */
+    int *n_mass;         /* forced set "mass" [K] tokens before the cumulative share reaches the threshold */
+    float layer_max;     /* value-weighted policies: M, the max of c over the layer's prefix */
     double window_bias;  /* DEFENSIVE: beta */
     double threshold;    /* DEFENSIVE: mass_threshold - beta */
     unsigned char *clamped; /* max+prior [K][P]: 1 where the prior raised the prefix score (policy_clamped_kept) */
@@ -69,9 +81,9 @@ typedef struct {
 /* Scores one observed layer (obs->attn, and obs->value_norm when row->needs_value_norm). */
 int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                 KvErr *err);
-/* Drops the intermediates selection does not read (abar, delta, nu_prefix): a PolicyState keeps every
- * layer until the last budget is selected. */
-void layer_scores_trim(LayerScores *ls);
+/* Drops the intermediates selection under cfg does not read (abar, delta, nu_prefix, and base unless
+ * ladder_needs_base): a PolicyState keeps every layer until the last budget is selected. */
+void layer_scores_trim(LayerScores *ls, const PolicyConfig *cfg);
 /* A deep copy of trimmed scores of one layer of K kv-heads, L context tokens and window w, as `row` scores. */
 int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L, int w, LayerScores *dst,
                       KvErr *err);
@@ -94,9 +106,15 @@ void cake_layer_budgets(const double *preference, int n_layers, int total, int c
 int defensive_forced_count(const LayerScores *ls, int k, int prefix_len, int window, double f);
 
 /* DefensiveKV's final score of one layer at keep fraction f, out[K][L] (§2.7 Step E): c, with the forced
- * set and the window at the layer max M. This is what the layer's (or the global) top-k ranks. */
+ * set (when the scores have one: forced "mass") and the window at the layer max M. This is what the layer's
+ * (or the global) top-k ranks, before the ladder's safeguard or top-k forced set raise more entries to M. */
 void defensive_layer_scores(const LayerScores *ls, int n_kv_heads, int context_len, int window, double f,
                             float *out);
+
+/* Of the keep-set ks a value-weighted policy selected at keep fraction f: per (layer, kv-head) how many kept
+ * entries its allocation protects (policy_protected_kept). */
+int ladder_protected_counts(const PolicyConfig *cfg, const LayerScores *layers, int n_layers, int n_kv_heads,
+                            int context_len, double f, const KeepSet *ks, int *protected_counts, KvErr *err);
 
 /* The keep-set of every observed layer for keep fraction f (0 < f < 1). */
 int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerScores *layers, int n_layers,

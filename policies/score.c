@@ -13,7 +13,11 @@
  *     max_i A + gamma*var_i A (max, max+prior); the layer preference does not depend on it.
  *   DefensiveKV, Layer-DefensiveKV (reference = max+prior): each query row is pooled and its prefix mass
  *     restored first, then mean or max over the G heads and w window queries together; max+prior clamps
- *     at the kv-head's prefix mean. mean and max are exactly the golden defensivekv_agg_mean/max runs. */
+ *     at the kv-head's prefix mean. mean and max are exactly the golden defensivekv_agg_mean/max runs.
+ * The value-weighted policies (Ada-CriticalKV, DefensiveKV, Layer-DefensiveKV) are one pipeline whose steps
+ * are the ladder's parameters (policy.h LadderParams, docs/ladder.md): ladder.pooling picks the SnapKV or the
+ * per-row scores above, ladder.group folds the G heads (by default as the aggregation), ladder.forced ==
+ * mass computes DefensiveKV's stage-1 order, ladder.weighting the value weighting. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,10 +107,16 @@ static void window_variance(const float *a, int w, size_t stride, int n, double 
 /* SnapKV / CAKE token scores out[K][P]: the query statistic per head (mean or max over the window queries,
  * plus gamma times the unbiased variance when gamma != 0), pooled, then folded over the group. var_sum
  * (optional) receives the sum of the variances over heads and prefix keys (CAKE's V_l). */
+/* How the G heads of a group fold: the ladder's group step, else as the window queries. */
+static Aggregation group_fold(const PolicyConfig *cfg, Aggregation fold) {
+    if (!cfg->ladder.enabled) return fold;
+    return cfg->ladder.group == LADDER_GROUP_MEAN ? AGG_MEAN : AGG_MAX;
+}
+
 static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, double gamma, float *out,
                               double *var_sum, unsigned char *clamped, KvErr *err) {
     const int L = o->L, w = o->w, P = L - w, G = o->H / o->K;
-    Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
+    Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX, gfold = group_fold(cfg, fold);
     float *stat = kv_malloc(sizeof(float) * (size_t)P, err);
     float *pooled = stat ? kv_malloc(sizeof(float) * (size_t)o->H * P, err) : NULL;
     double *scratch = pooled ? kv_malloc(sizeof(double) * 2 * (size_t)P, err) : NULL;
@@ -131,7 +141,7 @@ static int score_pooled_heads(const Observation *o, const PolicyConfig *cfg, dou
     }
     int rc = 0;
     for (int k = 0; k < o->K && !rc; k++) {
-        fold_rows(pooled + (size_t)k * G * P, G, (size_t)P, P, fold, scratch, out + (size_t)k * P);
+        fold_rows(pooled + (size_t)k * G * P, G, (size_t)P, P, gfold, scratch, out + (size_t)k * P);
         if (cfg->aggregation == AGG_MAX_PRIOR)
             rc = clamp_at_mean(out + (size_t)k * P, P, cfg->ties_by_unclamped, clamped + (size_t)k * P, err);
     }
@@ -210,27 +220,18 @@ static int mass_prefix(const float *abar, int P, double threshold, int *order, i
     return 0;
 }
 
-/* DefensiveKV / Layer-DefensiveKV (§2.7 Steps A-D; the forced set is applied per budget at selection). */
-static int score_defensive(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
-                           KvErr *err) {
+/* DefensiveKV Steps A-B into delta[K][P]: each query row pooled with its prefix mass restored, folded over the
+ * window queries by the aggregation and over the group by the ladder's group step (both at once when they are
+ * the same fold, as the reference's max over G*w rows), clamped under max+prior. */
+static int score_rows(const Observation *o, const PolicyConfig *cfg, float *delta, unsigned char *clamped,
+                      KvErr *err) {
     const int L = o->L, w = o->w, P = L - w, K = o->K, G = o->H / o->K;
-    const size_t KP = (size_t)K * P;
-    out->score = kv_malloc(sizeof(float) * KP, err);
-    out->abar = out->score ? kv_malloc(sizeof(float) * KP, err) : NULL;
-    out->delta = out->abar ? kv_malloc(sizeof(float) * KP, err) : NULL;
-    out->nu_prefix = out->delta ? kv_malloc(sizeof(float) * KP, err) : NULL;
-    out->mass_order = out->nu_prefix ? kv_malloc(sizeof(int) * KP, err) : NULL;
-    out->n_mass = out->mass_order ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
-    float *pooled = out->n_mass ? kv_malloc(sizeof(float) * (size_t)G * w * P, err) : NULL;
-    double *acc = pooled ? kv_malloc(sizeof(double) * (size_t)P, err) : NULL;
-    if (!acc || alloc_clamped(cfg, K, P, out, err)) {
-        free(pooled);
-        free(acc);
-        return -1;
-    }
-    Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX;
-    /* Step A + B: pool each query row, restore its prefix mass, fold over (g, i). */
-    for (int k = 0; k < K; k++) {
+    Aggregation fold = cfg->aggregation == AGG_MEAN ? AGG_MEAN : AGG_MAX, gfold = group_fold(cfg, fold);
+    float *pooled = kv_malloc(sizeof(float) * (size_t)G * w * P, err);
+    float *per_head = pooled && gfold != fold ? kv_malloc(sizeof(float) * (size_t)G * P, err) : NULL;
+    double *acc = pooled && (gfold == fold || per_head) ? kv_malloc(sizeof(double) * (size_t)P, err) : NULL;
+    int rc = acc ? 0 : -1;
+    for (int k = 0; !rc && k < K; k++) {
         #pragma omp parallel for schedule(static)
         for (int r = 0; r < G * w; r++) {
             const float *a = o->attn + ((size_t)k * G * w + r) * L;
@@ -244,34 +245,37 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
             double scale = psum > 0.0 ? base / psum : 0.0;
             for (int j = 0; j < P; j++) p[j] = (float)(p[j] * scale);
         }
-        float *delta = out->delta + (size_t)k * P;
-        fold_rows(pooled, G * w, (size_t)P, P, fold, acc, delta);
-        if (cfg->aggregation == AGG_MAX_PRIOR &&
-            clamp_at_mean(delta, P, cfg->ties_by_unclamped, out->clamped + (size_t)k * P, err)) {
-            free(pooled);
-            free(acc);
-            return -1;
+        float *d = delta + (size_t)k * P;
+        if (gfold == fold) {
+            fold_rows(pooled, G * w, (size_t)P, P, fold, acc, d);
+        } else {
+            for (int g = 0; g < G; g++)
+                fold_rows(pooled + (size_t)g * w * P, w, (size_t)P, P, fold, acc, per_head + (size_t)g * P);
+            fold_rows(per_head, G, (size_t)P, P, gfold, acc, d);
         }
-        /* Stage-1 input: unpooled mean over the group and window queries. */
-        fold_rows(o->attn + (size_t)k * G * w * L, G * w, (size_t)L, P, AGG_MEAN, acc, out->abar + (size_t)k * P);
+        if (cfg->aggregation == AGG_MAX_PRIOR)
+            rc = clamp_at_mean(d, P, cfg->ties_by_unclamped, clamped + (size_t)k * P, err);
     }
     free(pooled);
+    free(per_head);
     free(acc);
-    /* Step C: value norms normalised across kv-heads at each position. */
+    return rc;
+}
+
+/* DefensiveKV Step D, the forced set "mass": abar (the unpooled mean over the group and window queries), the
+ * window bias (as coded: the last w prefix columns; intended: the window columns), and each head's order. */
+static int score_mass(const Observation *o, const PolicyConfig *cfg, double mass_threshold, LayerScores *out,
+                      KvErr *err) {
+    const int L = o->L, w = o->w, P = L - w, K = o->K, G = o->H / o->K;
+    const size_t KP = (size_t)K * P;
+    out->abar = kv_malloc(sizeof(float) * KP, err);
+    out->mass_order = out->abar ? kv_malloc(sizeof(int) * KP, err) : NULL;
+    out->n_mass = out->mass_order ? kv_malloc(sizeof(int) * (size_t)K, err) : NULL;
+    double *acc = out->n_mass ? kv_malloc(sizeof(double) * (size_t)P, err) : NULL;
+    if (!acc) return -1;
     for (int k = 0; k < K; k++)
-        memcpy(out->nu_prefix + (size_t)k * P, o->value_norm + (size_t)k * L, sizeof(float) * (size_t)P);
-    out->layer_max = -INFINITY;
-    for (int j = 0; j < P; j++) {
-        double col = 0.0;
-        for (int k = 0; k < K; k++) col += out->nu_prefix[(size_t)k * P + j];
-        for (int k = 0; k < K; k++) {
-            size_t t = (size_t)k * P + j;
-            float c = col > 0.0 ? (float)(out->delta[t] * (out->nu_prefix[t] / col)) : 0.0f;
-            out->score[t] = c;
-            out->layer_max = c > out->layer_max ? c : out->layer_max;
-        }
-    }
-    /* Step D: window bias (as coded: the last w prefix columns; intended: the window columns). */
+        fold_rows(o->attn + (size_t)k * G * w * L, G * w, (size_t)L, P, AGG_MEAN, acc, out->abar + (size_t)k * P);
+    free(acc);
     int lo = cfg->intended_window_bias ? P : (P - w > 0 ? P - w : 0);
     int hi = cfg->intended_window_bias ? L : P;
     double bias = 0.0;
@@ -280,11 +284,64 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
         for (int j = lo; j < hi; j++) bias += a[j];
     }
     out->window_bias = bias / (o->H * w);
-    out->threshold = row->mass_threshold - out->window_bias;
+    out->threshold = mass_threshold - out->window_bias;
     for (int k = 0; k < K; k++)
         if (mass_prefix(out->abar + (size_t)k * P, P, out->threshold, out->mass_order + (size_t)k * P,
                         &out->n_mass[k], err))
             return -1;
+    return 0;
+}
+
+/* The value-weighted policies (§2.5, §2.7 Steps A-D; docs/ladder.md): the aggregated score delta and its
+ * window-padded form base, the value-weighted score, and the forced set "mass"; the rest of the protection is
+ * applied per budget at selection. */
+static int score_value_weighted(const Observation *o, const PolicyConfig *cfg, LayerScores *out, KvErr *err) {
+    const LadderParams *lp = &cfg->ladder;
+    const LadderConstants lc = ladder_constants();
+    const int L = o->L, w = o->w, P = L - w, K = o->K;
+    const size_t KP = (size_t)K * P, KL = (size_t)K * L;
+    out->delta = kv_malloc(sizeof(float) * KP, err);
+    out->base = out->delta ? kv_malloc(sizeof(float) * KL, err) : NULL;
+    out->score = out->base ? kv_malloc(sizeof(float) * KL, err) : NULL;
+    out->nu_prefix = out->score ? kv_malloc(sizeof(float) * KP, err) : NULL;
+    if (!out->nu_prefix || alloc_clamped(cfg, K, P, out, err)) return -1;
+    int rc = lp->pooling == LADDER_POOL_WINDOW ? score_pooled_heads(o, cfg, 0.0, out->delta, NULL, out->clamped, err)
+                                               : score_rows(o, cfg, out->delta, out->clamped, err);
+    if (rc || (lp->forced == LADDER_FORCED_MASS && score_mass(o, cfg, lc.mass_threshold, out, err))) return -1;
+    /* base: the window padded with the max over the whole layer (SnapKV §2.2 step 4) */
+    float mx = out->delta[0];
+    for (size_t t = 1; t < KP; t++) mx = out->delta[t] > mx ? out->delta[t] : mx;
+    for (int k = 0; k < K; k++) {
+        memcpy(out->base + (size_t)k * L, out->delta + (size_t)k * P, sizeof(float) * (size_t)P);
+        for (int j = P; j < L; j++) out->base[(size_t)k * L + j] = mx;
+    }
+    for (int k = 0; k < K; k++)
+        memcpy(out->nu_prefix + (size_t)k * P, o->value_norm + (size_t)k * L, sizeof(float) * (size_t)P);
+    out->layer_max = -INFINITY;
+    if (lp->weighting == LADDER_WEIGHT_CRITICAL) {
+        /* Ada-CriticalKV stage 2 (§2.5 step 4), over every position, in float as the reference */
+        const float eps = (float)lc.epsilon;
+        for (size_t t = 0; t < KL; t++) out->score[t] = (out->base[t] + eps) * o->value_norm[t];
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < P; j++) {
+                float c = out->score[(size_t)k * L + j];
+                out->layer_max = c > out->layer_max ? c : out->layer_max;
+            }
+        return 0;
+    }
+    /* Step C: value norms normalised across kv-heads at each position; the window at M (Step E) */
+    for (int j = 0; j < P; j++) {
+        double col = 0.0;
+        for (int k = 0; k < K; k++) col += out->nu_prefix[(size_t)k * P + j];
+        for (int k = 0; k < K; k++) {
+            size_t t = (size_t)k * P + j;
+            float c = col > 0.0 ? (float)(out->delta[t] * (out->nu_prefix[t] / col)) : 0.0f;
+            out->score[(size_t)k * L + j] = c;
+            out->layer_max = c > out->layer_max ? c : out->layer_max;
+        }
+    }
+    for (int k = 0; k < K; k++)
+        for (int j = P; j < L; j++) out->score[(size_t)k * L + j] = out->layer_max;
     return 0;
 }
 
@@ -296,28 +353,23 @@ int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation
     if (row->needs_value_norm && !obs->value_norm)
         return kv_fail(err, "policy %s: layer %d was observed without value norms", row->name, obs->layer);
     int rc = 0;
-    switch (row->scoring) {
-    case SCORE_SNAPKV:
-        rc = score_snapkv(obs, cfg, out, err);
-        if (!rc && row->needs_value_norm) {
-            out->value_norm = kv_malloc(sizeof(float) * (size_t)obs->K * obs->L, err);
-            if (out->value_norm) memcpy(out->value_norm, obs->value_norm, sizeof(float) * (size_t)obs->K * obs->L);
-            else rc = -1;
-        }
-        break;
-    case SCORE_CAKE: rc = score_cake(row, obs, cfg, out, err); break;
-    case SCORE_DEFENSIVE: rc = score_defensive(row, obs, cfg, out, err); break;
-    default: break;
-    }
+    if (cfg->ladder.enabled) rc = score_value_weighted(obs, cfg, out, err);
+    else if (row->scoring == SCORE_SNAPKV) rc = score_snapkv(obs, cfg, out, err);
+    else if (row->scoring == SCORE_CAKE) rc = score_cake(row, obs, cfg, out, err);
+    else rc = kv_fail(err, "policy %s: scoring without its value-weighting steps", row->name);
     if (rc) layer_scores_free(out);
     return rc;
 }
 
-void layer_scores_trim(LayerScores *ls) {
+void layer_scores_trim(LayerScores *ls, const PolicyConfig *cfg) {
     free(ls->abar);
     free(ls->delta);
     free(ls->nu_prefix);
     ls->abar = ls->delta = ls->nu_prefix = NULL;
+    if (!ladder_needs_base(&cfg->ladder)) {
+        free(ls->base);
+        ls->base = NULL;
+    }
 }
 
 /* n bytes of src in a new buffer into *dst (NULL for NULL); -1 when out of memory. */
@@ -335,12 +387,12 @@ int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L
     if (src->abar || src->delta || src->nu_prefix)
         return kv_fail(err, "policy %s: scores copied before they were trimmed", row->name);
     *dst = *src; /* the scalars; every buffer is replaced below, none is shared with src */
-    dst->score = dst->value_norm = NULL;
+    dst->score = dst->base = NULL;
     dst->mass_order = dst->n_mass = NULL;
     dst->clamped = NULL;
-    size_t n_score = row->scoring == SCORE_SNAPKV ? KL : KP;
+    size_t n_score = row->scoring == SCORE_SNAPKV || row->needs_value_norm ? KL : KP;
     if (dup_bytes((void **)&dst->score, src->score, sizeof(float) * n_score, err) ||
-        dup_bytes((void **)&dst->value_norm, src->value_norm, sizeof(float) * KL, err) ||
+        dup_bytes((void **)&dst->base, src->base, sizeof(float) * KL, err) ||
         dup_bytes((void **)&dst->mass_order, src->mass_order, sizeof(int) * KP, err) ||
         dup_bytes((void **)&dst->n_mass, src->n_mass, sizeof(int) * (size_t)K, err) ||
         dup_bytes((void **)&dst->clamped, src->clamped, KP, err)) {
@@ -352,7 +404,7 @@ int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L
 
 void layer_scores_free(LayerScores *ls) {
     free(ls->score);
-    free(ls->value_norm);
+    free(ls->base);
     free(ls->abar);
     free(ls->delta);
     free(ls->nu_prefix);

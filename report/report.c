@@ -498,6 +498,7 @@ int report_write(const ReportOptions *opt, KvErr *err) {
     if (!rc) rc = util_make_dirs(opt->out_dir, err);
     if (!rc && data.n_sections) rc = report_tables(&data, opt->out_dir, opt->log, err);
     if (!rc) rc = report_trace_tables(db, data.outlier, &data.prov, opt->out_dir, opt->log, err);
+    if (!rc) rc = report_forced_share(db, opt->out_dir, opt->log, err);
     if (!rc)
         rc = report_figures(&data, db, opt->out_dir, opt->gnuplot ? opt->gnuplot : "gnuplot",
                             opt->log, err);

@@ -238,5 +238,8 @@ int report_trace_tables(sqlite3 *db, double outlier, const ReportProvenance *pro
                         KvErr *err);
 int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier);
 
+/* The protected share of each value-weighted variant's keep-set (forced_share.c); nothing without rows. */
+int report_forced_share(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err);
+
 
 #endif

@@ -309,8 +309,8 @@ static int parse_dataset(const Ctx *c, const cJSON *o, const char *where, RunDat
 static int add_variant(RunConfig *cfg, const RunVariant *v, int *cap, KvErr *err) {
     for (int i = 0; i < cfg->n_variants; i++) {
         const RunVariant *o = &cfg->variants[i];
-        if (!strcmp(o->policy.name, v->policy.name) && o->policy.aggregation == v->policy.aggregation &&
-            !strcmp(o->budget_label, v->budget_label) && !strcmp(o->params, v->params))
+        if (policy_configs_equal(&o->policy, &v->policy) && !strcmp(o->budget_label, v->budget_label) &&
+            !strcmp(o->params, v->params))
             return 0;
     }
     if (cfg->n_variants == *cap) {
@@ -383,16 +383,40 @@ static int parse_trace(const Ctx *c, const cJSON *root, int *steps, int *importa
     return rc;
 }
 
+/* The ladder's steps an entry may set (policy.h LadderParams, docs/ladder.md). */
+static const char *const LADDER_PARAMS[] = {"pooling", "group", "forced", "safeguard", "weighting", "allocation"};
+#define N_LADDER_PARAMS (int)(sizeof LADDER_PARAMS / sizeof LADDER_PARAMS[0])
+
+/* Sets the ladder steps entry p names on a configured variant; a string each, or true/false for the safeguard.
+ * Errors name the file, the key and the policy. */
+static int apply_ladder(const Ctx *c, const cJSON *p, const char *where, PolicyConfig *pc) {
+    for (int i = 0; cJSON_IsObject(p) && i < N_LADDER_PARAMS; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(p, LADDER_PARAMS[i]);
+        if (!v) continue;
+        char at[256];
+        path_join(at, sizeof at, where, LADDER_PARAMS[i]);
+        int safeguard = !strcmp(LADDER_PARAMS[i], "safeguard");
+        const char *text = cJSON_IsString(v)                ? v->valuestring
+                           : cJSON_IsBool(v) && safeguard ? (cJSON_IsTrue(v) ? "on" : "off")
+                                                          : NULL;
+        if (!text) return bad(c, at, "expected a string (the safeguard: true or false)");
+        KvErr why = {{0}};
+        if (policy_set_param(pc, LADDER_PARAMS[i], text, &why)) return bad(c, at, why.msg);
+    }
+    return 0;
+}
+
 /* One policies[] entry: a name, or {"name", "aggregations", "window", "pool_kernel", "intended_window_bias",
- * "ties_by_unclamped"}
+ * "ties_by_unclamped", and the ladder's "pooling", "group", "forced", "safeguard", "weighting", "allocation"}
  * (defaults: the top-level keys), expanded over its aggregations, windows (attention-scored policies) and the
  * budgets. Policies with different windows still share one prefill (runs/prepare.c observes the largest window
  * and hands each policy its last rows). */
 static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const cJSON *default_aggs,
                         const int *default_windows, int n_windows, int pool_kernel, const cJSON *budgets,
                         RunConfig *cfg, int *cap) {
-    static const char *const keys[] = {"name",        "aggregations",         "window",
-                                       "pool_kernel", "intended_window_bias", "ties_by_unclamped", NULL};
+    static const char *const keys[] = {"name",      "aggregations", "window",    "pool_kernel", "intended_window_bias",
+                                       "ties_by_unclamped", "pooling", "group",  "forced",      "safeguard",
+                                       "weighting", "allocation",   NULL};
     char at[256];
     const char *name;
     const cJSON *aggs = default_aggs;
@@ -436,8 +460,14 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
             v.policy.intended_window_bias = intended;
             /* The tie order only matters where the prior clamps: other aggregations keep their plain key. */
             v.policy.ties_by_unclamped = ties_unclamped && v.policy.aggregation == AGG_MAX_PRIOR;
-            snprintf(v.params, sizeof v.params, "w=%d,k=%d%s%s", window, pool_kernel, intended ? ",intended" : "",
-                     v.policy.ties_by_unclamped ? ",ties=unclamped" : "");
+            char ladder[160];
+            if (apply_ladder(c, p, where, &v.policy)) return -1;
+            if (policy_params_text(&v.policy, ladder, sizeof ladder))
+                return kv_fail(c->err, "%s: %s: the ladder's parameters do not fit in a row's key", c->file, where);
+            snprintf(v.params, sizeof v.params, "w=%d,k=%d%s%s%s", window, pool_kernel, intended ? ",intended" : "",
+                     v.policy.ties_by_unclamped ? ",ties=unclamped" : "", ladder);
+        } else if (apply_ladder(c, p, where, &v.policy)) {
+            return -1;
         }
         if (!strcmp(v.policy.name, "full")) {
             v.budget.keep_fraction = 1.0;

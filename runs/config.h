@@ -51,7 +51,8 @@ typedef struct {
     PolicyConfig policy;         /* resolved: canonical name and aggregation */
     Budget budget;
     char budget_label[32];       /* "20%", "512tok", or "full" */
-    char params[64];             /* "w=32,k=5" (+",intended"): settings that change the keep-set */
+    char params[192];            /* "w=32,k=5" (+",intended", +",ties=unclamped", + the ladder steps that differ
+                                  * from the policy's own, policy_params_text): settings that change the keep-set */
 } RunVariant;
 
 typedef struct {

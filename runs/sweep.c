@@ -39,6 +39,7 @@
 #include "estimate.h"
 #include "memplan.h"
 #include "prepare.h"
+#include "protected.h"
 #include "store.h"
 #include "trace.h"
 #include "util.h"
@@ -269,6 +270,8 @@ typedef struct {
     double score, select_ms, kept;
     double kept_fraction; /* kept / context length: the effective budget (DuoAttention's is not the nominal one) */
     int budget_tokens;
+    int *protected_counts; /* [N][K] then [N][K] kept: the value-weighted policies' protected entries
+                            * (runs/protected.h); NULL for the others */
     int failed;
     KvErr err;
 } VariantRun;
@@ -279,6 +282,18 @@ static void fail_all(VariantRun *runs, int n, const KvErr *err) {
             runs[i].failed = 1;
             runs[i].err = *err;
         }
+}
+
+/* What variant i's allocation protects in its keep-set (runs/protected.h), for a value-weighted policy. */
+static int variant_protected(const Prefill *pf, int i, const Budget *b, VariantRun *r, int n_heads) {
+    if (!(r->protected_counts = kv_malloc(2 * sizeof(int) * (size_t)n_heads, &r->err))) return -1;
+    int rc = policy_protected_kept(pf->slots[pf->slot_of[i]].state, b, &r->keep, r->protected_counts, &r->err);
+    if (rc == 0) memcpy(r->protected_counts + n_heads, r->keep.counts, sizeof(int) * (size_t)n_heads);
+    if (rc != 0) {
+        free(r->protected_counts);
+        r->protected_counts = NULL;
+    }
+    return rc < 0 ? -1 : 0;
 }
 
 /* Prefill, keep-sets, batched decode and scores for the pending variants of one sample. Every failure lands
@@ -357,7 +372,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         double t = util_now_ms();
         const Budget *b = &r->v->budget;
         r->budget_tokens = b->tokens > 0 ? b->tokens : (int)(ctx.n * (1.0 - budget_compression_ratio(b, ctx.n)));
-        if (prefill_select(&pf, i, b, &r->keep, &r->err)) {
+        if (prefill_select(&pf, i, b, &r->keep, &r->err) || variant_protected(&pf, i, b, r, N * K)) {
             r->failed = 1;
         } else {
             r->kept = (double)r->keep.total / (N * K);
@@ -661,7 +676,16 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     char *answers = built ? answers_json(&s) : NULL;
     StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, n_ctx, n_q, answers);
     ss.over_length = over_length;
-    if (begin_run(sw, err) || store_write_sample(sw->store, sw->run_id, &ss, rows, n, err)) rc = -1;
+    const int n_layers = sw->model->cfg.n_layers, n_kv_heads = sw->model->cfg.n_kv_heads;
+    ProtectedSet *sets = kv_calloc((size_t)n + 1, sizeof *sets, err);
+    int n_sets = 0;
+    for (int i = 0; sets && i < n; i++)
+        if (!runs[i].failed && runs[i].protected_counts)
+            sets[n_sets++] = (ProtectedSet){rows[i].key, n_layers, n_kv_heads, runs[i].protected_counts,
+                                            runs[i].protected_counts + n_layers * n_kv_heads};
+    if (!sets || begin_run(sw, err) || store_write_sample(sw->store, sw->run_id, &ss, rows, n, err) ||
+        protected_write(sw->store, ss.model, ss.setup, ss.sample_key, sets, n_sets, err))
+        rc = -1;
     else {
         sw->stats->rows_written += store_last_written(sw->store);
         sw->stats->rows_replaced += store_last_replaced(sw->store);
@@ -697,8 +721,10 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
                 decode_ms, n_batches, n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
+    free(sets);
     for (int i = 0; i < n; i++) {
         free(runs[i].prediction);
+        free(runs[i].protected_counts);
         ids_free(&runs[i].out);
     }
     free(runs);
