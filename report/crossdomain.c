@@ -201,7 +201,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         fprintf(dat, "%d", k);
         report_put_ci(dat, &x->mean[k], x->min_n);
         fputs("\n\n\n", dat);
-        if (!isnan(x->mean[k].lo) && x->mean[k].n >= x->min_n)
+        if (!isnan(x->mean[k].lo) && !stats_too_few(&x->mean[k], x->min_n))
             lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
     }
     for (int j = 0; j < x->n_domains; j++) {
@@ -299,7 +299,7 @@ static int crossmodel_at(const ReportData *d, const int *first, int n_models, in
     x->methods = kv_calloc((size_t)cap + 1, sizeof *x->methods, err);
     x->pct = kv_malloc(((size_t)cap * n_models + 1) * sizeof *x->pct, err);
     if (!x->models || !x->n_domains || !x->methods || !x->pct) return -1;
-    for (size_t j = 0; j < (size_t)cap * n_models; j++) x->pct[j] = (StatsInterval){0, 0, NAN, NAN, NAN};
+    for (size_t j = 0; j < (size_t)cap * n_models; j++) x->pct[j] = STATS_NONE;
     x->n_models = n_models;
     x->min_n = d->min_n;
     for (int i = 0; i < n_models; i++) {
@@ -392,7 +392,7 @@ static int plot_crossmodel(FigureCtx *c, const CrossModel *x) {
             report_put_ci(dat, ci, x->min_n);
             fputc('\n', dat);
             lo = fmin(lo, ci->value), hi = fmax(hi, ci->value);
-            if (!isnan(ci->lo) && ci->n >= x->min_n) lo = fmin(lo, ci->lo), hi = fmax(hi, ci->hi);
+            if (!isnan(ci->lo) && !stats_too_few(ci, x->min_n)) lo = fmin(lo, ci->lo), hi = fmax(hi, ci->hi);
         }
         fputs("\n\n", dat);
     }

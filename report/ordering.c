@@ -51,7 +51,7 @@ static int default_method(const ReportSection *s, const char *policy) {
 /* The verdict of a link; none from fewer than min_n pairs or from a zero-width interval (stats_resolved). */
 static const char *verdict(OrderKind kind, const StatsInterval *d, int min_n) {
     if (d->n == 0) return "not compared (no sample scored by both)";
-    if (d->n < min_n) return "too few samples";
+    if (stats_too_few(d, min_n)) return "too few samples";
     if (!stats_resolved(d, min_n)) return "not resolved (zero-width interval: the samples do not vary)";
     int above = stats_significant(d, 0, min_n) && d->lo > 0, below = stats_significant(d, 0, min_n) && d->hi < 0;
     switch (kind) {
@@ -65,7 +65,7 @@ int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT
     for (int i = 0; i < REPORT_N_ORDER; i++) {
         OrderRelation *r = &out[i];
         *r = (OrderRelation){CHAIN[i].a, CHAIN[i].b, CHAIN[i].kind, default_method(s, CHAIN[i].a),
-                             default_method(s, CHAIN[i].b), {0, 0, NAN, NAN, NAN}, NULL};
+                             default_method(s, CHAIN[i].b), STATS_NONE, NULL};
         if (r->method_a == -2 || r->method_b == -2) {
             r->verdict = "not compared (a policy ran with several parameter sets)";
             continue;

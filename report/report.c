@@ -339,7 +339,7 @@ static int cell_stats(ReportSection *s, ReportCell *c, const Groups *g, int with
     for (int k = 0; k < s->n_domains; k++)
         if (boot(STATS_MEAN, c->x, NULL, g->domain + (size_t)k * S, s, s->n_tasks, &c->domain[k], err)) return -1;
     if (boot(STATS_MEAN, c->x, NULL, g->all, s, s->n_tasks, &c->domain[s->n_domains], err)) return -1;
-    c->diff_best = (StatsInterval){0, 0, NAN, NAN, NAN};
+    c->diff_best = STATS_NONE;
     if (!with_full) {
         c->ratio = c->diff_full = c->diff_best;
         return 0;
@@ -483,6 +483,10 @@ void report_data_free(ReportData *d) {
 int report_write(const ReportOptions *opt, KvErr *err) {
     Store *store;
     ReportData data;
+    if (opt->resamples && opt->resamples < STATS_MIN_RESAMPLES)
+        return kv_fail(err, "--resamples %d: too few for a 95%% interval (at least %d): its bounds are the 2.5%% and "
+                            "97.5%% quantiles of the resampled values, which %d resamples cannot place",
+                       opt->resamples, STATS_MIN_RESAMPLES, opt->resamples);
     if (store_open(&store, opt->db_path, 1, err)) return -1;
     if (report_load(&data, store_handle(store), opt->db_path, opt->min_n, opt->resamples, err)) {
         store_close(store);

@@ -31,6 +31,7 @@ enum { MAX_COLS = 512, MAX_ROWS = 256 };
 typedef struct {
     double v, lo, hi;   /* NaN: no value; lo/hi NaN: no interval */
     int n;              /* values behind it; shown when short of the column's count (0: not shown) */
+    int n_least;        /* a mean over domains: the values of its smallest domain, shown when few */
     int sig;            /* a paired interval that excludes the null value: marked * (stats_significant) */
     int few;            /* from fewer than min_n samples: the value with its n and "too few samples", no
                          * interval, never bold */
@@ -88,14 +89,14 @@ static TRow *table_row(Table *t, const char *label, int reference) {
     t->rows[t->n_rows++] = r;
     snprintf(r->label, sizeof r->label, "%s", label);
     r->reference = reference;
-    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, NULL};
+    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, 0, NULL};
     return r;
 }
 
 /* A value with its interval, which is left out below min_n samples (stats.h, STATS_MIN_N). */
 static TCell cell_of(const StatsInterval *ci, int min_n) {
-    int few = ci->n > 0 && ci->n < min_n;
-    return (TCell){ci->value, few ? NAN : ci->lo, few ? NAN : ci->hi, ci->n, 0, few, NULL};
+    int few = stats_too_few(ci, min_n);
+    return (TCell){ci->value, few ? NAN : ci->lo, few ? NAN : ci->hi, ci->n, ci->n_least, 0, few, NULL};
 }
 
 /* A paired comparison: the same, marked * where the data support a difference from `null`. */
@@ -105,21 +106,35 @@ static TCell compared(const StatsInterval *ci, double null, int min_n) {
     return c;
 }
 
+/* Why a value has no interval: "(n=3, too few samples)", or for a mean over domains whose smallest is short,
+ * "(n=15, 3 in a domain: too few samples)". */
+static void put_few(FILE *f, const TCell *c) {
+    if (c->n_least > 0 && c->n_least < c->n) fprintf(f, "(n=%d, %d in a domain: too few samples)", c->n, c->n_least);
+    else fprintf(f, "(n=%d, too few samples)", c->n);
+}
+
 /* A value to 2 decimals; in LaTeX a minus sign, not a hyphen. */
+/* A value as printed, to 2 decimals, and never -0.00 (a difference of 1e-14 from summing in another order is 0). */
+static double shown(double v) {
+    double r = round(v * 100) / 100;
+    return r == 0 ? 0 : r;
+}
+
 static void put_number(FILE *f, Format fmt, double v, const char *unit) {
+    v = shown(v);
     if (isnan(v)) fputs(fmt == FMT_TEX ? "--" : "–", f);
-    else if (fmt == FMT_TEX) fprintf(f, "%s%.2f%s", v < 0 && v <= -0.005 ? "$-$" : "", fabs(v), !strcmp(unit, "%") ? "\\%" : unit);
+    else if (fmt == FMT_TEX) fprintf(f, "%s%.2f%s", v < 0 ? "$-$" : "", fabs(v), !strcmp(unit, "%") ? "\\%" : unit);
     else fprintf(f, "%.2f%s", v, unit);
 }
 
-/* The best (largest) value of column i among the non-reference rows, to print in bold; NaN when fewer than two
- * have a value or all of them tie (nothing to single out). */
+/* The best (largest) value of column i among the non-reference rows as printed, to print in bold (every cell
+ * that prints it); NaN when fewer than two have a value or all of them print alike (nothing to single out). */
 static double column_best(const Table *t, int i) {
     if (t->no_bold) return NAN;
     double best = NAN, worst = NAN;
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
-        double v = t->rows[r]->cells[i].v;
+        double v = shown(t->rows[r]->cells[i].v);
         if (t->rows[r]->reference || isnan(v) || t->rows[r]->cells[i].few) continue;
         n++;
         if (isnan(best) || v > best) best = v;
@@ -162,7 +177,7 @@ static void emit_md(FILE *f, const Table *t) {
         for (int i = 0; i < t->n_cols; i++) {
             const TCell *c = &row->cells[i];
             double best = column_best(t, i);
-            int bold = !row->reference && !isnan(c->v) && c->v == best;
+            int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" | ", f);
             if (c->text) {
                 put_text(f, FMT_MD, c->text);
@@ -172,11 +187,12 @@ static void emit_md(FILE *f, const Table *t) {
             put_number(f, FMT_MD, c->v, t->unit);
             if (bold) fputs("**", f);
             if (c->few) {
-                fprintf(f, " (n=%d, too few samples)", c->n);
+                fputc(' ', f);
+                put_few(f, c);
                 continue;
             }
             if (c->sig) fputs("\\*", f); /* escaped: a bare * after bold reads as emphasis */
-            if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", c->lo, c->hi);
+            if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", shown(c->lo), shown(c->hi));
             if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, " (n=%d)", c->n);
         }
         fputs(" |\n", f);
@@ -216,10 +232,14 @@ static double tex_cell_width(const Table *t, int i, const TCell *c) {
     char buf[64];
     if (c->text) return tex_wrap_width(c->text, TEX_TEXT_MAX);
     double w = 4.5 * 7 + (c->sig ? 5 : 0) + (strcmp(t->unit, "%") ? 0 : 7);
-    if (c->few) snprintf(buf, sizeof buf, "(n=%d, too few samples)", c->n), w = fmax(w, 3.5 * tex_chars(buf) + 2);
+    if (c->few) {
+        FILE *m = fmemopen(buf, sizeof buf, "w");
+        if (m) put_few(m, c), fclose(m);
+        w = fmax(w, 3.5 * tex_chars(buf) + 2);
+    }
     else if (c->n && t->counts[i] && c->n != t->counts[i]) w += 18;
     if (!isnan(c->lo)) {
-        snprintf(buf, sizeof buf, "[%.2f, %.2f]", c->lo, c->hi);
+        snprintf(buf, sizeof buf, "[%.2f, %.2f]", shown(c->lo), shown(c->hi));
         w = fmax(w, 3.5 * tex_chars(buf) + 4);
     }
     return w;
@@ -297,7 +317,7 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
         for (int i = from; i < to; i++) {
             const TCell *c = &row->cells[i];
             double best = column_best(t, i);
-            int bold = !row->reference && !isnan(c->v) && c->v == best;
+            int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" & ", f);
             if (c->text) {
                 tex_wrapped(f, c->text, width[i], 0);
@@ -307,7 +327,9 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
                 /* the value over its n, so the cell is as narrow as the note */
                 fputs("\\shortstack[r]{", f);
                 put_number(f, FMT_TEX, c->v, t->unit);
-                fprintf(f, "\\\\{\\scriptsize (n=%d, too few samples)}}", c->n);
+                fputs("\\\\{\\scriptsize ", f);
+                put_few(f, c);
+                fputs("}}", f);
                 continue;
             }
             if (bold) fputs("\\textbf{", f);
@@ -410,9 +432,18 @@ static void coverage(FILE *f, Format fmt, const ReportSection *s) {
         const ReportCell *x = c < 0 ? &s->full : &s->cells[c];
         for (int t = 0; x->ran && t < s->n_tasks; t++) missing += x->n_missing[t];
     }
-    snprintf(line, sizeof line, "%d samples in %d tasks; %d result rows, %d failed (excluded from every mean), "
-             "%d (sample, method, budget) rows missing.", s->n_samples, s->n_tasks, s->n_rows, s->n_failed_rows,
-             missing);
+    int fewest = 0, at = -1;
+    for (int t = 0; t < s->n_tasks; t++)
+        if (at < 0 || s->task_samples[t] < fewest) fewest = s->task_samples[t], at = t;
+    int k = snprintf(line, sizeof line, "%d samples in %d tasks; %d result rows, %d failed (excluded from every mean), "
+                     "%d (sample, method, budget) rows missing.", s->n_samples, s->n_tasks, s->n_rows,
+                     s->n_failed_rows, missing);
+    if (s->n_tasks > 1 && fewest < STATS_MIN_STRATUM)
+        snprintf(line + k, sizeof line - (size_t)k, " Intervals over several tasks are pooled (task %s holds %d "
+                 "sample%s, fewer than %d).", s->tasks[at], fewest, fewest == 1 ? "" : "s", STATS_MIN_STRATUM);
+    else if (s->n_tasks > 1)
+        snprintf(line + k, sizeof line - (size_t)k, " Intervals over several tasks are stratified by task (where a "
+                 "failed row leaves a task fewer than %d samples, that interval is pooled).", STATS_MIN_STRATUM);
     note(f, fmt, line);
     if (fmt == FMT_TEX) return;
     for (int i = 0; i < s->n_failures; i++) {
@@ -547,7 +578,7 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
             sum += x->v, cnt++;
             if (!fewest || x->n < fewest) fewest = x->n;
         }
-        r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, 0, cnt && fewest < s->min_n, NULL};
+        r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, fewest, 0, cnt && fewest < s->min_n, NULL};
     }
     emit(f, fmt, t);
     table_free(t);
@@ -734,9 +765,9 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
         table_col(t, "mean over domains", NULL, 0);
         snprintf(t->caption, sizeof t->caption,
                  "%s: relative change vs the full cache at %s per domain and its unweighted mean over the %d "
-                 "domains, with 95%% paired bootstrap intervals (* excludes 0); change = 100 × (domain avg / "
+                 "domain%s, with 95%% paired bootstrap intervals (* excludes 0); change = 100 × (domain avg / "
                  "full-cache domain avg − 1), domain avg = mean of its task averages over the samples both scored. "
-                 "Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains);
+                 "Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains, x.n_domains == 1 ? "" : "s");
         snprintf(t->label, sizeof t->label, "tab:%s:crossdomain:%s", x.model, x.budget);
         for (int m = 0; m < x.n_methods; m++) {
             TRow *r = table_row(t, x.methods[m].label, 0);
@@ -776,7 +807,7 @@ static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *er
         if (!t) return kv_fail(err, "out of memory");
         char buf[208], head[400];
         for (int i = 0; i < c->n_models; i++) {
-            snprintf(buf, sizeof buf, "%s (%d domains)", c->models[i], c->n_domains[i]);
+            snprintf(buf, sizeof buf, "%s (%d domain%s)", c->models[i], c->n_domains[i], c->n_domains[i] == 1 ? "" : "s");
             table_col(t, buf, NULL, 0);
         }
         snprintf(t->caption, sizeof t->caption,
@@ -811,7 +842,7 @@ static void put_csv_number(FILE *f, double v) {
 
 /* ",value,lo,hi" with every number shifted by `shift`; the bounds empty from fewer than min_n samples. */
 static void put_csv_bounds(FILE *f, const StatsInterval *ci, double shift, int min_n) {
-    int few = ci->n < min_n;
+    int few = ci->n < min_n || ci->n_least < min_n;
     put_csv_number(f, ci->value + shift);
     put_csv_number(f, few ? NAN : ci->lo + shift);
     put_csv_number(f, few ? NAN : ci->hi + shift);
@@ -824,7 +855,7 @@ static void put_csv_ci(FILE *f, const StatsInterval *ci, int min_n) {
 
 /* The last column of a row: why its interval is missing, if it is. */
 static void put_csv_note(FILE *f, const StatsInterval *ci, int min_n) {
-    fputs(ci->n > 0 && ci->n < min_n ? ",\"too few samples\"\n" : ",\n", f);
+    fputs(stats_too_few(ci, min_n) ? ",\"too few samples\"\n" : ",\n", f);
 }
 
 static void put_csv_keys(FILE *f, const ReportSection *s, int m, int b, const char *domain, const char *task) {
@@ -954,14 +985,18 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
 }
 
 static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
-    char text[3200];
+    char text[4000];
     snprintf(text, sizeof text,
              "Scores are on the 0-100 scale: a task's score is the mean over its samples, failed rows excluded "
              "and counted; domain and overall averages are unweighted means of the task scores; all are computed "
              "from unrounded values and printed to 2 decimals. Intervals are 95%% percentile-bootstrap intervals "
-             "(%d resamples, stratified by task: each resample redraws every task's samples with replacement; "
-             "random stream splitmix64 from the fixed seed 0x%llx, restarted for each interval, so the report is "
-             "deterministic). n is the number of samples behind a value. Every policy scores the same samples, so "
+             "(%d resamples; random stream splitmix64 from the fixed seed 0x%llx, restarted for each interval, so "
+             "the report is deterministic). An interval over several tasks is stratified by task (each resample "
+             "redraws every task's samples with replacement) when every task behind it holds at least %d samples; "
+             "otherwise it is pooled (each resample draws as many samples as there are from all of them, within "
+             "each domain for a cross-domain change), because a task of n samples redrawn within itself varies "
+             "only (n − 1) / n as much as it should (one sample: never). Which scheme ran is stated with each "
+             "section. n is the number of samples behind a value. Every policy scores the same samples, so "
              "differences against the full cache and against the best baseline (the highest-scoring of the paper's "
              "baselines, i.e. every policy but defensivekv / layer-defensivekv, each at its own default "
              "aggregation, at that budget) are paired: the same resampled samples on both sides, over the samples "
@@ -971,7 +1006,7 @@ static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
              "few only reshuffles the handful of values there are and is too unstable to act on; such a value is "
              "shown with its n and \"too few samples\". A zero-width interval (the resamples never varied) is "
              "never marked. %s.",
-             resamples, (unsigned long long)STATS_SEED, min_n, CHANGE_FORMULA);
+             resamples, (unsigned long long)STATS_SEED, STATS_MIN_STRATUM, min_n, CHANGE_FORMULA);
     note(f, fmt, text);
 }
 

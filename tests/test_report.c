@@ -44,12 +44,20 @@ static void test_stats_hand(TestCounts *tc) {
 
     KvErr err;
     StatsInterval ci;
-    /* constant data: every resample gives the same mean */
-    double x[] = {40, 40, 40, 70, 70, NAN};
-    int g[] = {0, 0, 0, 1, 1, 1};
-    stats_bootstrap(STATS_MEAN, x, NULL, g, 6, 2, 2000, STATS_SEED, &ci, &err);
-    CHECK(tc, ci.n == 5 && ci.n_groups == 2 && ci.value == 55 && ci.lo == 55 && ci.hi == 55,
+    /* constant groups of 5 (stratified): every resample gives the same mean */
+    double x[] = {40, 40, 40, 40, 40, 70, 70, 70, 70, 70, NAN};
+    int g5[] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+    stats_bootstrap(STATS_MEAN, x, NULL, g5, 11, 2, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.n == 10 && ci.n_groups == 2 && ci.value == 55 && ci.lo == 55 && ci.hi == 55 && !ci.pooled,
           "constant groups: n %d value %g [%g, %g]", ci.n, ci.value, ci.lo, ci.hi);
+    /* the same groups at 3 and 2 values: pooled, so a resample may draw 40s for the 70s' group and the interval
+     * has width (stratified, it was zero-width: [55, 55]); pooled 1 then, and never pooled with one group */
+    double x32[] = {40, 40, 40, 70, 70, NAN};
+    int g[] = {0, 0, 0, 1, 1, 1};
+    stats_bootstrap(STATS_MEAN, x32, NULL, g, 6, 2, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, ci.n == 5 && ci.pooled && ci.lo < 55 && ci.hi > ci.lo, "tiny strata pooled: [%g, %g]", ci.lo, ci.hi);
+    stats_bootstrap(STATS_MEAN, x32, NULL, g5, 5, 1, 2000, STATS_SEED, &ci, &err);
+    CHECK(tc, !ci.pooled && ci.n_least == ci.n, "one group: not pooled");
     /* paired: y = x - 5 sample by sample, so every resampled difference is exactly 5 whatever x */
     double a[] = {10, 90, 35, 60, 0, 100}, b[6];
     for (int i = 0; i < 6; i++) b[i] = a[i] - 5;
@@ -142,13 +150,15 @@ static void test_stats_reference(TestCounts *tc) {
         int same_nan = isnan(value) == isnan(ci.value) && isnan(lo) == isnan(ci.lo) && isnan(hi) == isnan(ci.hi);
         CHECK(tc, rc == 0 && ci.n == cJSON_GetObjectItem(c, "n")->valueint &&
                       ci.n_groups == cJSON_GetObjectItem(c, "groups_used")->valueint && same_nan &&
+                      ci.n_least == cJSON_GetObjectItem(c, "n_least")->valueint &&
+                      ci.pooled == cJSON_GetObjectItem(c, "pooled")->valueint &&
                       (isnan(value) || test_close(ci.value, value, 1e-9, value)) &&
                       (isnan(lo) || test_close(ci.lo, lo, 1e-9, lo)) && (isnan(hi) || test_close(ci.hi, hi, 1e-9, hi)),
-              "%s: C n %d %.12g [%.12g, %.12g], numpy %.12g [%.12g, %.12g]", name, ci.n, ci.value, ci.lo, ci.hi, value,
-              lo, hi);
+              "%s: C n %d (least %d, pooled %d) %.12g [%.12g, %.12g], numpy %.12g [%.12g, %.12g]", name, ci.n,
+              ci.n_least, ci.pooled, ci.value, ci.lo, ci.hi, value, lo, hi);
         n_cases++;
     }
-    CHECK(tc, n_cases == 8, "%d reference cases", n_cases);
+    CHECK(tc, n_cases == 11, "%d reference cases", n_cases);
     cJSON_Delete(root);
     free(text);
 }
@@ -338,24 +348,28 @@ static void compile_tex(TestCounts *tc, const char *out) {
 
 static void check_md(TestCounts *tc, const char *md) {
     CHECK(tc, strstr(md, "change = 100 × (avg(method) / avg(full cache) − 1), negative when") != NULL, "formula");
-    CHECK(tc, strstr(md, "2000 resamples") && strstr(md, "splitmix64") && strstr(md, "paired"), "method stated");
+    CHECK(tc, strstr(md, "(2000 resamples;") && strstr(md, "splitmix64") && strstr(md, "paired"), "method stated");
     /* summary, budgets side by side: avg [interval], change with its sign (a method below the full cache is
      * negative, one above positive), Δ best baseline (snapkv is the only baseline) */
     CHECK(tc, strstr(md, "| Method | 20%: avg | 20%: change % | 20%: Δ best baseline | 40%: avg |") != NULL, "columns");
-    /* (every sample of a task scores alike here: zero-width intervals, never marked *) */
-    CHECK(tc, strstr(md, "| snapkv | 45.00 [45.00, 45.00] | -25.00 [-25.00, -25.00] | – | 55.00 [55.00, 55.00] | "
-                         "-8.33 [-8.33, -8.33] | – |") != NULL, "snapkv summary row");
-    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67** [16.67, 16.67] | "
-                         "25.00 [25.00, 25.00] | – |") != NULL, "defensivekv summary row: bold, positive, no *");
+    /* (every sample of a task scores alike and each task holds 2 samples: a task-stratified bootstrap would give
+     * zero-width intervals; the pooled one draws across tasks, so an average over tasks that differ varies) */
+    CHECK(tc, strstr(md, "| snapkv | 45.00 [40.00, 52.50] | -25.00\\* [-33.33, -15.00] | – | 55.00 [47.50, 62.50] | "
+                         "-8.33\\* [-10.71, -5.00] | – |") != NULL, "snapkv summary row");
+    CHECK(tc, strstr(md, "| defensivekv (max+prior) | **70.00** [70.00, 70.00] | **16.67** [0.00, 40.00] | "
+                         "25.00\\* [17.50, 30.00] | – |") != NULL, "defensivekv summary row: bold, positive");
+    CHECK(tc, strstr(md, "pooled") != NULL, "the pooled scheme stated");
+    /* snapkv's RULER change at 40% is -1.4e-14 from summing in another order: printed 0.00, never -0.00 */
+    CHECK(tc, !strstr(md, "-0.00") && strstr(md, "(n=12) | 0.00 | – |"), "no -0.00");
     /* defensivekv at mean is an ablation variant (its default is max+prior): no comparison with the best
      * baseline */
-    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [0.00, 0.00] | – | – | – | – |"),
+    CHECK(tc, strstr(md, "| defensivekv (mean) | 60.00 [60.00, 60.00] | 0.00 [-14.29, 20.00] | – | – | – | – |"),
           "an ablation variant has no Δ best baseline");
     /* task table with n, intervals */
     CHECK(tc, strstr(md, "| n | 2 | 2 | 2 | 6 |") != NULL, "n row");
     CHECK(tc, strstr(md, "| snapkv | 50.00 [50.00, 50.00] | 30.00 [30.00, 30.00] | 55.00 [55.00, 55.00] | 45.00 "
-                         "[45.00, 45.00] |") != NULL, "snapkv task row");
-    CHECK(tc, strstr(md, "| snapkv | 40.00 [40.00, 40.00] | 55.00 [55.00, 55.00] | 45.00 [45.00, 45.00] |") != NULL,
+                         "[40.00, 52.50] |") != NULL, "snapkv task row");
+    CHECK(tc, strstr(md, "| snapkv | 40.00 [30.00, 50.00] | 55.00 [55.00, 55.00] | 45.00 [40.00, 52.50] |") != NULL,
           "snapkv domain row");
     CHECK(tc, strstr(md, "| snapkv | 62.50 | 75.00 | 91.67 | 76.39 |") != NULL, "ratio row");
     /* ablation pivoted: a row per policy with several aggregations, columns mean / max+prior per budget */
@@ -414,8 +428,8 @@ static void test_report(TestCounts *tc) {
     free(csv);
     csv = read_in(out, "domain_scores.csv");
     /* snapkv 40%: mean 55, change -8.333% with its interval, paired difference -5 */
-    CHECK(tc, csv && strstr(csv, "\"(all)\",\"\",\"snapkv\",\"mean\",\"w=32,k=5\",\"40%\",0.4,0,6,55,55,55,60,"
-                                 "-8.333333333,-8.333333333,-8.333333333,-5,-5,-5,\"snapkv\",,,,\n"), "summary csv");
+    CHECK(tc, csv && strstr(csv, "\"(all)\",\"\",\"snapkv\",\"mean\",\"w=32,k=5\",\"40%\",0.4,0,6,55,47.5,62.5,60,"
+                                 "-8.333333333,-10.71428571,-5,-5,-7.5,-2.5,\"snapkv\",,,,\n"), "summary csv");
     free(csv);
 
     /* LaTeX: labels, bold best, no resizing, booktabs rules, a budget's columns together, the budgets in parts
@@ -425,7 +439,7 @@ static void test_report(TestCounts *tc) {
                   strstr(tex, "\\label{tab:m-longbench:tasks:20-}") && strstr(tex, "\\textbf{70.00}") &&
                   strstr(tex, "\\multicolumn{3}{c}{20\\%} \\\\") && strstr(tex, "\\multicolumn{3}{c}{40\\%} \\\\") &&
                   strstr(tex, "(continued, part 2 of 2)") &&
-                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "& $-$25.00 & -- \\\\") &&
+                  strstr(tex, "\\cmidrule(lr){2-4}") && strstr(tex, "& $-$25.00$^{*}$ & -- \\\\") &&
                   strstr(tex, "qa\\_1\\_substitute$^\\dagger$"),
           "tex layout");
     free(tex);
@@ -461,8 +475,8 @@ static void test_report(TestCounts *tc) {
     free(ruler);
     /* Figure 4: score as % of the full cache, snapkv 75 at 20% (45/60) and 91.67 at 40% */
     char *dat = read_in(out, "m_longbench_fig4_ratio.dat");
-    CHECK(tc, fig4 && strstr(fig4, "100 with lines") && dat && strstr(dat, " 75.0000 75.0000 75.0000\n") &&
-                  strstr(dat, " 91.6667 91.6667 91.6667\n"), "figure 4 values");
+    CHECK(tc, fig4 && strstr(fig4, "100 with lines") && dat && strstr(dat, " 75.0000 66.6667 85.0000\n") &&
+                  strstr(dat, " 91.6667 89.2857 95.0000\n"), "figure 4 values");
     free(fig4);
     free(dat);
     /* Figure 2 style, over the samples both scored: snapkv at 20%: single-doc 100 × (40/60 − 1) = −33.33,
@@ -643,19 +657,21 @@ static void test_ordering(TestCounts *tc) {
     free(csv);
     free(md);
     free(tex);
-    /* --resamples: the count reaches every interval and the stated method; with one resample every interval is
-     * that resample's value, zero-width, so no link is resolved and no * is given */
-    snprintf(out, sizeof out, "%s/ordering_one", dir);
-    ReportOptions one = {db, out, NULL, NULL, 0, 0, 1};
-    CHECK(tc, report_write(&one, &err) == 0, "report with 1 resample: %s", err.msg);
-    csv = read_in(out, "ordering.csv");
+    /* --resamples below 1000: refused with the reason, nothing written (2 resamples gave intervals that excluded
+     * their own estimate) */
+    snprintf(out, sizeof out, "%s/ordering_few", dir);
+    for (int k = 0; k < 2; k++) {
+        ReportOptions few = {db, out, NULL, NULL, 0, 0, k ? 999 : 2};
+        CHECK(tc, report_write(&few, &err) == -1 && strstr(err.msg, "too few for a 95% interval (at least 1000)"),
+              "--resamples %d refused: %s", few.resamples, err.msg);
+    }
+    struct stat sb;
+    CHECK(tc, stat(out, &sb) != 0, "nothing written for a refused count");
+    /* 1000: accepted, and the count stated */
+    ReportOptions thousand = {db, out, NULL, NULL, 0, 0, 1000};
+    CHECK(tc, report_write(&thousand, &err) == 0, "report with 1000 resamples: %s", err.msg);
     md = read_in(out, "report.md");
-    CHECK(tc, md && strstr(md, "(1 resamples,") && !strstr(md, "2000 resamples"), "the count stated");
-    CHECK(tc, csv && !strstr(csv, "\"holds\"") && !strstr(csv, "\"reversed\"") &&
-                  strstr(csv, "\"not resolved (zero-width interval: the samples do not vary)\""),
-          "one resample resolves nothing:\n%s", csv ? csv : "(missing)");
-    CHECK(tc, md && !strstr(md, "\\*"), "no * from one resample");
-    free(csv);
+    CHECK(tc, md && strstr(md, "(1000 resamples;") && !strstr(md, "2000 resamples"), "the count stated");
     free(md);
 }
 
@@ -802,6 +818,50 @@ static void fill_model(const char *path, const char *model, double full, double 
         write_sample(s, run, &m, r, 3);
     }
     store_close(s);
+}
+
+/* Every cell obeys min_n with its own n: model m has 3 LongBench samples (single-doc QA) and 12 needle samples,
+ * model m2 12 needle samples only. m's single-doc QA change rests on 3 samples, its mean over the two domains
+ * has 3 in a domain: no interval, * or error bar from either (they used to count all 15); the retrieval domain's
+ * 12 give an interval. Side by side, m's value is likewise too few, m2's is not; "(1 domain)" in the singular. */
+static void test_crossdomain_n(TestCounts *tc) {
+    char db[128], out[128], line[4096];
+    KvErr err = {{0}};
+    Store *s;
+    long long run;
+    snprintf(db, sizeof db, "%s/domain_n.db", dir);
+    snprintf(out, sizeof out, "%s/domain_n_out", dir);
+    open_db(db, &s, &run);
+    for (int k = 0; k < 27; k++) {
+        const char *model = k < 15 ? "m" : "m2";
+        int lb = k < 3, i = k < 15 ? k : k - 15;
+        char key[64];
+        snprintf(key, sizeof key, "%s:%d", lb ? "longbench:qasper" : "niah:needle", i);
+        StoreSample m = {model, "cq=0", key, lb ? "longbench" : "niah", lb ? "qasper" : "needle",
+                         lb ? "single-doc QA" : "needle", "x", i, -1, 100, 100, 10, "[]", NULL, "m", "d", 0};
+        StoreResult r[] = {row("full", "mean", "full", 1, 0.8 + 0.01 * (i % 3)),
+                           row("snapkv", "mean", "20%", 0.2, lb ? 0.3 + 0.1 * i : 0.5 + 0.05 * (i % 4))};
+        write_sample(s, run, &m, r, 2);
+    }
+    store_close(s);
+    ReportOptions opt = {db, out, NULL, NULL, 0, 0, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "domain n report: %s", err.msg);
+    char *md = read_in(out, "report.md"), *dat = read_in(out, "m_fig2_crossdomain_20p.dat");
+    const char *x = md ? strstr(md, "## m — cross-domain change at 20%") : NULL;
+    line_of(x, "| snapkv |", line, sizeof line);
+    CHECK(tc, strstr(line, "(n=3, too few samples)") && strstr(line, "(n=15, 3 in a domain: too few samples)") &&
+                  !strstr(line, "**"), "m's cross-domain row: %s", line);
+    CHECK(tc, strstr(line, "-29.01%\\* [-33.06, -25.05]") != NULL, "the 12-sample domain has its interval: %s", line);
+    CHECK(tc, dat && strstr(dat, "NaN NaN\n"), "figure 2: no error bar on the mean:\n%s", dat ? dat : "-");
+    const char *side = md ? strstr(md, "## Models side by side at 20%") : NULL;
+    line_of(side, "| snapkv |", line, sizeof line);
+    CHECK(tc, strstr(line, "(n=15, 3 in a domain: too few samples) | ") && strstr(line, "70.99%\\* [67.11, 74.87]"),
+          "side by side: m too few, m2 with its interval: %s", line);
+    CHECK(tc, side && strstr(side, "m (2 domains)") && strstr(side, "m2 (1 domain)") && !strstr(md, "1 domains"),
+          "domain counts in words");
+    free(md);
+    free(dat);
 }
 
 static void test_two_models(TestCounts *tc) {
@@ -978,6 +1038,11 @@ static void test_cli(TestCounts *tc) {
     char beside[200];
     snprintf(beside, sizeof beside, "%s/r_report", dir);
     CHECK(tc, rc == 0 && file_size(beside, "report.md") > 0, "report CONFIG.json: rc %d: %s", rc, out);
+    /* a refused report names no output: "DB -> OUT" only once it is written */
+    char *few[] = {"kvbench", "report", "--db", db, "--resamples", "20", NULL};
+    rc = test_run_command(run_cli, 6, few, out, NULL, sizeof out);
+    CHECK(tc, rc == 1 && strstr(out, "--resamples 20: too few for a 95% interval") && !strstr(out, " -> "),
+          "report --resamples 20: rc %d: %s", rc, out);
     char *both[] = {"kvbench", "report", cfg, "--db", db, NULL};
     CHECK(tc, test_run_command(run_cli, 5, both, out, NULL, sizeof out) == 2, "config and --db");
 
@@ -1008,6 +1073,7 @@ int main(void) {
     test_report(&tc);
     test_all_failed(&tc);
     test_crossdomain_setups(&tc);
+    test_crossdomain_n(&tc);
     test_ordering(&tc);
     test_min_n(&tc);
     test_two_models(&tc);
