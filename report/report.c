@@ -379,6 +379,7 @@ static int section_stats(ReportSection *s, KvErr *err) {
     if (!s->order) goto done;
     for (int b = 0; b < s->n_budgets; b++)
         if (report_ordering(s, b, s->order + (size_t)b * REPORT_N_ORDER, err)) goto done;
+    if (report_ablation_pairs(s, err)) goto done;
     rc = 0;
 done:
     groups_free(&g);
@@ -462,6 +463,7 @@ void report_data_free(ReportData *d) {
         free(s->cells);
         free(s->best_baseline);
         free(s->order);
+        free(s->pairs);
         free(s->tasks);
         free(s->task_domain);
         free(s->task_samples);

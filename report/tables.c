@@ -594,10 +594,6 @@ static int in_ablation(const ReportSection *s, int m) {
     return 0;
 }
 
-static int agg_rank(const char *a) {
-    return !strcmp(a, "mean") ? 0 : !strcmp(a, "max") ? 1 : !strcmp(a, "max+prior") ? 2 : 3;
-}
-
 /* The ablation: rows = policy (and params), columns = aggregation (mean, max, max+prior, others) per budget where
  * an ablation row ran with several, each the overall average with its interval. */
 static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
@@ -611,7 +607,7 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
     }
     if (!n_aggs) return;
     for (int i = 1; i < n_aggs; i++) /* canonical order */
-        for (int j = i; j > 0 && agg_rank(aggs[j - 1]) > agg_rank(aggs[j]); j--) {
+        for (int j = i; j > 0 && report_agg_rank(aggs[j - 1]) > report_agg_rank(aggs[j]); j--) {
             const char *x = aggs[j];
             aggs[j] = aggs[j - 1];
             aggs[j - 1] = x;
@@ -657,6 +653,54 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
                 if (report_cell(s, o, budgets[i])->ran)
                     r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains], s->min_n);
         }
+    }
+    emit(f, fmt, t);
+    table_free(t);
+}
+
+/* The row label of a pair: "defensivekv: max+prior − mean" (with the params where the policy ran with several). */
+static void pair_label(const ReportSection *s, const AblationPair *p, char *out, size_t n) {
+    const ReportMethod *l = &s->methods[p->left], *r = &s->methods[p->right];
+    int several = 0;
+    for (int o = 0; o < s->n_methods; o++)
+        several |= !strcmp(s->methods[o].policy, l->policy) && strcmp(s->methods[o].params, l->params);
+    snprintf(out, n, "%s%s%s%s: %s − %s", l->policy, several ? " [" : "", several ? l->params : "", several ? "]" : "",
+             l->aggregation, r->aggregation);
+}
+
+/* The ablation as paired differences (ordering.c, report_ablation_pairs): rows = policy and pair of aggregations,
+ * columns = Δ points and verdict per budget. */
+static void ablation_pairs_table(FILE *f, Format fmt, const ReportSection *s) {
+    if (!s->n_pairs) return;
+    Table *t = table_new("");
+    if (!t) return;
+    t->no_bold = 1;
+    int col_of[256], n_budgets = 0;
+    for (int b = 0; b < s->n_budgets && b < 256; b++) {
+        col_of[b] = -1;
+        for (int i = 0; i < s->n_pairs && col_of[b] < 0; i++)
+            if (s->pairs[i].budget == b) col_of[b] = 2 * n_budgets++;
+        if (col_of[b] < 0) continue;
+        table_col(t, "Δ points", s->budgets[b].label, 0);
+        table_col(t, "verdict", s->budgets[b].label, 0);
+    }
+    snprintf(t->caption, sizeof t->caption,
+             "%s, %s: aggregation ablation as paired differences, Δ = avg(left) − avg(right)%s in points over the "
+             "samples both scored, with its 95%% paired bootstrap interval (* excludes 0); higher / lower where the "
+             "interval excludes 0; no verdict from fewer than %d pairs (too few samples) or from a zero-width interval",
+             s->model, s->suite, report_has_substitute(s, -1) ? "†" : "", s->min_n);
+    set_labels(t, s, "ablation-paired", NULL);
+    char label[200];
+    for (int i = 0; i < s->n_pairs; i++) {
+        const AblationPair *p = &s->pairs[i];
+        pair_label(s, p, label, sizeof label);
+        TRow *r = NULL;
+        for (int k = 0; k < t->n_rows && !r; k++)
+            if (!strcmp(t->rows[k]->label, label)) r = t->rows[k];
+        if (!r && !(r = table_row(t, label, 0))) break;
+        if (p->budget >= 256) continue;
+        r->cells[col_of[p->budget]] = compared(&p->diff, 0, s->min_n);
+        r->cells[col_of[p->budget] + 1].text = p->verdict;
     }
     emit(f, fmt, t);
     table_free(t);
@@ -729,6 +773,7 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
     if (s->n_budgets && s->n_methods) ordering_table(f, fmt, s);
     fputs(flush, f);
     ablation_table(f, fmt, s);
+    ablation_pairs_table(f, fmt, s);
     if (s->n_budgets == 0) {
         budget_table(f, fmt, s, -1, 0);
         budget_table(f, fmt, s, -1, 1);
@@ -946,6 +991,34 @@ static void write_csv_crossmodel(FILE *f, const CrossModel *x, int n) {
             }
 }
 
+/* The aggregation ablation as paired differences, one row per (section, budget, pair). */
+static void write_csv_ablation(FILE *f, const ReportData *d) {
+    fputs("model,setup,suite,budget,keep_fraction,policy,params,left_aggregation,right_aggregation,n,diff,lo,hi,"
+          "verdict\n", f);
+    for (int i = 0; i < d->n_sections; i++) {
+        const ReportSection *s = &d->sections[i];
+        for (int k = 0; k < s->n_pairs; k++) {
+            const AblationPair *p = &s->pairs[k];
+            const ReportMethod *l = &s->methods[p->left], *r = &s->methods[p->right];
+            const char *fields[] = {s->model, s->setup, s->suite, s->budgets[p->budget].label};
+            for (int c = 0; c < 4; c++) {
+                if (c) fputc(',', f);
+                report_put_csv(f, fields[c]);
+            }
+            fprintf(f, ",%.6g", s->budgets[p->budget].keep_fraction);
+            const char *more[] = {l->policy, l->params, l->aggregation, r->aggregation};
+            for (int c = 0; c < 4; c++) {
+                fputc(',', f);
+                report_put_csv(f, more[c]);
+            }
+            put_csv_ci(f, &p->diff, s->min_n);
+            fputc(',', f);
+            report_put_csv(f, p->verdict);
+            fputc('\n', f);
+        }
+    }
+}
+
 static void write_csv_ordering(FILE *f, const ReportData *d) {
     fputs("model,setup,suite,budget,relation,left,left_aggregation,right,right_aggregation,n,diff,lo,hi,verdict\n", f);
     for (int i = 0; i < d->n_sections; i++) {
@@ -1046,6 +1119,9 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (report_close_out(f, path, log, err)) return -1;
     if (!(f = report_open_out(out_dir, "ordering.csv", path, sizeof path, err))) return -1;
     write_csv_ordering(f, d);
+    if (report_close_out(f, path, log, err)) return -1;
+    if (!(f = report_open_out(out_dir, "ablation.csv", path, sizeof path, err))) return -1;
+    write_csv_ablation(f, d);
     if (report_close_out(f, path, log, err)) return -1;
     if (d->n_crossmodels == 0) return 0;
     if (!(f = report_open_out(out_dir, "cross_model.csv", path, sizeof path, err))) return -1;

@@ -380,6 +380,9 @@ static void check_md(TestCounts *tc, const char *md) {
     /* needle: snapkv loses one of 6 cells (83.33); the 0/100 scores give a real interval */
     const char *needle = strstr(md, "## m — niah");
     CHECK(tc, needle && strstr(needle, "| snapkv | 83.33 [50.00, 100.00] |"), "needle interval");
+    /* the ablation paired: defensivekv max+prior − mean is 10 on every sample, so no verdict (zero width) */
+    CHECK(tc, strstr(md, "| defensivekv: max+prior − mean | 10.00 [10.00, 10.00] | not resolved (zero-width"),
+          "paired ablation row");
     /* RULER: unrounded ratio 80.00; the substitute marked; failures and missing rows counted with their reason */
     const char *ruler = strstr(md, "## m — ruler");
     CHECK(tc, ruler != NULL, "ruler section");
@@ -772,6 +775,20 @@ static void test_min_n(TestCounts *tc) {
                           !strstr(order, "too few"), "n=10: verdicts:\n%s", order);
             CHECK(tc, dat && !strstr(dat, "NaN"), "n=10: error bars");
         }
+        /* the ablation as paired differences: adakv max − mean = 90 − (45 + 2·(i mod 5)), on the same samples */
+        char *abl = read_in(out, "ablation.csv");
+        snprintf(want, sizeof want, "\"20%%\",0.2,\"adakv\",\"w=32,k=5\",\"max\",\"mean\",%d,%s", n,
+                 n == 1 ? "45,,,\"too few samples\"" : n == 2 ? "44,,,\"too few samples\"" : "41,");
+        CHECK(tc, abl && strstr(abl, "model,setup,suite,budget,keep_fraction,policy,params,left_aggregation,"
+                                     "right_aggregation,n,diff,lo,hi,verdict\n") && strstr(abl, want) &&
+                      (n < 10 || strstr(abl, ",\"higher\"\n")),
+              "n=%d: ablation.csv has %s:\n%s", n, want, abl ? abl : "(missing)");
+        line_of(md, "| adakv: max − mean |", line, sizeof line);
+        CHECK(tc, n < 10 ? strstr(line, "too few samples") != NULL : strstr(line, "| 41.00\\* [") && strstr(line, "| higher |"),
+              "n=%d: the paired ablation row: %s", n, line);
+        CHECK(tc, tex && strstr(tex, "adakv: max $-$ mean &"),
+              "n=%d: LaTeX paired ablation", n);
+        free(abl);
         free(md), free(tex), free(csv), free(order), free(dat);
     }
     /* --min-n on the command line: the n=2 database with intervals */
