@@ -41,6 +41,8 @@ typedef struct {
 typedef struct {
     char label[200];
     int reference;      /* the full cache: not a candidate for bold */
+    int header;         /* a block's heading (a budget), spanning the table; no cells */
+    int block;          /* rows are compared (bold) within their block */
     TCell cells[MAX_COLS];
 } TRow;
 
@@ -53,6 +55,9 @@ typedef struct {
     int has_counts;
     const char *unit;              /* "%" or "" */
     int no_bold;                   /* the columns are not scores: no best value to single out */
+    int compact;                   /* LaTeX values only: a value from fewer than min_n samples printed plain (never
+                                    * bold; its n is in the n row) */
+    int n_blocks;                  /* table_block headings so far */
     int n_rows;
     TRow *rows[MAX_ROWS];          /* allocated as added: a row is 20 KB, and most tables have a few */
 } Table;
@@ -89,7 +94,17 @@ static TRow *table_row(Table *t, const char *label, int reference) {
     t->rows[t->n_rows++] = r;
     snprintf(r->label, sizeof r->label, "%s", label);
     r->reference = reference;
+    r->header = 0;
+    r->block = t->n_blocks;
     for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, 0, NULL};
+    return r;
+}
+
+/* A heading row that starts a block of rows (bold is per block): a budget in the paper's layout. */
+static TRow *table_block(Table *t, const char *label) {
+    t->n_blocks++;
+    TRow *r = table_row(t, label, 1);
+    if (r) r->header = 1;
     return r;
 }
 
@@ -129,13 +144,13 @@ static void put_number(FILE *f, Format fmt, double v, const char *unit) {
 
 /* The best (largest) value of column i among the non-reference rows as printed, to print in bold (every cell
  * that prints it); NaN when fewer than two have a value or all of them print alike (nothing to single out). */
-static double column_best(const Table *t, int i) {
+static double column_best(const Table *t, int i, int block) {
     if (t->no_bold) return NAN;
     double best = NAN, worst = NAN;
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
         double v = shown(t->rows[r]->cells[i].v);
-        if (t->rows[r]->reference || isnan(v) || t->rows[r]->cells[i].few) continue;
+        if (t->rows[r]->reference || t->rows[r]->block != block || isnan(v) || t->rows[r]->cells[i].few) continue;
         n++;
         if (isnan(best) || v > best) best = v;
         if (isnan(worst) || v < worst) worst = v;
@@ -173,10 +188,18 @@ static void emit_md(FILE *f, const Table *t) {
     for (int r = 0; r < t->n_rows; r++) {
         const TRow *row = t->rows[r];
         fputs("| ", f);
+        if (row->header) {
+            fputs("*", f);
+            put_text(f, FMT_MD, row->label);
+            fputs("*", f);
+            for (int i = 0; i < t->n_cols; i++) fputs(" |", f);
+            fputc('\n', f);
+            continue;
+        }
         put_text(f, FMT_MD, row->label);
         for (int i = 0; i < t->n_cols; i++) {
             const TCell *c = &row->cells[i];
-            double best = column_best(t, i);
+            double best = column_best(t, i, row->block);
             int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" | ", f);
             if (c->text) {
@@ -203,7 +226,8 @@ static void emit_md(FILE *f, const Table *t) {
 
 /* Widths in pt, estimated from the text (Computer Modern, \small: about 4.5 pt a character, \scriptsize 3.5),
  * on the safe side; the test compiles the result and fails on any overfull box. */
-enum { TEX_TEXT_WIDTH = 345, TEX_COL_SEP = 12, TEX_LABEL_MAX = 115, TEX_TEXT_MAX = 80, TEX_HEAD_MAX = 50 };
+enum { TEX_TEXT_WIDTH = 345, TEX_TEXT_HEIGHT = 460, TEX_COL_SEP = 12, TEX_LABEL_MAX = 115, TEX_TEXT_MAX = 80,
+       TEX_HEAD_MAX = 50 };
 
 static double tex_chars(const char *s) {
     double n = 0;
@@ -232,7 +256,7 @@ static double tex_cell_width(const Table *t, int i, const TCell *c) {
     char buf[64];
     if (c->text) return tex_wrap_width(c->text, TEX_TEXT_MAX);
     double w = 4.5 * 7 + (c->sig ? 5 : 0) + (strcmp(t->unit, "%") ? 0 : 7);
-    if (c->few) {
+    if (c->few && !t->compact) {
         FILE *m = fmemopen(buf, sizeof buf, "w");
         if (m) put_few(m, c), fclose(m);
         w = fmax(w, 3.5 * tex_chars(buf) + 2);
@@ -256,9 +280,9 @@ static void tex_wrapped(FILE *f, const char *text, double max, int right) {
     fputs("}", f);
 }
 
-/* Columns [from, to) of t as one tabular (part `part` of n_parts). */
-static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, int n_parts, const double *width,
-                          double label_w) {
+/* Columns [from, to) of rows [r0, r1) of t as one tabular (part `part` of n_parts). */
+static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int r1, int part, int n_parts,
+                          const double *width, double label_w) {
     fputs("\n\\begin{table}[ht]\n\\centering\\small\n\\caption{", f);
     if (part == 0) report_put_tex(f, t->caption);
     else {
@@ -310,17 +334,28 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
         fputs(" \\\\\n", f);
     }
     fputs("\\midrule\n", f);
-    for (int r = 0; r < t->n_rows; r++) {
+    for (int r = r0; r < r1; r++) {
         const TRow *row = t->rows[r];
         int any_ci = 0;
+        if (row->header) {
+            if (r > r0) fputs("\\midrule\n", f);
+            fprintf(f, "\\multicolumn{%d}{l}{\\textit{", to - from + 1);
+            report_put_tex(f, row->label);
+            fputs("}} \\\\\n", f);
+            continue;
+        }
         tex_wrapped(f, row->label, label_w, 0);
         for (int i = from; i < to; i++) {
             const TCell *c = &row->cells[i];
-            double best = column_best(t, i);
+            double best = column_best(t, i, row->block);
             int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" & ", f);
             if (c->text) {
                 tex_wrapped(f, c->text, width[i], 0);
+                continue;
+            }
+            if (c->few && t->compact) {
+                put_number(f, FMT_TEX, c->v, t->unit);
                 continue;
             }
             if (c->few) {
@@ -392,7 +427,38 @@ static void emit_tex(FILE *f, const Table *t) {
         }
     }
     cut[++n_parts] = t->n_cols;
-    for (int p = 0; p < n_parts; p++) emit_tex_part(f, t, cut[p], cut[p + 1], p, n_parts, width, label_w);
+    /* and in as few parts as fit the page's height, cut before a block heading where one is near (else anywhere):
+     * heights in pt, estimated on the safe side (a \\small row 11, its interval line 9, a caption line 12) */
+    int rcut[MAX_ROWS + 1], n_rparts = 0;
+    rcut[0] = 0;
+    double fixed = 12 * (tex_chars(t->caption) / 60 + 2) + 50 + (t->has_counts ? 11 : 0), used = fixed;
+    for (int r = 0; r < t->n_rows; r++) {
+        const TRow *row = t->rows[r];
+        double h = row->header ? 16 : 11 * ceil(tex_small(row->label) / TEX_LABEL_MAX);
+        for (int i = 0; i < t->n_cols && !row->header; i++) {
+            const TCell *c = &row->cells[i];
+            if (!isnan(c->lo) || (c->few && !t->compact)) h = fmax(h, 20);
+            if (c->text) h = fmax(h, 11 * ceil(tex_small(c->text) / fmax(width[i], 1)));
+        }
+        if (used + h > TEX_TEXT_HEIGHT && r > rcut[n_rparts]) {
+            int at = r; /* back to the block's heading when it is in this part */
+            for (int k = r; k > rcut[n_rparts]; k--)
+                if (t->rows[k]->header) {
+                    at = k;
+                    break;
+                }
+            rcut[++n_rparts] = at;
+            r = at - 1;
+            used = fixed;
+            continue;
+        }
+        used += h;
+    }
+    rcut[++n_rparts] = t->n_rows;
+    int part = 0, total = n_parts * n_rparts;
+    for (int q = 0; q < n_rparts; q++)
+        for (int p = 0; p < n_parts; p++)
+            emit_tex_part(f, t, cut[p], cut[p + 1], rcut[q], rcut[q + 1], part++, total, width, label_w);
 }
 
 static void emit(FILE *f, Format fmt, const Table *t) {
@@ -477,39 +543,70 @@ static void set_labels(Table *t, const ReportSection *s, const char *kind, const
     snprintf(t->label, sizeof t->label, "tab:%s:%s%s%s", s->stem, kind, budget ? ":" : "", budget ? budget : "");
 }
 
+/* Whether method m is one of the paper-layout rows in LaTeX: a policy at its default aggregation, or a policy
+ * that did not run at its default (then every aggregation it ran). The other variants are in the ablation. */
+static int in_main(const ReportSection *s, int m) {
+    if (report_is_default_aggregation(&s->methods[m])) return 1;
+    for (int o = 0; o < s->n_methods; o++)
+        if (!strcmp(s->methods[o].policy, s->methods[m].policy) && !strcmp(s->methods[o].params, s->methods[m].params) &&
+            report_is_default_aggregation(&s->methods[o]))
+            return 0;
+    return 1;
+}
+
+/* The summary cells of method m (-1: the full cache) at budget b from column `at`: avg, change %, Δ best. */
+static void summary_cells(const ReportSection *s, int m, int b, TRow *r, int at) {
+    if (m < 0) {
+        r->cells[at] = cell_of(&s->full.domain[s->n_domains], s->min_n);
+        return;
+    }
+    const ReportCell *c = report_cell(s, m, b);
+    if (!c->ran) return;
+    r->cells[at] = cell_of(&c->domain[s->n_domains], s->min_n);
+    TCell *ch = &r->cells[at + 1];
+    *ch = compared(&c->ratio, 100, s->min_n);
+    ch->v -= 100, ch->lo -= 100, ch->hi -= 100;
+    if (c->diff_best.n) r->cells[at + 2] = compared(&c->diff_best, 0, s->min_n);
+}
+
+/* Average, change and Δ best baseline with their intervals: in Markdown the budgets side by side (every method),
+ * in LaTeX one block of rows per budget (the paper-layout methods: in_main), three columns wide. */
 static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
     Table *t = table_new("");
     if (!t) return;
     const char *avg = report_has_substitute(s, -1) ? "avg†" : "avg";
-    for (int b = 0; b < s->n_budgets; b++) {
-        table_col(t, avg, s->budgets[b].label, s->n_samples);
-        table_col(t, "change %", s->budgets[b].label, 0);
-        table_col(t, "Δ best baseline", s->budgets[b].label, 0);
+    int blocks = fmt == FMT_TEX, n_groups = blocks ? 1 : s->n_budgets;
+    for (int b = 0; b < n_groups; b++) {
+        const char *group = blocks ? NULL : s->budgets[b].label;
+        table_col(t, avg, group, s->n_samples);
+        table_col(t, "change %", group, 0);
+        table_col(t, "Δ best baseline", group, 0);
     }
     snprintf(t->caption, sizeof t->caption,
-             "%s, %s: average score per budget with 95%% bootstrap intervals (%d samples, %d tasks); change = "
+             "%s, %s: average score %s with 95%% bootstrap intervals (%d samples, %d tasks); change = "
              "100 × (avg / avg(full) − 1); Δ best baseline = avg − avg of the best baseline at that budget, in "
              "points (none for an ablation variant: a policy at another than its default aggregation is compared "
              "with its own policy only, in the ablation table); * marks a paired interval that excludes 0 (see "
-             "the method: from at least %d samples, never a zero-width one)", s->model, s->suite, s->n_samples,
-             s->n_tasks, s->min_n);
+             "the method: from at least %d samples, never a zero-width one)", s->model, s->suite,
+             blocks ? "per budget (each policy at its default aggregation)" : "per budget", s->n_samples, s->n_tasks,
+             s->min_n);
     set_labels(t, s, "summary", NULL);
     if (s->full.ran) {
         TRow *r = table_row(t, "full", 1);
-        for (int b = 0; r && b < s->n_budgets; b++) r->cells[3 * b] = cell_of(&s->full.domain[s->n_domains], s->min_n);
+        for (int b = 0; r && b < n_groups; b++) summary_cells(s, -1, b, r, 3 * b);
     }
-    for (int m = 0; m < s->n_methods; m++) {
-        int any = 0;
-        for (int b = 0; b < s->n_budgets; b++) any |= report_cell(s, m, b)->ran;
-        TRow *r = any ? table_row(t, s->methods[m].label, 0) : NULL;
-        for (int b = 0; r && b < s->n_budgets; b++) {
-            const ReportCell *c = report_cell(s, m, b);
-            if (!c->ran) continue;
-            r->cells[3 * b] = cell_of(&c->domain[s->n_domains], s->min_n);
-            TCell *ch = &r->cells[3 * b + 1];
-            *ch = compared(&c->ratio, 100, s->min_n);
-            ch->v -= 100, ch->lo -= 100, ch->hi -= 100;
-            if (c->diff_best.n) r->cells[3 * b + 2] = compared(&c->diff_best, 0, s->min_n);
+    char head[120];
+    for (int b = 0; b < (blocks ? s->n_budgets : 1); b++) {
+        if (blocks) {
+            snprintf(head, sizeof head, "budget %s", s->budgets[b].label);
+            table_block(t, head);
+        }
+        for (int m = 0; m < s->n_methods; m++) {
+            int any = 0;
+            for (int k = 0; k < s->n_budgets; k++) any |= report_cell(s, m, k)->ran && (!blocks || k == b);
+            if (!any || (blocks && !in_main(s, m))) continue;
+            TRow *r = table_row(t, s->methods[m].label, 0);
+            for (int k = 0; r && k < n_groups; k++) summary_cells(s, m, blocks ? b : k, r, 3 * k);
         }
     }
     emit(f, fmt, t);
@@ -519,6 +616,46 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %s;", s->budgets[b].label,
                       s->best_baseline[b] >= 0 ? s->methods[s->best_baseline[b]].label : "none");
     note(f, fmt, line);
+    table_free(t);
+}
+
+/* The paper's Table 1 layout (LaTeX): methods as rows in one block per budget under the full cache, tasks as
+ * columns grouped by domain, then the average; values only (the intervals are in the summary table and in
+ * report.md), n per column, bold the best per budget and column from at least min_n samples. */
+static void paper_table(FILE *f, const ReportSection *s) {
+    Table *t = table_new("");
+    if (!t) return;
+    t->compact = 1;
+    char buf[200];
+    for (int u = 0; u < s->n_tasks; u++) {
+        int own = !strcmp(s->domains[s->task_domain[u]], s->tasks[u]); /* the needle: its own domain */
+        table_col(t, task_name(s, u, buf, sizeof buf), own ? NULL : s->domains[s->task_domain[u]], s->task_samples[u]);
+    }
+    table_col(t, report_has_substitute(s, -1) ? "Avg†" : "Avg", NULL, s->n_samples);
+    snprintf(t->caption, sizeof t->caption,
+             "%s, %s: task scores (0-100) per budget, each policy at its default aggregation; Avg = unweighted mean "
+             "of the task scores; n = samples per column; bold = the best per budget and column (none from fewer "
+             "than %d samples). Intervals: the summary table and report.md", s->model, s->suite, s->min_n);
+    set_labels(t, s, "main", NULL);
+    int n = t->n_cols - 1;
+    if (s->full.ran) {
+        TRow *r = table_row(t, "full", 1);
+        for (int i = 0; r && i <= n; i++)
+            r->cells[i] = cell_of(i == n ? &s->full.domain[s->n_domains] : &s->full.task[i], s->min_n);
+    }
+    for (int b = 0; b < s->n_budgets; b++) {
+        snprintf(buf, sizeof buf, "budget %s", s->budgets[b].label);
+        table_block(t, buf);
+        for (int m = 0; m < s->n_methods; m++) {
+            const ReportCell *c = report_cell(s, m, b);
+            TRow *r = c->ran && in_main(s, m) ? table_row(t, s->methods[m].label, 0) : NULL;
+            for (int i = 0; r && i <= n; i++)
+                r->cells[i] = cell_of(i == n ? &c->domain[s->n_domains] : &c->task[i], s->min_n);
+            for (int i = 0; r && i <= n; i++) r->cells[i].lo = r->cells[i].hi = NAN, r->cells[i].sig = 0;
+        }
+    }
+    for (int i = 0; s->full.ran && i <= n; i++) t->rows[0]->cells[i].lo = t->rows[0]->cells[i].hi = NAN;
+    emit_tex(f, t);
     table_free(t);
 }
 
@@ -767,11 +904,23 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
         note(f, fmt, "No scores in this section: every row failed (the errors are counted above).");
         return;
     }
-    /* LaTeX holds at most 18 floats in waiting: the tables are flushed after the overview and after each budget */
-    const char *flush = fmt == FMT_TEX ? "\\clearpage\n" : "";
+    if (fmt == FMT_TEX) {
+        /* the paper's tables: scores, then n and intervals, the ordering and the ablation, paired; the per-budget
+         * tables with every interval are in report.md and the CSV files. LaTeX holds at most 18 floats in
+         * waiting: they are flushed after each section */
+        if (s->n_budgets && s->n_methods) {
+            paper_table(f, s);
+            summary_table(f, fmt, s);
+            ordering_table(f, fmt, s);
+        } else {
+            budget_table(f, fmt, s, -1, 0);
+        }
+        ablation_pairs_table(f, fmt, s);
+        fputs("\\clearpage\n", f);
+        return;
+    }
     if (s->n_budgets && s->n_methods) summary_table(f, fmt, s);
     if (s->n_budgets && s->n_methods) ordering_table(f, fmt, s);
-    fputs(flush, f);
     ablation_table(f, fmt, s);
     ablation_pairs_table(f, fmt, s);
     if (s->n_budgets == 0) {
@@ -779,12 +928,10 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
         budget_table(f, fmt, s, -1, 1);
     }
     for (int b = 0; b < s->n_budgets; b++) {
-        fputs(flush, f);
         budget_table(f, fmt, s, b, 0);
         budget_table(f, fmt, s, b, 1);
         if (s->full.ran) budget_table(f, fmt, s, b, 2);
     }
-    fputs(flush, f);
 }
 
 /* The cross-domain change of each model at the budget nearest 20% (the paper's Figure 2 style). */
