@@ -97,7 +97,7 @@ void report_file_stem(char *out, size_t n, const char *s) {
                  c == '_' || c == '.';
         out[k++] = ok ? c : c == '%' ? 'p' : '_';
     }
-    if (n >= 2 && !k) out[k++] = '_'; /* "", "." and ".." name no file of their own */
+    if (n >= 2 && !k) out[k++] = '_'; /* "" names no file of its own */
     if (n) out[k] = 0;
-    if (!strcmp(out, ".") || !strcmp(out, "..")) out[0] = '_';
+    if (out[0] == '.') out[0] = '_'; /* nor hidden files, ".", "..": a model named ".x" */
 }

@@ -33,7 +33,8 @@ void report_put_tex_comment(FILE *f, const char *s);
 void report_put_csv(FILE *f, const char *s);
 
 /* A file-name stem: letters, digits, '.', '-' and '_' kept, '%' as 'p', anything else '_'; never empty, never
- * "." or "..". Cut to fit out[n]. */
+ * starting with '.' (no hidden file, no "." or ".."). Cut to fit out[n]. Every file name of the report is made
+ * by it, so a character maps one way everywhere. */
 void report_file_stem(char *out, size_t n, const char *s);
 
 #endif

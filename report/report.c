@@ -397,14 +397,9 @@ static int section_setup(ReportSection *s, int with_setup, KvErr *err) {
     if (!s->cells || !s->best_baseline || cell_alloc(&s->full, s, err)) return -1;
     for (size_t c = 0; c < cells; c++)
         if (cell_alloc(&s->cells[c], s, err)) return -1;
-    int k = snprintf(s->stem, sizeof s->stem, "%s_%s%s%s", s->model, s->suite, with_setup ? "_" : "",
-                     with_setup ? s->setup : "");
-    for (int c = 0; c < k && c < (int)sizeof s->stem; c++) {
-        char ch = s->stem[c];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-                 ch == '_' || ch == '.';
-        if (!ok) s->stem[c] = '_';
-    }
+    char name[sizeof s->stem];
+    snprintf(name, sizeof name, "%s_%s%s%s", s->model, s->suite, with_setup ? "_" : "", with_setup ? s->setup : "");
+    report_file_stem(s->stem, sizeof s->stem, name); /* the one mapping of every file name */
     return 0;
 }
 

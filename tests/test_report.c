@@ -961,6 +961,36 @@ static void test_two_models(TestCounts *tc) {
     free(md);
 }
 
+/* File names from a model named ".m%2": never hidden (no leading '.'), '%' as 'p' in the model's part as in the
+ * budget's ("_m-p2"... "20p"), one mapping in every file. */
+static void test_file_names(TestCounts *tc) {
+    char db[128], out[128];
+    KvErr err = {{0}};
+    Store *s;
+    long long run;
+    snprintf(db, sizeof db, "%s/names.db", dir);
+    snprintf(out, sizeof out, "%s/names_out", dir);
+    open_db(db, &s, &run);
+    for (int i = 0; i < 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "niah:needle:%d", i);
+        StoreSample m = {".m%2", "cq=0", key, "niah", "needle", "needle", "x", i, 50, 100, 100, 10, "[]", NULL, "m",
+                         "d", 0};
+        StoreResult r[] = {row("full", "mean", "full", 1, 1.0), row("snapkv", "mean", "20%", 0.2, 0.5 * i)};
+        write_sample(s, run, &m, r, 2);
+    }
+    store_close(s);
+    ReportOptions opt = {db, out, NULL, NULL, 0, 2, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "names report: %s", err.msg);
+    CHECK(tc, file_size(out, "_m2p_niah_budget.dat") < 0 && file_size(out, "_mp2_niah_budget.dat") > 0 &&
+                  file_size(out, "_mp2_niah_tasks_20p.dat") > 0 && file_size(out, "_mp2_fig2_crossdomain_20p.dat") > 0,
+          "file names: '.' leads none, '%%' is 'p' in every part");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "ls -A %s | grep -q '^\\.'", out);
+    CHECK(tc, system(cmd) != 0, "no hidden file in %s", out);
+}
+
 static void test_provenance(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -1116,6 +1146,7 @@ int main(void) {
     test_ordering(&tc);
     test_min_n(&tc);
     test_two_models(&tc);
+    test_file_names(&tc);
     test_provenance(&tc);
     test_errors(&tc);
     test_cli(&tc);
