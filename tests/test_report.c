@@ -991,6 +991,45 @@ static void test_file_names(TestCounts *tc) {
     CHECK(tc, system(cmd) != 0, "no hidden file in %s", out);
 }
 
+/* A tall table: snapkv with 40 parameter sets at 20% and 40% (81 rows in the paper's layout) on 10 samples of 3
+ * tasks; report.tex cuts it at a budget's block (or a row) to fit the page, and compiles with no overfull box and
+ * no float too large (the old report had tables up to 49 pt taller than the page). */
+static void test_tex_tall(TestCounts *tc) {
+    char db[128], out[128];
+    KvErr err = {{0}};
+    Store *s;
+    long long run;
+    snprintf(db, sizeof db, "%s/tall.db", dir);
+    snprintf(out, sizeof out, "%s/tall_out", dir);
+    open_db(db, &s, &run);
+    static char params[40][16];
+    static const char *tasks[] = {"narrativeqa", "qasper", "hotpotqa"};
+    for (int i = 0; i < 10; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "longbench:%s:%d", tasks[i % 3], i);
+        StoreSample m = {"m", "cq=0", key, "longbench", tasks[i % 3], i % 3 == 2 ? "multi-doc QA" : "single-doc QA",
+                         "qa_f1", i, -1, 0, 100, 10, "[]", NULL, "m", "d", 0};
+        StoreResult r[81];
+        r[0] = row("full", "mean", "full", 1, 0.5 + 0.03 * (i % 4));
+        for (int k = 0; k < 40; k++) {
+            snprintf(params[k], sizeof params[k], "w=%d,k=5", 8 + k);
+            for (int b = 0; b < 2; b++) {
+                r[1 + 2 * k + b] = row("snapkv", "mean", b ? "40%" : "20%", b ? 0.4 : 0.2, 0.3 + 0.01 * k + 0.02 * (i % 3));
+                r[1 + 2 * k + b].key.params = params[k];
+            }
+        }
+        write_sample(s, run, &m, r, 81);
+    }
+    store_close(s);
+    ReportOptions opt = {db, out, NULL, NULL, 0, 0, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "tall report: %s", err.msg);
+    char *tex = read_in(out, "report.tex");
+    CHECK(tc, tex && strstr(tex, "\\label{tab:m-longbench:main:part2}"), "the tall table in parts");
+    free(tex);
+    compile_tex(tc, out);
+}
+
 static void test_provenance(TestCounts *tc) {
     char db[128], out[128];
     KvErr err = {{0}};
@@ -1147,6 +1186,7 @@ int main(void) {
     test_min_n(&tc);
     test_two_models(&tc);
     test_file_names(&tc);
+    test_tex_tall(&tc);
     test_provenance(&tc);
     test_errors(&tc);
     test_cli(&tc);
