@@ -1,11 +1,14 @@
 /* tables.c — the report's tables: report.md (Markdown), report.tex (LaTeX, booktabs; no resizing, one \label
  * per table, the best value per column in bold) and long-form CSV files with n, mean and the interval bounds.
  *
- * Per section: what is missing and why (failed rows counted by error, samples without a row); a summary with
- * every budget side by side (average, change against the full cache, difference against the best baseline,
- * each with its 95% interval); per budget the task scores and domain averages with their intervals and the
- * per-task ratio to the full cache; and, where a policy ran with several aggregations, the ablation pivoted to
- * rows = policy, columns = aggregation per budget. Everything is computed from unrounded means. */
+ * Per section in report.md: what is missing and why (failed rows counted by error, samples without a row); a
+ * summary with every budget side by side (average, change against the full cache, difference against the best
+ * baseline, each with its 95% interval); the paper's ordering; where a policy ran with several aggregations, the
+ * ablation pivoted to rows = policy, columns = aggregation per budget, and as paired differences; per budget the
+ * task scores and domain averages with their intervals and the per-task ratio to the full cache. report.tex holds
+ * the paper's tables instead: the Table 1 layout (methods as rows in one block per budget, tasks as columns), the
+ * summary by budget with its intervals, the ordering and the paired ablation, each cut to fit a 10 pt article's
+ * text width and page height. Everything is computed from unrounded means. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
