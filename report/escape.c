@@ -80,6 +80,18 @@ void report_put_tex(FILE *f, const char *s) {
     }
 }
 
+void report_put_tex_break(FILE *f, const char *s) {
+    char piece[512];
+    while (*s) {
+        size_t len = strcspn(s, "_");
+        len += s[len] == '_';
+        snprintf(piece, sizeof piece, "%.*s", (int)(len < sizeof piece ? len : sizeof piece - 1), s);
+        report_put_tex(f, piece);
+        s += len;
+        if (*s && piece[strlen(piece) - 1] == '_') fputs("\\allowbreak{}", f);
+    }
+}
+
 void report_put_csv(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {

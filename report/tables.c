@@ -229,7 +229,7 @@ static void emit_md(FILE *f, const Table *t) {
 
 /* Widths in pt, estimated from the text (Computer Modern, \small: about 4.5 pt a character, \scriptsize 3.5),
  * on the safe side; the test compiles the result and fails on any overfull box. */
-enum { TEX_TEXT_WIDTH = 345, TEX_TEXT_HEIGHT = 490, TEX_COL_SEP = 12, TEX_LABEL_MAX = 115, TEX_TEXT_MAX = 80,
+enum { TEX_TEXT_WIDTH = 345, TEX_TEXT_HEIGHT = 490, TEX_COL_SEP = 12, TEX_LABEL_MAX = 95, TEX_TEXT_MAX = 80,
        TEX_HEAD_MAX = 50 };
 
 static double tex_chars(const char *s) {
@@ -240,13 +240,15 @@ static double tex_chars(const char *s) {
 
 static double tex_small(const char *s) { return 4.5 * tex_chars(s) + 2; }
 
-/* The width text needs when wrapped at most to max pt: no narrower than its longest word. */
+/* The width text needs when wrapped at most to max pt: no narrower than its longest word (a line may break at a
+ * space or after a '_', report_put_tex_break). */
 static double tex_wrap_width(const char *s, double max) {
     double w = tex_small(s);
     if (w <= max) return w;
     char word[256];
     for (const char *p = s; *p;) {
-        size_t len = strcspn(p, " ");
+        size_t len = strcspn(p, " _");
+        len += p[len] == '_';
         snprintf(word, sizeof word, "%.*s", (int)(len < 255 ? len : 255), p);
         max = fmax(max, tex_small(word));
         p += len + (p[len] == ' ');
@@ -267,25 +269,26 @@ static double tex_cell_width(const Table *t, int i, const TCell *c) {
     else if (c->n && t->counts[i] && c->n != t->counts[i]) w += 18;
     if (!isnan(c->lo)) {
         snprintf(buf, sizeof buf, "[%.2f, %.2f]", shown(c->lo), shown(c->hi));
-        w = fmax(w, 3.5 * tex_chars(buf) + 4);
+        w = fmax(w, 3.5 * tex_chars(buf) + 2);
     }
     return w;
 }
 
-/* Text that may be wider than its column's share: wrapped in a paragraph box of at most max pt. */
-static void tex_wrapped(FILE *f, const char *text, double max, int right) {
+/* Text that may be wider than its column's share: wrapped in a paragraph box of at most max pt, in a table whose
+ * font is `scale` times \\small (the widths are in \\small's). */
+static void tex_wrapped(FILE *f, const char *text, double max, int right, double scale) {
     if (tex_small(text) <= max) {
         report_put_tex(f, text);
         return;
     }
-    fprintf(f, "\\parbox[t]{%.0fpt}{%s", max, right ? "\\raggedleft " : "\\raggedright ");
-    report_put_tex(f, text);
+    fprintf(f, "\\parbox[t]{%.0fpt}{%s", ceil(max * scale), right ? "\\raggedleft " : "\\raggedright ");
+    report_put_tex_break(f, text);
     fputs("}", f);
 }
 
 /* Columns [from, to) of rows [r0, r1) of t as one tabular (part `part` of n_parts). */
 static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int r1, int part, int n_parts,
-                          const double *width, double label_w) {
+                          const double *width, double label_w, double scale) {
     fputs("\n\\begin{table}[htbp]\n\\centering\\small\n\\caption{", f);
     if (part == 0) report_put_tex(f, t->caption);
     else {
@@ -297,7 +300,8 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
     fputs("}\n\\label{", f);
     put_label(f, t->label);
     if (part) fprintf(f, ":part%d", part + 1);
-    fputs("}\n\\begin{tabular}{l", f);
+    /* a compact table in \\scriptsize with half the column gap, so a suite's tasks fit beside each other */
+    fputs(t->compact ? "}\n\\scriptsize\\setlength{\\tabcolsep}{3pt}\n\\begin{tabular}{l" : "}\n\\begin{tabular}{l", f);
     for (int i = from; i < to; i++) fputc('r', f);
     fputs("}\n\\toprule\n", f);
     int any_group = 0;
@@ -307,12 +311,13 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
         for (int i = from; i < to;) {
             int j = i + 1;
             double w = width[i];
-            while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i])) w += width[j++] + TEX_COL_SEP;
+            while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i]))
+                w += width[j++] + (t->compact ? 6 / scale : TEX_COL_SEP);
             fputs(" & ", f);
             if (t->groups[i]) {
                 fprintf(f, "\\multicolumn{%d}{c}{", j - i);
                 if (tex_small(t->groups[i]) > w) {
-                    fprintf(f, "\\parbox[b]{%.0fpt}{\\centering ", tex_wrap_width(t->groups[i], w));
+                    fprintf(f, "\\parbox[b]{%.0fpt}{\\centering ", ceil(tex_wrap_width(t->groups[i], w) * scale));
                     report_put_tex(f, t->groups[i]);
                     fputs("}", f);
                 } else report_put_tex(f, t->groups[i]);
@@ -328,7 +333,7 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
     fputs("Method", f);
     for (int i = from; i < to; i++) {
         fputs(" & ", f);
-        tex_wrapped(f, t->cols[i], width[i], 1);
+        tex_wrapped(f, t->cols[i], width[i], 1, scale);
     }
     fputs(" \\\\\n", f);
     if (t->has_counts) {
@@ -347,14 +352,14 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
             fputs("}} \\\\\n", f);
             continue;
         }
-        tex_wrapped(f, row->label, label_w, 0);
+        tex_wrapped(f, row->label, label_w, 0, scale);
         for (int i = from; i < to; i++) {
             const TCell *c = &row->cells[i];
             double best = column_best(t, i, row->block);
             int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" & ", f);
             if (c->text) {
-                tex_wrapped(f, c->text, width[i], 0);
+                tex_wrapped(f, c->text, width[i], 0, scale);
                 continue;
             }
             if (c->few && t->compact) {
@@ -398,23 +403,26 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
 /* The table in as few parts as fit the text width, each part whole column groups where a group fits (a budget's
  * columns stay together), the method column repeated in each. */
 static void emit_tex(FILE *f, const Table *t) {
+    /* widths in \\small's pt; a compact table is set in \\scriptsize (7 of 9 pt, whose letters measured 0.84 as
+     * wide as the estimate's) with a 6 pt column gap */
+    double scale = t->compact ? 0.84 : 1.0, sep = t->compact ? 6 / scale : TEX_COL_SEP;
     double width[MAX_COLS], label_w = tex_small("Method");
     for (int r = 0; r < t->n_rows; r++) label_w = fmax(label_w, tex_wrap_width(t->rows[r]->label, TEX_LABEL_MAX));
     for (int i = 0; i < t->n_cols; i++) {
-        width[i] = tex_wrap_width(t->cols[i], TEX_HEAD_MAX);
+        width[i] = tex_wrap_width(t->cols[i], t->compact ? 1 : TEX_HEAD_MAX);
         for (int r = 0; r < t->n_rows; r++) width[i] = fmax(width[i], tex_cell_width(t, i, &t->rows[r]->cells[i]));
     }
-    double room = TEX_TEXT_WIDTH - label_w - 2 * TEX_COL_SEP;
+    double room = TEX_TEXT_WIDTH / scale - label_w - 2 * sep;
     int cut[MAX_COLS + 1], n_parts = 0;
     cut[0] = 0;
     for (int i = 0; i < t->n_cols;) {
         /* the next group (columns sharing a group name), added whole when it fits, else column by column */
         int j = i + 1;
-        double w = width[i] + TEX_COL_SEP;
+        double w = width[i] + sep;
         while (j < t->n_cols && t->groups[i] && t->groups[j] && !strcmp(t->groups[i], t->groups[j]))
-            w += width[j++] + TEX_COL_SEP;
+            w += width[j++] + sep;
         double used = 0;
-        for (int k = cut[n_parts]; k < i; k++) used += width[k] + TEX_COL_SEP;
+        for (int k = cut[n_parts]; k < i; k++) used += width[k] + sep;
         if (used > 0 && used + w > room) {
             cut[++n_parts] = i;
             used = 0;
@@ -425,8 +433,8 @@ static void emit_tex(FILE *f, const Table *t) {
         }
         for (; i < j; i++) { /* a group wider than a part: split it */
             used = 0;
-            for (int k = cut[n_parts]; k < i; k++) used += width[k] + TEX_COL_SEP;
-            if (used > 0 && used + width[i] + TEX_COL_SEP > room) cut[++n_parts] = i;
+            for (int k = cut[n_parts]; k < i; k++) used += width[k] + sep;
+            if (used > 0 && used + width[i] + sep > room) cut[++n_parts] = i;
         }
     }
     cut[++n_parts] = t->n_cols;
@@ -435,15 +443,20 @@ static void emit_tex(FILE *f, const Table *t) {
      * compiled table measured 9.3 a row) */
     int rcut[MAX_ROWS + 1], n_rparts = 0;
     rcut[0] = 0;
-    double fixed = 12 * (tex_chars(t->caption) / 60 + 2) + 50 + (t->has_counts ? 11 : 0), used = fixed;
+    double head = 1;
+    for (int i = 0; i < t->n_cols; i++) head = fmax(head, ceil(tex_small(t->cols[i]) / fmax(width[i], 1)));
+    double fixed = 12 * (tex_chars(t->caption) / 60 + 2) + 40 + 10 * head + (t->has_counts ? 11 : 0), used = fixed;
     for (int r = 0; r < t->n_rows; r++) {
         const TRow *row = t->rows[r];
         double h = row->header ? 16 : 10 * ceil(tex_small(row->label) / TEX_LABEL_MAX);
+        int any_ci = 0;
         for (int i = 0; i < t->n_cols && !row->header; i++) {
             const TCell *c = &row->cells[i];
-            if (!isnan(c->lo) || (c->few && !t->compact)) h = fmax(h, 19);
+            if (c->few && !t->compact) h = fmax(h, 19); /* the value over its note */
             if (c->text) h = fmax(h, 10 * ceil(tex_small(c->text) / fmax(width[i], 1)));
+            any_ci |= !isnan(c->lo);
         }
+        h += any_ci ? 9 : 0; /* the intervals' line */
         if (used + h > TEX_TEXT_HEIGHT && r > rcut[n_rparts]) {
             int at = r; /* back to the block's heading when it is in this part's second half */
             for (int k = r; k > rcut[n_rparts] + (r - rcut[n_rparts]) / 2; k--)
@@ -462,7 +475,7 @@ static void emit_tex(FILE *f, const Table *t) {
     int part = 0, total = n_parts * n_rparts;
     for (int q = 0; q < n_rparts; q++)
         for (int p = 0; p < n_parts; p++)
-            emit_tex_part(f, t, cut[p], cut[p + 1], rcut[q], rcut[q + 1], part++, total, width, label_w);
+            emit_tex_part(f, t, cut[p], cut[p + 1], rcut[q], rcut[q + 1], part++, total, width, label_w, scale);
 }
 
 static void emit(FILE *f, Format fmt, const Table *t) {
@@ -652,7 +665,13 @@ static void paper_table(FILE *f, const ReportSection *s) {
         table_block(t, buf);
         for (int m = 0; m < s->n_methods; m++) {
             const ReportCell *c = report_cell(s, m, b);
-            TRow *r = c->ran && in_main(s, m) ? table_row(t, s->methods[m].label, 0) : NULL;
+            /* at its default aggregation a row needs no "(max+prior)": every row is at its own default */
+            const ReportMethod *x = &s->methods[m];
+            const char *params = strchr(x->label, '[');
+            if (report_is_default_aggregation(x)) snprintf(buf, sizeof buf, "%s%s%s", x->policy, params ? " " : "",
+                                                           params ? params : "");
+            else snprintf(buf, sizeof buf, "%s", x->label);
+            TRow *r = c->ran && in_main(s, m) ? table_row(t, buf, 0) : NULL;
             for (int i = 0; r && i <= n; i++)
                 r->cells[i] = cell_of(i == n ? &c->domain[s->n_domains] : &c->task[i], s->min_n);
             for (int i = 0; r && i <= n; i++) r->cells[i].lo = r->cells[i].hi = NAN, r->cells[i].sig = 0;
