@@ -190,7 +190,8 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k].value);
     if (!any) return 0;
     snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", x->model, x->budget);
-    /* room for the title (4 lines), a row per method and the key below the plot (a line per domain) */
+    /* room for the title (4 lines), a row per method and the key above the plot (a line per domain; below, it
+     * overlapped the axis label) */
     if (report_figure_open_sized(c, name, 1000, 230 + 42 * x->n_methods + 20 * x->n_domains, &dat, &gp, dat_path,
                                  sizeof dat_path))
         return -1;
@@ -235,7 +236,7 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     fputc('\n', gp);
     fputs("set rmargin 24\n", gp); /* room for the labels right of the bars, "+16.7 (2 of 3 domains)" */
     put_method_axes(gp, "change = 100 × (avg / avg(full) − 1), %", lo, hi, 0, x->methods, x->n_methods,
-                    "below left Left reverse maxcols 1");
+                    "above");
     for (int k = 0; k < x->n_methods; k++) {
         const ReportMethod *m = &x->methods[k];
         fputs(k ? ", \\\n  " : "", gp);
@@ -245,7 +246,8 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         report_put_fill(gp, m->aggregation);
         fputs(" notitle", gp);
         fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", k);
-        fprintf(gp, ", \\\n  '' index %d using (($4 == $4 ? $4 : $2) > 0 ? ($4 == $4 ? $4 : $2) : 0):1:(sprintf('%%+.1f%%s', "
+        /* valid(4): without an interval the label is still drawn (a NaN column would drop the point) */
+        fprintf(gp, ", \\\n  '' index %d using ((valid(4) ? $4 : $2) > 0 ? (valid(4) ? $4 : $2) : 0):1:(sprintf('%%+.1f%%s', "
                     "$2, $5 < %d ? sprintf(' (%%d of %d domains)', $5) : '')) with labels left offset char 0.6,0 "
                     "font ',9' notitle", k, x->n_domains, x->n_domains);
         fprintf(gp, ", \\\n  '' index %d using ($2 == 0 ? 0 : NaN):1 with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle", k,

@@ -509,7 +509,7 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, dat && strstr(dat, "# snapkv\n0 -19.7712 -29.4444 -13.8889 3\n") &&
                   strstr(dat, "# defensivekv (max+prior)\n2 16.6667 2.0833 45.8333 2\n") && gp2 &&
                   strstr(gp2, "$5 < 3 ? sprintf(' (%d of 3 domains)', $5)") && !strstr(gp2, "mean over 3 domains") &&
-                  strstr(gp2, "set key below"), "figure 2 says what each bar averages");
+                  strstr(gp2, "set key above") && strstr(gp2, "valid(4)"), "figure 2 says what each bar averages");
     free(gp2);
     free(dat);
 
