@@ -168,12 +168,12 @@ int report_first_of_model(const ReportData *d, int i) {
 /* A horizontal chart's axes, one row per method (row k at y = k, top down), x over [lo, hi] padded, a black line
  * at x = `reference`; then "plot ". */
 static void put_method_axes(FILE *gp, const char *xlabel, double lo, double hi, double reference,
-                            const ReportMethod *methods, int n_methods) {
+                            const ReportMethod *methods, int n_methods, const char *key) {
     double pad = (hi - lo) * 0.08 + 1;
     fputs("set xlabel ", gp);
     report_put_gp_string(gp, xlabel);
-    fprintf(gp, "\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\nset grid x\nset key outside right top\nset ytics (",
-            lo - pad, hi + pad, n_methods - 1);
+    fprintf(gp, "\nset xrange [%g:%g]\nset yrange [%d.6:-0.6]\nset grid x\nset key %s\nset ytics (",
+            lo - pad, hi + pad, n_methods - 1, key);
     for (int k = 0; k < n_methods; k++) {
         fputs(k ? ", " : "", gp);
         report_put_gp_tic(gp, methods[k].label);
@@ -190,18 +190,22 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     for (int k = 0; k < x->n_methods; k++) any |= !isnan(x->mean[k].value);
     if (!any) return 0;
     snprintf(name, sizeof name, "%s_fig2_crossdomain_%s", x->model, x->budget);
-    if (report_figure_open_sized(c, name, 1000, 200 + 42 * x->n_methods, &dat, &gp, dat_path, sizeof dat_path))
+    /* room for the title (4 lines), a row per method and the key above the plot (a line per domain; below, it
+     * overlapped the axis label) */
+    if (report_figure_open_sized(c, name, 1000, 230 + 42 * x->n_methods + 20 * x->n_domains, &dat, &gp, dat_path,
+                                 sizeof dat_path))
         return -1;
-    /* blocks 0..M-1: "row mean lo hi" per method; blocks M..M+D-1: "row change" per method, one per domain */
-    fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method); blocks M..M+D-1: row "
-          "change_pct, one block per domain\n", dat);
+    /* blocks 0..M-1: "row mean lo hi n_domains" per method; blocks M..M+D-1: "row change" per method, one per
+     * domain */
+    fputs("# blocks 0..M-1: row mean_change_pct lo hi (95% paired bootstrap, one per method) domains_behind_the_mean; "
+          "blocks M..M+D-1: row change_pct, one block per domain\n", dat);
     double lo = 0, hi = 0;
     for (int k = 0; k < x->n_methods; k++) {
         report_put_dat_comment(dat, x->methods[k].label);
         fprintf(dat, "%d", k);
         report_put_ci(dat, &x->mean[k], x->min_n);
-        fputs("\n\n\n", dat);
-        if (!isnan(x->mean[k].lo) && x->mean[k].n >= x->min_n)
+        fprintf(dat, " %d\n\n\n", x->n_used[k]);
+        if (!isnan(x->mean[k].lo) && !stats_too_few(&x->mean[k], x->min_n))
             lo = fmin(lo, x->mean[k].lo), hi = fmax(hi, x->mean[k].hi);
     }
     for (int j = 0; j < x->n_domains; j++) {
@@ -220,15 +224,19 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
     }
     int sub = 0;
     for (int j = 0; j < x->n_domains; j++) sub |= x->domain_substitute[j];
+    /* the title in lines short enough for the canvas; a method that ran in fewer domains says so at its bar */
     char title[1200];
-    snprintf(title, sizeof title, "%s: relative change vs the full cache at %s, mean over %d domains\n(bars with 95%% "
-             "paired bootstrap intervals, none from fewer than %d samples: too few samples) and per domain (one marker per domain)\nDomains: LongBench's task families + one "
-             "synthetic-retrieval domain (RULER, needle)%s\nour grouping, not the paper's 7-domain definition",
-             x->model, x->budget, x->n_domains, x->min_n, sub ? "; includes a substituted task" : "");
+    snprintf(title, sizeof title, "%s: change vs the full cache at %s, per method the mean over the domains it ran in\n"
+             "(bar: that mean with its 95%% paired bootstrap interval, none with fewer than %d samples in a domain;\n"
+             "marker: each domain). Domains: LongBench's task families + synthetic retrieval (RULER, needle)%s;\n"
+             "our grouping, not the paper's 7 domains", x->model, x->budget, x->min_n,
+             sub ? ", with a substituted task" : "");
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fputc('\n', gp);
-    put_method_axes(gp, "change = 100 × (avg / avg(full) − 1), %", lo, hi, 0, x->methods, x->n_methods);
+    fputs("set rmargin 24\n", gp); /* room for the labels right of the bars, "+16.7 (2 of 3 domains)" */
+    put_method_axes(gp, "change = 100 × (avg / avg(full) − 1), %", lo, hi, 0, x->methods, x->n_methods,
+                    "above");
     for (int k = 0; k < x->n_methods; k++) {
         const ReportMethod *m = &x->methods[k];
         fputs(k ? ", \\\n  " : "", gp);
@@ -238,9 +246,10 @@ static int plot_crossdomain(FigureCtx *c, const CrossDomain *x) {
         report_put_fill(gp, m->aggregation);
         fputs(" notitle", gp);
         fprintf(gp, ", \\\n  '' index %d using 3:1:($4 - $3):(0) with vectors nohead lc rgb 'black' lw 1 notitle", k);
-        fprintf(gp, ", \\\n  '' index %d using (($4 == $4 ? $4 : $2) > 0 ? ($4 == $4 ? $4 : $2) : 0):1:(sprintf('%%+.1f', $2)) with labels left "
-                    "offset char 0.6,0 font ',9' "
-                    "notitle", k);
+        /* valid(4): without an interval the label is still drawn (a NaN column would drop the point) */
+        fprintf(gp, ", \\\n  '' index %d using ((valid(4) ? $4 : $2) > 0 ? (valid(4) ? $4 : $2) : 0):1:(sprintf('%%+.1f%%s', "
+                    "$2, $5 < %d ? sprintf(' (%%d of %d domains)', $5) : '')) with labels left offset char 0.6,0 "
+                    "font ',9' notitle", k, x->n_domains, x->n_domains);
         fprintf(gp, ", \\\n  '' index %d using ($2 == 0 ? 0 : NaN):1 with points pt 2 ps 1.5 lw 2 lc rgb '%s' notitle", k,
                 report_policy_colour(m->policy));
     }
@@ -299,7 +308,7 @@ static int crossmodel_at(const ReportData *d, const int *first, int n_models, in
     x->methods = kv_calloc((size_t)cap + 1, sizeof *x->methods, err);
     x->pct = kv_malloc(((size_t)cap * n_models + 1) * sizeof *x->pct, err);
     if (!x->models || !x->n_domains || !x->methods || !x->pct) return -1;
-    for (size_t j = 0; j < (size_t)cap * n_models; j++) x->pct[j] = (StatsInterval){0, 0, NAN, NAN, NAN};
+    for (size_t j = 0; j < (size_t)cap * n_models; j++) x->pct[j] = STATS_NONE;
     x->n_models = n_models;
     x->min_n = d->min_n;
     for (int i = 0; i < n_models; i++) {
@@ -392,7 +401,7 @@ static int plot_crossmodel(FigureCtx *c, const CrossModel *x) {
             report_put_ci(dat, ci, x->min_n);
             fputc('\n', dat);
             lo = fmin(lo, ci->value), hi = fmax(hi, ci->value);
-            if (!isnan(ci->lo) && ci->n >= x->min_n) lo = fmin(lo, ci->lo), hi = fmax(hi, ci->hi);
+            if (!isnan(ci->lo) && !stats_too_few(ci, x->min_n)) lo = fmin(lo, ci->lo), hi = fmax(hi, ci->hi);
         }
         fputs("\n\n", dat);
     }
@@ -402,7 +411,8 @@ static int plot_crossmodel(FigureCtx *c, const CrossModel *x) {
     fputs("set title ", gp);
     report_put_gp_string(gp, title);
     fputc('\n', gp);
-    put_method_axes(gp, "% of the model's own full cache", lo, hi, 100, x->methods, x->n_methods);
+    put_method_axes(gp, "% of the model's own full cache", lo, hi, 100, x->methods, x->n_methods,
+                    "outside right top");
     for (int i = 0; i < x->n_models; i++) {
         fputs(i ? ", \\\n  " : "", gp);
         report_put_gp_string(gp, dat_path);

@@ -80,6 +80,18 @@ void report_put_tex(FILE *f, const char *s) {
     }
 }
 
+void report_put_tex_break(FILE *f, const char *s) {
+    char piece[512];
+    while (*s) {
+        size_t len = strcspn(s, "_");
+        len += s[len] == '_';
+        snprintf(piece, sizeof piece, "%.*s", (int)(len < sizeof piece ? len : sizeof piece - 1), s);
+        report_put_tex(f, piece);
+        s += len;
+        if (*s && piece[strlen(piece) - 1] == '_') fputs("\\allowbreak{}", f);
+    }
+}
+
 void report_put_csv(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
@@ -97,7 +109,7 @@ void report_file_stem(char *out, size_t n, const char *s) {
                  c == '_' || c == '.';
         out[k++] = ok ? c : c == '%' ? 'p' : '_';
     }
-    if (n >= 2 && !k) out[k++] = '_'; /* "", "." and ".." name no file of their own */
+    if (n >= 2 && !k) out[k++] = '_'; /* "" names no file of its own */
     if (n) out[k] = 0;
-    if (!strcmp(out, ".") || !strcmp(out, "..")) out[0] = '_';
+    if (out[0] == '.') out[0] = '_'; /* nor hidden files, ".", "..": a model named ".x" */
 }

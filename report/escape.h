@@ -26,6 +26,8 @@ void report_put_md(FILE *f, const char *s);
 /* LaTeX text (pdflatex, OT1/T1, no extra packages): \ { } % # _ & $ ~ ^ escaped, < and > in math, control
  * characters a space; the non-ASCII symbols the report itself writes (†, ×, −, Δ, ≥, ≈, dashes) as LaTeX. */
 void report_put_tex(FILE *f, const char *s);
+/* The same, a line allowed to break after each '_' (task names in a narrow column head: "niah_ single_ 1"). */
+void report_put_tex_break(FILE *f, const char *s);
 /* A LaTeX comment: "% " and the text on one line (every control character a space), then a newline. */
 void report_put_tex_comment(FILE *f, const char *s);
 
@@ -33,7 +35,8 @@ void report_put_tex_comment(FILE *f, const char *s);
 void report_put_csv(FILE *f, const char *s);
 
 /* A file-name stem: letters, digits, '.', '-' and '_' kept, '%' as 'p', anything else '_'; never empty, never
- * "." or "..". Cut to fit out[n]. */
+ * starting with '.' (no hidden file, no "." or ".."). Cut to fit out[n]. Every file name of the report is made
+ * by it, so a character maps one way everywhere. */
 void report_file_stem(char *out, size_t n, const char *s);
 
 #endif

@@ -153,7 +153,7 @@ void report_put_fill(FILE *gp, const char *aggregation) {
 }
 
 void report_put_ci(FILE *f, const StatsInterval *ci, int min_n) {
-    int few = ci->n < min_n;
+    int few = stats_too_few(ci, min_n);
     report_put_value(f, ci->value);
     report_put_value(f, few ? NAN : ci->lo);
     report_put_value(f, few ? NAN : ci->hi);
@@ -365,7 +365,7 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
         if (j >= n || series[j].label != s->methods[m].label) continue;
         for (int u = 0; u < n_used; u++) {
             const ReportCell *x = report_cell(s, m, used[u]);
-            vals[(size_t)j * s->n_budgets + u] = x->ran ? x->domain[s->n_domains] : (StatsInterval){0, 0, NAN, NAN, NAN};
+            vals[(size_t)j * s->n_budgets + u] = x->ran ? x->domain[s->n_domains] : STATS_NONE;
         }
         series[j].values = vals + (size_t)j * s->n_budgets;
         series[j].stride = 1;

@@ -8,6 +8,7 @@
  * the interval includes 0. AdaKV ~ CAKE > SnapKV is two links to SnapKV, one from each. No verdict at all comes
  * from fewer than min_n pairs ("too few samples") or from a zero-width interval (stats_resolved). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../policies/policy.h"
@@ -48,11 +49,25 @@ static int default_method(const ReportSection *s, const char *policy) {
     return found;
 }
 
-/* The verdict of a link; none from fewer than min_n pairs or from a zero-width interval (stats_resolved). */
-static const char *verdict(OrderKind kind, const StatsInterval *d, int min_n) {
+/* Why a paired difference carries no verdict, or NULL when it can carry one: no pair, fewer than min_n pairs, a
+ * zero-width interval (stats_resolved). */
+static const char *unresolved(const StatsInterval *d, int min_n) {
     if (d->n == 0) return "not compared (no sample scored by both)";
-    if (d->n < min_n) return "too few samples";
+    if (stats_too_few(d, min_n)) return "too few samples";
     if (!stats_resolved(d, min_n)) return "not resolved (zero-width interval: the samples do not vary)";
+    return NULL;
+}
+
+const char *report_diff_verdict(const StatsInterval *d, int min_n) {
+    const char *why = unresolved(d, min_n);
+    if (why) return why;
+    return !stats_excludes(d, 0) ? "not resolved (the interval includes 0)" : d->lo > 0 ? "higher" : "lower";
+}
+
+/* The verdict of a link. */
+static const char *verdict(OrderKind kind, const StatsInterval *d, int min_n) {
+    const char *why = unresolved(d, min_n);
+    if (why) return why;
     int above = stats_significant(d, 0, min_n) && d->lo > 0, below = stats_significant(d, 0, min_n) && d->hi < 0;
     switch (kind) {
     case ORDER_GT: return above ? "holds" : below ? "reversed" : "not resolved (the interval includes 0)";
@@ -65,7 +80,7 @@ int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT
     for (int i = 0; i < REPORT_N_ORDER; i++) {
         OrderRelation *r = &out[i];
         *r = (OrderRelation){CHAIN[i].a, CHAIN[i].b, CHAIN[i].kind, default_method(s, CHAIN[i].a),
-                             default_method(s, CHAIN[i].b), {0, 0, NAN, NAN, NAN}, NULL};
+                             default_method(s, CHAIN[i].b), STATS_NONE, NULL};
         if (r->method_a == -2 || r->method_b == -2) {
             r->verdict = "not compared (a policy ran with several parameter sets)";
             continue;
@@ -81,5 +96,36 @@ int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT
             return -1;
         r->verdict = verdict(r->kind, &r->diff, s->min_n);
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the aggregation ablation, paired */
+
+int report_agg_rank(const char *aggregation) {
+    const char *a = aggregation;
+    return !strcmp(a, "mean") ? 0 : !strcmp(a, "max") ? 1 : !strcmp(a, "max+prior") ? 2 : 3;
+}
+
+int report_ablation_pairs(ReportSection *s, KvErr *err) {
+    for (int b = 0; b < s->n_budgets; b++)
+        for (int l = 0; l < s->n_methods; l++)
+            for (int r = 0; r < s->n_methods; r++) {
+                const ReportMethod *x = &s->methods[l], *y = &s->methods[r];
+                int kl = report_agg_rank(x->aggregation), kr = report_agg_rank(y->aggregation);
+                if (l == r || strcmp(x->policy, y->policy) || strcmp(x->params, y->params) ||
+                    !(kl > kr || (kl == kr && strcmp(x->aggregation, y->aggregation) > 0)))
+                    continue;
+                const ReportCell *a = report_cell(s, l, b), *c = report_cell(s, r, b);
+                if (!a->ran || !c->ran) continue;
+                AblationPair *grown = realloc(s->pairs, (size_t)(s->n_pairs + 1) * sizeof *grown);
+                if (!grown) return kv_fail(err, "out of memory");
+                s->pairs = grown;
+                AblationPair *p = &s->pairs[s->n_pairs++];
+                *p = (AblationPair){l, r, b, STATS_NONE, NULL};
+                if (stats_bootstrap(STATS_DIFF, a->x, c->x, s->sample_task, s->n_samples, s->n_tasks, s->resamples,
+                                    STATS_SEED, &p->diff, err))
+                    return -1;
+                p->verdict = report_diff_verdict(&p->diff, s->min_n);
+            }
     return 0;
 }

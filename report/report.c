@@ -339,7 +339,7 @@ static int cell_stats(ReportSection *s, ReportCell *c, const Groups *g, int with
     for (int k = 0; k < s->n_domains; k++)
         if (boot(STATS_MEAN, c->x, NULL, g->domain + (size_t)k * S, s, s->n_tasks, &c->domain[k], err)) return -1;
     if (boot(STATS_MEAN, c->x, NULL, g->all, s, s->n_tasks, &c->domain[s->n_domains], err)) return -1;
-    c->diff_best = (StatsInterval){0, 0, NAN, NAN, NAN};
+    c->diff_best = STATS_NONE;
     if (!with_full) {
         c->ratio = c->diff_full = c->diff_best;
         return 0;
@@ -379,6 +379,7 @@ static int section_stats(ReportSection *s, KvErr *err) {
     if (!s->order) goto done;
     for (int b = 0; b < s->n_budgets; b++)
         if (report_ordering(s, b, s->order + (size_t)b * REPORT_N_ORDER, err)) goto done;
+    if (report_ablation_pairs(s, err)) goto done;
     rc = 0;
 done:
     groups_free(&g);
@@ -396,14 +397,9 @@ static int section_setup(ReportSection *s, int with_setup, KvErr *err) {
     if (!s->cells || !s->best_baseline || cell_alloc(&s->full, s, err)) return -1;
     for (size_t c = 0; c < cells; c++)
         if (cell_alloc(&s->cells[c], s, err)) return -1;
-    int k = snprintf(s->stem, sizeof s->stem, "%s_%s%s%s", s->model, s->suite, with_setup ? "_" : "",
-                     with_setup ? s->setup : "");
-    for (int c = 0; c < k && c < (int)sizeof s->stem; c++) {
-        char ch = s->stem[c];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-                 ch == '_' || ch == '.';
-        if (!ok) s->stem[c] = '_';
-    }
+    char name[sizeof s->stem];
+    snprintf(name, sizeof name, "%s_%s%s%s", s->model, s->suite, with_setup ? "_" : "", with_setup ? s->setup : "");
+    report_file_stem(s->stem, sizeof s->stem, name); /* the one mapping of every file name */
     return 0;
 }
 
@@ -462,6 +458,7 @@ void report_data_free(ReportData *d) {
         free(s->cells);
         free(s->best_baseline);
         free(s->order);
+        free(s->pairs);
         free(s->tasks);
         free(s->task_domain);
         free(s->task_samples);
@@ -483,6 +480,10 @@ void report_data_free(ReportData *d) {
 int report_write(const ReportOptions *opt, KvErr *err) {
     Store *store;
     ReportData data;
+    if (opt->resamples && opt->resamples < STATS_MIN_RESAMPLES)
+        return kv_fail(err, "--resamples %d: too few for a 95%% interval (at least %d): its bounds are the 2.5%% and "
+                            "97.5%% quantiles of the resampled values, which %d resamples cannot place",
+                       opt->resamples, STATS_MIN_RESAMPLES, opt->resamples);
     if (store_open(&store, opt->db_path, 1, err)) return -1;
     if (report_load(&data, store_handle(store), opt->db_path, opt->min_n, opt->resamples, err)) {
         store_close(store);

@@ -19,7 +19,8 @@ typedef struct {
     FILE *log;            /* one line per file written; NULL for quiet */
     double outlier;       /* fragility outlier threshold on R_t; 0 = the default 0.5 (metrics/fragility.h) */
     int min_n;            /* fewest samples behind an interval, a comparison or a verdict; 0 = STATS_MIN_N (stats.h) */
-    int resamples;        /* bootstrap resamples behind every interval; 0 = STATS_RESAMPLES (stats.h) */
+    int resamples;        /* bootstrap resamples behind every interval; 0 = STATS_RESAMPLES; fewer than
+                           * STATS_MIN_RESAMPLES are refused (stats.h) */
 } ReportOptions;
 
 int report_write(const ReportOptions *opt, KvErr *err);

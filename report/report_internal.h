@@ -57,6 +57,14 @@ typedef struct {
     const char *verdict;     /* "holds", "reversed", "not resolved (the interval includes 0)", ... */
 } OrderRelation;
 
+/* The aggregation ablation as paired differences: one policy (and params) at two aggregations, at one budget. */
+typedef struct {
+    int left, right;         /* method indices: avg(left) − avg(right) */
+    int budget;
+    StatsInterval diff;      /* in points over the samples both scored, paired */
+    const char *verdict;     /* "higher", "lower", "not resolved (...)", "too few samples", ... */
+} AblationPair;
+
 typedef struct {
     char *model, *setup, *suite;
     char stem[200];       /* file-name stem: model_suite (plus the setup when the database has several) */
@@ -78,6 +86,8 @@ typedef struct {
     ReportCell *cells;    /* [M][B] */
     int *best_baseline;   /* [B] method index of the best baseline at the budget, -1 if none */
     OrderRelation *order; /* [B][REPORT_N_ORDER] the paper's ordering, link by link (ordering.c) */
+    AblationPair *pairs;  /* by budget, then left method, then right (report_ablation_pairs) */
+    int n_pairs;
     ReportFailure *failures;
     int n_failures;
     int n_rows, n_failed_rows;
@@ -231,6 +241,14 @@ int report_crossmodel_figures(FigureCtx *c, const ReportData *d);
 /* The links at one budget of the section. Fails only on allocation. */
 int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT_N_ORDER], KvErr *err);
 const char *report_order_symbol(OrderKind kind);
+/* A paired difference read as "higher" / "lower" (the interval excludes 0), or why it says neither. */
+const char *report_diff_verdict(const StatsInterval *d, int min_n);
+/* The canonical order of aggregations: mean, max, max+prior, then the others (0, 1, 2, 3). */
+int report_agg_rank(const char *aggregation);
+/* The section's aggregation ablation, paired (s->pairs): for each policy and params that ran with several
+ * aggregations at a budget, every later minus every earlier aggregation in the canonical order (max − mean,
+ * max+prior − mean, max+prior − max; others after them, by name). Fails only on allocation. */
+int report_ablation_pairs(ReportSection *s, KvErr *err);
 
 /* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
 int report_has_traces(sqlite3 *db);

@@ -31,8 +31,12 @@ int stats_excludes(const StatsInterval *ci, double v) {
     return !isnan(ci->lo) && !isnan(ci->hi) && (ci->lo > v || ci->hi < v);
 }
 
+int stats_too_few(const StatsInterval *ci, int min_n) {
+    return ci->n > 0 && (ci->n < min_n || ci->n_least < min_n);
+}
+
 int stats_resolved(const StatsInterval *ci, int min_n) {
-    if (ci->n < min_n || ci->n == 0 || isnan(ci->lo) || isnan(ci->hi)) return 0;
+    if (ci->n == 0 || stats_too_few(ci, min_n) || isnan(ci->lo) || isnan(ci->hi)) return 0;
     /* zero width up to rounding: the same per-sample shift summed over different samples differs in its last
      * bits (15 points as 15.000000000000002 and 14.999999999999998) */
     double scale = fmax(1.0, fmax(fabs(ci->lo), fabs(ci->hi)));
@@ -46,19 +50,19 @@ int stats_significant(const StatsInterval *ci, double v, int min_n) {
 typedef struct {
     StatsKind kind;
     int n_groups, n_domains;
-    const int *offset;        /* [G + 1]: members of group g at offset[g] .. offset[g + 1] */
+    const int *count;         /* [G] members of each group in the data or the resample (0: left out) */
     const int *group_domain;  /* [G] for STATS_DOMAIN_CHANGE */
     double *dx, *dy;          /* [D] scratch */
     int *dn;                  /* [D] scratch */
 } Combine;
 
-/* The statistic from the group means gx[g], gy[g] of the groups that have members. */
+/* The statistic from the group means gx[g], gy[g] of the groups with count[g] > 0. */
 static double combine(const Combine *c, const double *gx, const double *gy) {
     if (c->kind == STATS_DOMAIN_CHANGE) {
         for (int k = 0; k < c->n_domains; k++) c->dx[k] = c->dy[k] = 0, c->dn[k] = 0;
         for (int g = 0; g < c->n_groups; g++) {
             int k = c->group_domain[g];
-            if (c->offset[g + 1] == c->offset[g] || k < 0 || k >= c->n_domains) continue;
+            if (!c->count[g] || k < 0 || k >= c->n_domains) continue;
             c->dx[k] += gx[g], c->dy[k] += gy[g], c->dn[k]++;
         }
         double sum = 0;
@@ -74,7 +78,7 @@ static double combine(const Combine *c, const double *gx, const double *gy) {
     double sx = 0, sy = 0;
     int n = 0;
     for (int g = 0; g < c->n_groups; g++) {
-        if (c->offset[g + 1] == c->offset[g]) continue;
+        if (!c->count[g]) continue;
         sx += gx[g], sy += gy[g], n++;
     }
     double mx = sx / n, my = sy / n;
@@ -89,57 +93,86 @@ int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, co
                             const int *group_domain, int n_domains, int resamples, uint64_t seed,
                             StatsInterval *out, KvErr *err) {
     int paired = kind != STATS_MEAN;
-    *out = (StatsInterval){0, 0, NAN, NAN, NAN};
+    *out = STATS_NONE;
     int G = n_groups, D = n_domains > 0 ? n_domains : 0;
     int *offset = kv_calloc((size_t)G + 2, sizeof *offset, err);
     int *fill = kv_calloc((size_t)G + 1, sizeof *fill, err);
     int *member = kv_malloc(((size_t)n + 1) * sizeof *member, err);
+    int *size = kv_calloc((size_t)G + 1, sizeof *size, err), *drawn = kv_calloc((size_t)G + 1, sizeof *drawn, err);
     double *stat = kv_malloc(((size_t)resamples + 1) * sizeof *stat, err);
     double *gx = kv_malloc(((size_t)G + 1) * sizeof *gx, err), *gy = kv_malloc(((size_t)G + 1) * sizeof *gy, err);
     double *dx = kv_malloc(((size_t)D + 1) * sizeof *dx, err), *dy = kv_malloc(((size_t)D + 1) * sizeof *dy, err);
-    int *dn = kv_malloc(((size_t)D + 1) * sizeof *dn, err);
+    int *dn = kv_calloc((size_t)D + 1, sizeof *dn, err);
     int rc = -1;
-    if (!offset || !fill || !member || !stat || !gx || !gy || !dx || !dy || !dn) goto done;
+    if (!offset || !fill || !member || !size || !drawn || !stat || !gx || !gy || !dx || !dy || !dn) goto done;
     rc = 0;
-    /* members of each group, in index order */
-#define VALID(i) (group[i] >= 0 && group[i] < G && !isnan(x[i]) && !(paired && isnan(y[i])))
+    /* a group takes part when it lies in a domain (if there are domains); members of each group, in index order */
+#define IN_DOMAIN(g) (!group_domain || (group_domain[g] >= 0 && group_domain[g] < D))
+#define VALID(i)                                                                                                   \
+    (group[i] >= 0 && group[i] < G && IN_DOMAIN(group[i]) && !isnan(x[i]) && !(paired && isnan(y[i])))
     for (int i = 0; i < n; i++)
         if (VALID(i)) offset[group[i] + 1]++;
     for (int g = 0; g < G; g++) offset[g + 1] += offset[g];
     for (int i = 0; i < n; i++)
         if (VALID(i)) member[offset[group[i]] + fill[group[i]]++] = i;
 #undef VALID
+#undef IN_DOMAIN
     out->n = offset[G];
-    for (int g = 0; g < G; g++) out->n_groups += offset[g + 1] > offset[g];
+    int pooled = 0;
+    for (int g = 0; g < G; g++) {
+        size[g] = offset[g + 1] - offset[g];
+        out->n_groups += size[g] > 0;
+        pooled |= size[g] > 0 && size[g] < STATS_MIN_STRATUM;
+        if (size[g] && group_domain) dn[group_domain[g]] += size[g];
+    }
+    out->n_least = out->n;
+    for (int k = 0; group_domain && k < D; k++)
+        if (dn[k] && dn[k] < out->n_least) out->n_least = dn[k];
+    /* with one group (or, pooled by domain, one group per domain) both schemes draw alike: no fallback to state */
+    out->pooled = pooled && out->n_groups > 1;
     if (out->n == 0) goto done;
-    Combine c = {kind, G, D, offset, group_domain, dx, dy, dn};
+    Combine c = {kind, G, D, size, group_domain, dx, dy, dn};
 
     for (int g = 0; g < G; g++) {
-        int ng = offset[g + 1] - offset[g];
         double sx = 0, sy = 0;
         for (int k = offset[g]; k < offset[g + 1]; k++) {
             sx += x[member[k]];
             if (paired) sy += y[member[k]];
         }
-        gx[g] = ng ? sx / ng : 0;
-        gy[g] = ng ? sy / ng : 0;
+        gx[g] = size[g] ? sx / size[g] : 0;
+        gy[g] = size[g] ? sy / size[g] : 0;
     }
     out->value = combine(&c, gx, gy);
 
+    /* the pooled scheme's strata: the members of the groups of one domain are contiguous when the groups are in
+     * domain order, which they need not be, so a stratum is walked group by group */
+    int n_strata = pooled ? (group_domain ? D : 1) : G;
+    c.count = drawn;
     uint64_t state = seed;
     int any_nan = 0;
     for (int r = 0; r < resamples; r++) {
-        for (int g = 0; g < G; g++) {
-            int ng = offset[g + 1] - offset[g];
-            double sx = 0, sy = 0;
-            for (int k = 0; k < ng; k++) {
-                int j = member[offset[g] + (int)(stats_splitmix64(&state) % (uint64_t)ng)];
-                sx += x[j];
-                if (paired) sy += y[j];
+        for (int g = 0; g < G; g++) gx[g] = gy[g] = 0, drawn[g] = 0;
+        for (int k = 0; k < n_strata; k++) {
+            int ns = 0;
+            if (!pooled) ns = size[k];
+            else
+                for (int g = 0; g < G; g++) ns += (group_domain ? group_domain[g] == k : 1) ? size[g] : 0;
+            for (int draw = 0; draw < ns; draw++) {
+                int pick = (int)(stats_splitmix64(&state) % (uint64_t)ns), g = k;
+                if (pooled) /* the pick-th member of the stratum */
+                    for (g = 0; g < G; g++) {
+                        if (group_domain && group_domain[g] != k) continue;
+                        if (pick < size[g]) break;
+                        pick -= size[g];
+                    }
+                int j = member[offset[g] + pick];
+                gx[g] += x[j];
+                if (paired) gy[g] += y[j];
+                drawn[g]++;
             }
-            gx[g] = ng ? sx / ng : 0;
-            gy[g] = ng ? sy / ng : 0;
         }
+        for (int g = 0; g < G; g++)
+            if (drawn[g]) gx[g] /= drawn[g], gy[g] /= drawn[g];
         stat[r] = combine(&c, gx, gy);
         any_nan |= isnan(stat[r]);
     }
@@ -152,6 +185,8 @@ done:
     free(offset);
     free(fill);
     free(member);
+    free(size);
+    free(drawn);
     free(stat);
     free(gx);
     free(gy);

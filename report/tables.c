@@ -1,11 +1,14 @@
 /* tables.c — the report's tables: report.md (Markdown), report.tex (LaTeX, booktabs; no resizing, one \label
  * per table, the best value per column in bold) and long-form CSV files with n, mean and the interval bounds.
  *
- * Per section: what is missing and why (failed rows counted by error, samples without a row); a summary with
- * every budget side by side (average, change against the full cache, difference against the best baseline,
- * each with its 95% interval); per budget the task scores and domain averages with their intervals and the
- * per-task ratio to the full cache; and, where a policy ran with several aggregations, the ablation pivoted to
- * rows = policy, columns = aggregation per budget. Everything is computed from unrounded means. */
+ * Per section in report.md: what is missing and why (failed rows counted by error, samples without a row); a
+ * summary with every budget side by side (average, change against the full cache, difference against the best
+ * baseline, each with its 95% interval); the paper's ordering; where a policy ran with several aggregations, the
+ * ablation pivoted to rows = policy, columns = aggregation per budget, and as paired differences; per budget the
+ * task scores and domain averages with their intervals and the per-task ratio to the full cache. report.tex holds
+ * the paper's tables instead: the Table 1 layout (methods as rows in one block per budget, tasks as columns), the
+ * summary by budget with its intervals, the ordering and the paired ablation, each cut to fit a 10 pt article's
+ * text width and page height. Everything is computed from unrounded means. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@ enum { MAX_COLS = 512, MAX_ROWS = 256 };
 typedef struct {
     double v, lo, hi;   /* NaN: no value; lo/hi NaN: no interval */
     int n;              /* values behind it; shown when short of the column's count (0: not shown) */
+    int n_least;        /* a mean over domains: the values of its smallest domain, shown when few */
     int sig;            /* a paired interval that excludes the null value: marked * (stats_significant) */
     int few;            /* from fewer than min_n samples: the value with its n and "too few samples", no
                          * interval, never bold */
@@ -40,6 +44,8 @@ typedef struct {
 typedef struct {
     char label[200];
     int reference;      /* the full cache: not a candidate for bold */
+    int header;         /* a block's heading (a budget), spanning the table; no cells */
+    int block;          /* rows are compared (bold) within their block */
     TCell cells[MAX_COLS];
 } TRow;
 
@@ -52,6 +58,9 @@ typedef struct {
     int has_counts;
     const char *unit;              /* "%" or "" */
     int no_bold;                   /* the columns are not scores: no best value to single out */
+    int compact;                   /* LaTeX values only: a value from fewer than min_n samples printed plain (never
+                                    * bold; its n is in the n row) */
+    int n_blocks;                  /* table_block headings so far */
     int n_rows;
     TRow *rows[MAX_ROWS];          /* allocated as added: a row is 20 KB, and most tables have a few */
 } Table;
@@ -88,14 +97,24 @@ static TRow *table_row(Table *t, const char *label, int reference) {
     t->rows[t->n_rows++] = r;
     snprintf(r->label, sizeof r->label, "%s", label);
     r->reference = reference;
-    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, NULL};
+    r->header = 0;
+    r->block = t->n_blocks;
+    for (int i = 0; i < MAX_COLS; i++) r->cells[i] = (TCell){NAN, NAN, NAN, 0, 0, 0, 0, NULL};
+    return r;
+}
+
+/* A heading row that starts a block of rows (bold is per block): a budget in the paper's layout. */
+static TRow *table_block(Table *t, const char *label) {
+    t->n_blocks++;
+    TRow *r = table_row(t, label, 1);
+    if (r) r->header = 1;
     return r;
 }
 
 /* A value with its interval, which is left out below min_n samples (stats.h, STATS_MIN_N). */
 static TCell cell_of(const StatsInterval *ci, int min_n) {
-    int few = ci->n > 0 && ci->n < min_n;
-    return (TCell){ci->value, few ? NAN : ci->lo, few ? NAN : ci->hi, ci->n, 0, few, NULL};
+    int few = stats_too_few(ci, min_n);
+    return (TCell){ci->value, few ? NAN : ci->lo, few ? NAN : ci->hi, ci->n, ci->n_least, 0, few, NULL};
 }
 
 /* A paired comparison: the same, marked * where the data support a difference from `null`. */
@@ -105,22 +124,36 @@ static TCell compared(const StatsInterval *ci, double null, int min_n) {
     return c;
 }
 
+/* Why a value has no interval: "(n=3, too few samples)", or for a mean over domains whose smallest is short,
+ * "(n=15, 3 in a domain: too few samples)". */
+static void put_few(FILE *f, const TCell *c) {
+    if (c->n_least > 0 && c->n_least < c->n) fprintf(f, "(n=%d, %d in a domain: too few samples)", c->n, c->n_least);
+    else fprintf(f, "(n=%d, too few samples)", c->n);
+}
+
 /* A value to 2 decimals; in LaTeX a minus sign, not a hyphen. */
+/* A value as printed, to 2 decimals, and never -0.00 (a difference of 1e-14 from summing in another order is 0). */
+static double shown(double v) {
+    double r = round(v * 100) / 100;
+    return r == 0 ? 0 : r;
+}
+
 static void put_number(FILE *f, Format fmt, double v, const char *unit) {
+    v = shown(v);
     if (isnan(v)) fputs(fmt == FMT_TEX ? "--" : "–", f);
-    else if (fmt == FMT_TEX) fprintf(f, "%s%.2f%s", v < 0 && v <= -0.005 ? "$-$" : "", fabs(v), !strcmp(unit, "%") ? "\\%" : unit);
+    else if (fmt == FMT_TEX) fprintf(f, "%s%.2f%s", v < 0 ? "$-$" : "", fabs(v), !strcmp(unit, "%") ? "\\%" : unit);
     else fprintf(f, "%.2f%s", v, unit);
 }
 
-/* The best (largest) value of column i among the non-reference rows, to print in bold; NaN when fewer than two
- * have a value or all of them tie (nothing to single out). */
-static double column_best(const Table *t, int i) {
+/* The best (largest) value of column i among the non-reference rows as printed, to print in bold (every cell
+ * that prints it); NaN when fewer than two have a value or all of them print alike (nothing to single out). */
+static double column_best(const Table *t, int i, int block) {
     if (t->no_bold) return NAN;
     double best = NAN, worst = NAN;
     int n = 0;
     for (int r = 0; r < t->n_rows; r++) {
-        double v = t->rows[r]->cells[i].v;
-        if (t->rows[r]->reference || isnan(v) || t->rows[r]->cells[i].few) continue;
+        double v = shown(t->rows[r]->cells[i].v);
+        if (t->rows[r]->reference || t->rows[r]->block != block || isnan(v) || t->rows[r]->cells[i].few) continue;
         n++;
         if (isnan(best) || v > best) best = v;
         if (isnan(worst) || v < worst) worst = v;
@@ -158,11 +191,19 @@ static void emit_md(FILE *f, const Table *t) {
     for (int r = 0; r < t->n_rows; r++) {
         const TRow *row = t->rows[r];
         fputs("| ", f);
+        if (row->header) {
+            fputs("*", f);
+            put_text(f, FMT_MD, row->label);
+            fputs("*", f);
+            for (int i = 0; i < t->n_cols; i++) fputs(" |", f);
+            fputc('\n', f);
+            continue;
+        }
         put_text(f, FMT_MD, row->label);
         for (int i = 0; i < t->n_cols; i++) {
             const TCell *c = &row->cells[i];
-            double best = column_best(t, i);
-            int bold = !row->reference && !isnan(c->v) && c->v == best;
+            double best = column_best(t, i, row->block);
+            int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" | ", f);
             if (c->text) {
                 put_text(f, FMT_MD, c->text);
@@ -172,11 +213,12 @@ static void emit_md(FILE *f, const Table *t) {
             put_number(f, FMT_MD, c->v, t->unit);
             if (bold) fputs("**", f);
             if (c->few) {
-                fprintf(f, " (n=%d, too few samples)", c->n);
+                fputc(' ', f);
+                put_few(f, c);
                 continue;
             }
             if (c->sig) fputs("\\*", f); /* escaped: a bare * after bold reads as emphasis */
-            if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", c->lo, c->hi);
+            if (!isnan(c->lo)) fprintf(f, " [%.2f, %.2f]", shown(c->lo), shown(c->hi));
             if (c->n && t->counts[i] && c->n != t->counts[i]) fprintf(f, " (n=%d)", c->n);
         }
         fputs(" |\n", f);
@@ -187,7 +229,8 @@ static void emit_md(FILE *f, const Table *t) {
 
 /* Widths in pt, estimated from the text (Computer Modern, \small: about 4.5 pt a character, \scriptsize 3.5),
  * on the safe side; the test compiles the result and fails on any overfull box. */
-enum { TEX_TEXT_WIDTH = 345, TEX_COL_SEP = 12, TEX_LABEL_MAX = 115, TEX_TEXT_MAX = 80, TEX_HEAD_MAX = 50 };
+enum { TEX_TEXT_WIDTH = 345, TEX_TEXT_HEIGHT = 490, TEX_COL_SEP = 12, TEX_LABEL_MAX = 95, TEX_TEXT_MAX = 80,
+       TEX_HEAD_MAX = 50 };
 
 static double tex_chars(const char *s) {
     double n = 0;
@@ -197,13 +240,15 @@ static double tex_chars(const char *s) {
 
 static double tex_small(const char *s) { return 4.5 * tex_chars(s) + 2; }
 
-/* The width text needs when wrapped at most to max pt: no narrower than its longest word. */
+/* The width text needs when wrapped at most to max pt: no narrower than its longest word (a line may break at a
+ * space or after a '_', report_put_tex_break). */
 static double tex_wrap_width(const char *s, double max) {
     double w = tex_small(s);
     if (w <= max) return w;
     char word[256];
     for (const char *p = s; *p;) {
-        size_t len = strcspn(p, " ");
+        size_t len = strcspn(p, " _");
+        len += p[len] == '_';
         snprintf(word, sizeof word, "%.*s", (int)(len < 255 ? len : 255), p);
         max = fmax(max, tex_small(word));
         p += len + (p[len] == ' ');
@@ -216,30 +261,35 @@ static double tex_cell_width(const Table *t, int i, const TCell *c) {
     char buf[64];
     if (c->text) return tex_wrap_width(c->text, TEX_TEXT_MAX);
     double w = 4.5 * 7 + (c->sig ? 5 : 0) + (strcmp(t->unit, "%") ? 0 : 7);
-    if (c->few) snprintf(buf, sizeof buf, "(n=%d, too few samples)", c->n), w = fmax(w, 3.5 * tex_chars(buf) + 2);
+    if (c->few && !t->compact) {
+        FILE *m = fmemopen(buf, sizeof buf, "w");
+        if (m) put_few(m, c), fclose(m);
+        w = fmax(w, 3.5 * tex_chars(buf) + 2);
+    }
     else if (c->n && t->counts[i] && c->n != t->counts[i]) w += 18;
     if (!isnan(c->lo)) {
-        snprintf(buf, sizeof buf, "[%.2f, %.2f]", c->lo, c->hi);
-        w = fmax(w, 3.5 * tex_chars(buf) + 4);
+        snprintf(buf, sizeof buf, "[%.2f, %.2f]", shown(c->lo), shown(c->hi));
+        w = fmax(w, 3.5 * tex_chars(buf) + 2);
     }
     return w;
 }
 
-/* Text that may be wider than its column's share: wrapped in a paragraph box of at most max pt. */
-static void tex_wrapped(FILE *f, const char *text, double max, int right) {
+/* Text that may be wider than its column's share: wrapped in a paragraph box of at most max pt, in a table whose
+ * font is `scale` times \\small (the widths are in \\small's). */
+static void tex_wrapped(FILE *f, const char *text, double max, int right, double scale) {
     if (tex_small(text) <= max) {
         report_put_tex(f, text);
         return;
     }
-    fprintf(f, "\\parbox[t]{%.0fpt}{%s", max, right ? "\\raggedleft " : "\\raggedright ");
-    report_put_tex(f, text);
+    fprintf(f, "\\parbox[t]{%.0fpt}{%s", ceil(max * scale), right ? "\\raggedleft " : "\\raggedright ");
+    report_put_tex_break(f, text);
     fputs("}", f);
 }
 
-/* Columns [from, to) of t as one tabular (part `part` of n_parts). */
-static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, int n_parts, const double *width,
-                          double label_w) {
-    fputs("\n\\begin{table}[ht]\n\\centering\\small\n\\caption{", f);
+/* Columns [from, to) of rows [r0, r1) of t as one tabular (part `part` of n_parts). */
+static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int r1, int part, int n_parts,
+                          const double *width, double label_w, double scale) {
+    fputs("\n\\begin{table}[htbp]\n\\centering\\small\n\\caption{", f);
     if (part == 0) report_put_tex(f, t->caption);
     else {
         char head[300];
@@ -250,7 +300,8 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
     fputs("}\n\\label{", f);
     put_label(f, t->label);
     if (part) fprintf(f, ":part%d", part + 1);
-    fputs("}\n\\begin{tabular}{l", f);
+    /* a compact table in \\scriptsize with half the column gap, so a suite's tasks fit beside each other */
+    fputs(t->compact ? "}\n\\scriptsize\\setlength{\\tabcolsep}{3pt}\n\\begin{tabular}{l" : "}\n\\begin{tabular}{l", f);
     for (int i = from; i < to; i++) fputc('r', f);
     fputs("}\n\\toprule\n", f);
     int any_group = 0;
@@ -260,12 +311,13 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
         for (int i = from; i < to;) {
             int j = i + 1;
             double w = width[i];
-            while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i])) w += width[j++] + TEX_COL_SEP;
+            while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i]))
+                w += width[j++] + (t->compact ? 6 / scale : TEX_COL_SEP);
             fputs(" & ", f);
             if (t->groups[i]) {
                 fprintf(f, "\\multicolumn{%d}{c}{", j - i);
                 if (tex_small(t->groups[i]) > w) {
-                    fprintf(f, "\\parbox[b]{%.0fpt}{\\centering ", tex_wrap_width(t->groups[i], w));
+                    fprintf(f, "\\parbox[b]{%.0fpt}{\\centering ", ceil(tex_wrap_width(t->groups[i], w) * scale));
                     report_put_tex(f, t->groups[i]);
                     fputs("}", f);
                 } else report_put_tex(f, t->groups[i]);
@@ -281,7 +333,7 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
     fputs("Method", f);
     for (int i = from; i < to; i++) {
         fputs(" & ", f);
-        tex_wrapped(f, t->cols[i], width[i], 1);
+        tex_wrapped(f, t->cols[i], width[i], 1, scale);
     }
     fputs(" \\\\\n", f);
     if (t->has_counts) {
@@ -290,24 +342,37 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
         fputs(" \\\\\n", f);
     }
     fputs("\\midrule\n", f);
-    for (int r = 0; r < t->n_rows; r++) {
+    for (int r = r0; r < r1; r++) {
         const TRow *row = t->rows[r];
         int any_ci = 0;
-        tex_wrapped(f, row->label, label_w, 0);
+        if (row->header) {
+            if (r > r0) fputs("\\midrule\n", f);
+            fprintf(f, "\\multicolumn{%d}{l}{\\textit{", to - from + 1);
+            report_put_tex(f, row->label);
+            fputs("}} \\\\\n", f);
+            continue;
+        }
+        tex_wrapped(f, row->label, label_w, 0, scale);
         for (int i = from; i < to; i++) {
             const TCell *c = &row->cells[i];
-            double best = column_best(t, i);
-            int bold = !row->reference && !isnan(c->v) && c->v == best;
+            double best = column_best(t, i, row->block);
+            int bold = !row->reference && !isnan(c->v) && !c->few && shown(c->v) == best;
             fputs(" & ", f);
             if (c->text) {
-                tex_wrapped(f, c->text, width[i], 0);
+                tex_wrapped(f, c->text, width[i], 0, scale);
+                continue;
+            }
+            if (c->few && t->compact) {
+                put_number(f, FMT_TEX, c->v, t->unit);
                 continue;
             }
             if (c->few) {
                 /* the value over its n, so the cell is as narrow as the note */
                 fputs("\\shortstack[r]{", f);
                 put_number(f, FMT_TEX, c->v, t->unit);
-                fprintf(f, "\\\\{\\scriptsize (n=%d, too few samples)}}", c->n);
+                fputs("\\\\{\\scriptsize ", f);
+                put_few(f, c);
+                fputs("}}", f);
                 continue;
             }
             if (bold) fputs("\\textbf{", f);
@@ -338,23 +403,26 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int part, i
 /* The table in as few parts as fit the text width, each part whole column groups where a group fits (a budget's
  * columns stay together), the method column repeated in each. */
 static void emit_tex(FILE *f, const Table *t) {
+    /* widths in \\small's pt; a compact table is set in \\scriptsize (7 of 9 pt, whose letters measured 0.84 as
+     * wide as the estimate's) with a 6 pt column gap */
+    double scale = t->compact ? 0.84 : 1.0, sep = t->compact ? 6 / scale : TEX_COL_SEP;
     double width[MAX_COLS], label_w = tex_small("Method");
     for (int r = 0; r < t->n_rows; r++) label_w = fmax(label_w, tex_wrap_width(t->rows[r]->label, TEX_LABEL_MAX));
     for (int i = 0; i < t->n_cols; i++) {
-        width[i] = tex_wrap_width(t->cols[i], TEX_HEAD_MAX);
+        width[i] = tex_wrap_width(t->cols[i], t->compact ? 1 : TEX_HEAD_MAX);
         for (int r = 0; r < t->n_rows; r++) width[i] = fmax(width[i], tex_cell_width(t, i, &t->rows[r]->cells[i]));
     }
-    double room = TEX_TEXT_WIDTH - label_w - 2 * TEX_COL_SEP;
+    double room = TEX_TEXT_WIDTH / scale - label_w - 2 * sep;
     int cut[MAX_COLS + 1], n_parts = 0;
     cut[0] = 0;
     for (int i = 0; i < t->n_cols;) {
         /* the next group (columns sharing a group name), added whole when it fits, else column by column */
         int j = i + 1;
-        double w = width[i] + TEX_COL_SEP;
+        double w = width[i] + sep;
         while (j < t->n_cols && t->groups[i] && t->groups[j] && !strcmp(t->groups[i], t->groups[j]))
-            w += width[j++] + TEX_COL_SEP;
+            w += width[j++] + sep;
         double used = 0;
-        for (int k = cut[n_parts]; k < i; k++) used += width[k] + TEX_COL_SEP;
+        for (int k = cut[n_parts]; k < i; k++) used += width[k] + sep;
         if (used > 0 && used + w > room) {
             cut[++n_parts] = i;
             used = 0;
@@ -365,12 +433,49 @@ static void emit_tex(FILE *f, const Table *t) {
         }
         for (; i < j; i++) { /* a group wider than a part: split it */
             used = 0;
-            for (int k = cut[n_parts]; k < i; k++) used += width[k] + TEX_COL_SEP;
-            if (used > 0 && used + width[i] + TEX_COL_SEP > room) cut[++n_parts] = i;
+            for (int k = cut[n_parts]; k < i; k++) used += width[k] + sep;
+            if (used > 0 && used + width[i] + sep > room) cut[++n_parts] = i;
         }
     }
     cut[++n_parts] = t->n_cols;
-    for (int p = 0; p < n_parts; p++) emit_tex_part(f, t, cut[p], cut[p + 1], p, n_parts, width, label_w);
+    /* and in as few parts as fit the page's height, cut before a block heading where one is near (else anywhere):
+     * heights in pt, estimated on the safe side (a \\small row 10, its interval line 9, a caption line 12; a
+     * compiled table measured 9.3 a row) */
+    int rcut[MAX_ROWS + 1], n_rparts = 0;
+    rcut[0] = 0;
+    double head = 1;
+    for (int i = 0; i < t->n_cols; i++) head = fmax(head, ceil(tex_small(t->cols[i]) / fmax(width[i], 1)));
+    double fixed = 12 * (tex_chars(t->caption) / 60 + 2) + 40 + 10 * head + (t->has_counts ? 11 : 0), used = fixed;
+    for (int r = 0; r < t->n_rows; r++) {
+        const TRow *row = t->rows[r];
+        double h = row->header ? 16 : 10 * ceil(tex_small(row->label) / TEX_LABEL_MAX);
+        int any_ci = 0;
+        for (int i = 0; i < t->n_cols && !row->header; i++) {
+            const TCell *c = &row->cells[i];
+            if (c->few && !t->compact) h = fmax(h, 19); /* the value over its note */
+            if (c->text) h = fmax(h, 10 * ceil(tex_small(c->text) / fmax(width[i], 1)));
+            any_ci |= !isnan(c->lo);
+        }
+        h += any_ci ? 9 : 0; /* the intervals' line */
+        if (used + h > TEX_TEXT_HEIGHT && r > rcut[n_rparts]) {
+            int at = r; /* back to the block's heading when it is in this part's second half */
+            for (int k = r; k > rcut[n_rparts] + (r - rcut[n_rparts]) / 2; k--)
+                if (t->rows[k]->header) {
+                    at = k;
+                    break;
+                }
+            rcut[++n_rparts] = at;
+            r = at - 1;
+            used = fixed;
+            continue;
+        }
+        used += h;
+    }
+    rcut[++n_rparts] = t->n_rows;
+    int part = 0, total = n_parts * n_rparts;
+    for (int q = 0; q < n_rparts; q++)
+        for (int p = 0; p < n_parts; p++)
+            emit_tex_part(f, t, cut[p], cut[p + 1], rcut[q], rcut[q + 1], part++, total, width, label_w, scale);
 }
 
 static void emit(FILE *f, Format fmt, const Table *t) {
@@ -410,9 +515,18 @@ static void coverage(FILE *f, Format fmt, const ReportSection *s) {
         const ReportCell *x = c < 0 ? &s->full : &s->cells[c];
         for (int t = 0; x->ran && t < s->n_tasks; t++) missing += x->n_missing[t];
     }
-    snprintf(line, sizeof line, "%d samples in %d tasks; %d result rows, %d failed (excluded from every mean), "
-             "%d (sample, method, budget) rows missing.", s->n_samples, s->n_tasks, s->n_rows, s->n_failed_rows,
-             missing);
+    int fewest = 0, at = -1;
+    for (int t = 0; t < s->n_tasks; t++)
+        if (at < 0 || s->task_samples[t] < fewest) fewest = s->task_samples[t], at = t;
+    int k = snprintf(line, sizeof line, "%d samples in %d tasks; %d result rows, %d failed (excluded from every mean), "
+                     "%d (sample, method, budget) rows missing.", s->n_samples, s->n_tasks, s->n_rows,
+                     s->n_failed_rows, missing);
+    if (s->n_tasks > 1 && fewest < STATS_MIN_STRATUM)
+        snprintf(line + k, sizeof line - (size_t)k, " Intervals over several tasks are pooled (task %s holds %d "
+                 "sample%s, fewer than %d).", s->tasks[at], fewest, fewest == 1 ? "" : "s", STATS_MIN_STRATUM);
+    else if (s->n_tasks > 1)
+        snprintf(line + k, sizeof line - (size_t)k, " Intervals over several tasks are stratified by task (where a "
+                 "failed row leaves a task fewer than %d samples, that interval is pooled).", STATS_MIN_STRATUM);
     note(f, fmt, line);
     if (fmt == FMT_TEX) return;
     for (int i = 0; i < s->n_failures; i++) {
@@ -446,39 +560,70 @@ static void set_labels(Table *t, const ReportSection *s, const char *kind, const
     snprintf(t->label, sizeof t->label, "tab:%s:%s%s%s", s->stem, kind, budget ? ":" : "", budget ? budget : "");
 }
 
+/* Whether method m is one of the paper-layout rows in LaTeX: a policy at its default aggregation, or a policy
+ * that did not run at its default (then every aggregation it ran). The other variants are in the ablation. */
+static int in_main(const ReportSection *s, int m) {
+    if (report_is_default_aggregation(&s->methods[m])) return 1;
+    for (int o = 0; o < s->n_methods; o++)
+        if (!strcmp(s->methods[o].policy, s->methods[m].policy) && !strcmp(s->methods[o].params, s->methods[m].params) &&
+            report_is_default_aggregation(&s->methods[o]))
+            return 0;
+    return 1;
+}
+
+/* The summary cells of method m (-1: the full cache) at budget b from column `at`: avg, change %, Δ best. */
+static void summary_cells(const ReportSection *s, int m, int b, TRow *r, int at) {
+    if (m < 0) {
+        r->cells[at] = cell_of(&s->full.domain[s->n_domains], s->min_n);
+        return;
+    }
+    const ReportCell *c = report_cell(s, m, b);
+    if (!c->ran) return;
+    r->cells[at] = cell_of(&c->domain[s->n_domains], s->min_n);
+    TCell *ch = &r->cells[at + 1];
+    *ch = compared(&c->ratio, 100, s->min_n);
+    ch->v -= 100, ch->lo -= 100, ch->hi -= 100;
+    if (c->diff_best.n) r->cells[at + 2] = compared(&c->diff_best, 0, s->min_n);
+}
+
+/* Average, change and Δ best baseline with their intervals: in Markdown the budgets side by side (every method),
+ * in LaTeX one block of rows per budget (the paper-layout methods: in_main), three columns wide. */
 static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
     Table *t = table_new("");
     if (!t) return;
     const char *avg = report_has_substitute(s, -1) ? "avg†" : "avg";
-    for (int b = 0; b < s->n_budgets; b++) {
-        table_col(t, avg, s->budgets[b].label, s->n_samples);
-        table_col(t, "change %", s->budgets[b].label, 0);
-        table_col(t, "Δ best baseline", s->budgets[b].label, 0);
+    int blocks = fmt == FMT_TEX, n_groups = blocks ? 1 : s->n_budgets;
+    for (int b = 0; b < n_groups; b++) {
+        const char *group = blocks ? NULL : s->budgets[b].label;
+        table_col(t, avg, group, s->n_samples);
+        table_col(t, "change %", group, 0);
+        table_col(t, "Δ best baseline", group, 0);
     }
     snprintf(t->caption, sizeof t->caption,
-             "%s, %s: average score per budget with 95%% bootstrap intervals (%d samples, %d tasks); change = "
+             "%s, %s: average score %s with 95%% bootstrap intervals (%d samples, %d tasks); change = "
              "100 × (avg / avg(full) − 1); Δ best baseline = avg − avg of the best baseline at that budget, in "
              "points (none for an ablation variant: a policy at another than its default aggregation is compared "
              "with its own policy only, in the ablation table); * marks a paired interval that excludes 0 (see "
-             "the method: from at least %d samples, never a zero-width one)", s->model, s->suite, s->n_samples,
-             s->n_tasks, s->min_n);
+             "the method: from at least %d samples, never a zero-width one)", s->model, s->suite,
+             blocks ? "per budget (each policy at its default aggregation)" : "per budget", s->n_samples, s->n_tasks,
+             s->min_n);
     set_labels(t, s, "summary", NULL);
     if (s->full.ran) {
         TRow *r = table_row(t, "full", 1);
-        for (int b = 0; r && b < s->n_budgets; b++) r->cells[3 * b] = cell_of(&s->full.domain[s->n_domains], s->min_n);
+        for (int b = 0; r && b < n_groups; b++) summary_cells(s, -1, b, r, 3 * b);
     }
-    for (int m = 0; m < s->n_methods; m++) {
-        int any = 0;
-        for (int b = 0; b < s->n_budgets; b++) any |= report_cell(s, m, b)->ran;
-        TRow *r = any ? table_row(t, s->methods[m].label, 0) : NULL;
-        for (int b = 0; r && b < s->n_budgets; b++) {
-            const ReportCell *c = report_cell(s, m, b);
-            if (!c->ran) continue;
-            r->cells[3 * b] = cell_of(&c->domain[s->n_domains], s->min_n);
-            TCell *ch = &r->cells[3 * b + 1];
-            *ch = compared(&c->ratio, 100, s->min_n);
-            ch->v -= 100, ch->lo -= 100, ch->hi -= 100;
-            if (c->diff_best.n) r->cells[3 * b + 2] = compared(&c->diff_best, 0, s->min_n);
+    char head[120];
+    for (int b = 0; b < (blocks ? s->n_budgets : 1); b++) {
+        if (blocks) {
+            snprintf(head, sizeof head, "budget %s", s->budgets[b].label);
+            table_block(t, head);
+        }
+        for (int m = 0; m < s->n_methods; m++) {
+            int any = 0;
+            for (int k = 0; k < s->n_budgets; k++) any |= report_cell(s, m, k)->ran && (!blocks || k == b);
+            if (!any || (blocks && !in_main(s, m))) continue;
+            TRow *r = table_row(t, s->methods[m].label, 0);
+            for (int k = 0; r && k < n_groups; k++) summary_cells(s, m, blocks ? b : k, r, 3 * k);
         }
     }
     emit(f, fmt, t);
@@ -488,6 +633,52 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %s;", s->budgets[b].label,
                       s->best_baseline[b] >= 0 ? s->methods[s->best_baseline[b]].label : "none");
     note(f, fmt, line);
+    table_free(t);
+}
+
+/* The paper's Table 1 layout (LaTeX): methods as rows in one block per budget under the full cache, tasks as
+ * columns grouped by domain, then the average; values only (the intervals are in the summary table and in
+ * report.md), n per column, bold the best per budget and column from at least min_n samples. */
+static void paper_table(FILE *f, const ReportSection *s) {
+    Table *t = table_new("");
+    if (!t) return;
+    t->compact = 1;
+    char buf[200];
+    for (int u = 0; u < s->n_tasks; u++) {
+        int own = !strcmp(s->domains[s->task_domain[u]], s->tasks[u]); /* the needle: its own domain */
+        table_col(t, task_name(s, u, buf, sizeof buf), own ? NULL : s->domains[s->task_domain[u]], s->task_samples[u]);
+    }
+    table_col(t, report_has_substitute(s, -1) ? "Avg†" : "Avg", NULL, s->n_samples);
+    snprintf(t->caption, sizeof t->caption,
+             "%s, %s: task scores (0-100) per budget, each policy at its default aggregation; Avg = unweighted mean "
+             "of the task scores; n = samples per column; bold = the best per budget and column (none from fewer "
+             "than %d samples). Intervals: the summary table and report.md", s->model, s->suite, s->min_n);
+    set_labels(t, s, "main", NULL);
+    int n = t->n_cols - 1;
+    if (s->full.ran) {
+        TRow *r = table_row(t, "full", 1);
+        for (int i = 0; r && i <= n; i++)
+            r->cells[i] = cell_of(i == n ? &s->full.domain[s->n_domains] : &s->full.task[i], s->min_n);
+    }
+    for (int b = 0; b < s->n_budgets; b++) {
+        snprintf(buf, sizeof buf, "budget %s", s->budgets[b].label);
+        table_block(t, buf);
+        for (int m = 0; m < s->n_methods; m++) {
+            const ReportCell *c = report_cell(s, m, b);
+            /* at its default aggregation a row needs no "(max+prior)": every row is at its own default */
+            const ReportMethod *x = &s->methods[m];
+            const char *params = strchr(x->label, '[');
+            if (report_is_default_aggregation(x)) snprintf(buf, sizeof buf, "%s%s%s", x->policy, params ? " " : "",
+                                                           params ? params : "");
+            else snprintf(buf, sizeof buf, "%s", x->label);
+            TRow *r = c->ran && in_main(s, m) ? table_row(t, buf, 0) : NULL;
+            for (int i = 0; r && i <= n; i++)
+                r->cells[i] = cell_of(i == n ? &c->domain[s->n_domains] : &c->task[i], s->min_n);
+            for (int i = 0; r && i <= n; i++) r->cells[i].lo = r->cells[i].hi = NAN, r->cells[i].sig = 0;
+        }
+    }
+    for (int i = 0; s->full.ran && i <= n; i++) t->rows[0]->cells[i].lo = t->rows[0]->cells[i].hi = NAN;
+    emit_tex(f, t);
     table_free(t);
 }
 
@@ -547,7 +738,7 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
             sum += x->v, cnt++;
             if (!fewest || x->n < fewest) fewest = x->n;
         }
-        r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, 0, cnt && fewest < s->min_n, NULL};
+        r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, fewest, 0, cnt && fewest < s->min_n, NULL};
     }
     emit(f, fmt, t);
     table_free(t);
@@ -563,10 +754,6 @@ static int in_ablation(const ReportSection *s, int m) {
     return 0;
 }
 
-static int agg_rank(const char *a) {
-    return !strcmp(a, "mean") ? 0 : !strcmp(a, "max") ? 1 : !strcmp(a, "max+prior") ? 2 : 3;
-}
-
 /* The ablation: rows = policy (and params), columns = aggregation (mean, max, max+prior, others) per budget where
  * an ablation row ran with several, each the overall average with its interval. */
 static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
@@ -580,7 +767,7 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
     }
     if (!n_aggs) return;
     for (int i = 1; i < n_aggs; i++) /* canonical order */
-        for (int j = i; j > 0 && agg_rank(aggs[j - 1]) > agg_rank(aggs[j]); j--) {
+        for (int j = i; j > 0 && report_agg_rank(aggs[j - 1]) > report_agg_rank(aggs[j]); j--) {
             const char *x = aggs[j];
             aggs[j] = aggs[j - 1];
             aggs[j - 1] = x;
@@ -626,6 +813,54 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
                 if (report_cell(s, o, budgets[i])->ran)
                     r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains], s->min_n);
         }
+    }
+    emit(f, fmt, t);
+    table_free(t);
+}
+
+/* The row label of a pair: "defensivekv: max+prior − mean" (with the params where the policy ran with several). */
+static void pair_label(const ReportSection *s, const AblationPair *p, char *out, size_t n) {
+    const ReportMethod *l = &s->methods[p->left], *r = &s->methods[p->right];
+    int several = 0;
+    for (int o = 0; o < s->n_methods; o++)
+        several |= !strcmp(s->methods[o].policy, l->policy) && strcmp(s->methods[o].params, l->params);
+    snprintf(out, n, "%s%s%s%s: %s − %s", l->policy, several ? " [" : "", several ? l->params : "", several ? "]" : "",
+             l->aggregation, r->aggregation);
+}
+
+/* The ablation as paired differences (ordering.c, report_ablation_pairs): rows = policy and pair of aggregations,
+ * columns = Δ points and verdict per budget. */
+static void ablation_pairs_table(FILE *f, Format fmt, const ReportSection *s) {
+    if (!s->n_pairs) return;
+    Table *t = table_new("");
+    if (!t) return;
+    t->no_bold = 1;
+    int col_of[256], n_budgets = 0;
+    for (int b = 0; b < s->n_budgets && b < 256; b++) {
+        col_of[b] = -1;
+        for (int i = 0; i < s->n_pairs && col_of[b] < 0; i++)
+            if (s->pairs[i].budget == b) col_of[b] = 2 * n_budgets++;
+        if (col_of[b] < 0) continue;
+        table_col(t, "Δ points", s->budgets[b].label, 0);
+        table_col(t, "verdict", s->budgets[b].label, 0);
+    }
+    snprintf(t->caption, sizeof t->caption,
+             "%s, %s: aggregation ablation as paired differences, Δ = avg(left) − avg(right)%s in points over the "
+             "samples both scored, with its 95%% paired bootstrap interval (* excludes 0); higher / lower where the "
+             "interval excludes 0; no verdict from fewer than %d pairs (too few samples) or from a zero-width interval",
+             s->model, s->suite, report_has_substitute(s, -1) ? "†" : "", s->min_n);
+    set_labels(t, s, "ablation-paired", NULL);
+    char label[200];
+    for (int i = 0; i < s->n_pairs; i++) {
+        const AblationPair *p = &s->pairs[i];
+        pair_label(s, p, label, sizeof label);
+        TRow *r = NULL;
+        for (int k = 0; k < t->n_rows && !r; k++)
+            if (!strcmp(t->rows[k]->label, label)) r = t->rows[k];
+        if (!r && !(r = table_row(t, label, 0))) break;
+        if (p->budget >= 256) continue;
+        r->cells[col_of[p->budget]] = compared(&p->diff, 0, s->min_n);
+        r->cells[col_of[p->budget] + 1].text = p->verdict;
     }
     emit(f, fmt, t);
     table_free(t);
@@ -692,23 +927,34 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
         note(f, fmt, "No scores in this section: every row failed (the errors are counted above).");
         return;
     }
-    /* LaTeX holds at most 18 floats in waiting: the tables are flushed after the overview and after each budget */
-    const char *flush = fmt == FMT_TEX ? "\\clearpage\n" : "";
+    if (fmt == FMT_TEX) {
+        /* the paper's tables: scores, then n and intervals, the ordering and the ablation, paired; the per-budget
+         * tables with every interval are in report.md and the CSV files. LaTeX holds at most 18 floats in
+         * waiting: they are flushed after each section */
+        if (s->n_budgets && s->n_methods) {
+            paper_table(f, s);
+            summary_table(f, fmt, s);
+            ordering_table(f, fmt, s);
+        } else {
+            budget_table(f, fmt, s, -1, 0);
+        }
+        ablation_pairs_table(f, fmt, s);
+        fputs("\\clearpage\n", f);
+        return;
+    }
     if (s->n_budgets && s->n_methods) summary_table(f, fmt, s);
     if (s->n_budgets && s->n_methods) ordering_table(f, fmt, s);
-    fputs(flush, f);
     ablation_table(f, fmt, s);
+    ablation_pairs_table(f, fmt, s);
     if (s->n_budgets == 0) {
         budget_table(f, fmt, s, -1, 0);
         budget_table(f, fmt, s, -1, 1);
     }
     for (int b = 0; b < s->n_budgets; b++) {
-        fputs(flush, f);
         budget_table(f, fmt, s, b, 0);
         budget_table(f, fmt, s, b, 1);
         if (s->full.ran) budget_table(f, fmt, s, b, 2);
     }
-    fputs(flush, f);
 }
 
 /* The cross-domain change of each model at the budget nearest 20% (the paper's Figure 2 style). */
@@ -734,9 +980,9 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
         table_col(t, "mean over domains", NULL, 0);
         snprintf(t->caption, sizeof t->caption,
                  "%s: relative change vs the full cache at %s per domain and its unweighted mean over the %d "
-                 "domains, with 95%% paired bootstrap intervals (* excludes 0); change = 100 × (domain avg / "
+                 "domain%s, with 95%% paired bootstrap intervals (* excludes 0); change = 100 × (domain avg / "
                  "full-cache domain avg − 1), domain avg = mean of its task averages over the samples both scored. "
-                 "Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains);
+                 "Domains: " REPORT_CROSSDOMAIN_GROUPING, x.model, x.budget, x.n_domains, x.n_domains == 1 ? "" : "s");
         snprintf(t->label, sizeof t->label, "tab:%s:crossdomain:%s", x.model, x.budget);
         for (int m = 0; m < x.n_methods; m++) {
             TRow *r = table_row(t, x.methods[m].label, 0);
@@ -776,7 +1022,7 @@ static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *er
         if (!t) return kv_fail(err, "out of memory");
         char buf[208], head[400];
         for (int i = 0; i < c->n_models; i++) {
-            snprintf(buf, sizeof buf, "%s (%d domains)", c->models[i], c->n_domains[i]);
+            snprintf(buf, sizeof buf, "%s (%d domain%s)", c->models[i], c->n_domains[i], c->n_domains[i] == 1 ? "" : "s");
             table_col(t, buf, NULL, 0);
         }
         snprintf(t->caption, sizeof t->caption,
@@ -811,7 +1057,7 @@ static void put_csv_number(FILE *f, double v) {
 
 /* ",value,lo,hi" with every number shifted by `shift`; the bounds empty from fewer than min_n samples. */
 static void put_csv_bounds(FILE *f, const StatsInterval *ci, double shift, int min_n) {
-    int few = ci->n < min_n;
+    int few = ci->n < min_n || ci->n_least < min_n;
     put_csv_number(f, ci->value + shift);
     put_csv_number(f, few ? NAN : ci->lo + shift);
     put_csv_number(f, few ? NAN : ci->hi + shift);
@@ -824,7 +1070,7 @@ static void put_csv_ci(FILE *f, const StatsInterval *ci, int min_n) {
 
 /* The last column of a row: why its interval is missing, if it is. */
 static void put_csv_note(FILE *f, const StatsInterval *ci, int min_n) {
-    fputs(ci->n > 0 && ci->n < min_n ? ",\"too few samples\"\n" : ",\n", f);
+    fputs(stats_too_few(ci, min_n) ? ",\"too few samples\"\n" : ",\n", f);
 }
 
 static void put_csv_keys(FILE *f, const ReportSection *s, int m, int b, const char *domain, const char *task) {
@@ -915,6 +1161,34 @@ static void write_csv_crossmodel(FILE *f, const CrossModel *x, int n) {
             }
 }
 
+/* The aggregation ablation as paired differences, one row per (section, budget, pair). */
+static void write_csv_ablation(FILE *f, const ReportData *d) {
+    fputs("model,setup,suite,budget,keep_fraction,policy,params,left_aggregation,right_aggregation,n,diff,lo,hi,"
+          "verdict\n", f);
+    for (int i = 0; i < d->n_sections; i++) {
+        const ReportSection *s = &d->sections[i];
+        for (int k = 0; k < s->n_pairs; k++) {
+            const AblationPair *p = &s->pairs[k];
+            const ReportMethod *l = &s->methods[p->left], *r = &s->methods[p->right];
+            const char *fields[] = {s->model, s->setup, s->suite, s->budgets[p->budget].label};
+            for (int c = 0; c < 4; c++) {
+                if (c) fputc(',', f);
+                report_put_csv(f, fields[c]);
+            }
+            fprintf(f, ",%.6g", s->budgets[p->budget].keep_fraction);
+            const char *more[] = {l->policy, l->params, l->aggregation, r->aggregation};
+            for (int c = 0; c < 4; c++) {
+                fputc(',', f);
+                report_put_csv(f, more[c]);
+            }
+            put_csv_ci(f, &p->diff, s->min_n);
+            fputc(',', f);
+            report_put_csv(f, p->verdict);
+            fputc('\n', f);
+        }
+    }
+}
+
 static void write_csv_ordering(FILE *f, const ReportData *d) {
     fputs("model,setup,suite,budget,relation,left,left_aggregation,right,right_aggregation,n,diff,lo,hi,verdict\n", f);
     for (int i = 0; i < d->n_sections; i++) {
@@ -954,14 +1228,18 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
 }
 
 static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
-    char text[3200];
+    char text[4000];
     snprintf(text, sizeof text,
              "Scores are on the 0-100 scale: a task's score is the mean over its samples, failed rows excluded "
              "and counted; domain and overall averages are unweighted means of the task scores; all are computed "
              "from unrounded values and printed to 2 decimals. Intervals are 95%% percentile-bootstrap intervals "
-             "(%d resamples, stratified by task: each resample redraws every task's samples with replacement; "
-             "random stream splitmix64 from the fixed seed 0x%llx, restarted for each interval, so the report is "
-             "deterministic). n is the number of samples behind a value. Every policy scores the same samples, so "
+             "(%d resamples; random stream splitmix64 from the fixed seed 0x%llx, restarted for each interval, so "
+             "the report is deterministic). An interval over several tasks is stratified by task (each resample "
+             "redraws every task's samples with replacement) when every task behind it holds at least %d samples; "
+             "otherwise it is pooled (each resample draws as many samples as there are from all of them, within "
+             "each domain for a cross-domain change), because a task of n samples redrawn within itself varies "
+             "only (n − 1) / n as much as it should (one sample: never). Which scheme ran is stated with each "
+             "section. n is the number of samples behind a value. Every policy scores the same samples, so "
              "differences against the full cache and against the best baseline (the highest-scoring of the paper's "
              "baselines, i.e. every policy but defensivekv / layer-defensivekv, each at its own default "
              "aggregation, at that budget) are paired: the same resampled samples on both sides, over the samples "
@@ -971,7 +1249,7 @@ static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
              "few only reshuffles the handful of values there are and is too unstable to act on; such a value is "
              "shown with its n and \"too few samples\". A zero-width interval (the resamples never varied) is "
              "never marked. %s.",
-             resamples, (unsigned long long)STATS_SEED, min_n, CHANGE_FORMULA);
+             resamples, (unsigned long long)STATS_SEED, STATS_MIN_STRATUM, min_n, CHANGE_FORMULA);
     note(f, fmt, text);
 }
 
@@ -1011,6 +1289,9 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
     if (report_close_out(f, path, log, err)) return -1;
     if (!(f = report_open_out(out_dir, "ordering.csv", path, sizeof path, err))) return -1;
     write_csv_ordering(f, d);
+    if (report_close_out(f, path, log, err)) return -1;
+    if (!(f = report_open_out(out_dir, "ablation.csv", path, sizeof path, err))) return -1;
+    write_csv_ablation(f, d);
     if (report_close_out(f, path, log, err)) return -1;
     if (d->n_crossmodels == 0) return 0;
     if (!(f = report_open_out(out_dir, "cross_model.csv", path, sizeof path, err))) return -1;

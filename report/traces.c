@@ -629,7 +629,7 @@ static int plot_summary(FigureCtx *c, const char *model, const char *setup, cons
     double lo_x = 1.0;
     for (int i = 0; i < n_rows; i++) {
         SummaryRow *r = &rows[i];
-        StatsInterval ci = {0, 0, NAN, NAN, NAN};
+        StatsInterval ci = STATS_NONE;
         int *group = kv_calloc((size_t)(r->n_samples ? r->n_samples : 1), sizeof *group, c->err);
         if (!group || stats_bootstrap(STATS_MEAN, r->sample_mean, NULL, group, r->n_samples, 1, c->resamples,
                                       STATS_SEED, &ci, c->err)) {
@@ -648,7 +648,7 @@ static int plot_summary(FigureCtx *c, const char *model, const char *setup, cons
         fprintf(dat, " %u %d %d %.4f %lld %.4f %d\n", colour, report_agg_point(r->agg), r->step_outliers,
                 r->n_steps ? 100.0 * r->step_outliers / r->n_steps : 0.0, r->head_outliers,
                 r->n_heads ? 100.0 * (double)r->head_outliers / (double)r->n_heads : 0.0, r->n_samples);
-        if (!isnan(ci.value)) lo_x = fmin(lo_x, isnan(ci.lo) || ci.n < c->min_n ? ci.value : ci.lo);
+        if (!isnan(ci.value)) lo_x = fmin(lo_x, isnan(ci.lo) || stats_too_few(&ci, c->min_n) ? ci.value : ci.lo);
     }
     lo_x = fmax(0.0, floor(fmin(lo_x, outlier) * 10.0 - 0.5) / 10.0); /* the threshold always on the axis */
     snprintf(title, sizeof title, "%s — budget %s: retained importance R per policy, aggregation and observation "

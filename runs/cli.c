@@ -29,7 +29,7 @@ static const Command COMMANDS[] = {
      "  --out DIR    output folder (default: beside the database, DB_STEM_report/)\n"
      "  --outlier R  fragility outlier threshold on R_t (default 0.5)\n"
      "  --min-n N    fewest samples behind an interval, a * or a verdict (default 10; fewer: \"too few samples\")\n"
-     "  --resamples N  bootstrap resamples behind each interval (default 2000)\n"},
+     "  --resamples N  bootstrap resamples behind each interval (default 2000, at least 1000)\n"},
     {"trace", cmd_trace, "trace CONFIG.json [--db PATH] [--limit N] [--shard i/N]  retained-importance traces",
      "  options as for run, but --memory-limit\n"},
     {"merge", cmd_merge, "merge OUT.db IN.db...                           combine shard databases",

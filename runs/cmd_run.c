@@ -230,11 +230,11 @@ int cmd_report(int argc, char **argv) {
         snprintf(out, sizeof out, "%.*s_report", (int)(len - (size_t)strip), opt.db_path);
         opt.out_dir = out;
     }
-    printf("kvbench report: %s -> %s/\n", opt.db_path, opt.out_dir);
     if (report_write(&opt, &err)) {
         fprintf(stderr, "kvbench report: %s\n", err.msg);
         return 1;
     }
+    printf("kvbench report: %s -> %s/\n", opt.db_path, opt.out_dir);
     return 0;
 }
 

@@ -4,9 +4,13 @@
 Writes tests/data/report/bootstrap_cases.json: splitmix64 outputs, and for several data sets (one or several
 groups, NaNs, left-out values, paired differences and ratios) the statistic and its 95% percentile-bootstrap
 interval. The resampling is the one report/stats.h describes, implemented here independently: the same
-splitmix64 stream (restarted from the seed for every interval), a draw from a group of n members being
-member[next() % n], groups visited in index order; the statistic (mean over groups of the group means of the
-drawn values) is computed with numpy and the interval with numpy.percentile (method "linear").
+splitmix64 stream (restarted from the seed for every interval); stratified by group when every group holds at
+least MIN_STRATUM values (a draw from a group of n members being member[next() % n], groups visited in index
+order), else pooled (a draw from a stratum of n values being its (next() % n)-th value, the stratum's values in
+group order then index order, strata visited in index order; the strata are the domains for a cross-domain
+change, else one stratum of every value; a group no draw fell in is left out of the resample's statistic); the
+statistic (mean over groups of the group means of the drawn values) is computed with numpy and the interval with
+numpy.percentile (method "linear").
 
 Usage: python3 tests/reference/gen_bootstrap_cases.py   (numpy; run from the repository root)
 """
@@ -17,6 +21,7 @@ import numpy as np
 
 MASK = (1 << 64) - 1
 SEED = 0x6B7662656E636801  # STATS_SEED in report/stats.h
+MIN_STRATUM = 5  # STATS_MIN_STRATUM in report/stats.h
 
 
 def splitmix64(state):
@@ -51,31 +56,50 @@ def bootstrap(kind, x, y, group, n_groups, resamples, seed, group_domain=None):
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y if y is not None else [0.0] * len(x), dtype=np.float64)
     paired = kind != "mean"
-    valid = [i for i in range(len(x)) if 0 <= group[i] < n_groups and not math.isnan(x[i])
-             and not (paired and math.isnan(y[i]))]
+    in_domain = lambda g: group_domain is None or group_domain[g] >= 0
+    valid = [i for i in range(len(x)) if 0 <= group[i] < n_groups and in_domain(group[i])
+             and not math.isnan(x[i]) and not (paired and math.isnan(y[i]))]
     members = [np.array([i for i in valid if group[i] == g], dtype=np.int64) for g in range(n_groups)]
-    doms = [group_domain[g] for g in range(n_groups) if len(members[g])] if group_domain else None
-    members = [m for m in members if len(m)]
-    if not members:
-        return {"n": 0, "groups_used": 0, "value": None, "lo": None, "hi": None}
-    def stat(gx, gy):
-        return domain_change(gx, gy, doms) if kind == "domain_change" else combine(kind, np.mean(gx), np.mean(gy))
+    used = [g for g in range(n_groups) if len(members[g])]
+    if not used:
+        return {"n": 0, "groups_used": 0, "value": None, "lo": None, "hi": None, "n_least": 0, "pooled": 0}
+    pooled = any(len(members[g]) < MIN_STRATUM for g in used)
+    if group_domain is not None:
+        per_domain = {}
+        for g in used:
+            per_domain[group_domain[g]] = per_domain.get(group_domain[g], 0) + len(members[g])
+        n_least = min(per_domain.values())
+    else:
+        n_least = len(valid)
 
-    value = stat([x[m].mean() for m in members], [y[m].mean() for m in members])
+    def stat(draws_of):  # draws_of: {group: [indices]} for the groups that hold draws
+        gs = sorted(draws_of)
+        gx = [x[draws_of[g]].mean() for g in gs]
+        gy = [y[draws_of[g]].mean() for g in gs]
+        if kind == "domain_change":
+            return domain_change(gx, gy, [group_domain[g] for g in gs])
+        return combine(kind, np.mean(gx), np.mean(gy))
+
+    value = stat({g: members[g] for g in used})
+    if pooled:
+        keys = sorted(set(group_domain[g] for g in used)) if group_domain is not None else [0]
+        strata = [[(g, i) for g in used if group_domain is None or group_domain[g] == k for i in members[g]]
+                  for k in keys]
+    else:
+        strata = [[(g, i) for i in members[g]] for g in used]
     state, stats = seed, np.empty(resamples)
     for r in range(resamples):
-        gx, gy = [], []
-        for m in members:
-            draws = []
-            for _ in range(len(m)):
+        draws_of = {}
+        for stratum in strata:
+            for _ in range(len(stratum)):
                 state, out = splitmix64(state)
-                draws.append(m[out % len(m)])
-            gx.append(x[draws].mean())
-            gy.append(y[draws].mean())
-        stats[r] = stat(gx, gy)
+                g, i = stratum[out % len(stratum)]
+                draws_of.setdefault(g, []).append(i)
+        stats[r] = stat(draws_of)
     lo, hi = np.percentile(stats, [2.5, 97.5], method="linear")
-    return {"n": len(valid), "groups_used": len(members), "value": float(value),
-            "lo": None if math.isnan(lo) else float(lo), "hi": None if math.isnan(hi) else float(hi)}
+    return {"n": len(valid), "groups_used": len(used), "value": float(value),
+            "lo": None if math.isnan(lo) else float(lo), "hi": None if math.isnan(hi) else float(hi),
+            "n_least": n_least, "pooled": int(pooled and len(used) > 1)}
 
 
 def main():
@@ -107,6 +131,17 @@ def main():
     mx = [float(v) for v in np.round(np.array(fx) * rng.uniform(0.5, 1.2, 30), 2)]
     mx[7] = math.nan
     add("cross-domain change", "domain_change", mx, fx, [i % 5 for i in range(30)], 5, group_domain=[0, 0, 1, 2, -1])
+    # pooled: one value per task (13 tasks, RULER at --limit 1), two per task, and a pooled cross-domain change
+    # whose domains are not in group order
+    one = [float(v) for v in 100.0 * (rng.uniform(size=13) < 0.5)]
+    add("one value per task, pooled", "mean", one, None, list(range(13)), 13)
+    two_x = [float(v) for v in np.round(rng.uniform(0, 100, 16), 2)]
+    two_y = [float(v) for v in np.round(np.array(two_x) + rng.normal(5, 10, 16), 2)]
+    add("two values per task, paired, pooled", "diff", two_x, two_y, [i // 2 for i in range(16)], 8)
+    px = [float(v) for v in np.round(rng.uniform(10, 90, 14), 2)]
+    pm = [float(v) for v in np.round(np.array(px) * rng.uniform(0.6, 1.1, 14), 2)]
+    add("cross-domain change, pooled by domain", "domain_change", pm, px, [i % 7 for i in range(14)], 7,
+        group_domain=[1, 0, 1, 2, 0, -1, 2])
 
     state, outs = 0, []
     for _ in range(3):
