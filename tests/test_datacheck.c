@@ -168,17 +168,20 @@ static void check_shipped(TestCounts *tc) {
     int rc = test_run_command(cmd_data, 2, argv, out, NULL, sizeof out);
     CHECK(tc, rc == 0 && strstr(out, "0 problems, 2 warnings") && strstr(out, "qa_2_substitute"),
           "cpu_study: exit %d\n%s", rc, out);
-    /* the Qwen2.5 configs: clean where make model-qwen has fetched the model, else that one problem */
-    int have_qwen = access("models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf", R_OK) == 0;
-    static const char *const qwen[][2] = {{"configs/qwen_study.json", "2 warnings"},
-                                          {"configs/fragility_qwen.json", "0 warnings"}};
-    for (int i = 0; i < 2; i++) {
+    /* the Qwen2.5 configs: clean where make model-qwen / model-qwen15 has fetched the model, else that one problem */
+    static const char *const qwen[][3] = {
+        {"configs/qwen_study.json", "2 warnings", "models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf"},
+        {"configs/fragility_qwen.json", "0 warnings", "models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf"},
+        {"configs/qwen15_study.json", "2 warnings", "models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"},
+        {"configs/fragility_qwen15.json", "0 warnings", "models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"}};
+    for (int i = 0; i < 4; i++) {
+        int have_qwen = access(qwen[i][2], R_OK) == 0;
         char *q[] = {"check", (char *)qwen[i][0]};
-        char want[64];
+        char want[64], missing[160];
         snprintf(want, sizeof want, "%d problem%s, %s", !have_qwen, have_qwen ? "s" : "", qwen[i][1]);
+        snprintf(missing, sizeof missing, "%s: No such file", qwen[i][2] + strlen("models/"));
         rc = test_run_command(cmd_data, 2, q, out, NULL, sizeof out);
-        CHECK(tc, rc == !have_qwen && strstr(out, want) &&
-                      (have_qwen || strstr(out, "Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf: No such file")),
+        CHECK(tc, rc == !have_qwen && strstr(out, want) && (have_qwen || strstr(out, missing)),
               "%s (model %s): exit %d\n%s", qwen[i][0], have_qwen ? "present" : "absent", rc, out);
     }
     unsetenv("MODELS_DIR");

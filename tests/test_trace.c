@@ -505,7 +505,8 @@ static void test_shipped_configs(TestCounts *tc) {
     } files[] = {{"configs/fragility.json", 256, 1, 0},
                  {"configs/fragility_tasks.json", 256, 0, 0},
                  {"configs/fragility_cpu.json", 128, 1, 1},
-                 {"configs/fragility_qwen.json", 256, 1, 1}};
+                 {"configs/fragility_qwen.json", 256, 1, 1},
+                 {"configs/fragility_qwen15.json", 256, 1, 1}};
     setenv("MODELS_DIR", "/models", 0);
     setenv("LONGBENCH_DIR", "/data/longbench", 0);
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {

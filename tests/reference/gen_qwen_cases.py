@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""gen_qwen_cases.py — what transformers 4.57.0 does with Qwen2.5-Coder-0.5B-Instruct's GGUF, for tests/test_qwen.c.
+"""gen_qwen_cases.py — what transformers 4.57.0 does with a Qwen2.5 GGUF, for tests/test_qwen.c.
 
-Loads models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf (make model-qwen) the way a transformers user does,
-AutoTokenizer / AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., torch_dtype=torch.float32) (the weights
-dequantised by gguf-py, the forward in float32 by torch), and records:
+Loads MODEL.gguf the way a transformers user does, AutoTokenizer / AutoModelForCausalLM.from_pretrained(dir,
+gguf_file=..., torch_dtype=torch.float32) (the weights dequantised by gguf-py, the forward in float32 by torch), and
+records in OUT.json:
+  - "model": the GGUF's path (test_qwen runs the file only where that model is present) and its "vocab";
   - "chat": user messages rendered by tokenizer.apply_chat_template(add_generation_prompt=True), i.e. the GGUF's own
     tokenizer.chat_template (tools-less branch, the default system prompt when there is none), as text and as ids;
   - "stop_ids": generation_config.eos_token_id, the stop set transformers' generate (and the reference pipeline's
@@ -15,8 +16,11 @@ dequantised by gguf-py, the forward in float32 by torch), and records:
 A full logits row is 151,936 floats (600 KB), so each recorded position keeps the logits of the reference's
 top 64 ids and of 256 fixed ids spread over the vocabulary (seeded), with the row's argmax and max |logit|, so the
 test can hold kvbench's row to a tolerance relative to the row's scale.
-Output: tests/data/reference/qwen2.5-coder-0.5b.json.
-Usage (from the project root; needs torch, transformers==4.57.0, gguf): python3 tests/reference/gen_qwen_cases.py
+Usage (from the project root; needs torch, transformers==4.57.0, gguf), one run per model:
+  python3 tests/reference/gen_qwen_cases.py models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf \
+      tests/data/reference/qwen2.5-coder-0.5b.json            (make model-qwen)
+  python3 tests/reference/gen_qwen_cases.py models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf \
+      tests/data/reference/qwen2.5-coder-1.5b.json            (make model-qwen15)
 """
 import json
 import os
@@ -24,8 +28,6 @@ import sys
 
 import numpy as np
 
-GGUF = "models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf"
-OUT = "tests/data/reference/qwen2.5-coder-0.5b.json"
 N_GREEDY = 32
 TOP = 64
 N_FIXED = 256
@@ -63,21 +65,24 @@ PROMPTS = [
 
 
 def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: gen_qwen_cases.py MODEL.gguf OUT.json")
+    gguf_path, out_path = sys.argv[1], sys.argv[2]
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if not os.path.exists(GGUF):
-        sys.exit(f"{GGUF} not found: run make model-qwen")
+    if not os.path.exists(gguf_path):
+        sys.exit(f"{gguf_path} not found (make model-qwen, make model-qwen15)")
     assert transformers.__version__ == "4.57.0", transformers.__version__
     torch.manual_seed(0)
-    d, f = os.path.dirname(GGUF), os.path.basename(GGUF)
+    d, f = os.path.dirname(gguf_path), os.path.basename(gguf_path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32).eval()
     stop = model.generation_config.eos_token_id
     stop = [stop] if isinstance(stop, int) else list(stop)
 
-    out = {"model": GGUF, "transformers": transformers.__version__, "torch": torch.__version__,
+    out = {"model": gguf_path, "transformers": transformers.__version__, "torch": torch.__version__,
            "vocab": model.config.vocab_size, "stop_ids": stop, "tokenizer_eos": tok.eos_token_id,
            "n_greedy": N_GREEDY, "chat": [], "cases": []}
     for msg in CHAT_MESSAGES:
@@ -111,11 +116,11 @@ def main():
         out["cases"].append({"message": prompt, "text": text, "ids": list(map(int, ids)), "positions": rows,
                              "greedy": greedy, "answer": answer, "min_top2_gap": gap})
         print(f"{n} ids -> {answer!r} (min top-2 gap {gap:.3g})")
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w", encoding="utf-8") as fo:
+    os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+    with open(out_path, "w", encoding="utf-8") as fo:
         json.dump(out, fo, ensure_ascii=True, separators=(",", ":"))
         fo.write("\n")
-    print(f"wrote {OUT} ({os.path.getsize(OUT)} bytes)")
+    print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
 
 
 if __name__ == "__main__":
