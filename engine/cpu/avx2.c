@@ -268,6 +268,39 @@ AVX2_TARGET void cpu_rebuild_q6_k_avx2(const uint8_t *src, float *dst, size_t n_
     }
 }
 
+/* Q5_0: (code - 16) * d, a small integer times an f16 value, exact in f32 whatever computes it; 8 lanes, the
+ * fifth bit of element j from bit j of qh. The same bits as the portable dequantiser. */
+AVX2_TARGET void cpu_rebuild_q5_0_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
+    const __m256i low = _mm256_set1_epi32(15), one = _mm256_set1_epi32(1), sixteen = _mm256_set1_epi32(16);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
+        __m256 d = _mm256_set1_ps(f16_field(src));
+        uint32_t h;
+        memcpy(&h, src + 2, 4);
+        const uint8_t *qs = src + 6;
+        for (int l = 0; l < 16; l += 8) {
+            __m256i q = bytes8(qs + l);
+            __m256i hl = _mm256_srlv_epi32(_mm256_set1_epi32((int)(h >> l)), lane);
+            __m256i hh = _mm256_srlv_epi32(_mm256_set1_epi32((int)(h >> (l + 16))), lane);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low), _mm256_slli_epi32(_mm256_and_si256(hl, one), 4));
+            __m256i hi = _mm256_or_si256(_mm256_srli_epi32(q, 4), _mm256_slli_epi32(_mm256_and_si256(hh, one), 4));
+            _mm256_storeu_ps(dst + l, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, sixteen)), d));
+            _mm256_storeu_ps(dst + 16 + l, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, sixteen)), d));
+        }
+    }
+}
+
+/* Q8_0: code * d (exact in f32), 8 lanes: the same bits as the portable dequantiser. */
+AVX2_TARGET void cpu_rebuild_q8_0_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 34, dst += 32) {
+        __m256 d = _mm256_set1_ps(f16_field(src));
+        for (int l = 0; l < 32; l += 8) {
+            __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + 2 + l)));
+            _mm256_storeu_ps(dst + l, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
 /* -------------------------------------------------------------------------------------------- binary16 */
 
 __attribute__((target("avx,f16c"))) void cpu_to_f16_f16c(uint16_t *dst, const float *src, size_t n) {

@@ -30,6 +30,8 @@ CpuQ4RebuildFn cpu_q4_rebuild_avx2;
 CpuQ8RebuildFn cpu_q8_rebuild_avx2;
 CpuBlockRebuildFn cpu_rebuild_q4_k_avx2;
 CpuBlockRebuildFn cpu_rebuild_q6_k_avx2;
+CpuBlockRebuildFn cpu_rebuild_q5_0_avx2;
+CpuBlockRebuildFn cpu_rebuild_q8_0_avx2;
 CpuToF16Fn cpu_to_f16_f16c;
 CpuToF32Fn cpu_to_f32_f16c;
 void cpu_fast_group_avx2(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);

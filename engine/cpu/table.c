@@ -70,6 +70,8 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
     if (simd != CPU_SIMD_SCALAR) { /* the AVX2 block rebuilders serve the AVX-512 level too */
         if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx2;
         if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx2;
+        if (k->rebuild[GGML_Q5_0]) k->rebuild[GGML_Q5_0] = cpu_rebuild_q5_0_avx2;
+        if (k->rebuild[GGML_Q8_0]) k->rebuild[GGML_Q8_0] = cpu_rebuild_q8_0_avx2;
     }
     if (simd == CPU_SIMD_AVX2) {
         k->q4_rows = cpu_q4_rows_avx2, k->q8_rows = cpu_q8_rows_avx2;
