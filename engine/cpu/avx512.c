@@ -4,8 +4,8 @@
  * accumulator of 16 lanes per output, reduced as _mm512_reduce_add_ps does). SwiGLU, softmax and the
  * decode attention give the portable kernels' bits (portable.c fixes their orders in the source); the
  * attention reads a cache's rows where they are (a view's shared rows in its base, binary16 rows widened in
- * registers), so a view and an f16 cache need no copy. Rebuilt rows and binary16 conversions: the portable
- * bits. */
+ * registers), so a view and an f16 cache need no copy. Rebuilt rows (GGUF Q4_K, Q6_K and Q5_0 blocks on 16
+ * lanes) and binary16 conversions: the portable bits. */
 #include "isa.h"
 
 #if CPU_X86
