@@ -6,8 +6,8 @@
  * block once, into a per-thread tile of 4 weight rows that stays in L1, and multiplies it with all M rows in
  * register tiles of 4 outputs x 2 rows; with one row the rebuilt block goes from registers into the
  * products. Every (output, row) pair is one chain over K in the same order whatever M.
- * Rebuilt rows (the 4-bit and int8 codes, GGUF Q4_K and Q6_K blocks) and binary16 conversions: the portable
- * bits. The fast kernel: portable.c's arithmetic, 8 outputs in the lanes of a vector. */
+ * Rebuilt rows (the 4-bit and int8 codes, GGUF Q4_K, Q6_K, Q5_0 and Q8_0 blocks) and binary16 conversions: the
+ * portable bits. The fast kernel: portable.c's arithmetic, 8 outputs in the lanes of a vector. */
 #include "isa.h"
 
 #if CPU_X86
@@ -194,20 +194,6 @@ AVX2_TARGET void cpu_q8_rebuild_avx2(float *w, const CpuPacked *p, size_t b0, si
 
 /* ------------------------------------------------------------------------------------ GGUF block rebuilders */
 
-/* An f16 field as gguf.c's dequantisers read it (so NaN payloads too come out the same). */
-static float f16_field(const uint8_t *p) {
-    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-    if (exp == 0) {
-        float v = (float)mant * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    bits = exp == 31 ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* Bytes p[0..8) widened to 8 int32 lanes. */
 static inline AVX2_TARGET __m256i bytes8(const uint8_t *p) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
@@ -218,15 +204,11 @@ static inline AVX2_TARGET __m256i bytes8(const uint8_t *p) {
 AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
     const __m256i low = _mm256_set1_epi32(15);
     for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
-        float d = f16_field(src), dmin = f16_field(src + 2);
+        float d = cpu_f16_field(src), dmin = cpu_f16_field(src + 2);
         const uint8_t *s = src + 4, *qs = src + 16;
         for (int c = 0; c < 4; c++) {
             int sc[2], mn[2];
-            for (int k = 0; k < 2; k++) {
-                int j = 2 * c + k;
-                sc[k] = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-                mn[k] = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-            }
+            for (int k = 0; k < 2; k++) cpu_q4_k_scale_min(2 * c + k, s, &sc[k], &mn[k]);
             __m256 d0 = _mm256_set1_ps(d * (float)sc[0]), m0 = _mm256_set1_ps(dmin * (float)mn[0]);
             __m256 d1 = _mm256_set1_ps(d * (float)sc[1]), m1 = _mm256_set1_ps(dmin * (float)mn[1]);
             for (int l = 0; l < 32; l += 8) {
@@ -244,7 +226,7 @@ AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_
 AVX2_TARGET void cpu_rebuild_q6_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
     const __m256i low = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3), bias = _mm256_set1_epi32(32);
     for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
-        float d = f16_field(src + 208);
+        float d = cpu_f16_field(src + 208);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
             const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
@@ -264,6 +246,39 @@ AVX2_TARGET void cpu_rebuild_q6_k_avx2(const uint8_t *src, float *dst, size_t n_
                     _mm256_storeu_ps(y + l + 32 * k, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 2 * k]),
                                                                   _mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], bias))));
             }
+        }
+    }
+}
+
+/* Q5_0: (code - 16) * d, a small integer times an f16 value, exact in f32 whatever computes it; 8 lanes, the
+ * fifth bit of element j from bit j of qh. The same bits as the portable dequantiser. */
+AVX2_TARGET void cpu_rebuild_q5_0_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
+    const __m256i low = _mm256_set1_epi32(15), one = _mm256_set1_epi32(1), sixteen = _mm256_set1_epi32(16);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
+        __m256 d = _mm256_set1_ps(cpu_f16_field(src));
+        uint32_t h;
+        memcpy(&h, src + 2, 4);
+        const uint8_t *qs = src + 6;
+        for (int l = 0; l < 16; l += 8) {
+            __m256i q = bytes8(qs + l);
+            __m256i hl = _mm256_srlv_epi32(_mm256_set1_epi32((int)(h >> l)), lane);
+            __m256i hh = _mm256_srlv_epi32(_mm256_set1_epi32((int)(h >> (l + 16))), lane);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low), _mm256_slli_epi32(_mm256_and_si256(hl, one), 4));
+            __m256i hi = _mm256_or_si256(_mm256_srli_epi32(q, 4), _mm256_slli_epi32(_mm256_and_si256(hh, one), 4));
+            _mm256_storeu_ps(dst + l, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, sixteen)), d));
+            _mm256_storeu_ps(dst + 16 + l, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, sixteen)), d));
+        }
+    }
+}
+
+/* Q8_0: code * d (exact in f32), 8 lanes: the same bits as the portable dequantiser. */
+AVX2_TARGET void cpu_rebuild_q8_0_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
+    for (size_t b = 0; b < n_blocks; b++, src += 34, dst += 32) {
+        __m256 d = _mm256_set1_ps(cpu_f16_field(src));
+        for (int l = 0; l < 32; l += 8) {
+            __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + 2 + l)));
+            _mm256_storeu_ps(dst + l, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
         }
     }
 }

@@ -4,13 +4,14 @@
  * accumulator of 16 lanes per output, reduced as _mm512_reduce_add_ps does). SwiGLU, softmax and the
  * decode attention give the portable kernels' bits (portable.c fixes their orders in the source); the
  * attention reads a cache's rows where they are (a view's shared rows in its base, binary16 rows widened in
- * registers), so a view and an f16 cache need no copy. Rebuilt rows and binary16 conversions: the portable
- * bits. */
+ * registers), so a view and an f16 cache need no copy. Rebuilt rows (GGUF Q4_K, Q6_K and Q5_0 blocks on 16
+ * lanes) and binary16 conversions: the portable bits. */
 #include "isa.h"
 
 #if CPU_X86
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
 #define Q4_GROUP CPU_Q4_GROUP
@@ -443,6 +444,83 @@ AVX512_TARGET void cpu_q8_rebuild_avx512(float *w, const CpuPacked *p, size_t b0
         block_q8_avx512(p, b0 + b, &w0, &w1);
         _mm512_storeu_ps(w + b * 32, w0);
         _mm512_storeu_ps(w + b * 32 + 16, w1);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ GGUF block rebuilders */
+
+/* avx2.c's block rebuilders on 16 lanes, the same operations per element (no fused multiply-add where the
+ * dequantiser has none): the same bits as gguf.c's dequantisers. */
+
+/* Bytes p[0..16) widened to 16 int32 lanes. */
+static inline AVX512_TARGET __m512i bytes16(const uint8_t *p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* Q4_K: code * (d * scale) - dmin * min. */
+AVX512_TARGET void cpu_rebuild_q4_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
+    const __m512i low = _mm512_set1_epi32(15);
+    for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
+        float d = cpu_f16_field(src), dmin = cpu_f16_field(src + 2);
+        const uint8_t *s = src + 4, *qs = src + 16;
+        for (int c = 0; c < 4; c++) {
+            int sc[2], mn[2];
+            for (int k = 0; k < 2; k++) cpu_q4_k_scale_min(2 * c + k, s, &sc[k], &mn[k]);
+            __m512 d0 = _mm512_set1_ps(d * (float)sc[0]), m0 = _mm512_set1_ps(dmin * (float)mn[0]);
+            __m512 d1 = _mm512_set1_ps(d * (float)sc[1]), m1 = _mm512_set1_ps(dmin * (float)mn[1]);
+            for (int l = 0; l < 32; l += 16) {
+                __m512i q = bytes16(qs + 32 * c + l);
+                __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, low)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
+                _mm512_storeu_ps(dst + 64 * c + l, _mm512_sub_ps(_mm512_mul_ps(d0, lo), m0));
+                _mm512_storeu_ps(dst + 64 * c + 32 + l, _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
+            }
+        }
+    }
+}
+
+/* Q6_K: (d * scale) * (code - 32); 16 consecutive elements share a scale. */
+AVX512_TARGET void cpu_rebuild_q6_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
+    const __m512i low = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
+    for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
+        float d = cpu_f16_field(src + 208);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
+            const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
+            float *y = dst + 128 * h;
+            for (int l = 0; l < 32; l += 16) {
+                int is = l / 16;
+                __m512i a = bytes16(ql + l), c = bytes16(ql + l + 32), hb = bytes16(qh + l);
+                __m512i q[4] = {
+                    _mm512_or_si512(_mm512_and_si512(a, low), _mm512_slli_epi32(_mm512_and_si512(hb, two), 4)),
+                    _mm512_or_si512(_mm512_and_si512(c, low),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), two), 4)),
+                    _mm512_or_si512(_mm512_srli_epi32(a, 4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), two), 4)),
+                    _mm512_or_si512(_mm512_srli_epi32(c, 4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), two), 4))};
+                for (int k = 0; k < 4; k++)
+                    _mm512_storeu_ps(y + l + 32 * k, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[is + 2 * k]),
+                                                                  _mm512_cvtepi32_ps(_mm512_sub_epi32(q[k], bias))));
+            }
+        }
+    }
+}
+
+/* Q5_0: (code - 16) * d, exact in f32; the fifth bit of element j from bit j of qh. */
+AVX512_TARGET void cpu_rebuild_q5_0_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
+    const __m512i low = _mm512_set1_epi32(15), one = _mm512_set1_epi32(1), sixteen = _mm512_set1_epi32(16);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
+        __m512 d = _mm512_set1_ps(cpu_f16_field(src));
+        uint32_t h;
+        memcpy(&h, src + 2, 4);
+        __m512i q = bytes16(src + 6);
+        __m512i hl = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)(h & 0xFFFF)), lane), one);
+        __m512i hh = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)(h >> 16)), lane), one);
+        __m512i lo = _mm512_or_si512(_mm512_and_si512(q, low), _mm512_slli_epi32(hl, 4));
+        __m512i hi = _mm512_or_si512(_mm512_srli_epi32(q, 4), _mm512_slli_epi32(hh, 4));
+        _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, sixteen)), d));
+        _mm512_storeu_ps(dst + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, sixteen)), d));
     }
 }
 

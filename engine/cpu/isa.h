@@ -6,6 +6,8 @@
 
 #include "kernels.h"
 
+#include <string.h>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CPU_X86 1
 #else
@@ -23,6 +25,27 @@ void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row);
 void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
 
 #if CPU_X86
+/* An f16 field as gguf.c's dequantisers read it (so NaN payloads too come out the same). */
+static inline float cpu_f16_field(const uint8_t *p) {
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0) {
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    bits = exp == 31 ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Q4_K's 6-bit scale and min of sub-block j from the block's 12 packed scale bytes s (gguf.c's
+ * get_scale_min_k4). */
+static inline void cpu_q4_k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
+    *sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+    *mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+}
+
 /* avx2.c: AVX2 + FMA + F16C */
 CpuQ4RowsFn cpu_q4_rows_avx2;
 CpuQ8RowsFn cpu_q8_rows_avx2;
@@ -30,6 +53,8 @@ CpuQ4RebuildFn cpu_q4_rebuild_avx2;
 CpuQ8RebuildFn cpu_q8_rebuild_avx2;
 CpuBlockRebuildFn cpu_rebuild_q4_k_avx2;
 CpuBlockRebuildFn cpu_rebuild_q6_k_avx2;
+CpuBlockRebuildFn cpu_rebuild_q5_0_avx2;
+CpuBlockRebuildFn cpu_rebuild_q8_0_avx2;
 CpuToF16Fn cpu_to_f16_f16c;
 CpuToF32Fn cpu_to_f32_f16c;
 void cpu_fast_group_avx2(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
@@ -44,6 +69,9 @@ CpuToF32Fn cpu_to_f32_avx512;
 void cpu_softmax_avx512(float *x, int n);
 void cpu_swiglu_avx512(float *g, const float *u, size_t n);
 CpuAttendRowsFn cpu_attend_rows_avx512;
+CpuBlockRebuildFn cpu_rebuild_q4_k_avx512;
+CpuBlockRebuildFn cpu_rebuild_q6_k_avx512;
+CpuBlockRebuildFn cpu_rebuild_q5_0_avx512;
 
 /* vnni.c: AVX-512 VNNI and AMX (the fast products) */
 void cpu_fast_quantize_avx512(CpuFastX *x, int m, const float *row);

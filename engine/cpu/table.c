@@ -67,9 +67,11 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
     }
     (void)f;
 #if CPU_X86
-    if (simd != CPU_SIMD_SCALAR) { /* the AVX2 block rebuilders serve the AVX-512 level too */
+    if (simd != CPU_SIMD_SCALAR) { /* the AVX2 block rebuilders (the AVX-512 level replaces some below) */
         if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx2;
         if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx2;
+        if (k->rebuild[GGML_Q5_0]) k->rebuild[GGML_Q5_0] = cpu_rebuild_q5_0_avx2;
+        if (k->rebuild[GGML_Q8_0]) k->rebuild[GGML_Q8_0] = cpu_rebuild_q8_0_avx2;
     }
     if (simd == CPU_SIMD_AVX2) {
         k->q4_rows = cpu_q4_rows_avx2, k->q8_rows = cpu_q8_rows_avx2;
@@ -81,6 +83,9 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
         k->to_f16 = cpu_to_f16_avx512, k->to_f32 = cpu_to_f32_avx512;
         k->softmax = cpu_softmax_avx512, k->swiglu = cpu_swiglu_avx512;
         k->attend_rows = cpu_attend_rows_avx512, k->attend_multiple = 16;
+        if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx512;
+        if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx512;
+        if (k->rebuild[GGML_Q5_0]) k->rebuild[GGML_Q5_0] = cpu_rebuild_q5_0_avx512;
     }
 #endif
 }
