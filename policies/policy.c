@@ -1,7 +1,7 @@
-/* policy.c — the table of policies, their configuration, budgets, and the observe/select life cycle.
+/* policy.c — configuration from the descriptors, budgets, and the observe/select life cycle.
  *
- * POLICIES below is the one place that names a policy and holds its constants (spec policies.md §3).
- * Scoring lives in score.c, budget allocation in allocate.c. */
+ * A policy is its descriptor (policy_internal.h) in policies/<name>.c, listed by registry.c; nothing here names
+ * one. The shared scorers live in score.c, budget allocation in allocate.c. */
 #include "policy.h"
 
 #include <ctype.h>
@@ -12,22 +12,6 @@
 
 #include "policy_internal.h"
 #include "../engine/num.h"
-
-/* name, press, scoring, allocation, default aggregation, value norm, n_sink, alpha, epsilon,
- * first-stage ratio, tau1, tau2, gamma, mass threshold */
-static const PolicyRow POLICIES[] = {
-    {"full", "fullkv", SCORE_NONE, ALLOC_ALL, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"streamingllm", "streaming_llm", SCORE_SINKS, ALLOC_UNIFORM, AGG_DEFAULT, 0, 4, 0, 0, 0, 0, 0, 0, 0},
-    {"snapkv", "snapkv", SCORE_SNAPKV, ALLOC_UNIFORM, AGG_MEAN, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"adakv", "adasnapkv", SCORE_SNAPKV, ALLOC_ADAPTIVE, AGG_MEAN, 0, 0, 0.2, 0, 0, 0, 0, 0, 0},
-    {"cake", "cake_global", SCORE_CAKE, ALLOC_CAKE, AGG_MEAN, 0, 0, 0, 0, 0, 1.6, 0.6, 200.0, 0},
-    {"criticalkv", "criti_adasnapkv", SCORE_SNAPKV, ALLOC_CRITICAL, AGG_MEAN, 1, 0, 0.2, 1e-4, 0.5, 0, 0, 0, 0},
-    {"defensivekv", "efficient_defensivekv", SCORE_DEFENSIVE, ALLOC_LAYER, AGG_MAX_PRIOR, 1, 0, 0, 0, 0, 0, 0, 0, 0.9},
-    {"layer-defensivekv", "efficient_layer_defensivekv", SCORE_DEFENSIVE, ALLOC_GLOBAL, AGG_MAX_PRIOR, 1, 0, 0, 0, 0,
-     0, 0, 0, 0.9},
-    {"duoattention", "duo_attention", SCORE_NONE, ALLOC_DUO, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-};
-#define N_POLICIES (int)(sizeof POLICIES / sizeof POLICIES[0])
 
 #define DEFAULT_WINDOW 32
 #define DEFAULT_POOL_KERNEL 5
@@ -41,16 +25,20 @@ struct PolicyState {
 };
 
 const PolicyRow *policy_row(const char *name) {
-    for (int i = 0; name && i < N_POLICIES; i++)
-        if (!strcmp(name, POLICIES[i].name) || !strcmp(name, POLICIES[i].press_name)) return &POLICIES[i];
+    int n;
+    const PolicyRow *const *all = policy_registry(&n);
+    for (int i = 0; name && i < n; i++)
+        if (!strcmp(name, all[i]->name) || !strcmp(name, all[i]->press_name)) return all[i];
     return NULL;
 }
 
 const char *policy_names(void) {
-    static char names[256];
+    static char names[1024];
+    int n;
+    const PolicyRow *const *all = policy_registry(&n);
     if (!names[0])
-        for (int i = 0; i < N_POLICIES; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", POLICIES[i].name);
+        for (int i = 0; i < n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", all[i]->name);
     return names;
 }
 
@@ -75,26 +63,64 @@ int policy_config(PolicyConfig *out, const char *name, const char *aggregation, 
                     : AGG_DEFAULT;
     if (a == AGG_DEFAULT)
         return kv_fail(err, "unknown aggregation '%s' (known: default, mean, max, max+prior)", aggregation);
-    if (row->default_aggregation == AGG_DEFAULT)
+    if (!row->aggregations)
         return kv_fail(err, "policy %s does not aggregate scores, so it takes no aggregation (got '%s')", row->name,
                        aggregation);
+    if (!(row->aggregations & AGG_BIT(a)))
+        return kv_fail(err, "policy %s does not take the aggregation '%s'", row->name, aggregation);
     out->aggregation = a;
     return 0;
 }
 
-int policy_needs_value_norm(const PolicyConfig *cfg) {
+static unsigned needs(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);
-    return row && row->needs_value_norm;
+    return row ? row->needs : 0;
 }
 
-int policy_needs_attention(const PolicyConfig *cfg) {
+int policy_needs_value_norm(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_VALUE_NORM); }
+int policy_needs_attention(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_ATTENTION); }
+int policy_needs_duo_pattern(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_DUO_PATTERN); }
+
+int policy_observes(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);
-    return row && row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS;
+    return row && row->score;
 }
 
-int policy_needs_duo_pattern(const PolicyConfig *cfg) {
+int policy_aggregates(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);
-    return row && row->allocation == ALLOC_DUO;
+    return row && row->aggregations;
+}
+
+int policy_keeps_all(const PolicyConfig *cfg) {
+    const PolicyRow *row = policy_row(cfg->name);
+    return row && row->allocation == ALLOC_ALL;
+}
+
+int policy_configs_equal(const PolicyConfig *a, const PolicyConfig *b) {
+    return policy_row(a->name) == policy_row(b->name) && a->aggregation == b->aggregation &&
+           a->window == b->window && a->pool_kernel == b->pool_kernel &&
+           a->intended_window_bias == b->intended_window_bias && a->ties_by_unclamped == b->ties_by_unclamped;
+}
+
+int policy_budget_tokens(const PolicyConfig *cfg, const Budget *b, int context_len) {
+    if (policy_keeps_all(cfg)) return context_len;
+    return b->tokens > 0 ? b->tokens : (int)(context_len * budget_keep_fraction(b, context_len));
+}
+
+double policy_keep_share(const PolicyConfig *cfg, const Budget *b, int context_len) {
+    if (policy_keeps_all(cfg)) return 1.0;
+    if (b->tokens <= 0) return b->keep_fraction;
+    return context_len > 0 ? fmin(1.0, (double)b->tokens / context_len) : 0.0;
+}
+
+PolicyRole policy_role(const char *name) {
+    const PolicyRow *row = policy_row(name);
+    return row ? row->role : POLICY_BASELINE;
+}
+
+const char *policy_colour(const char *name) {
+    const PolicyRow *row = policy_row(name);
+    return row ? row->colour : NULL;
 }
 
 /* ---- budgets ---- */
@@ -159,7 +185,7 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
                            cfg->duo_pattern->source, cfg->duo_pattern->n_layers, cfg->duo_pattern->n_kv_heads,
                            n_layers, n_kv_heads);
     }
-    if (row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS) {
+    if (row->needs & NEEDS_ATTENTION) {
         if (cfg->window < 1)
             return kv_fail(err, "policy %s: window %d must be at least 1", row->name, cfg->window);
         /* SnapKVPress asserts q_len > window_size; every attention-based press inherits it. */
@@ -169,9 +195,9 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
         if (cfg->pool_kernel < 1 || cfg->pool_kernel % 2 == 0)
             return kv_fail(err, "policy %s: pooling kernel %d must be odd and at least 1", row->name,
                            cfg->pool_kernel);
-        if (cfg->aggregation == AGG_DEFAULT)
-            return kv_fail(err, "policy %s: configuration was not resolved by policy_config", row->name);
     }
+    if (row->aggregations && cfg->aggregation == AGG_DEFAULT)
+        return kv_fail(err, "policy %s: configuration was not resolved by policy_config", row->name);
     PolicyState *st = kv_calloc(1, sizeof *st, err);
     if (!st) return -1;
     st->layers = kv_calloc((size_t)n_layers, sizeof *st->layers, err);
@@ -218,9 +244,7 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
 }
 
 static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const PolicyConfig *p, const PolicyConfig *q) {
-    return x && y && x->scoring == y->scoring &&
-           (x->scoring == SCORE_SNAPKV || x->scoring == SCORE_CAKE || x->scoring == SCORE_DEFENSIVE) &&
-           x->needs_value_norm == y->needs_value_norm && x->gamma == y->gamma && x->tau1 == y->tau1 &&
+    return x && y && x->score && x->score == y->score && x->gamma == y->gamma && x->tau1 == y->tau1 &&
            x->tau2 == y->tau2 && x->mass_threshold == y->mass_threshold && p->aggregation == q->aggregation &&
            p->window == q->window && p->pool_kernel == q->pool_kernel &&
            p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped;
@@ -254,7 +278,7 @@ int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *er
     const char *name = st->row->name;
     const int L = st->context_len;
     *out = (KeepSet){0};
-    if (policy_needs_attention(&st->cfg) && st->observed != st->n_layers)
+    if (st->row->score && st->observed != st->n_layers)
         return kv_fail(err, "policy %s: select after %d of %d layers were observed", name, st->observed, st->n_layers);
     if (budget->tokens > 0) {
         if (budget->tokens > L)

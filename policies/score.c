@@ -148,7 +148,8 @@ static int alloc_clamped(const PolicyConfig *cfg, int K, int P, LayerScores *out
 }
 
 /* SnapKV score s[K][L]: pooled heads, window padded with the max over the whole layer (§2.2 step 4). */
-static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScores *out, KvErr *err) {
+int score_snapkv(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out, KvErr *err) {
+    (void)row;
     const int L = o->L, P = L - o->w, K = o->K;
     float *prefix = kv_malloc(sizeof(float) * (size_t)K * P, err);
     out->score = prefix ? kv_malloc(sizeof(float) * (size_t)K * L, err) : NULL;
@@ -167,9 +168,18 @@ static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScor
     return 0;
 }
 
+/* SnapKV's scores plus a copy of the value norms, which Ada-CriticalKV's second stage reads (§2.5). */
+int score_snapkv_value_norm(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs,
+                            LayerScores *out, KvErr *err) {
+    if (score_snapkv(row, cfg, obs, out, err)) return -1;
+    out->value_norm = kv_malloc(sizeof(float) * (size_t)obs->K * obs->L, err);
+    if (!out->value_norm) return -1;
+    memcpy(out->value_norm, obs->value_norm, sizeof(float) * (size_t)obs->K * obs->L);
+    return 0;
+}
+
 /* CAKE (§2.6): token scores [K][P] and the layer preference from entropy and variance of A. */
-static int score_cake(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
-                      KvErr *err) {
+int score_cake(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out, KvErr *err) {
     const int L = o->L, P = L - o->w;
     out->score = kv_malloc(sizeof(float) * (size_t)o->K * P, err);
     if (!out->score || alloc_clamped(cfg, o->K, P, out, err) ||
@@ -211,8 +221,8 @@ static int mass_prefix(const float *abar, int P, double threshold, int *order, i
 }
 
 /* DefensiveKV / Layer-DefensiveKV (§2.7 Steps A-D; the forced set is applied per budget at selection). */
-static int score_defensive(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
-                           KvErr *err) {
+int score_defensive(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out,
+                    KvErr *err) {
     const int L = o->L, w = o->w, P = L - w, K = o->K, G = o->H / o->K;
     const size_t KP = (size_t)K * P;
     out->score = kv_malloc(sizeof(float) * KP, err);
@@ -291,24 +301,14 @@ static int score_defensive(const PolicyRow *row, const Observation *o, const Pol
 int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                 KvErr *err) {
     *out = (LayerScores){0};
-    if (row->scoring == SCORE_NONE || row->scoring == SCORE_SINKS) return 0;
-    if (!obs->attn) return kv_fail(err, "policy %s: layer %d was observed without attention", row->name, obs->layer);
-    if (row->needs_value_norm && !obs->value_norm)
+    if (!row->score) return 0;
+    if ((row->needs & NEEDS_ATTENTION) && !obs->attn)
+        return kv_fail(err, "policy %s: layer %d was observed without attention", row->name, obs->layer);
+    if ((row->needs & NEEDS_VALUE_NORM) && !obs->value_norm)
         return kv_fail(err, "policy %s: layer %d was observed without value norms", row->name, obs->layer);
-    int rc = 0;
-    switch (row->scoring) {
-    case SCORE_SNAPKV:
-        rc = score_snapkv(obs, cfg, out, err);
-        if (!rc && row->needs_value_norm) {
-            out->value_norm = kv_malloc(sizeof(float) * (size_t)obs->K * obs->L, err);
-            if (out->value_norm) memcpy(out->value_norm, obs->value_norm, sizeof(float) * (size_t)obs->K * obs->L);
-            else rc = -1;
-        }
-        break;
-    case SCORE_CAKE: rc = score_cake(row, obs, cfg, out, err); break;
-    case SCORE_DEFENSIVE: rc = score_defensive(row, obs, cfg, out, err); break;
-    default: break;
-    }
+    if ((row->needs & NEEDS_KEYS) && !obs->keys)
+        return kv_fail(err, "policy %s: layer %d was observed without keys", row->name, obs->layer);
+    int rc = row->score(row, cfg, obs, out, err);
     if (rc) layer_scores_free(out);
     return rc;
 }
@@ -338,7 +338,7 @@ int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L
     dst->score = dst->value_norm = NULL;
     dst->mass_order = dst->n_mass = NULL;
     dst->clamped = NULL;
-    size_t n_score = row->scoring == SCORE_SNAPKV ? KL : KP;
+    size_t n_score = row->span == SPAN_CONTEXT ? KL : KP;
     if (dup_bytes((void **)&dst->score, src->score, sizeof(float) * n_score, err) ||
         dup_bytes((void **)&dst->value_norm, src->value_norm, sizeof(float) * KL, err) ||
         dup_bytes((void **)&dst->mass_order, src->mass_order, sizeof(int) * KP, err) ||

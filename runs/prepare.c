@@ -141,17 +141,13 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
     int window = 1;
     for (int i = 0; i < n; i++) {
         const PolicyConfig *pc = policies[i];
-        if (!strcmp(pc->name, "full")) {
+        if (policy_keeps_all(pc)) {
             p->slot_of[i] = -1;
             continue;
         }
         int k;
         for (k = 0; k < p->n_slots; k++) {
-            const PolicyConfig *o = &p->slots[k].cfg;
-            if (!strcmp(o->name, pc->name) && o->aggregation == pc->aggregation && o->window == pc->window &&
-                o->pool_kernel == pc->pool_kernel && o->intended_window_bias == pc->intended_window_bias &&
-                o->ties_by_unclamped == pc->ties_by_unclamped)
-                break;
+            if (policy_configs_equal(&p->slots[k].cfg, pc)) break;
         }
         p->slot_of[i] = k;
         if (k < p->n_slots) continue;

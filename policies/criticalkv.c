@@ -1,0 +1,20 @@
+/* criticalkv.c — Ada-CriticalKV (Feng et al. 2025), the paper's strongest baseline: AdaKV head budgets, then
+ * two stages within each head, the second weighted by value norms (spec policies.md §2.5). */
+#include "policy_internal.h"
+
+const PolicyRow POLICY_CRITICALKV = {
+    .name = "criticalkv",
+    .press_name = "criti_adasnapkv",
+    .source = "Feng et al. 2025; the reference's CriticalAdaKVPress",
+    .role = POLICY_BASELINE,
+    .aggregations = AGG_ALL,
+    .default_aggregation = AGG_MEAN,
+    .needs = NEEDS_ATTENTION | NEEDS_VALUE_NORM,
+    .score = score_snapkv_value_norm,
+    .span = SPAN_CONTEXT,
+    .allocation = ALLOC_CRITICAL,
+    .colour = "#ff7f0e",
+    .alpha_safeguard = 0.2,
+    .epsilon = 1e-4,
+    .first_stage_ratio = 0.5,
+};
