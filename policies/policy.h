@@ -15,7 +15,7 @@
 /* How scores are aggregated over the window queries and the query heads of a group (the paper's ablation;
  * what each value means per policy family is documented at the top of policies/score.c).
  * AGG_DEFAULT resolves to the policy's own (mean for SnapKV-family and CAKE, max+prior for DefensiveKV);
- * it stays AGG_DEFAULT, named "none", for the policies that aggregate nothing (full, streamingllm). */
+ * it stays AGG_DEFAULT, named "none", for the policies that aggregate nothing (full, streamingllm, knorm, ...). */
 typedef enum { AGG_DEFAULT = 0, AGG_MEAN = 1, AGG_MAX = 2, AGG_MAX_PRIOR = 3 } Aggregation;
 
 /* What a policy is in a study: a baseline, the method the paper proposes, or the reference every method is
@@ -32,7 +32,7 @@ enum {
 
 typedef struct {
     const char *name;          /* canonical policy name, e.g. "defensivekv" */
-    Aggregation aggregation;   /* resolved by policy_config (AGG_DEFAULT only for full, streamingllm) */
+    Aggregation aggregation;   /* resolved by policy_config (AGG_DEFAULT only for a policy without aggregations) */
     int window;                /* observation window w (default 32) */
     int pool_kernel;           /* average-pooling kernel (default 5) */
     int intended_window_bias;  /* opt-in: DefensiveKV's window bias over the window columns themselves instead
@@ -71,6 +71,8 @@ const char *policy_names(void);
 int policy_needs_value_norm(const PolicyConfig *cfg);
 /* Whether the policy reads the window attention (and so has a window). */
 int policy_needs_attention(const PolicyConfig *cfg);
+/* Whether it reads obs->keys (so a backend must hand the raw tensors over, not only attn and value_norm). */
+int policy_needs_keys(const PolicyConfig *cfg);
 /* Whether the policy needs a DuoAttention head pattern of the model (cfg->duo_pattern). */
 int policy_needs_duo_pattern(const PolicyConfig *cfg);
 /* Whether the policy needs to observe the prefill at all (full, streamingllm and duoattention do not). */

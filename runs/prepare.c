@@ -134,6 +134,7 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         return -1;
     }
     ObserveCtx oc = {p, 0, env->keep_value_norm, 0};
+    int want_keys = 0;
     if (env->keep_value_norm && !(p->value_norm = kv_malloc(sizeof(float) * (size_t)N * K * ctx->n, err))) {
         prefill_free(p);
         return -1;
@@ -167,10 +168,11 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);
+        want_keys |= policy_needs_keys(pc);
     }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
-    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc, 1};  /* policies read attn and value_norm */
+    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc, !want_keys};
     double t = util_now_ms();
     if (env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
         env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {
