@@ -2,8 +2,9 @@
  *
  * The paper's scoring → aggregation → allocation framework. Each policy is one descriptor in its own file
  * policies/<name>.c, listed in policies/registry.c, the one place that knows them (docs/policies.md). A
- * PolicyState keeps per-layer scores between policy_observe and policy_select, so cross-layer policies (CAKE, Layer-DefensiveKV) work from the same single prefill, and one
- * state serves every budget. Behaviour matches the reference press code: docs/spec/policies.md. */
+ * PolicyState keeps per-layer scores between policy_observe and policy_select, so cross-layer policies (CAKE,
+ * Layer-DefensiveKV) work from the same single prefill, and one state serves every budget. Behaviour matches the
+ * reference press code: docs/spec/policies.md. */
 #ifndef KVBENCH_POLICY_H
 #define KVBENCH_POLICY_H
 

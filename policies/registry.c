@@ -1,5 +1,5 @@
 /* registry.c — the list of policies: every descriptor (policies/<name>.c), in the order of help texts and
- * tables. A new policy is its own file plus one line here (docs/policies.md, "Your own policy"). */
+ * tables. A new policy is its own file plus its entry here (docs/policies.md, "Your own policy"). */
 #include "policy_internal.h"
 
 extern const PolicyRow POLICY_FULL, POLICY_STREAMINGLLM, POLICY_SNAPKV, POLICY_ADAKV, POLICY_CAKE,

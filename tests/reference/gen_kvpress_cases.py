@@ -22,7 +22,7 @@ Outputs per model, in tests/data/kvpress/<model>/:
 RandomPress runs with seed 0; its scores are torch.rand's, which kvbench's random policy draws bit for bit
 (scores_bitwise in the manifest), so only an exactly equal pair of draws would be a tie.
 Usage: python3 tests/reference/gen_kvpress_cases.py   (from the project root; needs torch, transformers 4.57.0,
-       gguf, kvpress==0.5.5; about 3 minutes per model on 2 cores)
+       gguf, kvpress==0.5.5; about 8 minutes per model on 2 shared cores, 2026-12-06)
 """
 import json
 import os
