@@ -277,17 +277,14 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
         const LayerScores *ls = &layers[l];
         unsigned char *lk = keep + (size_t)l * layer_size;
         switch (row->allocation) {
+        case ALLOC_SINKS:
+            /* StreamingLLM (no scores): 0 on [n_sink, n_sink + L - n), 1 elsewhere. */
+            for (int j = 0; j < L; j++) work[j] = j >= row->n_sink && j < row->n_sink + L - n ? 0.0f : 1.0f;
+            for (int k = 0; !rc && k < K; k++) rc = mark_top(work, L, n, idx, lk + (size_t)k * L, err);
+            break;
         case ALLOC_UNIFORM:
-            for (int k = 0; !rc && k < K; k++) {
-                const float *s = work;
-                if (row->scoring == SCORE_SINKS) {
-                    /* StreamingLLM (no scores: ls->score is NULL): 0 on [n_sink, n_sink + L - n), 1 elsewhere. */
-                    for (int j = 0; j < L; j++) work[j] = j >= row->n_sink && j < row->n_sink + L - n ? 0.0f : 1.0f;
-                } else {
-                    s = ls->score + (size_t)k * L;
-                }
-                rc = mark_top(s, L, n, idx, lk + (size_t)k * L, err);
-            }
+            for (int k = 0; !rc && k < K; k++)
+                rc = mark_top(ls->score + (size_t)k * L, L, n, idx, lk + (size_t)k * L, err);
             break;
         case ALLOC_ADAPTIVE:
             memcpy(work, ls->score, sizeof(float) * layer_size);
@@ -299,9 +296,7 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
                 for (int j = P; j < L; j++) lk[(size_t)k * L + j] = 1;
             }
             break;
-        case ALLOC_CRITICAL:
-        case ALLOC_LAYER:
-        case ALLOC_GLOBAL: {
+        case ALLOC_LADDER: {
             const LadderAllocation a = cfg->ladder.allocation;
             float *lw = work + (a == LADDER_ALLOC_GLOBAL ? (size_t)l * layer_size : 0);
             rc = ladder_layer(cfg, ls, K, L, f, lw, NULL, head_budgets, head_work, idx, err);

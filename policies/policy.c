@@ -1,7 +1,7 @@
-/* policy.c — the table of policies, their configuration, budgets, and the observe/select life cycle.
+/* policy.c — configuration from the descriptors, budgets, and the observe/select life cycle.
  *
- * POLICIES below is the one place that names a policy and holds its constants (spec policies.md §3).
- * Scoring lives in score.c, budget allocation in allocate.c. */
+ * A policy is its descriptor (policy_internal.h) in policies/<name>.c, listed by registry.c; nothing here names
+ * one. The shared scorers live in score.c, budget allocation in allocate.c. */
 #include "policy.h"
 
 #include <ctype.h>
@@ -13,22 +13,6 @@
 
 #include "policy_internal.h"
 #include "../engine/num.h"
-
-/* name, press, scoring, allocation, default aggregation, value norm, n_sink, alpha, epsilon,
- * first-stage ratio, tau1, tau2, gamma, mass threshold */
-static const PolicyRow POLICIES[] = {
-    {"full", "fullkv", SCORE_NONE, ALLOC_ALL, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"streamingllm", "streaming_llm", SCORE_SINKS, ALLOC_UNIFORM, AGG_DEFAULT, 0, 4, 0, 0, 0, 0, 0, 0, 0},
-    {"snapkv", "snapkv", SCORE_SNAPKV, ALLOC_UNIFORM, AGG_MEAN, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"adakv", "adasnapkv", SCORE_SNAPKV, ALLOC_ADAPTIVE, AGG_MEAN, 0, 0, 0.2, 0, 0, 0, 0, 0, 0},
-    {"cake", "cake_global", SCORE_CAKE, ALLOC_CAKE, AGG_MEAN, 0, 0, 0, 0, 0, 1.6, 0.6, 200.0, 0},
-    {"criticalkv", "criti_adasnapkv", SCORE_SNAPKV, ALLOC_CRITICAL, AGG_MEAN, 1, 0, 0.2, 1e-4, 0.5, 0, 0, 0, 0},
-    {"defensivekv", "efficient_defensivekv", SCORE_DEFENSIVE, ALLOC_LAYER, AGG_MAX_PRIOR, 1, 0, 0, 0, 0, 0, 0, 0, 0.9},
-    {"layer-defensivekv", "efficient_layer_defensivekv", SCORE_DEFENSIVE, ALLOC_GLOBAL, AGG_MAX_PRIOR, 1, 0, 0, 0, 0,
-     0, 0, 0, 0.9},
-    {"duoattention", "duo_attention", SCORE_NONE, ALLOC_DUO, AGG_DEFAULT, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-};
-#define N_POLICIES (int)(sizeof POLICIES / sizeof POLICIES[0])
 
 #define DEFAULT_WINDOW 32
 #define DEFAULT_POOL_KERNEL 5
@@ -42,40 +26,46 @@ struct PolicyState {
 };
 
 const PolicyRow *policy_row(const char *name) {
-    for (int i = 0; name && i < N_POLICIES; i++)
-        if (!strcmp(name, POLICIES[i].name) || !strcmp(name, POLICIES[i].press_name)) return &POLICIES[i];
+    int n;
+    const PolicyRow *const *all = policy_registry(&n);
+    for (int i = 0; name && i < n; i++)
+        if (!strcmp(name, all[i]->name) || !strcmp(name, all[i]->press_name)) return all[i];
     return NULL;
 }
 
+/* The canonical names of the registry's policies (those that take the ladder's steps when ladder_only),
+ * comma-separated into out[size]. */
+static void list_names(char *out, size_t size, int ladder_only) {
+    int n;
+    const PolicyRow *const *all = policy_registry(&n);
+    out[0] = 0;
+    for (int i = 0; i < n; i++)
+        if (!ladder_only || all[i]->ladder.enabled)
+            snprintf(out + strlen(out), size - strlen(out), "%s%s", out[0] ? ", " : "", all[i]->name);
+}
+
 const char *policy_names(void) {
-    static char names[256];
-    if (!names[0])
-        for (int i = 0; i < N_POLICIES; i++)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", POLICIES[i].name);
+    static char names[1024];
+    if (!names[0]) list_names(names, sizeof names, 0);
     return names;
 }
 
 LadderConstants ladder_constants(void) {
-    const PolicyRow *critical = policy_row("criticalkv"), *defensive = policy_row("defensivekv");
-    return (LadderConstants){critical->alpha_safeguard, critical->first_stage_ratio, critical->epsilon,
-                             defensive->mass_threshold};
+    return (LadderConstants){POLICY_CRITICALKV.alpha_safeguard, POLICY_CRITICALKV.first_stage_ratio,
+                             POLICY_CRITICALKV.epsilon, POLICY_DEFENSIVEKV.mass_threshold};
 }
 
 int ladder_needs_base(const LadderParams *lp) {
     return lp->enabled && (lp->allocation == LADDER_ALLOC_HEAD || lp->safeguard || lp->forced == LADDER_FORCED_TOPK);
 }
 
-/* A value-weighted policy's own steps: Ada-CriticalKV's (its row allocates ALLOC_CRITICAL) or DefensiveKV's
- * (ALLOC_LAYER, and ALLOC_GLOBAL for Layer-DefensiveKV); the group folds as the aggregation. Zero for the
- * other policies. */
+/* A value-weighted policy's own steps, as its descriptor sets them, with the group folding as the aggregation.
+ * Zero for the other policies. */
 static LadderParams ladder_defaults(const PolicyRow *row, Aggregation aggregation) {
-    if (!row->needs_value_norm) return (LadderParams){0};
-    LadderGroup group = aggregation == AGG_MEAN ? LADDER_GROUP_MEAN : LADDER_GROUP_MAX;
-    if (row->allocation == ALLOC_CRITICAL)
-        return (LadderParams){1, LADDER_POOL_WINDOW, group, LADDER_FORCED_TOPK, 1, LADDER_WEIGHT_CRITICAL,
-                              LADDER_ALLOC_HEAD};
-    return (LadderParams){1, LADDER_POOL_ROWS, group, LADDER_FORCED_MASS, 0, LADDER_WEIGHT_DEFENSIVE,
-                          row->allocation == ALLOC_GLOBAL ? LADDER_ALLOC_GLOBAL : LADDER_ALLOC_LAYER};
+    if (!row->ladder.enabled) return (LadderParams){0};
+    LadderParams own = row->ladder;
+    own.group = aggregation == AGG_MEAN ? LADDER_GROUP_MEAN : LADDER_GROUP_MAX;
+    return own;
 }
 
 /* The ladder's parameters: key, the values in enum order (value i is enum value i + 1; the safeguard's
@@ -106,9 +96,12 @@ static const char *ladder_value_name(int key, int v) {
 }
 
 int policy_set_param(PolicyConfig *cfg, const char *key, const char *value, KvErr *err) {
-    if (!cfg->ladder.enabled)
-        return kv_fail(err, "policy %s takes no parameter '%s' (only criticalkv, defensivekv and layer-defensivekv "
-                            "take the ladder's steps, docs/ladder.md)", cfg->name, key ? key : "");
+    if (!cfg->ladder.enabled) {
+        char names[256];
+        list_names(names, sizeof names, 1);
+        return kv_fail(err, "policy %s takes no parameter '%s' (only %s take the ladder's steps, docs/ladder.md)",
+                       cfg->name, key ? key : "", names);
+    }
     for (int k = 0; key && k < N_LADDER_KEYS; k++) {
         if (strcmp(key, LADDER_KEYS[k].key)) continue;
         char known[64] = "";
@@ -149,9 +142,10 @@ static int ladders_equal(const LadderParams *a, const LadderParams *b) {
 }
 
 int policy_configs_equal(const PolicyConfig *a, const PolicyConfig *b) {
-    return !strcmp(a->name, b->name) && a->aggregation == b->aggregation && a->window == b->window &&
-           a->pool_kernel == b->pool_kernel && a->intended_window_bias == b->intended_window_bias &&
-           a->ties_by_unclamped == b->ties_by_unclamped && ladders_equal(&a->ladder, &b->ladder);
+    return policy_row(a->name) == policy_row(b->name) && a->aggregation == b->aggregation &&
+           a->window == b->window && a->pool_kernel == b->pool_kernel &&
+           a->intended_window_bias == b->intended_window_bias && a->ties_by_unclamped == b->ties_by_unclamped &&
+           ladders_equal(&a->ladder, &b->ladder);
 }
 
 const char *aggregation_name(Aggregation a) {
@@ -175,27 +169,60 @@ int policy_config(PolicyConfig *out, const char *name, const char *aggregation, 
                     : AGG_DEFAULT;
     if (a == AGG_DEFAULT)
         return kv_fail(err, "unknown aggregation '%s' (known: default, mean, max, max+prior)", aggregation);
-    if (row->default_aggregation == AGG_DEFAULT)
+    if (!row->aggregations)
         return kv_fail(err, "policy %s does not aggregate scores, so it takes no aggregation (got '%s')", row->name,
                        aggregation);
+    if (!(row->aggregations & AGG_BIT(a)))
+        return kv_fail(err, "policy %s does not take the aggregation '%s'", row->name, aggregation);
     out->aggregation = a;
     out->ladder = ladder_defaults(row, a);
     return 0;
 }
 
-int policy_needs_value_norm(const PolicyConfig *cfg) {
+static unsigned needs(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);
-    return row && row->needs_value_norm;
+    return row ? row->needs : 0;
 }
 
-int policy_needs_attention(const PolicyConfig *cfg) {
+int policy_needs_value_norm(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_VALUE_NORM); }
+int policy_needs_attention(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_ATTENTION); }
+int policy_needs_duo_pattern(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_DUO_PATTERN); }
+int policy_needs_keys(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_KEYS); }
+
+int policy_observes(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);
-    return row && row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS;
+    return row && row->score;
 }
 
-int policy_needs_duo_pattern(const PolicyConfig *cfg) {
+int policy_aggregates(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);
-    return row && row->allocation == ALLOC_DUO;
+    return row && row->aggregations;
+}
+
+int policy_keeps_all(const PolicyConfig *cfg) {
+    const PolicyRow *row = policy_row(cfg->name);
+    return row && row->allocation == ALLOC_ALL;
+}
+
+int policy_budget_tokens(const PolicyConfig *cfg, const Budget *b, int context_len) {
+    if (policy_keeps_all(cfg)) return context_len;
+    return b->tokens > 0 ? b->tokens : (int)(context_len * budget_keep_fraction(b, context_len));
+}
+
+double policy_keep_share(const PolicyConfig *cfg, const Budget *b, int context_len) {
+    if (policy_keeps_all(cfg)) return 1.0;
+    if (b->tokens <= 0) return b->keep_fraction;
+    return context_len > 0 ? fmin(1.0, (double)b->tokens / context_len) : 0.0;
+}
+
+PolicyRole policy_role(const char *name) {
+    const PolicyRow *row = policy_row(name);
+    return row ? row->role : POLICY_BASELINE;
+}
+
+const char *policy_colour(const char *name) {
+    const PolicyRow *row = policy_row(name);
+    return row ? row->colour : NULL;
 }
 
 /* ---- budgets ---- */
@@ -260,7 +287,7 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
                            cfg->duo_pattern->source, cfg->duo_pattern->n_layers, cfg->duo_pattern->n_kv_heads,
                            n_layers, n_kv_heads);
     }
-    if (row->scoring != SCORE_NONE && row->scoring != SCORE_SINKS) {
+    if (row->needs & NEEDS_ATTENTION) {
         if (cfg->window < 1)
             return kv_fail(err, "policy %s: window %d must be at least 1", row->name, cfg->window);
         /* SnapKVPress asserts q_len > window_size; every attention-based press inherits it. */
@@ -270,9 +297,9 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
         if (cfg->pool_kernel < 1 || cfg->pool_kernel % 2 == 0)
             return kv_fail(err, "policy %s: pooling kernel %d must be odd and at least 1", row->name,
                            cfg->pool_kernel);
-        if (cfg->aggregation == AGG_DEFAULT)
-            return kv_fail(err, "policy %s: configuration was not resolved by policy_config", row->name);
     }
+    if (row->aggregations && cfg->aggregation == AGG_DEFAULT)
+        return kv_fail(err, "policy %s: configuration was not resolved by policy_config", row->name);
     PolicyState *st = kv_calloc(1, sizeof *st, err);
     if (!st) return -1;
     st->layers = kv_calloc((size_t)n_layers, sizeof *st->layers, err);
@@ -324,11 +351,11 @@ static int ladders_score_equal(const LadderParams *a, const LadderParams *b) {
            a->weighting == b->weighting && ladder_needs_base(a) == ladder_needs_base(b);
 }
 
+/* The same scorer with the same constants (CAKE's; the value-weighted pipeline's are the ladder's, one set) under
+ * the same settings. */
 static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const PolicyConfig *p, const PolicyConfig *q) {
-    return x && y && x->scoring == y->scoring &&
-           (x->scoring == SCORE_SNAPKV || x->scoring == SCORE_CAKE || x->scoring == SCORE_DEFENSIVE) &&
-           x->needs_value_norm == y->needs_value_norm && x->gamma == y->gamma && x->tau1 == y->tau1 &&
-           x->tau2 == y->tau2 && x->mass_threshold == y->mass_threshold && p->aggregation == q->aggregation &&
+    return x && y && x->score && x->score == y->score && x->gamma == y->gamma && x->tau1 == y->tau1 &&
+           x->tau2 == y->tau2 && p->aggregation == q->aggregation &&
            p->window == q->window && p->pool_kernel == q->pool_kernel &&
            p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped &&
            ladders_score_equal(&p->ladder, &q->ladder);
@@ -362,7 +389,7 @@ int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *er
     const char *name = st->row->name;
     const int L = st->context_len;
     *out = (KeepSet){0};
-    if (policy_needs_attention(&st->cfg) && st->observed != st->n_layers)
+    if (st->row->score && st->observed != st->n_layers)
         return kv_fail(err, "policy %s: select after %d of %d layers were observed", name, st->observed, st->n_layers);
     if (budget->tokens > 0) {
         if (budget->tokens > L)

@@ -1,9 +1,10 @@
 /* policy.h — KV-cache eviction policies: observe each layer of a prefill, then select keep-sets per budget.
  *
- * The paper's scoring → aggregation → allocation framework; the table of policies lives in policy.c and is
- * the one place that knows them. A PolicyState keeps per-layer scores between policy_observe and
- * policy_select, so cross-layer policies (CAKE, Layer-DefensiveKV) work from the same single prefill, and one
- * state serves every budget. Behaviour matches the reference press code: docs/spec/policies.md. */
+ * The paper's scoring → aggregation → allocation framework. Each policy is one descriptor in its own file
+ * policies/<name>.c, listed in policies/registry.c, the one place that knows them (docs/policies.md). A
+ * PolicyState keeps per-layer scores between policy_observe and policy_select, so cross-layer policies (CAKE,
+ * Layer-DefensiveKV) work from the same single prefill, and one state serves every budget. Behaviour matches the
+ * reference press code: docs/spec/policies.md. */
 #ifndef KVBENCH_POLICY_H
 #define KVBENCH_POLICY_H
 
@@ -15,11 +16,12 @@
 /* How scores are aggregated over the window queries and the query heads of a group (the paper's ablation;
  * what each value means per policy family is documented at the top of policies/score.c).
  * AGG_DEFAULT resolves to the policy's own (mean for SnapKV-family and CAKE, max+prior for DefensiveKV);
- * it stays AGG_DEFAULT, named "none", for the policies that aggregate nothing (full, streamingllm). */
+ * it stays AGG_DEFAULT, named "none", for the policies that aggregate nothing (full, streamingllm, knorm, ...). */
 typedef enum { AGG_DEFAULT = 0, AGG_MEAN = 1, AGG_MAX = 2, AGG_MAX_PRIOR = 3 } Aggregation;
 
-/* The steps from Ada-CriticalKV to DefensiveKV (docs/ladder.md), for the value-weighted policies only
- * (criticalkv, defensivekv, layer-defensivekv); each policy's own setting of every step reproduces it.
+/* The steps from Ada-CriticalKV to DefensiveKV (docs/ladder.md), for the value-weighted policies only (those
+ * whose descriptor sets its own steps: criticalkv, defensivekv, layer-defensivekv); each policy's own setting of
+ * every step reproduces it.
  *   pooling     window: the window statistic pooled once (CriticalKV, SnapKV scores); rows: each query row
  *               pooled and its prefix mass restored (DefensiveKV Step A)
  *   group       how the G query heads of a group fold: mean or max (by default as the aggregation: mean for
@@ -48,9 +50,21 @@ typedef struct {
     LadderAllocation allocation;
 } LadderParams;
 
+/* What a policy is in a study: a baseline, the method the paper proposes, or the reference every method is
+ * measured against (the full cache). */
+typedef enum { POLICY_BASELINE, POLICY_PROPOSED, POLICY_REFERENCE } PolicyRole;
+
+/* What a policy reads from each observed layer (Observation): bits of PolicyRow.needs. */
+enum {
+    NEEDS_ATTENTION = 1u << 0,    /* attn: the window queries' attention (and so the window) */
+    NEEDS_VALUE_NORM = 1u << 1,   /* value_norm */
+    NEEDS_KEYS = 1u << 2,         /* keys, after RoPE */
+    NEEDS_DUO_PATTERN = 1u << 3   /* no observation, but the model's DuoAttention head pattern */
+};
+
 typedef struct {
     const char *name;          /* canonical policy name, e.g. "defensivekv" */
-    Aggregation aggregation;   /* resolved by policy_config (AGG_DEFAULT only for full, streamingllm) */
+    Aggregation aggregation;   /* resolved by policy_config (AGG_DEFAULT only for a policy without aggregations) */
     int window;                /* observation window w (default 32) */
     int pool_kernel;           /* average-pooling kernel (default 5) */
     int intended_window_bias;  /* opt-in: DefensiveKV's window bias over the window columns themselves instead
@@ -79,9 +93,9 @@ double budget_compression_ratio(const Budget *b, int context_len);
  * token budget tokens / L nudged up so that int(L * f) == tokens. */
 double budget_keep_fraction(const Budget *b, int context_len);
 
-/* name: full, streamingllm, snapkv, adakv, cake, criticalkv, defensivekv, layer-defensivekv, duoattention
- * (reference press names such as "efficient_defensivekv" are accepted too); aggregation: NULL/"default",
- * "mean", "max", "max+prior". An unknown name or an aggregation the policy cannot take is an error. */
+/* name: one of policy_names() (reference press names such as "efficient_defensivekv" are accepted too);
+ * aggregation: NULL/"default", "mean", "max", "max+prior". An unknown name or an aggregation the policy cannot
+ * take is an error. */
 int policy_config(PolicyConfig *out, const char *name, const char *aggregation, KvErr *err);
 const char *aggregation_name(Aggregation a);
 /* Sets one ladder step of a configured value-weighted policy (after policy_config, which fixes the aggregation
@@ -91,16 +105,37 @@ int policy_set_param(PolicyConfig *cfg, const char *key, const char *value, KvEr
 /* The ladder steps that differ from the policy's own, as ",key=value" in the order of LadderParams (empty when
  * none): the canonical text a row's params carry, so equal settings give equal text. -1 when n is too small. */
 int policy_params_text(const PolicyConfig *cfg, char *out, size_t n);
-/* 1 when a and b are the same configuration (name, aggregation, window, pooling, options, ladder). */
+/* 1 when a and b are the same policy (by either name) with the same parameters (aggregation, window, pooling,
+ * options, ladder), so one state serves both. */
 int policy_configs_equal(const PolicyConfig *a, const PolicyConfig *b);
 /* Comma-separated names, for help and error messages. */
 const char *policy_names(void);
 /* Whether policy_observe needs obs->value_norm (so the runner prepares it once per layer). */
 int policy_needs_value_norm(const PolicyConfig *cfg);
-/* Whether the policy uses the observation at all (full, streamingllm and duoattention do not). */
+/* Whether the policy reads the window attention (and so has a window). */
 int policy_needs_attention(const PolicyConfig *cfg);
+/* Whether it reads obs->keys (so a backend must hand the raw tensors over, not only attn and value_norm). */
+int policy_needs_keys(const PolicyConfig *cfg);
 /* Whether the policy needs a DuoAttention head pattern of the model (cfg->duo_pattern). */
 int policy_needs_duo_pattern(const PolicyConfig *cfg);
+/* Whether the policy needs to observe the prefill at all (full, streamingllm and duoattention do not). */
+int policy_observes(const PolicyConfig *cfg);
+/* Whether it takes an aggregation (so a config's aggregations expand it into one variant each). */
+int policy_aggregates(const PolicyConfig *cfg);
+/* Whether it keeps the whole cache at every budget (the full cache: it takes no budget). */
+int policy_keeps_all(const PolicyConfig *cfg);
+/* Entries per head on average that the budget allows over a context_len-token context: context_len for a
+ * policy that keeps all, the tokens of a token budget, else int(context_len * budget_keep_fraction). */
+int policy_budget_tokens(const PolicyConfig *cfg, const Budget *b, int context_len);
+/* The share of a context_len-token context kept: 1 for a policy that keeps all, the keep fraction of a
+ * fraction budget, tokens / context_len (at most 1) of a token budget, or 0 for a token budget where
+ * context_len is 0 (a fixed count is no share of a length not known). */
+double policy_keep_share(const PolicyConfig *cfg, const Budget *b, int context_len);
+
+/* By name, for rows read back from a database: the role (a name this build does not know is a baseline) and the
+ * colour in figures ("#rrggbb"; NULL for an unknown name or a policy without one). */
+PolicyRole policy_role(const char *name);
+const char *policy_colour(const char *name);
 
 typedef struct PolicyState PolicyState;
 

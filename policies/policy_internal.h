@@ -1,8 +1,8 @@
-/* policy_internal.h — the pieces behind policy.h, shared by policy.c, score.c and allocate.c and by the
+/* policy_internal.h — the pieces behind policy.h, shared by policy.c, score.c, allocate.c, the descriptors and the
  * tests that check each intermediate against the reference (tests/test_policy_golden.c).
  *
- * A policy is one row of the table in policy.c: how it scores a layer (Scoring), how it turns scores into
- * a keep-set for a budget (Allocation), its default aggregation and its constants. Scores are computed once
+ * A policy is one descriptor (PolicyRow) in its own file: how it scores a layer (ScoreFn), how it turns scores
+ * into a keep-set for a budget (Allocation), its aggregations and its constants. Scores are computed once
  * per layer in policy_observe and kept in a LayerScores; everything that depends on the budget happens in
  * allocate_keepset, so one prefill serves every budget.
  * Shape legend: N layers, L context length, w window, P = L - w prefix, H heads, K kv-heads, G = H/K. */
@@ -11,45 +11,78 @@
 
 #include "policy.h"
 
-typedef enum {
-    SCORE_NONE,       /* full: nothing to score */
-    SCORE_SINKS,      /* StreamingLLM: position only */
-    SCORE_SNAPKV,     /* window attention, pooled, aggregated; window padded with the layer max (§2.2) */
-    SCORE_CAKE,       /* mean + gamma * variance, pooled, aggregated; layer preference (§2.6) */
-    SCORE_DEFENSIVE   /* per-query pooled, defensive aggregation, value weighting, stage-1 mass (§2.7) */
-} Scoring;
+typedef struct PolicyRow PolicyRow;
+typedef struct LayerScores LayerScores;
+
+/* How a policy scores one observed layer into out (NULL in the descriptor: it scores nothing). The scorers
+ * several policies share live in score.c; a policy of its own kind keeps its scorer in its own file. */
+typedef int (*ScoreFn)(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+                       KvErr *err);
+
+/* What LayerScores.score covers: the prefix [K][P] (the allocation handles the window), or every context
+ * position [K][L]. */
+typedef enum { SPAN_PREFIX, SPAN_CONTEXT } ScoreSpan;
 
 typedef enum {
     ALLOC_ALL,        /* keep everything */
-    ALLOC_UNIFORM,    /* top int(L*f) per head */
+    ALLOC_SINKS,      /* StreamingLLM: the first n_sink and the last int(L*f) - n_sink positions of every head */
+    ALLOC_UNIFORM,    /* top int(L*f) per head of the SPAN_CONTEXT scores */
     ALLOC_ADAPTIVE,   /* AdaKV: safeguard per head, then top K*int(L*f) over the layer (§2.3) */
-    ALLOC_CRITICAL,   /* Ada-CriticalKV: AdaKV head budgets, two stages within each head (§2.5) */
     ALLOC_CAKE,       /* layer budgets from preferences, uniform over heads, plus the window (§2.6) */
-    ALLOC_LAYER,      /* DefensiveKV: forced entries, then top int(L*f*K) over the layer (§2.7) */
-    ALLOC_GLOBAL,     /* Layer-DefensiveKV: top int(L*f*K*N) over every layer (§2.8) */
+    ALLOC_LADDER,     /* the value-weighted policies: per head (Ada-CriticalKV §2.5), per layer (DefensiveKV §2.7)
+                       * or over every layer (Layer-DefensiveKV §2.8) as cfg->ladder.allocation (docs/ladder.md) */
     ALLOC_DUO         /* DuoAttention: streaming heads from the model's head pattern (duo.h) */
 } Allocation;
 
-typedef struct {
+/* The aggregations a policy takes, as a set of bits AGG_BIT(AGG_MEAN) | ...; 0 for a policy without any. */
+#define AGG_BIT(a) (1u << (a))
+#define AGG_ALL (AGG_BIT(AGG_MEAN) | AGG_BIT(AGG_MAX) | AGG_BIT(AGG_MAX_PRIOR))
+
+/* A policy's descriptor: everything kvbench knows about it, in one file policies/<name>.c (docs/policies.md,
+ * "Your own policy"). The registry (registry.c) lists the descriptors; the life cycle (policy.c), runs/ and
+ * report/ read them and know no policy by name. */
+struct PolicyRow {
     const char *name;               /* canonical kvbench name */
-    const char *press_name;         /* the reference's evaluate.py name */
-    Scoring scoring;
+    const char *press_name;         /* the reference's evaluate.py or kvpress's name (accepted as well) */
+    const char *source;             /* where it comes from: the paper, or the reference press it matches */
+    PolicyRole role;
+    unsigned aggregations;          /* AGG_BIT set of the aggregations it takes; 0: it aggregates nothing */
+    Aggregation default_aggregation;/* AGG_DEFAULT exactly when aggregations is 0 */
+    unsigned needs;                 /* NEEDS_* (policy.h): what it reads from the observation */
+    ScoreFn score;                  /* NULL: scores nothing */
+    ScoreSpan span;                 /* what score covers */
     Allocation allocation;
-    Aggregation default_aggregation;/* AGG_DEFAULT for the policies that do not aggregate */
-    int needs_value_norm;
+    const char *colour;             /* "#rrggbb" in every figure; NULL: picked from the name */
     int n_sink;                     /* StreamingLLM sink tokens */
     double alpha_safeguard;         /* AdaKV / Ada-CriticalKV per-head minimum, as a share of int(L*f) */
     double epsilon;                 /* Ada-CriticalKV: (s + epsilon) * nu */
     double first_stage_ratio;       /* Ada-CriticalKV: stage-1 share of each head budget */
     double tau1, tau2, gamma;       /* CAKE: preference exponents, variance weight */
     double mass_threshold;          /* DefensiveKV stage 1: cumulative mass 0.9 - window_bias */
-} PolicyRow;
+    LadderParams ladder;            /* a value-weighted policy's own steps (enabled 1; group left 0: it follows the
+                                     * aggregation, policy_config); zero for every other policy */
+};
+
+/* The registry: every descriptor, in the order of help texts and tables; n is set to their count. */
+const PolicyRow *const *policy_registry(int *n);
 
 /* The row of a canonical or press name; NULL when unknown. */
 const PolicyRow *policy_row(const char *name);
 
+/* The scorers several policies share (score.c). */
+int score_snapkv(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+                 KvErr *err);
+int score_cake(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+               KvErr *err);
+/* The value-weighted policies' one pipeline (criticalkv, defensivekv, layer-defensivekv), its steps as
+ * cfg->ladder. */
+int score_value_weighted(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+                         KvErr *err);
+
 /* The constants of the ladder's steps (policy.h LadderParams), from the policy that publishes each step: the
- * safeguard's alpha, the top-k share and epsilon from Ada-CriticalKV, the mass threshold from DefensiveKV. */
+ * safeguard's alpha, the top-k share and epsilon from Ada-CriticalKV (POLICY_CRITICALKV), the mass threshold
+ * from DefensiveKV (POLICY_DEFENSIVEKV). */
+extern const PolicyRow POLICY_CRITICALKV, POLICY_DEFENSIVEKV;
 typedef struct {
     double alpha_safeguard, first_stage_ratio, epsilon, mass_threshold;
 } LadderConstants;
@@ -58,10 +91,11 @@ LadderConstants ladder_constants(void);
 int ladder_needs_base(const LadderParams *lp);
 
 /* One layer's budget-independent scores, kept between policy_observe and policy_select. */
-typedef struct {
-    float *score;        /* SNAPKV [K][L] (window padded); CAKE [K][P] token scores; the value-weighted policies
-                          * (cfg->ladder.enabled) [K][L] the value-weighted score: prefix c (critical: (s+eps)*nu,
-                          * defensive: delta*nuhat), window (s_max+eps)*nu (critical) or M (defensive) */
+struct LayerScores {
+    float *score;        /* [K][L] or [K][P] as the descriptor's span says. score_snapkv [K][L] (window padded);
+                          * score_cake [K][P] token scores; score_value_weighted [K][L] the value-weighted score:
+                          * prefix c (critical: (s+eps)*nu, defensive: delta*nuhat), window (s_max+eps)*nu
+                          * (critical) or M (defensive) */
     float *base;         /* value-weighted policies [K][L]: the aggregated score, window padded with its layer max
                           * (SnapKV's); kept only where ladder_needs_base */
     double entropy;      /* CAKE: -sum A ln(A + 1e-10) over heads, window queries, prefix keys */
@@ -76,9 +110,9 @@ typedef struct {
     double window_bias;  /* DEFENSIVE: beta */
     double threshold;    /* DEFENSIVE: mass_threshold - beta */
     unsigned char *clamped; /* max+prior [K][P]: 1 where the prior raised the prefix score (policy_clamped_kept) */
-} LayerScores;
+};
 
-/* Scores one observed layer (obs->attn, and obs->value_norm when row->needs_value_norm). */
+/* Scores one observed layer with row->score, after checking that obs holds what row->needs. */
 int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                 KvErr *err);
 /* Drops the intermediates selection under cfg does not read (abar, delta, nu_prefix, and base unless

@@ -158,7 +158,8 @@ static int alloc_clamped(const PolicyConfig *cfg, int K, int P, LayerScores *out
 }
 
 /* SnapKV score s[K][L]: pooled heads, window padded with the max over the whole layer (§2.2 step 4). */
-static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScores *out, KvErr *err) {
+int score_snapkv(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out, KvErr *err) {
+    (void)row;
     const int L = o->L, P = L - o->w, K = o->K;
     float *prefix = kv_malloc(sizeof(float) * (size_t)K * P, err);
     out->score = prefix ? kv_malloc(sizeof(float) * (size_t)K * L, err) : NULL;
@@ -178,8 +179,7 @@ static int score_snapkv(const Observation *o, const PolicyConfig *cfg, LayerScor
 }
 
 /* CAKE (§2.6): token scores [K][P] and the layer preference from entropy and variance of A. */
-static int score_cake(const PolicyRow *row, const Observation *o, const PolicyConfig *cfg, LayerScores *out,
-                      KvErr *err) {
+int score_cake(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out, KvErr *err) {
     const int L = o->L, P = L - o->w;
     out->score = kv_malloc(sizeof(float) * (size_t)o->K * P, err);
     if (!out->score || alloc_clamped(cfg, o->K, P, out, err) ||
@@ -295,8 +295,10 @@ static int score_mass(const Observation *o, const PolicyConfig *cfg, double mass
 /* The value-weighted policies (§2.5, §2.7 Steps A-D; docs/ladder.md): the aggregated score delta and its
  * window-padded form base, the value-weighted score, and the forced set "mass"; the rest of the protection is
  * applied per budget at selection. */
-static int score_value_weighted(const Observation *o, const PolicyConfig *cfg, LayerScores *out, KvErr *err) {
+int score_value_weighted(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out,
+                         KvErr *err) {
     const LadderParams *lp = &cfg->ladder;
+    if (!lp->enabled) return kv_fail(err, "policy %s: value-weighted scoring without the ladder's steps", row->name);
     const LadderConstants lc = ladder_constants();
     const int L = o->L, w = o->w, P = L - w, K = o->K;
     const size_t KP = (size_t)K * P, KL = (size_t)K * L;
@@ -348,15 +350,14 @@ static int score_value_weighted(const Observation *o, const PolicyConfig *cfg, L
 int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                 KvErr *err) {
     *out = (LayerScores){0};
-    if (row->scoring == SCORE_NONE || row->scoring == SCORE_SINKS) return 0;
-    if (!obs->attn) return kv_fail(err, "policy %s: layer %d was observed without attention", row->name, obs->layer);
-    if (row->needs_value_norm && !obs->value_norm)
+    if (!row->score) return 0;
+    if ((row->needs & NEEDS_ATTENTION) && !obs->attn)
+        return kv_fail(err, "policy %s: layer %d was observed without attention", row->name, obs->layer);
+    if ((row->needs & NEEDS_VALUE_NORM) && !obs->value_norm)
         return kv_fail(err, "policy %s: layer %d was observed without value norms", row->name, obs->layer);
-    int rc = 0;
-    if (cfg->ladder.enabled) rc = score_value_weighted(obs, cfg, out, err);
-    else if (row->scoring == SCORE_SNAPKV) rc = score_snapkv(obs, cfg, out, err);
-    else if (row->scoring == SCORE_CAKE) rc = score_cake(row, obs, cfg, out, err);
-    else rc = kv_fail(err, "policy %s: scoring without its value-weighting steps", row->name);
+    if ((row->needs & NEEDS_KEYS) && !obs->keys)
+        return kv_fail(err, "policy %s: layer %d was observed without keys", row->name, obs->layer);
+    int rc = row->score(row, cfg, obs, out, err);
     if (rc) layer_scores_free(out);
     return rc;
 }
@@ -390,7 +391,7 @@ int layer_scores_copy(const PolicyRow *row, const LayerScores *src, int K, int L
     dst->score = dst->base = NULL;
     dst->mass_order = dst->n_mass = NULL;
     dst->clamped = NULL;
-    size_t n_score = row->scoring == SCORE_SNAPKV || row->needs_value_norm ? KL : KP;
+    size_t n_score = row->span == SPAN_CONTEXT ? KL : KP;
     if (dup_bytes((void **)&dst->score, src->score, sizeof(float) * n_score, err) ||
         dup_bytes((void **)&dst->base, src->base, sizeof(float) * KL, err) ||
         dup_bytes((void **)&dst->mass_order, src->mass_order, sizeof(int) * KP, err) ||

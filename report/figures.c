@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "../policies/policy.h"
 #include "report_internal.h"
 
 extern char **environ;
@@ -110,20 +111,13 @@ int report_figure_close(FigureCtx *c, FILE *dat, FILE *gp) {
 
 /* ---------------------------------------------------------------- the look of a method */
 
-static const struct {
-    const char *policy, *colour;
-} POLICY_COLOURS[] = {
-    {"full", "#000000"},         {"streamingllm", "#7f7f7f"},      {"snapkv", "#1f77b4"},
-    {"pyramidkv", "#17becf"},    {"adakv", "#2ca02c"},             {"cake", "#bcbd22"},
-    {"criticalkv", "#ff7f0e"},   {"defensivekv", "#d62728"},       {"layer-defensivekv", "#9467bd"},
-    {"duoattention", "#8c564b"}, {"duo_attention", "#8c564b"},
-};
-/* Names outside the table: a colour picked by a hash of the name, so it is the same in every figure. */
+/* A policy without a colour of its own (policies/<name>.c): one picked by a hash of the name, so it is the same
+ * in every figure. */
 static const char *OTHER_COLOURS[] = {"#e377c2", "#006d5b", "#b8860b", "#4b0082", "#a0522d", "#2f4f4f"};
 
 const char *report_policy_colour(const char *policy) {
-    for (size_t i = 0; i < sizeof POLICY_COLOURS / sizeof POLICY_COLOURS[0]; i++)
-        if (!strcmp(policy, POLICY_COLOURS[i].policy)) return POLICY_COLOURS[i].colour;
+    const char *own = policy_colour(policy);
+    if (own) return own;
     unsigned h = 2166136261u; /* FNV-1a */
     for (const char *p = policy; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
     return OTHER_COLOURS[h % (sizeof OTHER_COLOURS / sizeof OTHER_COLOURS[0])];

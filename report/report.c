@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../metrics/fragility.h"
+#include "../policies/policy.h"
 #include "../runs/store.h"
 #include "../runs/util.h"
 #include "report_internal.h"
@@ -54,7 +55,7 @@ static int intern(char ***list, int *n, const char *name, KvErr *err) {
 }
 
 int report_is_proposed(const char *policy) {
-    return !strcmp(policy, "defensivekv") || !strcmp(policy, "layer-defensivekv");
+    return policy_role(policy) == POLICY_PROPOSED;
 }
 
 ReportCell *report_cell(const ReportSection *s, int method, int budget) {
@@ -155,7 +156,7 @@ static int collect_axes(ReportSection *s, sqlite3_stmt *st, KvErr *err) {
         ids[n] = sample;
         s->n_samples++;
     }
-    if (!strcmp(col(st, C_POLICY), "full")) return 0;
+    if (policy_role(col(st, C_POLICY)) == POLICY_REFERENCE) return 0;
     int m = find_method(s, st);
     if (m < 0) {
         ReportMethod *grown = grow(s->methods, &s->n_methods, sizeof *grown, err);
@@ -259,7 +260,7 @@ static int add_failure(ReportSection *s, int m, int b, const char *error, KvErr 
 /* Second pass: the per-sample scores; n_missing counts rows here and becomes the samples without one later. */
 static int fill_scores(ReportData *d, ReportSection *s, sqlite3_stmt *st, KvErr *err) {
     int i = sample_index(s, sqlite3_column_int64(st, C_SAMPLE)), t = s->sample_task[i];
-    int full = !strcmp(col(st, C_POLICY), "full");
+    int full = policy_role(col(st, C_POLICY)) == POLICY_REFERENCE;
     int m = full ? -1 : find_method(s, st), b = full ? -1 : find_budget(s, col(st, C_BUDGET));
     ReportCell *c = full ? &s->full : report_cell(s, m, b);
     c->ran = 1;

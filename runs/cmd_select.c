@@ -109,7 +109,7 @@ static int run_select(const char *model_path, const char *file, const char *back
         goto done;
     }
     const ModelConfig *c = &m->cfg;
-    int needs_attention = policy_needs_attention(cfg);
+    int needs_attention = policy_needs_attention(cfg), observes = policy_observes(cfg);
     if (ids.n == 0) {
         kv_fail(err, "%s: no tokens to prefill", file);
         goto done;
@@ -130,9 +130,9 @@ static int run_select(const char *model_path, const char *file, const char *back
         goto done;
     SelectHook hook_state = {st, policy_needs_value_norm(cfg)};
     ObserveHook hook = {.window = cfg->window, .want_value_norm = hook_state.want_value_norm, .on_layer = on_layer,
-                        .user = &hook_state, .derived_only = 1};
+                        .user = &hook_state, .derived_only = !policy_needs_keys(cfg)};
     double t0 = now_ms();
-    if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, needs_attention ? &hook : NULL, NULL, err)) goto done;
+    if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, observes ? &hook : NULL, NULL, err)) goto done;
     double t1 = now_ms();
     if (policy_select(st, budget, &ks, err)) goto done;
     double t2 = now_ms();
@@ -145,7 +145,7 @@ static int run_select(const char *model_path, const char *file, const char *back
            budget_compression_ratio(budget, ids.n));
     print_keepset(&ks, ids.n);
     if (keep_out && write_keepset(keep_out, &ks, ids.n, err)) goto done;
-    printf("prefill %.1f ms%s, select %.2f ms\n", t1 - t0, needs_attention ? " (with observation)" : "", t2 - t1);
+    printf("prefill %.1f ms%s, select %.2f ms\n", t1 - t0, observes ? " (with observation)" : "", t2 - t1);
     rc = 0;
 done:
     keepset_free(&ks);

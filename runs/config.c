@@ -442,12 +442,12 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
     }
     PolicyConfig probe;
     if (policy_config(&probe, name, NULL, c->err)) return kv_wrap(c->err, "%s: %s", c->file, where);
-    int uses_attention = policy_needs_attention(&probe);
-    int n_aggs = uses_attention || explicit_aggs ? cJSON_GetArraySize(aggs) : 1;
+    int uses_attention = policy_needs_attention(&probe), aggregates = policy_aggregates(&probe);
+    int n_aggs = aggregates || explicit_aggs ? cJSON_GetArraySize(aggs) : 1;
     int n_w = uses_attention ? n_windows : 1;
     for (int i = 0; i < n_aggs * n_w; i++) {
         int a = i / n_w, window = windows[i % n_w];
-        const cJSON *agg = uses_attention || explicit_aggs ? cJSON_GetArrayItem(aggs, a) : NULL;
+        const cJSON *agg = aggregates || explicit_aggs ? cJSON_GetArrayItem(aggs, a) : NULL;
         snprintf(at, sizeof at, "%s%saggregations[%d]", explicit_aggs ? where : "", explicit_aggs ? "." : "", a);
         if (agg && !cJSON_IsString(agg)) return bad(c, at, "expected an aggregation name");
         RunVariant v;
@@ -469,7 +469,7 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
         } else if (apply_ladder(c, p, where, &v.policy)) {
             return -1;
         }
-        if (!strcmp(v.policy.name, "full")) {
+        if (policy_keeps_all(&v.policy)) {
             v.budget.keep_fraction = 1.0;
             snprintf(v.budget_label, sizeof v.budget_label, "full");
             if (add_variant(cfg, &v, cap, c->err)) return -1;

@@ -350,9 +350,7 @@ static void estimate_task(ModelEstimate *me, const RunConfig *cfg, const RunMode
         for (int v = 0; v < cfg->n_variants; v++) {
             const RunVariant *x = &cfg->variants[v];
             if (!config_variant_runs(cfg, rm, v)) continue;
-            keep[nv++] = !strcmp(x->policy.name, "full") ? 1.0
-                         : x->budget.tokens > 0         ? fmin(1.0, (double)x->budget.tokens / L)
-                                                        : x->budget.keep_fraction;
+            keep[nv++] = policy_keep_share(&x->policy, &x->budget, L);
         }
         if (estimate_add(&me->est, &me->cfg, &DEVICE_H200, L, q, G, keep, nv, window, n_scorings, &me->err))
             me->failed = 1;
@@ -513,7 +511,7 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
         for (int v = 0, k = 0; keep && v < cfg->n_variants; v++) {
             const RunVariant *x = &cfg->variants[v];
             if (!config_variant_runs(cfg, &cfg->models[m], v)) continue;
-            keep[k++] = !strcmp(x->policy.name, "full") ? 1.0 : x->budget.tokens > 0 ? 0.0 : x->budget.keep_fraction;
+            keep[k++] = policy_keep_share(&x->policy, &x->budget, 0);
             if (policy_needs_attention(&x->policy) && x->policy.window > window) window = x->policy.window;
         }
         KvErr err = me->err;

@@ -134,6 +134,7 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         return -1;
     }
     ObserveCtx oc = {p, 0, env->keep_value_norm, 0};
+    int want_keys = 0;
     if (env->keep_value_norm && !(p->value_norm = kv_malloc(sizeof(float) * (size_t)N * K * ctx->n, err))) {
         prefill_free(p);
         return -1;
@@ -141,14 +142,13 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
     int window = 1;
     for (int i = 0; i < n; i++) {
         const PolicyConfig *pc = policies[i];
-        if (!strcmp(pc->name, "full")) {
+        if (policy_keeps_all(pc)) {
             p->slot_of[i] = -1;
             continue;
         }
         int k;
         for (k = 0; k < p->n_slots; k++) {
-            const PolicyConfig *o = &p->slots[k].cfg;
-            if (policy_configs_equal(o, pc)) break;
+            if (policy_configs_equal(&p->slots[k].cfg, pc)) break;
         }
         p->slot_of[i] = k;
         if (k < p->n_slots) continue;
@@ -168,10 +168,11 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);
+        want_keys |= policy_needs_keys(pc);
     }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
-    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc, 1};  /* policies read attn and value_norm */
+    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc, !want_keys};
     double t = util_now_ms();
     if (env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
         env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {

@@ -346,7 +346,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
     if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err))) goto failed;
     for (int i = 0; i < n; i++) {
         policies[i] = &runs[i].v->policy;
-        has_full |= !strcmp(policies[i]->name, "full");
+        has_full |= policy_keeps_all(policies[i]);
     }
     if (prefill_run(&pf, &env, &ctx, policies, n, has_full ? q.n + max_new : 0, &err)) goto failed;
     has_prefill = 1;
@@ -371,7 +371,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
         }
         double t = util_now_ms();
         const Budget *b = &r->v->budget;
-        r->budget_tokens = b->tokens > 0 ? b->tokens : (int)(ctx.n * (1.0 - budget_compression_ratio(b, ctx.n)));
+        r->budget_tokens = policy_budget_tokens(&r->v->policy, b, ctx.n);
         if (prefill_select(&pf, i, b, &r->keep, &r->err) || variant_protected(&pf, i, b, r, N * K)) {
             r->failed = 1;
         } else {

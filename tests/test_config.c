@@ -198,11 +198,46 @@ static void test_shipped(TestCounts *tc) {
     }
 }
 
+/* A policy without aggregations (knorm, random) runs once per budget under a config's aggregations, while an
+ * attention-scored one runs once per aggregation; naming an aggregation for it is an error. The shipped
+ * baselines configs: full once and four policies at two budgets. */
+static void test_no_aggregation(TestCounts *tc) {
+    static const char *const text =
+        "{\"name\": \"t\", \"models\": [{\"path\": \"m.gguf\"}],\n"
+        " \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [500], \"depths\": [0]}],\n"
+        " \"aggregations\": [\"mean\", \"max\", \"max+prior\"], \"policies\": [\"snapkv\", \"knorm\", \"random\"],\n"
+        " \"budgets\": [\"20%\"]}\n";
+    RunConfig cfg;
+    KvErr err = {{0}};
+    int rc = config_parse(&cfg, "t.json", text, &err);
+    CHECK(tc, rc == 0, "%s", err.msg);
+    if (!rc) {
+        CHECK(tc, cfg.n_variants == 3 + 1 + 1, "variants: %d, want 5", cfg.n_variants);
+        const RunVariant *knorm = find(&cfg, "knorm", "none", "20%");
+        CHECK(tc, knorm && !strcmp(knorm->params, ""), "knorm: one variant, no window parameters");
+        config_free(&cfg);
+    }
+    expect_error(tc,
+                 "{\"name\": \"t\", \"models\": [{\"path\": \"m.gguf\"}], \"datasets\": [{\"suite\": \"niah\", "
+                 "\"tasks\": [\"needle\"], \"lengths\": [500], \"depths\": [0]}], \"policies\": [{\"name\": \"knorm\", "
+                 "\"aggregations\": [\"max\"]}], \"budgets\": [\"20%\"]}",
+                 "knorm does not aggregate", NULL);
+    static const char *const baselines[] = {"configs/cpu_study_baselines.json", "configs/qwen_study_baselines.json"};
+    for (int i = 0; i < 2; i++) {
+        rc = config_load(&cfg, baselines[i], &err);
+        CHECK(tc, rc == 0, "%s: %s", baselines[i], err.msg);
+        if (rc) continue;
+        CHECK(tc, cfg.n_variants == 1 + 4 * 2, "%s: %d variants, want 9", baselines[i], cfg.n_variants);
+        config_free(&cfg);
+    }
+}
+
 int main(void) {
     TestCounts tc = {"test_config", 0, 0};
     test_good(&tc);
     test_errors(&tc);
     test_out_of_range(&tc);
     test_shipped(&tc);
+    test_no_aggregation(&tc);
     return test_finish(&tc);
 }

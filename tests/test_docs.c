@@ -79,7 +79,7 @@ int main(void) {
           "docs/ holds the design notes and the three specs");
     static const char *const topics[] = {"docs/running.md",      "docs/data-and-models.md", "docs/gpu.md",
                                          "docs/fragility.md",    "docs/performance.md",     "docs/database.md",
-                                         "docs/architecture.md", "docs/results.md"};
+                                         "docs/architecture.md", "docs/results.md",         "docs/policies.md"};
     int links = 0;
     for (size_t i = 0; i < sizeof topics / sizeof topics[0]; i++) {
         KvErr err;

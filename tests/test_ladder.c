@@ -367,7 +367,7 @@ static void test_forced_share(TestCounts *tc) {
     Store *s = NULL;
     KvErr err;
     long long run = 0;
-    const StoreRun r = {"t", "{}", "abc", "rev", "m", "m.gguf", "00", "m.gguf", "cpu", "host", NULL};
+    const StoreRun r = {"t", "{}", "abc", "rev", "m", "m.gguf", "00", "m.gguf", "cpu", "host", NULL, 0};
     StoreResult row = {.key = {"criticalkv", "max+prior", "w=32,k=5,forced=mass", "20%"}, .keep_fraction = 0.2,
                        .prediction = "a", .score = 1};
     const int prot1[] = {2, 0, 4, 4}, kept1[] = {4, 4, 8, 8}, prot2[] = {1, 1, 1, 1}, kept2[] = {2, 2, 2, 2};

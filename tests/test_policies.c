@@ -672,6 +672,122 @@ static void test_shared_scores(TestCounts *tc) {
     }
 }
 
+/* The descriptors (policies/<name>.c) and what runs/ and report/ ask of them. */
+static void test_descriptors(TestCounts *tc) {
+    int n;
+    const PolicyRow *const *all = policy_registry(&n);
+    int n_reference = 0;
+    for (int i = 0; i < n; i++) {
+        const PolicyRow *r = all[i];
+        for (int j = 0; j < i; j++)
+            CHECK(tc, strcmp(r->name, all[j]->name) && strcmp(r->press_name, all[j]->press_name) &&
+                          strcmp(r->name, all[j]->press_name) && strcmp(r->press_name, all[j]->name) &&
+                          (!r->colour || !all[j]->colour || strcmp(r->colour, all[j]->colour)),
+                  "%s and %s share a name or a colour", r->name, all[j]->name);
+        CHECK(tc, policy_row(r->name) == r && policy_row(r->press_name) == r, "%s: found by both names", r->name);
+        CHECK(tc, r->source && *r->source, "%s: no source", r->name);
+        CHECK(tc, !r->aggregations == (r->default_aggregation == AGG_DEFAULT) &&
+                      (!r->aggregations || (r->aggregations & AGG_BIT(r->default_aggregation))),
+              "%s: the default aggregation is not one it takes", r->name);
+        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS)),
+              "%s: needs an observation but scores nothing", r->name);
+        CHECK(tc, r->allocation != ALLOC_UNIFORM || (r->score && r->span == SPAN_CONTEXT),
+              "%s: uniform allocation reads scores of every context position", r->name);
+        CHECK(tc, !r->colour || (strlen(r->colour) == 7 && r->colour[0] == '#'), "%s: colour '%s'", r->name,
+              r->colour);
+        CHECK(tc, (r->score == score_value_weighted) == r->ladder.enabled &&
+                      (r->allocation == ALLOC_LADDER) == r->ladder.enabled &&
+                      (!r->ladder.enabled || (r->span == SPAN_CONTEXT && (r->needs & NEEDS_VALUE_NORM))),
+              "%s: the ladder's scorer, allocation and steps go together", r->name);
+        n_reference += r->role == POLICY_REFERENCE;
+        PolicyConfig cfg;
+        KvErr err;
+        CHECK(tc, policy_config(&cfg, r->name, NULL, &err) == 0, "%s", err.msg);
+        CHECK(tc, policy_aggregates(&cfg) == !!r->aggregations && policy_observes(&cfg) == !!r->score,
+              "%s: aggregates / observes", r->name);
+        if (!r->aggregations) CHECK(tc, policy_config(&cfg, r->name, "mean", &err) != 0, "%s takes mean", r->name);
+    }
+    CHECK(tc, n_reference == 1 && policy_role("full") == POLICY_REFERENCE, "one reference, the full cache");
+    CHECK(tc, policy_role("defensivekv") == POLICY_PROPOSED && policy_role("layer-defensivekv") == POLICY_PROPOSED &&
+                  policy_role("criticalkv") == POLICY_BASELINE && policy_role("not-a-policy") == POLICY_BASELINE,
+          "roles");
+    CHECK(tc, policy_colour("duo_attention") == policy_colour("duoattention") && !policy_colour("not-a-policy"),
+          "colours by either name");
+
+    KvErr err;
+    PolicyConfig full, snap, snap_max, snap_w16, def, def_press, knorm;
+    policy_config(&full, "full", NULL, &err);
+    policy_config(&snap, "snapkv", NULL, &err);
+    policy_config(&snap_max, "snapkv", "max", &err);
+    policy_config(&snap_w16, "snapkv", NULL, &err);
+    snap_w16.window = 16;
+    policy_config(&def, "defensivekv", NULL, &err);
+    policy_config(&def_press, "efficient_defensivekv", NULL, &err);
+    policy_config(&knorm, "knorm", NULL, &err);
+    CHECK(tc, policy_keeps_all(&full) && !policy_keeps_all(&snap) && !policy_keeps_all(&knorm), "keeps all");
+    CHECK(tc, policy_configs_equal(&def, &def_press) && policy_configs_equal(&snap, &snap) &&
+                  !policy_configs_equal(&snap, &snap_max) && !policy_configs_equal(&snap, &snap_w16) &&
+                  !policy_configs_equal(&snap, &def),
+          "config equality");
+    CHECK(tc, policy_needs_keys(&knorm) && !policy_needs_attention(&knorm) && !policy_aggregates(&knorm) &&
+                  policy_observes(&knorm),
+          "knorm reads only the keys");
+    Budget b20, b512, b40;
+    budget_parse("20%", &b20, &err);
+    budget_parse("512tok", &b512, &err);
+    budget_parse("40tok", &b40, &err);
+    /* int(4000 * (1 - (1 - 0.2))) = int(799.9999999999998): the reference's double arithmetic (spec §0). */
+    CHECK(tc, policy_budget_tokens(&snap, &b20, 4000) == 799 && policy_budget_tokens(&snap, &b512, 4000) == 512 &&
+                  policy_budget_tokens(&full, &b20, 4000) == 4000,
+          "budget tokens");
+    CHECK(tc, policy_keep_share(&full, &b20, 100) == 1.0 && policy_keep_share(&snap, &b20, 100) == 0.2 &&
+                  policy_keep_share(&snap, &b40, 100) == 0.4 && policy_keep_share(&snap, &b512, 100) == 1.0 &&
+                  policy_keep_share(&snap, &b40, 0) == 0.0,
+          "keep shares");
+}
+
+/* Knorm by hand: one layer, one kv-head, L=12 keys of d=1 with norms 5, 1, 3, 4, 2, 0, 6, 7, 8, 9, 10, 11 (after
+ * RoPE); the negative norm ranks 0 (pos 5), -1 (pos 1), -2 (pos 4) first: 25% keeps int(12 * 0.25) = 3, positions
+ * 1, 4, 5 and no window. */
+static void test_knorm(TestCounts *tc) {
+    static const float keys[L] = {5, 1, -3, 4, -2, 0, 6, -7, 8, 9, 10, 11};
+    const float *rows[1] = {keys};
+    Observation obs = {.layer = 0, .n_layers = 1, .L = L, .w = W, .H = 1, .K = 1, .d = 1, .D = 1, .keys = rows};
+    KeepSet ks;
+    if (!run_policy(tc, "knorm", NULL, 1, &obs, 1, "25%", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 1, 4, 5);
+    keepset_free(&ks);
+}
+
+/* Random with seed 0 draws torch.manual_seed(0); torch.rand(12): 0.4963, 0.7682, 0.0885, 0.1320, 0.3074, 0.6341,
+ * 0.4901, 0.8964, 0.4556, 0.6323, 0.3489, 0.4017 (torch 2.15); 25% keeps the three largest, positions 1, 5, 7, and
+ * a second layer draws the same. */
+static void test_random(TestCounts *tc) {
+    Observation obs[2] = {{.layer = 0, .n_layers = 2, .L = L, .w = W, .H = 1, .K = 1, .d = 1, .D = 1},
+                          {.layer = 1, .n_layers = 2, .L = L, .w = W, .H = 1, .K = 1, .d = 1, .D = 1}};
+    KeepSet ks;
+    if (!run_policy(tc, "random", NULL, 1, obs, 2, "25%", &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 1, 5, 7);
+        EXPECT_SEGMENT(tc, &ks, 1, 1, 5, 7);
+    }
+    keepset_free(&ks);
+    /* Past the generator's first 624 outputs: torch.rand(1, 2, 700) after manual_seed(0) has its three largest
+     * at 337, 385, 530 (head 0) and 76, 78, 272 (head 1, draws 700..1399). */
+    KvErr err;
+    PolicyConfig cfg;
+    PolicyState *st = NULL;
+    Observation big = {.layer = 0, .n_layers = 1, .L = 700, .w = 1, .H = 2, .K = 2, .d = 1, .D = 1};
+    Budget three = {.tokens = 3};
+    int rc = policy_config(&cfg, "random", NULL, &err) || policy_begin(&st, &cfg, 1, 2, 700, &err) ||
+             policy_observe(st, &big, &err) || policy_select(st, &three, &ks, &err);
+    CHECK(tc, rc == 0, "random over 700 tokens: %s", err.msg);
+    if (!rc) {
+        EXPECT_SEGMENT(tc, &ks, 0, 337, 385, 530);
+        EXPECT_SEGMENT(tc, &ks, 1, 76, 78, 272);
+    }
+    keepset_free(&ks);
+    policy_end(st);
+}
+
 int main(void) {
     TestCounts tc = {"policies", 0, 0};
     test_shared_scores(&tc);
@@ -687,5 +803,8 @@ int main(void) {
     test_short_context(&tc);
     test_topk(&tc);
     test_bad_input(&tc);
+    test_descriptors(&tc);
+    test_knorm(&tc);
+    test_random(&tc);
     return test_finish(&tc);
 }

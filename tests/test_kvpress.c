@@ -1,0 +1,142 @@
+/* test_kvpress.c — the kvpress baselines against kvpress 0.5.5 itself: keep-sets on real model inputs
+ * (tests/data/kvpress/<model>/, made by tests/reference/gen_kvpress_cases.py with the PyPI package; directory
+ * from env KVPRESS_GOLDEN).
+ *
+ * Per model (SmolLM2-135M and Qwen2.5-0.5B, float32, a real LongBench context) the generator saved three
+ * layers' keys after RoPE and the last query's attention, as the press saw them, and each press's kept
+ * positions at compression ratios 0.5 and 0.8. Here the kvbench policy of the same name observes exactly
+ * those inputs (a one-row window, the last query's, which is all TOVA reads) and must keep the same positions
+ * in every head: exactly, except inside a head's boundary tie group — scores within 1e-6 of the head's largest
+ * |score| of the last kept or first dropped one (0 for random, whose scores are torch.rand's bit for bit) — where
+ * the press's choice is top-k's tie order: there kvbench must keep the same number of the group (it keeps the
+ * lowest positions). The manifest counts the heads with such a group (Knorm's layer 0: repeated tokens' keys are
+ * rotations of one vector, so their norms tie). */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../policies/policy.h"
+#include "test.h"
+
+typedef struct {
+    int S, H, K, d, L;   /* saved layers, query heads, kv-heads, head dim, context length */
+    float *keys;         /* [S][K][L][d] */
+    float *attn_last;    /* [S][H][L] */
+} Inputs;
+
+static void *load(const char *dir, const char *file, size_t bytes, KvErr *err) {
+    char path[1300];
+    snprintf(path, sizeof path, "%.1000s/%.255s", dir, file);
+    size_t len = 0;
+    char *buf = kv_read_file(path, &len, err);
+    if (buf && len != bytes) {
+        kv_fail(err, "%s: %zu bytes, expected %zu", path, len, bytes);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static int get_int(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+/* One run: the policy over the saved layers, compared head by head with the press's labels (1 kept, 0 dropped, 2
+ * in the boundary tie group). */
+static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const cJSON *run) {
+    const char *press = cJSON_GetObjectItemCaseSensitive(run, "press")->valuestring;
+    const char *file = cJSON_GetObjectItemCaseSensitive(run, "labels")->valuestring;
+    double ratio = cJSON_GetObjectItemCaseSensitive(run, "compression_ratio")->valuedouble;
+    int n_kept = get_int(run, "n_kept");
+    KvErr err;
+    PolicyConfig cfg;
+    PolicyState *st = NULL;
+    KeepSet ks = {0};
+    unsigned char *label = load(dir, file, (size_t)in->S * in->K * in->L, &err);
+    if (!label || policy_config(&cfg, press, NULL, &err)) {
+        CHECK(tc, 0, "%s %s: %s", dir, file, err.msg);
+        free(label);
+        return;
+    }
+    cfg.window = 1;
+    int rc = policy_begin(&st, &cfg, in->S, in->K, in->L, &err);
+    for (int s = 0; s < in->S && !rc; s++) {
+        const float *keys[in->K];
+        for (int k = 0; k < in->K; k++) keys[k] = in->keys + (((size_t)s * in->K + k) * in->L) * in->d;
+        Observation obs = {.layer = s, .n_layers = in->S, .L = in->L, .w = 1, .H = in->H, .K = in->K, .d = in->d,
+                           .D = in->H * in->d, .keys = keys, .attn = in->attn_last + (size_t)s * in->H * in->L};
+        rc = policy_observe(st, &obs, &err);
+    }
+    Budget budget = {.keep_fraction = 1.0 - ratio};
+    if (!rc) rc = policy_select(st, &budget, &ks, &err);
+    CHECK(tc, rc == 0, "%s %s: %s", dir, file, err.msg);
+    for (int h = 0; !rc && h < in->S * in->K; h++) {
+        const unsigned char *lab = label + (size_t)h * in->L;
+        const int *pos = ks.positions + ks.offsets[h];
+        int kept_dropped = 0, missed = 0;
+        for (int t = 0; t < ks.counts[h]; t++) kept_dropped += lab[pos[t]] == 0;
+        for (int j = 0, t = 0; j < in->L; j++) {
+            while (t < ks.counts[h] && pos[t] < j) t++;
+            missed += lab[j] == 1 && !(t < ks.counts[h] && pos[t] == j);
+        }
+        CHECK(tc, ks.counts[h] == n_kept && !kept_dropped && !missed,
+              "%s %s layer %d head %d: %d kept (kvpress %d), %d that kvpress drops, %d it keeps missing", dir, file,
+              h / in->K, h % in->K, ks.counts[h], n_kept, kept_dropped, missed);
+    }
+    keepset_free(&ks);
+    policy_end(st);
+    free(label);
+}
+
+static void check_model(TestCounts *tc, const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    KvErr err;
+    char *text = kv_read_file(path, NULL, &err);
+    cJSON *m = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *shapes = cJSON_GetObjectItemCaseSensitive(m, "shapes");
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(m, "runs");
+    Inputs in = {cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "layers")), get_int(shapes, "n_heads"),
+                 get_int(shapes, "n_kv_heads"), get_int(shapes, "head_dim"), get_int(shapes, "seq_len"), NULL, NULL};
+    CHECK(tc, m && cJSON_IsArray(runs) && in.S > 0 && in.H > 0 && in.K > 0 && in.d > 0 && in.L > 0,
+          "%s: a manifest without shapes, layers or runs", path);
+    if (m && in.S > 0 && in.H > 0 && in.K > 0 && in.d > 0 && in.L > 0) {
+        in.keys = load(dir, "keys.f32", sizeof(float) * (size_t)in.S * in.K * in.L * in.d, &err);
+        in.attn_last = in.keys ? load(dir, "attn_last.f32", sizeof(float) * (size_t)in.S * in.H * in.L, &err) : NULL;
+        CHECK(tc, in.attn_last != NULL, "%s", err.msg);
+        for (const cJSON *run = runs ? runs->child : NULL; in.attn_last && run; run = run->next)
+            check_run(tc, dir, &in, run);
+    }
+    free(in.keys);
+    free(in.attn_last);
+    cJSON_Delete(m);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void) {
+    TestCounts tc = {"kvpress", 0, 0};
+    const char *root = getenv("KVPRESS_GOLDEN");
+    if (!root || !*root) root = "tests/data/kvpress";
+    DIR *dir = opendir(root);
+    CHECK(&tc, dir != NULL, "%s: cannot open the golden directory", root);
+    if (!dir) return test_finish(&tc);
+    char *names[64];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir)) && n < 64;)
+        if (e->d_name[0] != '.') names[n++] = strdup(e->d_name);
+    closedir(dir);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    CHECK(&tc, n >= 2, "%s: %d model directories, expected SmolLM2's and Qwen2.5's", root, n);
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%.500s/%.500s", root, names[i]);
+        check_model(&tc, path);
+        free(names[i]);
+    }
+    return test_finish(&tc);
+}
