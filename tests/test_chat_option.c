@@ -90,7 +90,7 @@ static const char *const SHIPPED[] = {
     "paper_longbench_20.json",   "paper_longbench_40.json", "paper_longbench_60.json", "paper_longbench_80.json",
     "paper_ruler4k_quick.json",  "paper_ruler4k_20.json",   "paper_ruler4k_40.json",   "paper_niah_20.json",
     "paper_niah_40.json",        "qwen_study.json",         "fragility_qwen.json",     "qwen15_study.json",
-    "fragility_qwen15.json",
+    "fragility_qwen15.json",     "cpu_study_baselines.json", "qwen_study_baselines.json", "defensivekv_ladder.json",
 };
 enum { N_SHIPPED = sizeof SHIPPED / sizeof SHIPPED[0] };
 
@@ -114,16 +114,19 @@ static void test_shipped(TestCounts *tc) {
         for (int i = 0; i < cfg.n_datasets; i++) {
             const RunDataset *ds = &cfg.datasets[i];
             /* the CPU configs render SmolLM2's needle in the chat template (README, the CPU demo) */
-            int is_demo_needle = (!strcmp(name, "cpu_demo.json") || !strcmp(name, "cpu_study.json") ||
-                                  !strcmp(name, "qwen_study.json") || !strcmp(name, "qwen15_study.json")) &&
-                                 !strcmp(ds->suite, "niah");
+            static const char *const cpu_configs[] = {
+                "cpu_demo.json", "cpu_study.json", "qwen_study.json", "qwen15_study.json",
+                "cpu_study_baselines.json", "qwen_study_baselines.json", "defensivekv_ladder.json"};
+            int is_demo_needle = 0;
+            for (size_t c = 0; c < sizeof cpu_configs / sizeof cpu_configs[0]; c++)
+                is_demo_needle |= !strcmp(name, cpu_configs[c]) && !strcmp(ds->suite, "niah");
             demo_needle += is_demo_needle;
             CHECK(tc, ds->chat == (is_demo_needle ? RUN_CHAT_ON : RUN_CHAT_SUITE), "%s datasets[%d] (%s): chat %d",
                   path, i, ds->suite, ds->chat);
         }
         config_free(&cfg);
     }
-    CHECK(tc, n_files == N_SHIPPED && demo_needle == 4, "%d configs, %d CPU needle datasets", n_files, demo_needle);
+    CHECK(tc, n_files == N_SHIPPED && demo_needle == 7, "%d configs, %d CPU needle datasets", n_files, demo_needle);
 }
 
 /* The list above is git's list (checked where the tree is a git checkout; a release tarball has no .git). */

@@ -33,6 +33,7 @@
 #include "../../engine/model.h"
 #include "../../engine/tokenizer.h"
 #include "../../report/report.h"
+#include "../../report/stats.h"
 #include "../../runs/config.h"
 #include "../../runs/store.h"
 
@@ -387,9 +388,10 @@ static int fuzz_input(const char *target, const uint8_t *data, size_t n, char *w
         snprintf(merged, sizeof merged, "%s/merged.db", fuzz_dir);
         snprintf(tmp, sizeof tmp, "%s.merging-%ld", merged, (long)getpid());
         /* No gnuplot: the figure scripts are written, not run (that refusal is the one expected). min_n 2, so
-         * the two or three samples a table holds still make intervals, comparisons and verdicts; 16 resamples,
-         * as the bootstrap's paths do not depend on the count and 2,000 made this target 100 times slower. */
-        ReportOptions ro = {path, out, "kvbench-fuzz-no-gnuplot", NULL, 0, 2, 16};
+         * the two or three samples a table holds still make intervals, comparisons and verdicts; the fewest
+         * resamples the report accepts (STATS_MIN_RESAMPLES), as the bootstrap's paths do not depend on the count
+         * and the default 2,000 made this target 100 times slower than 16 did. */
+        ReportOptions ro = {path, out, "kvbench-fuzz-no-gnuplot", NULL, 0, 2, STATS_MIN_RESAMPLES};
         int reported = report_write(&ro, &err) == 0 || strstr(err.msg, "gnuplot not found");
         if (!reported && fuzz_one_line("report", err.msg, path, why, why_n)) return -1;
         fuzz_remove_tree(out);
