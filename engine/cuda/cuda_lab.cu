@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <vector>
 
@@ -347,6 +348,38 @@ extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
     return lab_views_cases(out, (int)(sizeof VIEW_CASES / sizeof VIEW_CASES[0]), err);
 }
 
+extern "C" int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    memset(out, 0, sizeof *out);
+    /* Llama's group (G = 4, d = 128). A prefill chunk of the multi-chunk path (4,096 queries, the backend's
+     * CHUNK_ROWS) over a 28k cache, the cache's keys growing in scale so the flash rescale passes run; then
+     * split-K decode at B = 16 over caches of 32k entries (128 splits), lengths differing per head. small: the
+     * same paths at shapes the CPU emulation runs (a 256-query chunk over 900 entries, B = 16 over 600-1,100). */
+    int chunk = small ? 256 : 4096, cache = small ? 900 : 28 * 1024, dec = small ? 1100 : 32 * 1024;
+    int lens_chunk[1] = {cache};
+    int lens_dec[16 * 2];
+    for (int i = 0; i < 16 * 2; i++) lens_dec[i] = dec - (i * 37) % (small ? 500 : 3000);
+    struct {
+        int B, H, K, Tc;
+        const int *lens;
+        float key_growth;
+    } cases[] = {{1, 4, 1, chunk, lens_chunk, small ? 0.002f : 0.00005f}, {16, 8, 2, 1, lens_dec, 0.0f}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double fe = 0, de = 0;
+        if (lab_case(cases[i].B, cases[i].H, cases[i].K, 128, cases[i].Tc, cases[i].lens, cases[i].key_growth, &fe,
+                     &de, err))
+            return kv_wrap(err, "kernel lab long case %zu (B=%d H=%d K=%d d=128 Tc=%d over %d entries)", i,
+                           cases[i].B, cases[i].H, cases[i].K, cases[i].Tc, cases[i].lens[0]);
+        fprintf(stderr, "kernel lab long case %zu: B=%d H=%d K=%d d=128 Tc=%d over %d entries: flash %.2e, decode "
+                "%.2e\n", i, cases[i].B, cases[i].H, cases[i].K, cases[i].Tc, cases[i].lens[0], fe, de);
+        out->flash_max_err = worse(out->flash_max_err, fe);
+        out->decode_max_err = worse(out->decode_max_err, de);
+        out->cases++;
+    }
+    return 0;
+}
+
 extern "C" int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err) {
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, err)) return -1;
@@ -393,5 +426,27 @@ done:
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cublasDestroy(h);
+    return rc;
+}
+
+extern "C" int cuda_measure_host_copy(size_t bytes, double *seconds, KvErr *err) {
+    DevPool pool;
+    void *dev = NULL;
+    if (pool.alloc(&dev, bytes, err)) return -1;
+    char *host = (char *)kv_malloc(bytes ? bytes : 1, err); /* unpinned, as a caller's logits buffer */
+    if (!host) return -1;
+    const int reps = 20;
+    double total = 0;
+    int rc = 0;
+    for (int i = 0; i < 2 + reps && !rc; i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        cudaError_t e = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (e != cudaSuccess) rc = kv_fail(err, "host copy: cudaMemcpy: %s", cudaGetErrorString(e));
+        if (i >= 2) total += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+    free(host);
+    *seconds = total / reps;
     return rc;
 }
