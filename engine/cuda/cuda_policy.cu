@@ -679,8 +679,7 @@ static int allocate(CudaPolicy *p, SelectBufs *b, double f, KvErr *err) {
         }
         case ALLOC_CAKE:
             k_topk_mark<<<K, SELECT_THREADS>>>(p->score + (size_t)l * K * P, P, P, NULL, cake[l], lk, L);
-            if (cudaGetLastError() == cudaSuccess)
-                k_mark_window<<<blocks_for((long long)K * w, 256), 256>>>(lk, K, L, P);
+            k_mark_window<<<blocks_for((long long)K * w, 256), 256>>>(lk, K, L, P); /* a launch error stays set */
             break;
         case ALLOC_LAYER:
             rc = defensive_scores(p, l, f, forced, b->work, err);

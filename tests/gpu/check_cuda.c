@@ -478,25 +478,39 @@ static int on_layer_device(void *user, Observation *obs, KvErr *err) {
     return 0;
 }
 
+/* A prefill of tokens[0..T) whose observation the policies cfg[N_POLICIES] score on the device (d, begun here;
+ * the caller ends them with device_scorers_end, also after a failure). */
+static int device_prefill(Backend *gpu, const int *tokens, int T, const PolicyConfig *cfg, DeviceScorers *d,
+                          KvErr *err) {
+    const ModelConfig *c = &gpu->model->cfg;
+    KvCache *kc = NULL;
+    int rc = 0, want_value_norm = 0;
+    memset(d, 0, sizeof *d);
+    for (int p = 0; p < N_POLICIES && !rc; p++) {
+        rc = cuda_policy_begin(&d->p[p], &cfg[p], c->n_layers, c->n_kv_heads, T, err);
+        want_value_norm |= policy_needs_value_norm(&cfg[p]);
+    }
+    if (!rc) rc = gpu->cache_new(gpu, &kc, T, err);
+    if (!rc) {
+        ObserveHook hook = {.window = cfg[0].window, .want_value_norm = want_value_norm, .on_layer = on_layer_device,
+                            .user = d, .derived_only = 1, .on_device = 1};
+        rc = gpu->forward(gpu, &kc, 1, tokens, T, NULL, &hook, NULL, err);
+    }
+    if (kc) gpu->cache_free(gpu, kc);
+    return rc;
+}
+
+static void device_scorers_end(DeviceScorers *d) {
+    for (int p = 0; p < N_POLICIES; p++) cuda_policy_end(d->p[p]);
+}
+
 /* The backend's own device observation (ObserveHook.on_device, no host copies) scored by every policy on the
  * device against the host's policies on the same prefill's host copies (cap, already observed): the same arrays,
  * so the keep-sets at 20% must be equal bit for bit. */
-static void check_on_device(Summary *s, const char *spec, Backend *gpu, const int *tokens, int T, int extra,
-                            Capture *cap) {
+static void check_on_device(Summary *s, const char *spec, Backend *gpu, const int *tokens, int T, Capture *cap) {
     KvErr err = {{0}};
-    const ModelConfig *c = &gpu->model->cfg;
     DeviceScorers d;
-    memset(&d, 0, sizeof d);
-    KvCache *kc = NULL;
-    int rc = 0, differ = 0;
-    for (int p = 0; p < N_POLICIES && !rc; p++)
-        rc = cuda_policy_begin(&d.p[p], &cap->cfg[p], c->n_layers, c->n_kv_heads, T, &err);
-    if (!rc) rc = gpu->cache_new(gpu, &kc, T + extra, &err);
-    if (!rc) {
-        ObserveHook hook = {.window = cap->cfg[0].window, .want_value_norm = 1, .on_layer = on_layer_device,
-                            .user = &d, .derived_only = 1, .on_device = 1};
-        rc = gpu->forward(gpu, &kc, 1, tokens, T, NULL, &hook, NULL, &err);
-    }
+    int differ = 0, rc = device_prefill(gpu, tokens, T, cap->cfg, &d, &err);
     Budget budget = {.keep_fraction = 0.2};
     for (int p = 0; p < N_POLICIES && !rc; p++) {
         KeepSet kh, kd;
@@ -510,8 +524,7 @@ static void check_on_device(Summary *s, const char *spec, Backend *gpu, const in
         }
         keepset_free(&kh);
     }
-    if (kc) gpu->cache_free(gpu, kc);
-    for (int p = 0; p < N_POLICIES; p++) cuda_policy_end(d.p[p]);
+    device_scorers_end(&d);
     if (rc)
         verdict(s, 0, "%s observation scored on the device during the prefill: %s", spec, err.msg);
     else
@@ -703,7 +716,7 @@ static void check_model(Summary *s, const char *spec) {
         ObsSet o = {.N = N, .K = cap_gpu.K, .H = cap_gpu.H, .L = cap_gpu.L, .w = cap_gpu.w, .attn = cap_gpu.attn,
                     .nu = cap_gpu.nu};
         check_device_scoring(s, spec, &o);
-        check_on_device(s, spec, gpu, tokens, CTX, QUESTION + STEPS + 1, &cap_gpu);
+        check_on_device(s, spec, gpu, tokens, CTX, &cap_gpu);
     }
 
     /* A batch of sequences on gathered head-variable caches, the same keep-sets (the CPU's) on both sides. */
@@ -860,25 +873,14 @@ static int on_layer_received(void *user, Observation *obs, KvErr *err) {
  * time over the plain prefill t_plain, with each policy's share. */
 static void time_device_scoring(Summary *s, Backend *gpu, const int *tokens, int T, double t_plain) {
     KvErr err = {{0}};
-    const ModelConfig *c = &gpu->model->cfg;
     DeviceScorers d;
     memset(&d, 0, sizeof d);
     PolicyConfig pc[N_POLICIES];
-    KvCache *kc = NULL;
-    int rc = 0, want_value_norm = 0;
-    for (int p = 0; p < N_POLICIES && !rc; p++) {
-        rc = policy_config(&pc[p], POLICIES[p], NULL, &err) ||
-             cuda_policy_begin(&d.p[p], &pc[p], c->n_layers, c->n_kv_heads, T, &err);
-        want_value_norm |= !rc && policy_needs_value_norm(&pc[p]);
-    }
+    int rc = 0;
+    for (int p = 0; p < N_POLICIES && !rc; p++) rc = policy_config(&pc[p], POLICIES[p], NULL, &err);
     double t0 = now_s(), t_observed = 0, t_select = 0, select_s[N_POLICIES] = {0};
-    if (!rc) rc = gpu->cache_new(gpu, &kc, T, &err);
-    if (!rc) {
-        ObserveHook hook = {.window = pc[2].window, .want_value_norm = want_value_norm, .on_layer = on_layer_device,
-                            .user = &d, .derived_only = 1, .on_device = 1};
-        rc = gpu->forward(gpu, &kc, 1, tokens, T, NULL, &hook, NULL, &err);
-        t_observed = now_s() - t0;
-    }
+    if (!rc) rc = device_prefill(gpu, tokens, T, pc, &d, &err);
+    t_observed = now_s() - t0;
     for (int p = 1; p < N_POLICIES && !rc; p++) /* full (p = 0) keeps everything */
         for (int bi = 0; bi < 2 && !rc; bi++) {
             Budget budget = {.keep_fraction = bi ? 0.4 : 0.2};
@@ -889,8 +891,7 @@ static void time_device_scoring(Summary *s, Backend *gpu, const int *tokens, int
             t_select += now_s() - ts;
             if (!rc) keepset_free(&ks);
         }
-    if (kc) gpu->cache_free(gpu, kc);
-    for (int p = 0; p < N_POLICIES; p++) cuda_policy_end(d.p[p]);
+    device_scorers_end(&d);
     if (rc) {
         verdict(s, 0, "device scoring at %d tokens: %s", T, err.msg);
         return;
