@@ -15,7 +15,8 @@ static uint32_t next_u32(void) {
 }
 
 static float draw(void) {
-    static const float pool[] = {0.0f, -0.0f, 1.0f, 0.5f, 0.25f, -1.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f, 3.0f};
+    static const float pool[] = {0.0f,     -0.0f,     1.0f, 0.5f,   0.25f,  -1.0f,
+                                 INFINITY, -INFINITY, NAN,  1e-30f, -1e-30f, 3.0f};
     return next_u32() % 4 == 0 ? (float)(next_u32() % 1000) / 997.0f : pool[next_u32() % (sizeof pool / sizeof *pool)];
 }
 
@@ -71,7 +72,8 @@ static void check_topk(TestCounts *tc) {
 static void check_specials(TestCounts *tc) {
     CHECK(tc, rank_key(0.0f, 3) == rank_key(-0.0f, 3), "rank_key(0.0f, 3) == rank_key(-0.0f, 3)");
     CHECK(tc, rank_key(NAN, 1) == rank_key(-INFINITY, 1), "rank_key(NAN, 1) == rank_key(-INFINITY, 1)");
-    CHECK(tc, rank_key(1.0f, 5) > rank_key(1.0f, 6), "rank_key(1.0f, 5) > rank_key(1.0f, 6)");   /* a tie goes to the lower index */
+    /* a tie goes to the lower index */
+    CHECK(tc, rank_key(1.0f, 5) > rank_key(1.0f, 6), "rank_key(1.0f, 5) > rank_key(1.0f, 6)");
     CHECK(tc, rank_key(-1.0f, 0) < rank_key(0.0f, 9), "rank_key(-1.0f, 0) < rank_key(0.0f, 9)");
     CHECK(tc, rank_key(INFINITY, 9) > rank_key(3.4e38f, 0), "rank_key(INFINITY, 9) > rank_key(3.4e38f, 0)");
     CHECK(tc, rank_key(-INFINITY, 0) < rank_key(-3.4e38f, 9), "rank_key(-INFINITY, 0) < rank_key(-3.4e38f, 9)");

@@ -27,7 +27,7 @@ extern "C" {
 #include "../../policies/rank.h"
 }
 
-enum { SELECT_THREADS = 128, COLUMN_THREADS = 128 };
+enum { SELECT_THREADS = 128, COLUMN_THREADS = 128, LARGE_BLOCKS = 512 };
 
 static unsigned blocks_for(long long n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
@@ -186,7 +186,8 @@ __global__ void k_sort_rows(const float *x, int n, int n2, unsigned long long *k
             }
             __syncthreads();
         }
-    for (int t = threadIdx.x; t < n; t += blockDim.x) order[(long long)blockIdx.x * n + t] = (int)rank_key_index(key[t]);
+    for (int t = threadIdx.x; t < n; t += blockDim.x)
+        order[(long long)blockIdx.x * n + t] = (int)rank_key_index(key[t]);
 }
 
 /* mass_prefix: n_mass[k] = the first t where the cumulative share of abar in `order` reaches the threshold. */
@@ -246,6 +247,43 @@ __global__ void k_topk_mark(const float *score, long long seg_stride, int n, con
         }
     for (int i = threadIdx.x; i < n; i += blockDim.x)
         m[i] = k <= 0 ? 0 : k >= n ? 1 : rank_key(s[i], (uint32_t)i) >= threshold;
+}
+
+/* The multi-block form of k_topk_mark's search over one segment of n entries: per pass, partial[block] = the
+ * keys >= *threshold | bit in the block's stride of entries; then thread 0 sums them in order and takes the bit
+ * when at least k are. */
+__global__ void k_count_at_least(const float *s, long long n, const unsigned long long *threshold,
+                                 unsigned long long bit, int *partial) {
+    __shared__ int part[SELECT_THREADS];
+    unsigned long long candidate = *threshold | bit;
+    int count = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        count += rank_key(s[i], (uint32_t)i) >= candidate;
+    part[threadIdx.x] = count;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if ((int)threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+}
+
+__global__ void k_threshold_take(const int *partial, int n_partial, unsigned long long bit, int k,
+                                 unsigned long long *threshold) {
+    if (threadIdx.x) return;
+    long long sum = 0;
+    for (int i = 0; i < n_partial; i++) sum += partial[i];
+    if (sum >= k) *threshold |= bit;
+}
+
+__global__ void k_threshold_or(unsigned long long *threshold, unsigned long long bits) {
+    if (threadIdx.x == 0) *threshold |= bits;
+}
+
+__global__ void k_mark_at_least(const float *s, long long n, const unsigned long long *threshold, int k,
+                                unsigned char *mask) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        mask[i] = k <= 0 ? 0 : k >= n ? 1 : rank_key(s[i], (uint32_t)i) >= *threshold;
 }
 
 /* s[i] = FLT_MAX where mask[i] (the safeguard and stage-1 entries of AdaKV and Ada-CriticalKV). */
@@ -570,13 +608,16 @@ extern "C" int cuda_policy_observe_host(CudaPolicy *p, const Observation *obs, K
 /* Device buffers of one selection. */
 typedef struct {
     unsigned char *keep, *safe; /* [N][K][L], [K][L] */
-    float *work;                /* [K][L], or [N][K][L] for the global top-k */
-    int *ints;                  /* [N*K] counts or offsets, [K] head budgets, [K] stage-1 sizes, [N*K] forced */
+    float *work;                /* [K][L] (the Ada methods) or [N][K][L] (DefensiveKV's) */
+    int *ints;                  /* [N*K] counts then offsets, [N*K] per-head budgets or forced counts, [K] Ada head
+                                 * budgets, [K] stage-1 sizes */
+    int *partial;               /* [LARGE_BLOCKS] counts of the global top-k's passes */
+    unsigned long long *threshold; /* the global top-k's */
     int *positions;
 } SelectBufs;
 
 static void select_free(SelectBufs *b) {
-    void *dev[] = {b->keep, b->safe, b->work, b->ints, b->positions};
+    void *dev[] = {b->keep, b->safe, b->work, b->ints, b->partial, b->threshold, b->positions};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
 }
@@ -640,70 +681,93 @@ static int defensive_scores(CudaPolicy *p, int l, double f, int *forced_dev, flo
     return 0;
 }
 
-/* The allocation of every layer into b->keep (allocate_keepset's loop). */
+/* The global top-k of n entries of b->work into b->keep: the bit-by-bit search of k_topk_mark with each
+ * pass's count spread over many blocks (one block would read all N*K*L entries alone, once per bit). */
+static int topk_mark_large(SelectBufs *b, long long n, int k, KvErr *err) {
+    if (n > INT32_MAX) return kv_fail(err, "device selection: %lld entries in one top-k, at most %d", n, INT32_MAX);
+    int index_bits = 0;
+    while (index_bits < 32 && (n - 1) >> index_bits) index_bits++;
+    unsigned long long always = 0xffffffffull & ~((1ull << index_bits) - 1);
+    unsigned long long *threshold = b->threshold;
+    unsigned blocks = blocks_for(n, SELECT_THREADS), max_blocks = LARGE_BLOCKS;
+    blocks = blocks < max_blocks ? blocks : max_blocks;
+    CU_CHECK(cudaMemset(threshold, 0, sizeof *threshold));
+    if (k > 0 && k < n)
+        for (int bit = 63; bit >= 0; bit--) {
+            if (bit < 32 && bit >= index_bits) {
+                k_threshold_or<<<1, 32>>>(threshold, always);
+                LAUNCH_CHECK();
+                bit = index_bits;
+                continue;
+            }
+            k_count_at_least<<<blocks, SELECT_THREADS>>>(b->work, n, threshold, 1ull << bit, b->partial);
+            LAUNCH_CHECK();
+            k_threshold_take<<<1, 32>>>(b->partial, (int)blocks, 1ull << bit, k, threshold);
+            LAUNCH_CHECK();
+        }
+    k_mark_at_least<<<blocks, SELECT_THREADS>>>(b->work, n, threshold, k, b->keep);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* The allocation of every layer into b->keep (allocate_keepset's loop): the per-head and per-layer top-k of all
+ * layers in one launch each, the Ada methods layer by layer, the global top-k by the multi-block search. */
 static int allocate(CudaPolicy *p, SelectBufs *b, double f, KvErr *err) {
     const int N = p->N, K = p->K, L = p->L, P = p->P, w = p->w;
     const long long KL = (long long)K * L;
     const int n = (int)(L * f); /* per-head keep of the uniform and Ada methods */
-    int *budgets = b->ints + (size_t)N * K, *stage1 = budgets + K, *forced = stage1 + K;
-    int *cake = NULL; /* CAKE's prefix budget per layer */
-    if (p->row->allocation == ALLOC_CAKE) {
+    int *per_head = b->ints + (size_t)N * K, *budgets = per_head + (size_t)N * K, *stage1 = budgets + K;
+    int rc = 0;
+    switch (p->row->allocation) {
+    case ALLOC_UNIFORM:
+        k_topk_mark<<<N * K, SELECT_THREADS>>>(p->score, L, L, NULL, n, b->keep, L);
+        break;
+    case ALLOC_ADAPTIVE:
+    case ALLOC_CRITICAL:
+        for (int l = 0; !rc && l < N; l++) {
+            unsigned char *lk = b->keep + (size_t)l * KL;
+            int critical = p->row->allocation == ALLOC_CRITICAL;
+            CU_CHECK(cudaMemcpy(b->work, p->score + (size_t)l * KL, sizeof(float) * KL, cudaMemcpyDeviceToDevice));
+            rc = adaptive_layer(p, b, n, critical ? NULL : lk, budgets, err);
+            if (!rc && critical) rc = critical_layer(p, b, p->value_norm + (size_t)l * KL, budgets, stage1, lk, err);
+        }
+        break;
+    case ALLOC_CAKE: {
         double total = (L * f - w) * N; /* as cake_allocation */
         if (total < 0)
             return kv_fail(err, "policy %s: the budget keeps %.1f tokens per head, fewer than the %d-token window",
                            p->row->name, L * f, w);
         double *raw = (double *)kv_malloc(sizeof(double) * N, err);
-        cake = raw ? (int *)kv_malloc(sizeof(int) * N, err) : NULL;
-        if (!cake) {
+        int *layer_budget = raw ? (int *)kv_malloc(sizeof(int) * N * (K + 1), err) : NULL, *head = layer_budget + N;
+        if (!layer_budget) {
             free(raw);
             return -1;
         }
-        cake_layer_budgets(p->preference, N, (int)total, L - w, raw, cake);
+        cake_layer_budgets(p->preference, N, (int)total, L - w, raw, layer_budget);
+        for (int t = 0; t < N * K; t++) head[t] = layer_budget[t / K];
+        cudaError_t e = cudaMemcpy(per_head, head, sizeof(int) * N * K, cudaMemcpyHostToDevice);
         free(raw);
+        free(layer_budget);
+        if (e != cudaSuccess) return kv_fail(err, "device selection: CAKE's budgets: %s", cudaGetErrorString(e));
+        k_topk_mark<<<N * K, SELECT_THREADS>>>(p->score, P, P, per_head, 0, b->keep, L);
+        k_mark_window<<<blocks_for((long long)N * K * w, 256), 256>>>(b->keep, N * K, L, P); /* errors stay set */
+        break;
     }
-    int rc = 0;
-    for (int l = 0; !rc && l < N; l++) {
-        unsigned char *lk = b->keep + (size_t)l * KL;
-        switch (p->row->allocation) {
-        case ALLOC_UNIFORM:
-            k_topk_mark<<<K, SELECT_THREADS>>>(p->score + (size_t)l * KL, L, L, NULL, n, lk, L);
-            break;
-        case ALLOC_ADAPTIVE:
-        case ALLOC_CRITICAL: {
-            int critical = p->row->allocation == ALLOC_CRITICAL;
-            cudaError_t e = cudaMemcpy(b->work, p->score + (size_t)l * KL, sizeof(float) * KL, cudaMemcpyDeviceToDevice);
-            if (e != cudaSuccess) rc = kv_fail(err, "device selection: copy of the scores: %s", cudaGetErrorString(e));
-            if (!rc) rc = adaptive_layer(p, b, n, critical ? NULL : lk, budgets, err);
-            if (!rc && critical) rc = critical_layer(p, b, p->value_norm + (size_t)l * KL, budgets, stage1, lk, err);
-            break;
-        }
-        case ALLOC_CAKE:
-            k_topk_mark<<<K, SELECT_THREADS>>>(p->score + (size_t)l * K * P, P, P, NULL, cake[l], lk, L);
-            k_mark_window<<<blocks_for((long long)K * w, 256), 256>>>(lk, K, L, P); /* a launch error stays set */
-            break;
-        case ALLOC_LAYER:
-            rc = defensive_scores(p, l, f, forced, b->work, err);
-            if (!rc) k_topk_mark<<<1, SELECT_THREADS>>>(b->work, KL, (int)KL, NULL, (int)(L * f * K), lk, KL);
-            break;
-        case ALLOC_GLOBAL:
-            rc = defensive_scores(p, l, f, forced, b->work + (size_t)l * KL, err);
-            if (!rc && l == N - 1) {
-                long long NKL = (long long)N * KL;
-                if (NKL > INT32_MAX)
-                    rc = kv_fail(err, "device selection: %lld entries in one top-k, at most %d", NKL, INT32_MAX);
-                else
-                    k_topk_mark<<<1, SELECT_THREADS>>>(b->work, NKL, (int)NKL, NULL, (int)(L * f * K * N), b->keep,
-                                                       NKL);
-            }
-            break;
-        default: break;
-        }
-        if (!rc) {
-            cudaError_t e = cudaGetLastError();
-            if (e != cudaSuccess) rc = kv_fail(err, "device selection, layer %d: %s", l, cudaGetErrorString(e));
-        }
+    case ALLOC_LAYER:
+    case ALLOC_GLOBAL:
+        for (int l = 0; !rc && l < N; l++)
+            rc = defensive_scores(p, l, f, per_head + (size_t)l * K, b->work + l * KL, err);
+        if (!rc && p->row->allocation == ALLOC_LAYER)
+            k_topk_mark<<<N, SELECT_THREADS>>>(b->work, KL, (int)KL, NULL, (int)(L * f * K), b->keep, KL);
+        if (!rc && p->row->allocation == ALLOC_GLOBAL)
+            rc = topk_mark_large(b, (long long)N * KL, (int)(L * f * K * N), err);
+        break;
+    default: break;
     }
-    free(cake);
+    if (!rc) {
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) rc = kv_fail(err, "device selection: %s", cudaGetErrorString(e));
+    }
     return rc;
 }
 
@@ -723,12 +787,15 @@ extern "C" int cuda_policy_select(CudaPolicy *p, const Budget *budget, KeepSet *
         return kv_fail(err, "policy %s: budget %g of a %d-token context keeps no token per head", name, f, L);
     SelectBufs b = SelectBufs();
     size_t NKL = (size_t)N * K * L;
-    size_t work = p->row->allocation == ALLOC_GLOBAL ? NKL : (size_t)K * L;
+    int defensive = p->row->allocation == ALLOC_LAYER || p->row->allocation == ALLOC_GLOBAL;
+    size_t work = defensive ? NKL : (size_t)K * L;
     int *counts = (int *)kv_malloc(sizeof(int) * N * K, err);
     int rc = !counts || dev_alloc((void **)&b.keep, NKL, "the keep mask", err) ||
              dev_alloc((void **)&b.safe, (size_t)K * L, "the safeguard mask", err) ||
              dev_alloc((void **)&b.work, sizeof(float) * work, "the selection scores", err) ||
-             dev_alloc((void **)&b.ints, sizeof(int) * ((size_t)N * K + 3 * (size_t)K), "the budgets", err) ||
+             dev_alloc((void **)&b.ints, sizeof(int) * (2 * (size_t)N * K + 2 * (size_t)K), "the budgets", err) ||
+             dev_alloc((void **)&b.partial, sizeof(int) * LARGE_BLOCKS, "the top-k counts", err) ||
+             dev_alloc((void **)&b.threshold, sizeof(unsigned long long), "the top-k threshold", err) ||
              allocate(p, &b, f, err);
     if (!rc) {
         k_count_rows<<<blocks_for(N * K, 32), 32>>>(b.keep, N * K, L, b.ints);
@@ -737,7 +804,7 @@ extern "C" int cuda_policy_select(CudaPolicy *p, const Budget *budget, KeepSet *
         if (e != cudaSuccess) rc = kv_fail(err, "device selection: %s", cudaGetErrorString(e));
     }
     if (!rc) rc = keepset_init(out, N, K, counts, err);
-    if (!rc && !(rc = dev_alloc((void **)&b.positions, sizeof(int) * (out->total ? out->total : 1), "the keep-set", err))) {
+    if (!rc && !(rc = dev_alloc((void **)&b.positions, sizeof(int) * (size_t)out->total, "the keep-set", err))) {
         cudaError_t e = cudaMemcpy(b.ints, out->offsets, sizeof(int) * N * K, cudaMemcpyHostToDevice);
         if (e == cudaSuccess) {
             k_compact_rows<<<N * K, SELECT_THREADS>>>(b.keep, L, b.ints, b.positions);

@@ -137,6 +137,10 @@ static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cuda
     memcpy(d, s, n);
     return cudaSuccess;
 }
+static inline cudaError_t cudaMemset(void *d, int v, size_t n) {
+    memset(d, v, n);
+    return cudaSuccess;
+}
 static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 enum { cudaErrorInsufficientDriver = 35, cudaStreamNonBlocking = 1 };
 struct cudaDeviceProp {
