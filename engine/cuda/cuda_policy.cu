@@ -373,7 +373,7 @@ struct CudaPolicy {
     int *n_mass;                 /* DEFENSIVE host [N][K] */
     double *preference;          /* CAKE host [N] */
     /* scratch of one layer */
-    float *stat, *pooled, *delta, *abar;  /* [H][P], [max(H, G*w)][P], [K][P], [K][P] */
+    float *stat, *pooled, *delta, *abar;  /* [H][P], [H*w][P] (DEFENSIVE) or [H][P], [K][P], [K][P] */
     double *var, *scalars;                /* [max(H*P, H*w)], [4] */
     unsigned long long *keys;             /* [K][pow2 >= P] */
     int *dev_n_mass;                      /* [K] */
@@ -462,8 +462,8 @@ static int pow2_at_least(int n) {
 /* The scratch of one layer, on the first observed layer (H is known from then). */
 static int scratch_alloc(CudaPolicy *p, int H, KvErr *err) {
     if (p->stat) return 0;
-    size_t K = (size_t)p->K, P = (size_t)p->P, G = (size_t)H / K, w = (size_t)p->w;
-    size_t pooled_rows = H > (int)(G * w) ? (size_t)H : G * w;
+    size_t K = (size_t)p->K, P = (size_t)p->P, w = (size_t)p->w;
+    size_t pooled_rows = p->row->scoring == SCORE_DEFENSIVE ? (size_t)H * w : (size_t)H;
     size_t var_n = (size_t)H * P > (size_t)H * w ? (size_t)H * P : (size_t)H * w;
     p->H = H;
     return dev_alloc((void **)&p->stat, sizeof(float) * (size_t)H * P, "scoring scratch", err) ||
@@ -533,17 +533,15 @@ static int score_cake(CudaPolicy *p, int l, const float *attn, KvErr *err) {
 static int score_defensive(CudaPolicy *p, int l, const float *attn, const float *nu, KvErr *err) {
     const int H = p->H, K = p->K, G = H / K, w = p->w, L = p->L, P = p->P, Gw = G * w;
     const int mean = p->cfg.aggregation == AGG_MEAN;
-    for (int k = 0; k < K; k++) {
-        const float *a = attn + (size_t)k * Gw * L;
-        k_pool_rows<<<blocks_for(Gw, 32), 32>>>(a, L, Gw, P, p->cfg.pool_kernel, 1, p->pooled);
-        LAUNCH_CHECK();
-        k_fold<<<dim3(blocks_for(P, COLUMN_THREADS), 1), COLUMN_THREADS>>>(p->pooled, Gw, P, 0, P, mean,
-                                                                           p->delta + (size_t)k * P, 0);
-        LAUNCH_CHECK();
-        k_fold<<<dim3(blocks_for(P, COLUMN_THREADS), 1), COLUMN_THREADS>>>(a, Gw, L, 0, P, 1,
-                                                                           p->abar + (size_t)k * P, 0);
-        LAUNCH_CHECK();
-    }
+    /* Every query row of the layer pooled at once (H*w rows, head-major: kv-head k's rows are k*Gw..), then
+     * folded per kv-head. */
+    dim3 cols(blocks_for(P, COLUMN_THREADS), K);
+    k_pool_rows<<<blocks_for(H * w, 32), 32>>>(attn, L, H * w, P, p->cfg.pool_kernel, 1, p->pooled);
+    LAUNCH_CHECK();
+    k_fold<<<cols, COLUMN_THREADS>>>(p->pooled, Gw, P, (long long)Gw * P, P, mean, p->delta, P);
+    LAUNCH_CHECK();
+    k_fold<<<cols, COLUMN_THREADS>>>(attn, Gw, L, (long long)Gw * L, P, 1, p->abar, P);
+    LAUNCH_CHECK();
     if (p->cfg.aggregation == AGG_MAX_PRIOR) {
         k_clamp_at_mean<<<blocks_for(K, 32), 32>>>(p->delta, P, K, P);
         LAUNCH_CHECK();
