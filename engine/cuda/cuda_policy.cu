@@ -605,10 +605,10 @@ extern "C" int cuda_policy_observe_host(CudaPolicy *p, const Observation *obs, K
 
 /* Device buffers of one selection. */
 typedef struct {
-    unsigned char *keep, *safe; /* [N][K][L], [K][L] */
-    float *work;                /* [K][L] (the Ada methods) or [N][K][L] (DefensiveKV's) */
-    int *ints;                  /* [N*K] counts then offsets, [N*K] per-head budgets or forced counts, [K] Ada head
-                                 * budgets, [K] stage-1 sizes */
+    unsigned char *keep, *safe; /* [N][K][L] each */
+    float *work;                /* [N][K][L] scores of the Ada methods and DefensiveKV's */
+    int *ints;                  /* [N*K] each: counts then offsets, per-head budgets or forced counts, Ada head
+                                 * budgets, stage-1 sizes */
     int *partial;               /* [LARGE_BLOCKS] counts of the global top-k's passes */
     unsigned long long *threshold; /* the global top-k's */
     int *positions;
@@ -620,38 +620,34 @@ static void select_free(SelectBufs *b) {
         if (dev[i]) cudaFree(dev[i]);
 }
 
-/* AdaKV's per-layer part (adaptive_layer): safeguard the top n_safe of each head at FLT_MAX in work, then the
- * top K*n of the layer into keep (NULL: into safe, for Ada-CriticalKV), head budgets into budgets[K]. */
-static int adaptive_layer(CudaPolicy *p, SelectBufs *b, int n, unsigned char *keep, int *budgets, KvErr *err) {
-    const int K = p->K, L = p->L;
-    int n_safe = (int)(n * p->row->alpha_safeguard);
-    long long KL = (long long)K * L;
-    k_topk_mark<<<K, SELECT_THREADS>>>(b->work, L, L, NULL, n_safe, b->safe, L);
+/* AdaKV's and Ada-CriticalKV's selection of every layer at once (adaptive_layer, critical_head): the top n_safe
+ * of each head safeguarded at FLT_MAX, the top K*n of each layer; for Ada-CriticalKV that layer top only sets the
+ * head budgets, then within each head stage 1 at FLT_MAX, (s + eps) * nu and the top budget. */
+static int adaptive_all(CudaPolicy *p, SelectBufs *b, int n, KvErr *err) {
+    const int N = p->N, K = p->K, L = p->L, NK = N * K;
+    const long long KL = (long long)K * L, NKL = (long long)N * KL;
+    const int critical = p->row->allocation == ALLOC_CRITICAL;
+    int *budgets = b->ints + 2 * (size_t)NK, *stage1 = budgets + NK;
+    CU_CHECK(cudaMemcpy(b->work, p->score, sizeof(float) * NKL, cudaMemcpyDeviceToDevice));
+    k_topk_mark<<<NK, SELECT_THREADS>>>(b->work, L, L, NULL, (int)(n * p->row->alpha_safeguard), b->safe, L);
     LAUNCH_CHECK();
-    k_raise_marked<<<blocks_for(KL, 256), 256>>>(b->work, b->safe, KL);
+    k_raise_marked<<<blocks_for(NKL, 256), 256>>>(b->work, b->safe, NKL);
     LAUNCH_CHECK();
-    unsigned char *out = keep ? keep : b->safe;
-    k_topk_mark<<<1, SELECT_THREADS>>>(b->work, KL, (int)KL, NULL, K * n, out, KL);
+    unsigned char *layer_top = critical ? b->safe : b->keep;
+    k_topk_mark<<<N, SELECT_THREADS>>>(b->work, KL, (int)KL, NULL, K * n, layer_top, KL);
     LAUNCH_CHECK();
-    k_count_rows<<<blocks_for(K, 32), 32>>>(out, K, L, budgets);
+    if (!critical) return 0;
+    k_count_rows<<<blocks_for(NK, 32), 32>>>(layer_top, NK, L, budgets);
     LAUNCH_CHECK();
-    return 0;
-}
-
-/* critical_head for every head of the layer: stage 1 at FLT_MAX, then (s + eps) * nu and the top budget. */
-static int critical_layer(CudaPolicy *p, SelectBufs *b, const float *nu, const int *budgets, int *stage1,
-                          unsigned char *keep, KvErr *err) {
-    const int K = p->K, L = p->L;
-    long long KL = (long long)K * L;
-    k_stage1_sizes<<<blocks_for(K, 32), 32>>>(budgets, K, p->row->first_stage_ratio, stage1);
+    k_stage1_sizes<<<blocks_for(NK, 32), 32>>>(budgets, NK, p->row->first_stage_ratio, stage1);
     LAUNCH_CHECK();
-    k_topk_mark<<<K, SELECT_THREADS>>>(b->work, L, L, stage1, 0, b->safe, L);
+    k_topk_mark<<<NK, SELECT_THREADS>>>(b->work, L, L, stage1, 0, b->safe, L);
     LAUNCH_CHECK();
-    k_raise_marked<<<blocks_for(KL, 256), 256>>>(b->work, b->safe, KL);
+    k_raise_marked<<<blocks_for(NKL, 256), 256>>>(b->work, b->safe, NKL);
     LAUNCH_CHECK();
-    k_critical_weight<<<blocks_for(KL, 256), 256>>>(b->work, nu, KL, (float)p->row->epsilon);
+    k_critical_weight<<<blocks_for(NKL, 256), 256>>>(b->work, p->value_norm, NKL, (float)p->row->epsilon);
     LAUNCH_CHECK();
-    k_topk_mark<<<K, SELECT_THREADS>>>(b->work, L, L, budgets, 0, keep, L);
+    k_topk_mark<<<NK, SELECT_THREADS>>>(b->work, L, L, budgets, 0, b->keep, L);
     LAUNCH_CHECK();
     return 0;
 }
@@ -709,12 +705,12 @@ static int topk_mark_large(SelectBufs *b, long long n, int k, KvErr *err) {
 }
 
 /* The allocation of every layer into b->keep (allocate_keepset's loop): the per-head and per-layer top-k of all
- * layers in one launch each, the Ada methods layer by layer, the global top-k by the multi-block search. */
+ * layers in one launch each, the global top-k by the multi-block search. */
 static int allocate(CudaPolicy *p, SelectBufs *b, double f, KvErr *err) {
     const int N = p->N, K = p->K, L = p->L, P = p->P, w = p->w;
     const long long KL = (long long)K * L;
     const int n = (int)(L * f); /* per-head keep of the uniform and Ada methods */
-    int *per_head = b->ints + (size_t)N * K, *budgets = per_head + (size_t)N * K, *stage1 = budgets + K;
+    int *per_head = b->ints + (size_t)N * K;
     int rc = 0;
     switch (p->row->allocation) {
     case ALLOC_UNIFORM:
@@ -722,13 +718,7 @@ static int allocate(CudaPolicy *p, SelectBufs *b, double f, KvErr *err) {
         break;
     case ALLOC_ADAPTIVE:
     case ALLOC_CRITICAL:
-        for (int l = 0; !rc && l < N; l++) {
-            unsigned char *lk = b->keep + (size_t)l * KL;
-            int critical = p->row->allocation == ALLOC_CRITICAL;
-            CU_CHECK(cudaMemcpy(b->work, p->score + (size_t)l * KL, sizeof(float) * KL, cudaMemcpyDeviceToDevice));
-            rc = adaptive_layer(p, b, n, critical ? NULL : lk, budgets, err);
-            if (!rc && critical) rc = critical_layer(p, b, p->value_norm + (size_t)l * KL, budgets, stage1, lk, err);
-        }
+        rc = adaptive_all(p, b, n, err);
         break;
     case ALLOC_CAKE: {
         double total = (L * f - w) * N; /* as cake_allocation */
@@ -785,13 +775,15 @@ extern "C" int cuda_policy_select(CudaPolicy *p, const Budget *budget, KeepSet *
         return kv_fail(err, "policy %s: budget %g of a %d-token context keeps no token per head", name, f, L);
     SelectBufs b = SelectBufs();
     size_t NKL = (size_t)N * K * L;
-    int defensive = p->row->allocation == ALLOC_LAYER || p->row->allocation == ALLOC_GLOBAL;
-    size_t work = defensive ? NKL : (size_t)K * L;
+    Allocation a = p->row->allocation;
+    int uses_work = a == ALLOC_ADAPTIVE || a == ALLOC_CRITICAL || a == ALLOC_LAYER || a == ALLOC_GLOBAL;
+    size_t work = uses_work ? NKL : 1;
     int *counts = (int *)kv_malloc(sizeof(int) * N * K, err);
     int rc = !counts || dev_alloc((void **)&b.keep, NKL, "the keep mask", err) ||
-             dev_alloc((void **)&b.safe, (size_t)K * L, "the safeguard mask", err) ||
+             dev_alloc((void **)&b.safe, a == ALLOC_ADAPTIVE || a == ALLOC_CRITICAL ? NKL : 1, "the safeguard mask",
+                       err) ||
              dev_alloc((void **)&b.work, sizeof(float) * work, "the selection scores", err) ||
-             dev_alloc((void **)&b.ints, sizeof(int) * (2 * (size_t)N * K + 2 * (size_t)K), "the budgets", err) ||
+             dev_alloc((void **)&b.ints, sizeof(int) * 4 * (size_t)N * K, "the budgets", err) ||
              dev_alloc((void **)&b.partial, sizeof(int) * LARGE_BLOCKS, "the top-k counts", err) ||
              dev_alloc((void **)&b.threshold, sizeof(unsigned long long), "the top-k threshold", err) ||
              allocate(p, &b, f, err);
