@@ -21,6 +21,10 @@ typedef struct {
     /* Set when the hook reads only attn and value_norm: a backend that computes those itself may then leave
      * q_win, keys, values and w_o NULL (the CUDA backend saves copying 2·K·L·d floats per layer to the host). */
     int derived_only;
+    /* Set (with derived_only) when the hook scores on the device (engine/cuda/cuda_policy.h): obs->attn and
+     * obs->value_norm are then the CUDA backend's device arrays, valid during the call, and nothing is copied to
+     * the host. A backend without device memory (cpu) refuses it. */
+    int on_device;
 } ObserveHook;
 
 /* Called for every decode step (n_new == 1) with the new query's softmax over the sequence's cache:

@@ -172,7 +172,8 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
     }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
-    ObserveHook hook = {window, oc.want_value_norm, on_layer, &oc, !want_keys};
+    ObserveHook hook = {.window = window, .want_value_norm = oc.want_value_norm, .on_layer = on_layer, .user = &oc,
+                        .derived_only = !want_keys}; /* raw keys only for a policy that reads them */
     double t = util_now_ms();
     if (env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
         env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {

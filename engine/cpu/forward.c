@@ -599,6 +599,7 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
         const KvCache *kc = caches[0];
         int L = kc->len[0] + T;
         if (kc->base) return kv_fail(err, "cpu forward: an observation needs a cache of its own, not a view");
+        if (observe->on_device) return kv_fail(err, "cpu forward: an observation on the device needs the cuda backend");
         if (observe->window < 1) return kv_fail(err, "cpu forward: observation window %d must be positive", observe->window);
         if (observe->window > L)
             return kv_fail(err, "cpu forward: observation window %d is larger than the context of %d tokens",

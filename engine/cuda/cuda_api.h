@@ -46,10 +46,17 @@ typedef struct {
     int views_cases;        /* view shapes tried */
 } CudaSelftest;
 int cuda_kernel_selftest(CudaSelftest *out, KvErr *err);
+/* The kernel lab's long-context cases (flash_max_err, decode_max_err, cases set): a 4,096-query chunk over a
+ * 28k-entry cache through flash and naive, and split-K decode over 32k-entry caches at B = 16 through split-K and
+ * naive; small = 1 runs the same paths at shapes the CPU emulation can (a 256-query chunk over 900 entries). */
+int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err);
 
 /* Ceilings measured on this GPU: a large bf16 GEMM through cuBLAS (fp32 accumulation) in TFLOP/s, and a large
  * device-to-device cudaMemcpy in GB/s counting bytes read plus bytes written. */
 int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err);
+/* Seconds one synchronous copy of `bytes` from the device to unpinned host memory takes (a decode step's logits
+ * copy), the mean of 20 after 2 warm-ups. */
+int cuda_measure_host_copy(size_t bytes, double *seconds, KvErr *err);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,8 @@
  * one arena per cache; len, cap and pos stay in host memory, and each chunk uploads a table of (pointer, len)
  * per (sequence, layer, kv-head) for the kernels. The observation for the policies is computed on the device
  * (window attention, projected value norms) and copied to host f32, with the raw tensors unless the hook
- * reads only those two (derived_only).
+ * reads only those two (derived_only), or handed over in device memory to a hook that scores there (on_device,
+ * engine/cuda/cuda_policy.h).
  * Shape legend: see cuda_internal.h. */
 #include <math.h>
 #include <stdint.h>
@@ -530,7 +531,7 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     const KvCache *kc = ch->caches[0];
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, G = H / K;
     int w = ch->w, Tc = ch->Tc, L = kc->len[l * K] + Tc, t0 = Tc - w;
-    int want_nu = ch->observe->want_value_norm, raw = !ch->observe->derived_only;
+    int want_nu = ch->observe->want_value_norm, raw = !ch->observe->derived_only, on_device = ch->observe->on_device;
     ObsSlot *slot = &cu->observed[l % 2];
     size_t n_attn = (size_t)H * w * L, n_nu = (size_t)K * L;
     size_t n_q = raw ? (size_t)H * w * d : 0, n_kv = raw ? (size_t)K * L * d : 0;
@@ -538,8 +539,8 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     if (devbuf_reserve(&cu->probs, n_attn * sizeof(float), "the observation's window attention", err) ||
         devbuf_reserve(&cu->obs_dev, (n_stage + n_nu) * sizeof(float),
                        "observation staging", err) ||
-        hostbuf_reserve(&slot->host, 2 * K * sizeof(float *) + (n_attn + n_q + 2 * n_kv + n_nu) * sizeof(float),
-                        err))
+        hostbuf_reserve(&slot->host, 2 * K * sizeof(float *) +
+                                         (on_device ? 0 : n_attn + n_q + 2 * n_kv + n_nu) * sizeof(float), err))
         return -1;
     const float **h_kp = (const float **)slot->host.p, **h_vp = h_kp + K;
     float *h_attn = (float *)(h_vp + K), *h_q = h_attn + n_attn, *h_k = h_q + n_q, *h_v = h_k + n_kv;
@@ -549,7 +550,8 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
     const bf16 *keys[ATTN_MAX_KV_HEADS];
     for (int kh = 0; kh < K; kh++) keys[kh] = (const bf16 *)kc->k[l * K + kh];
     if (window_attention(cu->blas, cu->q, keys, (float *)cu->probs.p, H, K, d, t0, w, L, cu->st, err)) return -1;
-    CU_CHECK(cudaMemcpyAsync(h_attn, cu->probs.p, n_attn * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+    if (!on_device)
+        CU_CHECK(cudaMemcpyAsync(h_attn, cu->probs.p, n_attn * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     if (raw && launch_qwin(cu->q, stage, t0, w, H, d, cu->st, err)) return -1;
     if (raw) CU_CHECK(cudaMemcpyAsync(h_q, stage, n_q * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     for (int kh = 0; raw && kh < K; kh++) {
@@ -579,7 +581,7 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
                         launch_l1_rows(cu->gu, rc, D, nu + (size_t)kh * L + j0, 1.0f / G, g > 0, cu->st, err))
                         return -1;
                 }
-        CU_CHECK(cudaMemcpyAsync(h_nu, nu, n_nu * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+        if (!on_device) CU_CHECK(cudaMemcpyAsync(h_nu, nu, n_nu * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     }
     CU_CHECK(cudaEventRecord(slot->ready, cu->st));
     Observation obs;
@@ -598,8 +600,8 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
         obs.values = h_vp;
         obs.w_o = cu->m->has_host_weights ? cu->m->layers[l].wo : NULL;
     }
-    obs.attn = h_attn;
-    obs.value_norm = want_nu ? h_nu : NULL;
+    obs.attn = on_device ? (float *)cu->probs.p : h_attn;
+    obs.value_norm = want_nu ? (on_device ? nu : h_nu) : NULL;
     slot->obs = obs;
     slot->layer = l;
     return 0;
@@ -704,6 +706,8 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
             attention_layer(cu, ch, l, err))
             return kv_wrap(err, "backend 'cuda': layer %d", l);
         if (ch->w && observe_layer(cu, ch, l, err)) return -1;
+        /* Scored on the device: before the next layer's observation overwrites the arrays it reads. */
+        if (ch->w && ch->observe->on_device && observe_deliver(cu, ch, l, err)) return -1;
         if (gemm_bf16(cu->blas, cu->ao, H * d, W->wo, H * d, cu->x, CUDA_R_32F, D, M, D, H * d, 1.0f, err) ||
             launch_rmsnorm(cu->x, W->ffn_norm, cu->xb, M, D, c->rms_eps, 1, 0, cu->st, err) ||
             gemm_bf16(cu->blas, cu->xb, D, W->wgu, D, cu->gu, CUDA_R_32F, 2 * F, M, 2 * F, D, 0.0f, err) ||
@@ -743,6 +747,9 @@ static int cuda_forward(Backend *be, KvCache *const *caches, int n_seqs, const i
     if (n_seqs > cu->rows)
         return kv_fail(err, "backend 'cuda': %d sequences in one batch, at most %d", n_seqs, cu->rows);
     if (observe && n_seqs != 1) return kv_fail(err, "backend 'cuda': an observed forward takes one sequence");
+    if (observe && observe->on_device && !observe->derived_only)
+        return kv_fail(err, "backend 'cuda': an observation on the device hands over only the derived arrays "
+                            "(set derived_only)");
     if (observe && caches[0] && caches[0]->base)
         return kv_fail(err, "backend 'cuda': an observed forward needs a cache of its own, not a view");
     if (trace && n_new != 1) return kv_fail(err, "backend 'cuda': a traced forward takes one token per sequence");

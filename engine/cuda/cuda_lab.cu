@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <vector>
 
@@ -77,9 +78,10 @@ static int bits_differ(const T *a, const T *b, size_t n, long *bad, KvErr *err) 
 
 /* One shape: B sequences, K kv-heads of G query heads, head dim d, Tc new tokens over caches whose heads held
  * lens[b*K + kh] entries before (one layer). Runs the chunk through flash and naive, then one decode token
- * through split-K and naive. */
-static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, float key_growth, double *flash_err,
-                    double *decode_err, KvErr *err) {
+ * through split-K and naive. edge_rows > 0 (B = 1): the naive oracle checks only the chunk's first and last
+ * edge_rows / 2 query rows (a 4,096-query chunk over 28k keys would take it minutes). */
+static int lab_case_rows(int B, int H, int K, int d, int Tc, const int *lens, float key_growth, int edge_rows,
+                         double *flash_err, double *decode_err, KvErr *err) {
     DevPool pool;
     std::vector<DevHead> heads(B * K);
     int max_n = 0;
@@ -96,19 +98,32 @@ static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, float k
     float *probs, *o_part, *ml_part;
     size_t n_out = (size_t)B * Tc * H * d;
     int S = splitk_count(max_n + 1);
+    int half = edge_rows > 0 && B == 1 && edge_rows < Tc ? edge_rows / 2 : 0, naive_rows = half ? half : Tc;
     if (pool.alloc((void **)&d_heads, heads.size() * sizeof(DevHead), err) ||
         upload_random(pool, &q, n_out, 2.0f, err) || pool.alloc((void **)&out_fast, n_out * sizeof(bf16), err) ||
         pool.alloc((void **)&out_ref, n_out * sizeof(bf16), err) ||
-        pool.alloc((void **)&probs, (size_t)B * H * Tc * (max_n + 1) * sizeof(float), err) ||
+        pool.alloc((void **)&probs, (size_t)B * H * naive_rows * (max_n + 1) * sizeof(float), err) ||
         pool.alloc((void **)&o_part, (size_t)B * H * S * d * sizeof(float), err) ||
         pool.alloc((void **)&ml_part, (size_t)B * H * S * 2 * sizeof(float), err))
         return -1;
     CU_CHECK(cudaMemcpy(d_heads, heads.data(), heads.size() * sizeof(DevHead), cudaMemcpyHostToDevice));
-    if (launch_flash_prefill(q, out_fast, d_heads, 0, 1, H, K, d, B, Tc, 0, err) ||
-        launch_attention_naive(q, out_ref, probs, max_n, d_heads, 0, 1, H, K, d, B, Tc, 0, Tc, 0, err))
-        return -1;
-    CU_CHECK(cudaDeviceSynchronize());
-    if (max_abs_diff(out_fast, out_ref, n_out, flash_err, err)) return -1;
+    if (launch_flash_prefill(q, out_fast, d_heads, 0, 1, H, K, d, B, Tc, 0, err)) return -1;
+    if (!half) {
+        if (launch_attention_naive(q, out_ref, probs, max_n, d_heads, 0, 1, H, K, d, B, Tc, 0, Tc, 0, err)) return -1;
+        CU_CHECK(cudaDeviceSynchronize());
+        if (max_abs_diff(out_fast, out_ref, n_out, flash_err, err)) return -1;
+    } else {
+        *flash_err = 0;
+        for (int t0 = 0; t0 < Tc; t0 += Tc - half) { /* rows [0, half) and [Tc - half, Tc) */
+            double e = 0;
+            size_t at = (size_t)t0 * H * d, n_rows = (size_t)half * H * d;
+            if (launch_attention_naive(q, out_ref, probs, max_n, d_heads, 0, 1, H, K, d, B, Tc, t0, half, 0, err))
+                return -1;
+            CU_CHECK(cudaDeviceSynchronize());
+            if (max_abs_diff(out_fast + at, out_ref + at, n_rows, &e, err)) return -1;
+            *flash_err = worse(*flash_err, e);
+        }
+    }
 
     /* Decode: the token after the chunk, one query per sequence (rows 0..B-1 of q reused). */
     for (int i = 0; i < B * K; i++) heads[i].len = lens[i] + Tc - 1;
@@ -119,6 +134,11 @@ static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, float k
         return -1;
     CU_CHECK(cudaDeviceSynchronize());
     return max_abs_diff(out_fast, out_ref, n_dec, decode_err, err);
+}
+
+static int lab_case(int B, int H, int K, int d, int Tc, const int *lens, float key_growth, double *flash_err,
+                    double *decode_err, KvErr *err) {
+    return lab_case_rows(B, H, K, d, Tc, lens, key_growth, 0, flash_err, decode_err, err);
 }
 
 /* The observation's window attention against the naive kernel's probabilities: one sequence, every kv-head
@@ -347,6 +367,39 @@ extern "C" int cuda_kernel_selftest(CudaSelftest *out, KvErr *err) {
     return lab_views_cases(out, (int)(sizeof VIEW_CASES / sizeof VIEW_CASES[0]), err);
 }
 
+extern "C" int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    memset(out, 0, sizeof *out);
+    /* Llama's group (G = 4, d = 128). A prefill chunk of the multi-chunk path (4,096 queries, the backend's
+     * CHUNK_ROWS) over a 28k cache, the cache's keys growing in scale so the flash rescale passes run; then
+     * split-K decode at B = 16 over caches of 32k entries (128 splits), lengths differing per head. The naive
+     * oracle checks the chunk's first and last 128 query rows. small: the same paths at shapes the CPU emulation
+     * runs (a 256-query chunk over 900 entries, its first and last 32 rows; B = 16 over 600-1,100). */
+    int chunk = small ? 256 : 4096, cache = small ? 900 : 28 * 1024, dec = small ? 1100 : 32 * 1024;
+    int lens_chunk[1] = {cache};
+    int lens_dec[16 * 2];
+    for (int i = 0; i < 16 * 2; i++) lens_dec[i] = dec - (i * 37) % (small ? 500 : 3000);
+    struct {
+        int B, H, K, Tc;
+        const int *lens;
+        float key_growth;
+    } cases[] = {{1, 4, 1, chunk, lens_chunk, small ? 0.002f : 0.00005f}, {16, 8, 2, 1, lens_dec, 0.0f}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double fe = 0, de = 0;
+        if (lab_case_rows(cases[i].B, cases[i].H, cases[i].K, 128, cases[i].Tc, cases[i].lens, cases[i].key_growth,
+                          small ? 64 : 256, &fe, &de, err))
+            return kv_wrap(err, "kernel lab long case %zu (B=%d H=%d K=%d d=128 Tc=%d over %d entries)", i,
+                           cases[i].B, cases[i].H, cases[i].K, cases[i].Tc, cases[i].lens[0]);
+        fprintf(stderr, "kernel lab long case %zu: B=%d H=%d K=%d d=128 Tc=%d over %d entries: flash %.2e, decode "
+                "%.2e\n", i, cases[i].B, cases[i].H, cases[i].K, cases[i].Tc, cases[i].lens[0], fe, de);
+        out->flash_max_err = worse(out->flash_max_err, fe);
+        out->decode_max_err = worse(out->decode_max_err, de);
+        out->cases++;
+    }
+    return 0;
+}
+
 extern "C" int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err) {
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, err)) return -1;
@@ -393,5 +446,27 @@ done:
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cublasDestroy(h);
+    return rc;
+}
+
+extern "C" int cuda_measure_host_copy(size_t bytes, double *seconds, KvErr *err) {
+    DevPool pool;
+    void *dev = NULL;
+    if (pool.alloc(&dev, bytes, err)) return -1;
+    char *host = (char *)kv_malloc(bytes ? bytes : 1, err); /* unpinned, as a caller's logits buffer */
+    if (!host) return -1;
+    const int reps = 20;
+    double total = 0;
+    int rc = 0;
+    for (int i = 0; i < 2 + reps && !rc; i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        cudaError_t e = cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (e != cudaSuccess) rc = kv_fail(err, "host copy: cudaMemcpy: %s", cudaGetErrorString(e));
+        if (i >= 2) total += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+    free(host);
+    *seconds = total / reps;
     return rc;
 }

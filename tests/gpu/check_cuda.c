@@ -30,9 +30,11 @@
 
 #include "../../engine/backend.h"
 #include "../../engine/cuda/cuda_api.h"
+#include "../../engine/cuda/cuda_policy.h"
 #include "../../engine/kvcache.h"
 #include "../../engine/model.h"
 #include "../../engine/observation.h"
+#include "../../policies/duo.h"
 #include "../../policies/policy.h"
 #include "../../runs/prepare.h"
 
@@ -240,6 +242,328 @@ static double keep_overlap(const KeepSet *a, const KeepSet *b) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
+/* Scoring and selection on the device (engine/cuda/cuda_policy.h) against the host's, bit for bit          */
+
+static const char *AGGREGATIONS[] = {"default", "mean", "max", "max+prior"};
+static const char *DEVICE_BUDGETS[] = {"0.1", "0.2", "0.4", "0.8", "24tok"};
+enum { N_AGG = 4, N_DEVICE_BUDGETS = 5 };
+static const char *ALL_POLICIES[] = {"full", "streamingllm", "snapkv", "adakv", "cake", "criticalkv",
+                                     "defensivekv", "layer-defensivekv", "duoattention"};
+enum { N_ALL_POLICIES = 9 };
+
+/* One prefill's observations, layer by layer, in host memory. */
+typedef struct {
+    int N, K, H, L, w;
+    float **attn, **nu; /* [N] -> [H*w*L], [K*L] */
+} ObsSet;
+
+static int keepset_same(const KeepSet *a, const KeepSet *b) {
+    if (a->n_layers != b->n_layers || a->n_kv_heads != b->n_kv_heads || a->total != b->total) return 0;
+    size_t heads = (size_t)a->n_layers * a->n_kv_heads;
+    return !memcmp(a->counts, b->counts, heads * sizeof(int)) && !memcmp(a->offsets, b->offsets, heads * sizeof(int)) &&
+           !memcmp(a->positions, b->positions, (size_t)a->total * sizeof(int));
+}
+
+static Observation obs_layer(const ObsSet *o, int l) {
+    Observation x;
+    memset(&x, 0, sizeof x);
+    x.layer = l, x.n_layers = o->N, x.L = o->L, x.w = o->w, x.H = o->H, x.K = o->K;
+    x.attn = o->attn[l];
+    x.value_norm = o->nu[l];
+    return x;
+}
+
+/* Scores cfg on both sides (the device reading `device_obs`, normally o itself) and selects every budget:
+ * returns the number of budgets whose keep-sets (or failures) differ, -1 when a side failed to score; each
+ * difference is named on stderr unless quiet. *first receives the host's keep-set of the first budget when
+ * asked. */
+static int device_vs_host(const ObsSet *o, const ObsSet *device_obs, const PolicyConfig *cfg, KeepSet *first,
+                          int quiet, KvErr *err) {
+    PolicyState *host = NULL;
+    CudaPolicy *dev = NULL;
+    int differ = -1;
+    if (policy_begin(&host, cfg, o->N, o->K, o->L, err) || cuda_policy_begin(&dev, cfg, o->N, o->K, o->L, err))
+        goto done;
+    for (int l = 0; l < o->N; l++) {
+        Observation x = obs_layer(o, l), y = obs_layer(device_obs, l);
+        if ((policy_needs_attention(cfg) && policy_observe(host, &x, err)) || cuda_policy_observe_host(dev, &y, err))
+            goto done;
+    }
+    differ = 0;
+    for (int b = 0; b < N_DEVICE_BUDGETS; b++) {
+        Budget budget;
+        KeepSet kh, kd;
+        KvErr eh = {{0}}, ed = {{0}};
+        if (budget_parse(DEVICE_BUDGETS[b], &budget, err)) {
+            differ = -1;
+            break;
+        }
+        int rh = policy_select(host, &budget, &kh, &eh), rd = cuda_policy_select(dev, &budget, &kd, &ed);
+        int same = rh || rd ? rh && rd : keepset_same(&kh, &kd);
+        if (!same && !quiet)
+            fprintf(stderr, "device scoring: %s (%s) at %s: %s\n", cfg->name, aggregation_name(cfg->aggregation),
+                    DEVICE_BUDGETS[b], rh || rd ? (rh ? eh.msg : ed.msg) : "keep-sets differ");
+        differ += !same;
+        if (first && b == 0 && !rh) *first = kh;
+        else if (!rh) keepset_free(&kh);
+        if (!rd) keepset_free(&kd);
+    }
+done:
+    policy_end(host);
+    cuda_policy_end(dev);
+    return differ;
+}
+
+/* Every policy x aggregation x budget on o: the count of keep-sets that differ (or of failed scorings). */
+static int device_scoring_all(const ObsSet *o, const DuoPattern *duo, int *compared, KvErr *err) {
+    int differ = 0;
+    *compared = 0;
+    for (int p = 0; p < N_ALL_POLICIES; p++)
+        for (int a = 0; a < N_AGG; a++) {
+            PolicyConfig cfg;
+            KvErr e = {{0}};
+            if (policy_config(&cfg, ALL_POLICIES[p], AGGREGATIONS[a], &e)) continue; /* takes no aggregation */
+            if (a == 0 && cfg.aggregation != AGG_DEFAULT) continue;                 /* one of the three below */
+            cfg.window = o->w;
+            cfg.duo_pattern = duo;
+            int d = device_vs_host(o, o, &cfg, NULL, 0, err);
+            if (d < 0) {
+                fprintf(stderr, "device scoring: %s (%s): %s\n", cfg.name, AGGREGATIONS[a], err->msg);
+                d = N_DEVICE_BUDGETS;
+            }
+            differ += d;
+            *compared += N_DEVICE_BUDGETS;
+        }
+    return differ;
+}
+
+/* A DuoAttention pattern of N x K heads with scores from a few values (ties), sink 4, recent 8. */
+static void duo_make(DuoPattern *d, int N, int K, double *score) {
+    memset(d, 0, sizeof *d);
+    d->n_layers = N, d->n_kv_heads = K, d->score = score, d->sink_size = 4, d->recent_size = 8;
+    snprintf(d->source, sizeof d->source, "random pattern of the device scoring check");
+    for (int i = 0; i < N * K; i++) score[i] = (double)(random_token(4)) / 4.0;
+}
+
+static void obs_free(ObsSet *o) {
+    for (int l = 0; l < o->N && o->attn; l++) {
+        free(o->attn[l]);
+        free(o->nu ? o->nu[l] : NULL);
+    }
+    free(o->attn);
+    free(o->nu);
+}
+
+/* Random observations with many ties: attention rows drawn from 0..3 (a few rows all zero or uniform),
+ * normalised over each window row's causal keys; value norms from 0..3 with whole zero columns. */
+static int obs_random(ObsSet *o, int N, int K, int G, int L, int w) {
+    memset(o, 0, sizeof *o);
+    o->N = N, o->K = K, o->H = K * G, o->L = L, o->w = w;
+    o->attn = calloc((size_t)N, sizeof(float *));
+    o->nu = calloc((size_t)N, sizeof(float *));
+    if (!o->attn || !o->nu) return -1;
+    for (int l = 0; l < N; l++) {
+        o->attn[l] = calloc((size_t)o->H * w * L, sizeof(float));
+        o->nu[l] = calloc((size_t)K * L, sizeof(float));
+        if (!o->attn[l] || !o->nu[l]) return -1;
+        for (int r = 0; r < o->H * w; r++) {
+            float *a = o->attn[l] + (size_t)r * L;
+            int seen = L - w + r % w + 1, kind = random_token(16);
+            double sum = 0;
+            for (int j = 0; j < seen; j++) sum += a[j] = kind == 0 ? 0.0f : kind == 1 ? 1.0f : (float)random_token(4);
+            for (int j = 0; j < seen && sum > 0; j++) a[j] = (float)(a[j] / sum);
+        }
+        for (int j = 0; j < L; j++) {
+            int zero_column = random_token(10) == 0;
+            for (int k = 0; k < K; k++) o->nu[l][(size_t)k * L + j] = zero_column ? 0.0f : (float)random_token(4);
+        }
+    }
+    return 0;
+}
+
+/* Deep copy of o (for the planted error). */
+static int obs_copy(const ObsSet *o, ObsSet *c) {
+    memset(c, 0, sizeof *c);
+    *c = *o;
+    c->attn = calloc((size_t)o->N, sizeof(float *));
+    c->nu = calloc((size_t)o->N, sizeof(float *));
+    if (!c->attn || !c->nu) return -1;
+    for (int l = 0; l < o->N; l++) {
+        c->attn[l] = copy_floats(o->attn[l], (size_t)o->H * o->w * o->L, 0);
+        c->nu[l] = copy_floats(o->nu[l], (size_t)o->K * o->L, 0);
+        if (!c->attn[l] || !c->nu[l]) return -1;
+    }
+    return 0;
+}
+
+/* A planted error must be caught: the device reads o with one prefix key of kv-head 0 in layer 0, one that
+ * SnapKV's host keep-set at the first budget drops, raised to weight 1 in every window row of that head's
+ * group; the comparison must then report a difference. */
+static void check_planted(Summary *s, const char *label, const ObsSet *o) {
+    KvErr err = {{0}};
+    PolicyConfig cfg;
+    KeepSet host = {0};
+    ObsSet planted = {0};
+    int ok = 0, j = -1;
+    if (policy_config(&cfg, "snapkv", NULL, &err)) {
+        verdict(s, 0, "%s device scoring, planted error: %s", label, err.msg);
+        return;
+    }
+    cfg.window = o->w;
+    if (device_vs_host(o, o, &cfg, &host, 0, &err) != 0 || obs_copy(o, &planted)) {
+        verdict(s, 0, "%s device scoring, planted error: setup failed: %s", label, err.msg);
+        goto done;
+    }
+    for (int c = 0, i = 0; c < o->L - o->w && j < 0; c++) { /* the first prefix position head 0 does not keep */
+        while (i < host.counts[0] && host.positions[i] < c) i++;
+        if (i == host.counts[0] || host.positions[i] != c) j = c;
+    }
+    for (int r = 0; j >= 0 && r < (o->H / o->K) * o->w; r++) planted.attn[0][(size_t)r * o->L + j] = 1.0f;
+    ok = j >= 0 && device_vs_host(o, &planted, &cfg, NULL, 1, &err) > 0;
+    verdict(s, ok, "%s device scoring, planted error (layer 0, kv-head 0, key %d raised on the device's side "
+            "only): %s", label, j, ok ? "caught" : "NOT caught");
+done:
+    keepset_free(&host);
+    obs_free(&planted);
+}
+
+/* Every policy x aggregation x budget, device against host, on the observations of o. */
+static void check_device_scoring(Summary *s, const char *label, const ObsSet *o) {
+    KvErr err = {{0}};
+    double *duo_score = malloc(sizeof(double) * o->N * o->K);
+    if (!duo_score) {
+        verdict(s, 0, "%s device scoring: out of host memory", label);
+        return;
+    }
+    DuoPattern duo;
+    duo_make(&duo, o->N, o->K, duo_score);
+    double t0 = now_s();
+    int compared = 0, differ = device_scoring_all(o, &duo, &compared, &err);
+    verdict(s, differ == 0 && compared > 0, "%s device scoring [N=%d K=%d H=%d L=%d w=%d]: %d of %d keep-sets "
+            "(policy x aggregation x budget) differ from the host's in any position (== 0), %.1f s", label, o->N,
+            o->K, o->H, o->L, o->w, differ, compared, now_s() - t0);
+    free(duo_score);
+    /* A ladder setting is taken by its steps, not the policy's name: defensivekv set to Layer-DefensiveKV's. */
+    PolicyConfig cfg;
+    int d = policy_config(&cfg, "defensivekv", NULL, &err) || policy_set_param(&cfg, "allocation", "global", &err)
+                ? -1
+                : (cfg.window = o->w, device_vs_host(o, o, &cfg, NULL, 0, &err));
+    verdict(s, d == 0, "%s device scoring of defensivekv with allocation=global: %d of %d keep-sets differ from the "
+            "host's (== 0)%s%s", label, d, N_DEVICE_BUDGETS, d < 0 ? ": " : "", d < 0 ? err.msg : "");
+    check_planted(s, label, o);
+}
+
+/* What the device does not reproduce is refused at begin, naming the policy and the setting, so the caller scores
+ * on the host: a ladder setting other than the three published ones, and a policy with a scorer of its own. */
+static void check_device_refusals(Summary *s) {
+    static const struct {
+        const char *policy, *key, *value, *named;
+    } cases[] = {{"criticalkv", "pooling", "rows", "pooling=rows"}, {"defensivekv", "group", "mean", "group=mean"},
+                 {"layer-defensivekv", "safeguard", "on", "safeguard=on"}, {"knorm", NULL, NULL, "raw keys"},
+                 {"tova", NULL, NULL, "its own scorer"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        PolicyConfig cfg;
+        CudaPolicy *dev = NULL;
+        KvErr err = {{0}};
+        int set = policy_config(&cfg, cases[i].policy, NULL, &err) ||
+                  (cases[i].key && policy_set_param(&cfg, cases[i].key, cases[i].value, &err));
+        int refused = !set && cuda_policy_begin(&dev, &cfg, 2, 2, 64, &err) != 0;
+        cuda_policy_end(dev);
+        verdict(s, refused && strstr(err.msg, cases[i].policy) && strstr(err.msg, cases[i].named),
+                "device scoring of %s%s%s refused at begin, naming the policy and '%s': %s", cases[i].policy,
+                cases[i].key ? " with " : "", cases[i].key ? cases[i].named : "", cases[i].named,
+                refused ? err.msg : "accepted");
+    }
+}
+
+/* Random observations of a few shapes (ties everywhere, zero rows and columns), device against host. */
+static void check_device_scoring_random(Summary *s) {
+    check_device_refusals(s);
+    static const int shapes[][5] = {/* N, K, G, L, w */ {3, 2, 2, 60, 8}, {2, 1, 4, 97, 16}, {2, 4, 1, 45, 4}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        ObsSet o;
+        const int *x = shapes[i];
+        if (obs_random(&o, x[0], x[1], x[2], x[3], x[4])) {
+            verdict(s, 0, "random observations: out of host memory");
+            obs_free(&o);
+            return;
+        }
+        check_device_scoring(s, "random observations:", &o);
+        obs_free(&o);
+    }
+}
+
+/* The observation scored on the device: every policy's CudaPolicy reads the layer's device arrays. */
+typedef struct {
+    CudaPolicy *p[N_POLICIES];
+    double seconds[N_POLICIES];
+} DeviceScorers;
+
+static int on_layer_device(void *user, Observation *obs, KvErr *err) {
+    DeviceScorers *d = user;
+    for (int p = 0; p < N_POLICIES; p++) {
+        double t0 = now_s();
+        if (cuda_policy_observe(d->p[p], obs, err)) return kv_wrap(err, "%s", POLICIES[p]);
+        d->seconds[p] += now_s() - t0;
+    }
+    return 0;
+}
+
+/* A prefill of tokens[0..T) whose observation the policies cfg[N_POLICIES] score on the device (d, begun here;
+ * the caller ends them with device_scorers_end, also after a failure). */
+static int device_prefill(Backend *gpu, const int *tokens, int T, const PolicyConfig *cfg, DeviceScorers *d,
+                          KvErr *err) {
+    const ModelConfig *c = &gpu->model->cfg;
+    KvCache *kc = NULL;
+    int rc = 0, want_value_norm = 0;
+    memset(d, 0, sizeof *d);
+    for (int p = 0; p < N_POLICIES && !rc; p++) {
+        rc = cuda_policy_begin(&d->p[p], &cfg[p], c->n_layers, c->n_kv_heads, T, err);
+        want_value_norm |= policy_needs_value_norm(&cfg[p]);
+    }
+    if (!rc) rc = gpu->cache_new(gpu, &kc, T, err);
+    if (!rc) {
+        ObserveHook hook = {.window = cfg[0].window, .want_value_norm = want_value_norm, .on_layer = on_layer_device,
+                            .user = d, .derived_only = 1, .on_device = 1};
+        rc = gpu->forward(gpu, &kc, 1, tokens, T, NULL, &hook, NULL, err);
+    }
+    if (kc) gpu->cache_free(gpu, kc);
+    return rc;
+}
+
+static void device_scorers_end(DeviceScorers *d) {
+    for (int p = 0; p < N_POLICIES; p++) cuda_policy_end(d->p[p]);
+}
+
+/* The backend's own device observation (ObserveHook.on_device, no host copies) scored by every policy on the
+ * device against the host's policies on the same prefill's host copies (cap, already observed): the same arrays,
+ * so the keep-sets at 20% must be equal bit for bit. */
+static void check_on_device(Summary *s, const char *spec, Backend *gpu, const int *tokens, int T, Capture *cap) {
+    KvErr err = {{0}};
+    DeviceScorers d;
+    int differ = 0, rc = device_prefill(gpu, tokens, T, cap->cfg, &d, &err);
+    Budget budget = {.keep_fraction = 0.2};
+    for (int p = 0; p < N_POLICIES && !rc; p++) {
+        KeepSet kh, kd;
+        if (policy_select(cap->st[p], &budget, &kh, &err)) {
+            rc = -1;
+            break;
+        }
+        if (!(rc = cuda_policy_select(d.p[p], &budget, &kd, &err))) {
+            differ += !keepset_same(&kh, &kd);
+            keepset_free(&kd);
+        }
+        keepset_free(&kh);
+    }
+    device_scorers_end(&d);
+    if (rc)
+        verdict(s, 0, "%s observation scored on the device during the prefill: %s", spec, err.msg);
+    else
+        verdict(s, differ == 0, "%s observation scored on the device during the prefill (no host copies): %d of %d "
+                "keep-sets at 20%% differ from the host's on the copied observation (== 0)", spec, differ, N_POLICIES);
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
 /* Decode traces: the CPU's probabilities are kept, the CUDA backend's compared against them              */
 
 typedef struct {
@@ -419,6 +743,13 @@ static void check_model(Summary *s, const char *spec) {
         }
     }
 
+    {
+        ObsSet o = {.N = N, .K = cap_gpu.K, .H = cap_gpu.H, .L = cap_gpu.L, .w = cap_gpu.w, .attn = cap_gpu.attn,
+                    .nu = cap_gpu.nu};
+        check_device_scoring(s, spec, &o);
+        check_on_device(s, spec, gpu, tokens, CTX, &cap_gpu);
+    }
+
     /* A batch of sequences on gathered head-variable caches, the same keep-sets (the CPU's) on both sides. */
     {
         int extra = QUESTION + STEPS + 1; /* one spare entry for the bad-input checks */
@@ -569,6 +900,43 @@ static int on_layer_received(void *user, Observation *obs, KvErr *err) {
 
 /* Seconds per decode step of B sequences on caches made from src with `keep` (gathered copies, or views when
  * view is set), over `steps` steps after one warm-up. */
+/* The sweep's observation and 14 keep-sets at T tokens with scoring and selection on the device; the extra
+ * time over the plain prefill t_plain, with each policy's share. */
+static void time_device_scoring(Summary *s, Backend *gpu, const int *tokens, int T, double t_plain) {
+    KvErr err = {{0}};
+    DeviceScorers d;
+    memset(&d, 0, sizeof d);
+    PolicyConfig pc[N_POLICIES];
+    int rc = 0;
+    for (int p = 0; p < N_POLICIES && !rc; p++) rc = policy_config(&pc[p], POLICIES[p], NULL, &err);
+    double t0 = now_s(), t_observed = 0, t_select = 0, select_s[N_POLICIES] = {0};
+    if (!rc) rc = device_prefill(gpu, tokens, T, pc, &d, &err);
+    t_observed = now_s() - t0;
+    for (int p = 1; p < N_POLICIES && !rc; p++) /* full (p = 0) keeps everything */
+        for (int bi = 0; bi < 2 && !rc; bi++) {
+            Budget budget = {.keep_fraction = bi ? 0.4 : 0.2};
+            KeepSet ks;
+            double ts = now_s();
+            rc = cuda_policy_select(d.p[p], &budget, &ks, &err);
+            select_s[p] += now_s() - ts;
+            t_select += now_s() - ts;
+            if (!rc) keepset_free(&ks);
+        }
+    device_scorers_end(&d);
+    if (rc) {
+        verdict(s, 0, "device scoring at %d tokens: %s", T, err.msg);
+        return;
+    }
+    double extra = t_observed + t_select - t_plain;
+    printf("prefill %d tokens with the 8 policies scoring on the device, then 14 selections on the device: %.3f s + "
+           "%.3f s (+%.3f s, %.1f%% of the prefill)\n  per policy, scoring + selection:", T, t_observed, t_select,
+           extra, 100 * extra / t_plain);
+    for (int p = 0; p < N_POLICIES; p++)
+        printf(" %s %.3f + %.3f s%s", POLICIES[p], d.seconds[p], select_s[p], p + 1 < N_POLICIES ? "," : "\n");
+    target(s, extra <= 0.05 * t_plain, "observation and selection of 8 policies on the device at %d tokens: %.1f%% "
+           "of prefill <= 5%%", T, 100 * extra / t_plain);
+}
+
 static int time_decode(Backend *gpu, KvCache *src, const KeepSet *keep, int B, int steps, int view, float *logits,
                        double *per_step, KvErr *err) {
     KvCache *caches[32] = {0};
@@ -693,6 +1061,7 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
                    "prefill <= 5%%", T, 100 * extra / t_plain_max);
         }
         prefill_free(&pf);
+        time_device_scoring(s, gpu, tokens, T, t_plain_max);
     }
     {   /* decode: B sequences with full caches of `ctx` entries, gathered from one prefill */
         double weight_bytes = 2.0 * (c->n_layers * matrix_params(c) + (double)c->d_model * V);
@@ -724,6 +1093,18 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
                        gbs, 100 * gbs / copy_gbs, weight_bytes / 1e9, kv_bytes / 1e9);
                 target(s, gbs >= 0.7 * copy_gbs, "decode ctx %d batch %d: %.0f GB/s >= 70%% of %.0f", ctx, B, gbs,
                        copy_gbs);
+                /* The parts of a step: without logits (no LM head, no copy), and the copy of B x V floats to
+                 * unpinned host memory alone; the LM head is the rest. */
+                double bare = 0, copy = 0;
+                if (time_decode(gpu, src, &full, B, steps, 0, NULL, &bare, &err) ||
+                    cuda_measure_host_copy((size_t)B * V * sizeof(float), &copy, &err))
+                    verdict(s, 0, "decode ctx %d batch %d without logits: %s", ctx, B, err.msg);
+                else
+                    printf("decode ctx %6d batch %2d parts: layers %.2f ms (%.0f%%), LM head %.2f ms (%.0f%%), "
+                           "logits copy to the host %.2f ms (%.0f%%); without the copy %.2f ms/step, %.0f GB/s\n",
+                           ctx, B, bare * 1e3, 100 * bare / per_step, (per_step - bare - copy) * 1e3,
+                           100 * (per_step - bare - copy) / per_step, copy * 1e3, 100 * copy / per_step,
+                           (per_step - copy) * 1e3, (weight_bytes + kv_bytes) / (per_step - copy) / 1e9);
                 /* The same step on views of the prefill (what the sweep decodes on when memory is short): the
                  * same rows, read through one 4-byte index per key and kv-head. */
                 if (time_decode(gpu, src, &full, B, steps, 1, logits, &per_step_views, &err))
@@ -776,6 +1157,16 @@ int main(int argc, char **argv) {
                 "shapes (flash, naive, split-K decode, q/k/v rows): %ld elements differ in any bit (== 0)",
                 lab.views_cases, lab.views_mismatches);
     }
+    CudaSelftest lab_long;
+    if (cuda_kernel_long_cases(&lab_long, 0, &err)) {
+        verdict(&s, 0, "kernel lab, long context: %s", err.msg);
+    } else {
+        verdict(&s, lab_long.flash_max_err <= TOL_KERNEL, "kernel lab: flash prefill of a 4,096-query chunk over a "
+                "28k cache vs naive oracle: max abs error %.2e (<= %.0e)", lab_long.flash_max_err, TOL_KERNEL);
+        verdict(&s, lab_long.decode_max_err <= TOL_KERNEL, "kernel lab: split-K decode at B = 16 over 32k caches vs "
+                "naive oracle: max abs error %.2e (<= %.0e)", lab_long.decode_max_err, TOL_KERNEL);
+    }
+    check_device_scoring_random(&s);
     check_model(&s, "synthetic:smollm2-135m:layers=2");
     check_model(&s, "synthetic:llama-3.1-8b:layers=2");
     if (gemm_tflops > 0) check_speed(&s, "synthetic:llama-3.1-8b:layers=4", gemm_tflops, copy_gbs, quick);

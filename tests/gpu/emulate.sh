@@ -5,21 +5,26 @@
 #     bash tests/gpu/emulate.sh --backend [--asan] [MODEL]    the GPU check's CUDA-against-CPU part (check_model
 #                                                            of check_cuda.c) on MODEL, default
 #                                                            synthetic:smollm2-135m:layers=2
+#     bash tests/gpu/emulate.sh --policies [--asan]           the GPU check's device scoring part: every policy x
+#                                                            aggregation x budget on random observations, keep-sets
+#                                                            equal to the host's bit for bit, a planted error caught
 # Translates engine/cuda/*.cu for a host compiler (dynamic shared memory becomes the emulator's buffer, static
 # __shared__ becomes static, kernel<<<...>>>(...) becomes an emulated launch) and builds them with
 # tests/gpu/emu/. --quick runs smaller lab shapes (seconds instead of minutes); --asan adds AddressSanitizer and
 # UBSan, so an out-of-bounds index in a kernel stops the run at its line. Tolerances are the GPU check's. Not a
 # substitute for tests/gpu/check.sh: no timing, no memory model, no real tensor cores. --backend builds the C
-# library into $EMU_BUILD (default build-emu, build-emu-asan) with the CUDA backend declared (-DKVBENCH_CUDA).
+# library into $EMU_BUILD (default build-emu, build-emu-asan) with the CUDA backend declared (-DKVBENCH_CUDA);
+# --policies builds the same and runs tests/gpu/emu/emu_policy.c.
 set -euo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-quick="" backend=0 asan=0 model=""
+quick="" backend=0 asan=0 model="" driver=emu_backend
 for a in "$@"; do
     case $a in
         --quick) quick=--quick ;;
         --asan) asan=1 ;;
         --backend) backend=1 ;;
-        -*) echo "emulate.sh: unknown option '$a' (--quick, --asan, --backend)" >&2; exit 2 ;;
+        --policies) backend=1 driver=emu_policy ;;
+        -*) echo "emulate.sh: unknown option '$a' (--quick, --asan, --backend, --policies)" >&2; exit 2 ;;
         *) model=$a ;;
     esac
 done
@@ -35,7 +40,7 @@ trap 'rm -rf "$out"' EXIT
 python3 - "$out" <<'PY'
 import os, re, sys
 out = sys.argv[1]
-for name in ('kernels', 'cuda_lab', 'cuda_backend'):
+for name in ('kernels', 'cuda_lab', 'cuda_backend', 'cuda_policy'):
     src = f'engine/cuda/{name}.cu'
     if name == 'kernels': src = os.environ.get('EMU_KERNELS', src)  # another version of the kernels, to compare
     s = open(src).read()
@@ -61,8 +66,9 @@ make -s --no-print-directory BUILD="$build" CUDA=0 OPT="${flags[*]} -DKVBENCH_CU
 ldlibs=$(make -s --no-print-directory CUDA=0 --eval='print-ldlibs: ; @echo $(LDLIBS)' print-ldlibs)
 "${cxx[@]}" -c -o "$out/cuda_lab.o" "$out/cuda_lab.cpp"
 "${cxx[@]}" -c -o "$out/cuda_backend.o" "$out/cuda_backend.cpp"
+"${cxx[@]}" -c -o "$out/cuda_policy.o" "$out/cuda_policy.cpp"
 gcc -std=c11 -D_GNU_SOURCE "${flags[@]}" -fopenmp -Wall -Wextra -Wno-unused-function -DKVBENCH_CUDA \
-    -c -o "$out/emu_backend.o" tests/gpu/emu/emu_backend.c
-g++ "${flags[@]}" -fopenmp -o "$out/emu_backend" "$out/emu_backend.o" "$out/cuda_backend.o" "$out/cuda_lab.o" \
-    "$out/kernels.o" "$out/cuda_emu.o" "$build/libkvbench.a" $ldlibs
-"$out/emu_backend" ${model:+"$model"}
+    -c -o "$out/$driver.o" tests/gpu/emu/$driver.c
+g++ "${flags[@]}" -fopenmp -o "$out/$driver" "$out/$driver.o" "$out/cuda_backend.o" "$out/cuda_lab.o" \
+    "$out/cuda_policy.o" "$out/kernels.o" "$out/cuda_emu.o" "$build/libkvbench.a" $ldlibs
+"$out/$driver" ${model:+"$model"}

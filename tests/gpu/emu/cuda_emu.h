@@ -61,6 +61,12 @@ static inline float __uint_as_float(unsigned u) {
     return f;
 }
 static inline int max(int a, int b) { return a > b ? a : b; }
+/* Separately rounded arithmetic (never fused): the host compiler emits plain SSE operations, which are. */
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dsub_rn(double a, double b) { return a - b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
 
 /* ---- bf16 ---- */
 struct __nv_bfloat16 {
@@ -129,6 +135,10 @@ static inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcp
 }
 static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t = 0) {
     memcpy(d, s, n);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void *d, int v, size_t n) {
+    memset(d, v, n);
     return cudaSuccess;
 }
 static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }

@@ -1,7 +1,8 @@
 /* emu_main.cpp — runs the kernel lab (engine/cuda/cuda_lab.cu, unchanged, included below as emulate.sh
  * translated it) and direct checks of the row kernels the lab does not cover (cache gather, q/k/v split with
  * RoPE) on the CPU emulation of CUDA (cuda_emu.h), with the GPU check's tolerances. Exits 1 on a failure.
- *     emu_main [--quick]     (--quick: small shapes of every kind instead of the lab's own, which take minutes) */
+ *     emu_main [--quick]     (--quick: small shapes of every kind instead of the lab's own, which take minutes;
+ *                            without it also the long-context cases at the emulation's small shapes) */
 #include "cuda_lab.cpp"
 
 #define TOL_KERNEL 2e-2
@@ -142,9 +143,15 @@ int main(int argc, char **argv) {
             printf("FAIL  lab views: %s\n", err.msg);
             return 1;
         }
-    } else if (cuda_kernel_selftest(&lab, &err)) {
-        printf("FAIL  kernel lab: %s\n", err.msg);
-        return 1;
+    } else {
+        CudaSelftest lc;
+        if (cuda_kernel_selftest(&lab, &err) || cuda_kernel_long_cases(&lc, 1, &err)) {
+            printf("FAIL  kernel lab: %s\n", err.msg);
+            return 1;
+        }
+        lab.flash_max_err = worse(lab.flash_max_err, lc.flash_max_err);
+        lab.decode_max_err = worse(lab.decode_max_err, lc.decode_max_err);
+        lab.cases += lc.cases;
     }
     verdict(lab.flash_max_err <= TOL_KERNEL, "kernel lab: flash prefill vs naive oracle", lab.flash_max_err, TOL_KERNEL);
     verdict(lab.decode_max_err <= TOL_KERNEL, "kernel lab: split-K decode vs naive oracle", lab.decode_max_err,
