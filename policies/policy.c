@@ -136,6 +136,77 @@ int policy_params_text(const PolicyConfig *cfg, char *out, size_t n) {
     return 0;
 }
 
+int policy_row_params_text(const PolicyConfig *cfg, char *out, size_t n) {
+    if (n) out[0] = 0;
+    if (!policy_needs_attention(cfg)) return policy_params_text(cfg, out, n);
+    char ladder[160];
+    if (policy_params_text(cfg, ladder, sizeof ladder)) return -1;
+    int wrote = snprintf(out, n, "w=%d,k=%d%s%s%s", cfg->window, cfg->pool_kernel,
+                         cfg->intended_window_bias ? ",intended" : "", cfg->ties_by_unclamped ? ",ties=unclamped" : "",
+                         ladder);
+    return wrote < 0 || (size_t)wrote >= n ? -1 : 0;
+}
+
+/* A positive int in [1, 1 << 20] from text, or -1. */
+static int small_int(const char *text) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    return *text && !*end && v >= 1 && v <= (1 << 20) ? (int)v : -1;
+}
+
+int policy_apply_row_params(PolicyConfig *cfg, const char *params, KvErr *err) {
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", params) >= (int)sizeof buf)
+        return kv_fail(err, "policy %s: params '%.40s...' too long", cfg->name, params);
+    char *rest = NULL;
+    for (char *item = strtok_r(buf, ",", &rest); item; item = strtok_r(NULL, ",", &rest)) {
+        char *eq = strchr(item, '=');
+        if (eq) *eq = 0;
+        const char *value = eq ? eq + 1 : NULL;
+        if (!strcmp(item, "intended") && !value) {
+            cfg->intended_window_bias = 1;
+        } else if (!strcmp(item, "ties") && value && !strcmp(value, "unclamped")) {
+            cfg->ties_by_unclamped = 1;
+        } else if ((!strcmp(item, "w") || !strcmp(item, "k")) && value) {
+            int v = small_int(value);
+            if (v < 0) return kv_fail(err, "policy %s: params: %s '%s' is not a positive count", cfg->name, item, value);
+            *(item[0] == 'w' ? &cfg->window : &cfg->pool_kernel) = v;
+        } else if (policy_set_param(cfg, item, value, err)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Which side of a step is the farther from Ada-CriticalKV: the later value in LADDER_KEYS' list (rows, max,
+ * mass before topk and none after mass, defensive, layer and then global), save the safeguard, where off is. */
+static int farther_side(int key, int a, int b) {
+    return strcmp(LADDER_KEYS[key].key, "safeguard") ? a > b : a < b;
+}
+
+int policy_ladder_step(const PolicyConfig *a, const PolicyConfig *b, int *step, char *out, size_t n) {
+    if (n) out[0] = 0;
+    *step = 0;
+    if (!a->ladder.enabled || !b->ladder.enabled || a->window != b->window || a->pool_kernel != b->pool_kernel ||
+        a->intended_window_bias != b->intended_window_bias || a->ties_by_unclamped != b->ties_by_unclamped)
+        return 0;
+    int differ = a->aggregation != b->aggregation, side = a->aggregation > b->aggregation ? 1 : -1;
+    if (differ)
+        snprintf(out, n, "aggregation %s − %s", aggregation_name(side > 0 ? a->aggregation : b->aggregation),
+                 aggregation_name(side > 0 ? b->aggregation : a->aggregation));
+    LadderParams la = a->ladder, lb = b->ladder;
+    for (int k = 0; k < N_LADDER_KEYS; k++) {
+        int va = *ladder_field(&la, k), vb = *ladder_field(&lb, k);
+        if (va == vb) continue;
+        if (differ++) return 0;
+        side = farther_side(k, va, vb) ? 1 : -1;
+        *step = 1 + k;
+        snprintf(out, n, "%s %s − %s", LADDER_KEYS[k].key, ladder_value_name(k, side > 0 ? va : vb),
+                 ladder_value_name(k, side > 0 ? vb : va));
+    }
+    return differ == 1 ? side : 0;
+}
+
 static int ladders_equal(const LadderParams *a, const LadderParams *b) {
     return a->enabled == b->enabled && a->pooling == b->pooling && a->group == b->group && a->forced == b->forced &&
            a->safeguard == b->safeguard && a->weighting == b->weighting && a->allocation == b->allocation;

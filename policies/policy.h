@@ -105,6 +105,20 @@ int policy_set_param(PolicyConfig *cfg, const char *key, const char *value, KvEr
 /* The ladder steps that differ from the policy's own, as ",key=value" in the order of LadderParams (empty when
  * none): the canonical text a row's params carry, so equal settings give equal text. -1 when n is too small. */
 int policy_params_text(const PolicyConfig *cfg, char *out, size_t n);
+/* The whole params text of a row (the key resume, merge and the report keep variants apart by):
+ * "w=32,k=5[,intended][,ties=unclamped]" and the ladder's steps for a policy with a window, the ladder's steps
+ * alone (mostly empty) for the others. -1 when n is too small. */
+int policy_row_params_text(const PolicyConfig *cfg, char *out, size_t n);
+/* The inverse: sets a configured policy's window, kernel, options and ladder steps from a row's params text. An
+ * unknown item is an error naming the policy and the item. */
+int policy_apply_row_params(PolicyConfig *cfg, const char *params, KvErr *err);
+/* Whether a and b (value-weighted policies, by either name) differ in exactly one step of the ladder, the
+ * aggregation counted as one (docs/ladder.md), all else equal: 1 when a is on the side farther from
+ * Ada-CriticalKV (max+prior over max over mean; rows, max, mass, safeguard off, defensive, layer; none after
+ * mass, global after layer), -1 when b is, 0 when they are not one step apart. *step gets the step's place in
+ * the ladder (0 the aggregation, then pooling, group, forced, safeguard, weighting, allocation: 1..6), out its
+ * text, the farther value first: "forced mass − topk". */
+int policy_ladder_step(const PolicyConfig *a, const PolicyConfig *b, int *step, char *out, size_t n);
 /* 1 when a and b are the same policy (by either name) with the same parameters (aggregation, window, pooling,
  * options, ladder), so one state serves both. */
 int policy_configs_equal(const PolicyConfig *a, const PolicyConfig *b);

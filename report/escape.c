@@ -83,12 +83,12 @@ void report_put_tex(FILE *f, const char *s) {
 void report_put_tex_break(FILE *f, const char *s) {
     char piece[512];
     while (*s) {
-        size_t len = strcspn(s, "_");
-        len += s[len] == '_';
+        size_t len = strcspn(s, "_,");
+        len += s[len] == '_' || s[len] == ',';
         snprintf(piece, sizeof piece, "%.*s", (int)(len < sizeof piece ? len : sizeof piece - 1), s);
         report_put_tex(f, piece);
         s += len;
-        if (*s && piece[strlen(piece) - 1] == '_') fputs("\\allowbreak{}", f);
+        if (*s && strchr("_,", piece[strlen(piece) - 1])) fputs("\\allowbreak{}", f);
     }
 }
 

@@ -26,7 +26,8 @@ void report_put_md(FILE *f, const char *s);
 /* LaTeX text (pdflatex, OT1/T1, no extra packages): \ { } % # _ & $ ~ ^ escaped, < and > in math, control
  * characters a space; the non-ASCII symbols the report itself writes (†, ×, −, Δ, ≥, ≈, dashes) as LaTeX. */
 void report_put_tex(FILE *f, const char *s);
-/* The same, a line allowed to break after each '_' (task names in a narrow column head: "niah_ single_ 1"). */
+/* The same, a line allowed to break after each '_' and ',' (task names in a narrow column head: "niah_ single_ 1";
+ * a method's params: "[w=32, k=5, forced=mass]"). */
 void report_put_tex_break(FILE *f, const char *s);
 /* A LaTeX comment: "% " and the text on one line (every control character a space), then a newline. */
 void report_put_tex_comment(FILE *f, const char *s);

@@ -106,6 +106,68 @@ int report_agg_rank(const char *aggregation) {
     return !strcmp(a, "mean") ? 0 : !strcmp(a, "max") ? 1 : !strcmp(a, "max+prior") ? 2 : 3;
 }
 
+/* Appends the pair avg(l) − avg(r) at budget b, with its interval and verdict. */
+static AblationPair *add_pair(ReportSection *s, int l, int r, int b, KvErr *err) {
+    const ReportCell *a = report_cell(s, l, b), *c = report_cell(s, r, b);
+    AblationPair *grown = realloc(s->pairs, (size_t)(s->n_pairs + 1) * sizeof *grown);
+    if (!grown) {
+        kv_fail(err, "out of memory");
+        return NULL;
+    }
+    s->pairs = grown;
+    AblationPair *p = &s->pairs[s->n_pairs++];
+    *p = (AblationPair){l, r, b, STATS_NONE, NULL, -1, ""};
+    if (stats_bootstrap(STATS_DIFF, a->x, c->x, s->sample_task, s->n_samples, s->n_tasks, s->resamples, STATS_SEED,
+                        &p->diff, err))
+        return NULL;
+    p->verdict = report_diff_verdict(&p->diff, s->min_n);
+    return p;
+}
+
+/* A method's policy as its row configured it; -1 when the row's policy or params do not parse (a database from
+ * another kvbench), so the method takes no part in the ladder. */
+static int method_config(const ReportMethod *m, PolicyConfig *cfg) {
+    KvErr err;
+    return policy_config(cfg, m->policy, m->aggregation, &err) || policy_apply_row_params(cfg, m->params, &err) ? -1
+                                                                                                                  : 0;
+}
+
+static int ladder_order(const void *x, const void *y) {
+    const AblationPair *a = x, *b = y;
+    if (a->step_rank != b->step_rank) return a->step_rank - b->step_rank;
+    if (a->right != b->right) return a->right - b->right;
+    if (a->left != b->left) return a->left - b->left;
+    return a->budget - b->budget;
+}
+
+/* The ladder's steps: every two value-weighted variants that differ in one step (policy_ladder_step), save the
+ * aggregation pairs of one policy and params above, at each budget where both ran. */
+static int ladder_pairs(ReportSection *s, KvErr *err) {
+    int first = s->n_pairs;
+    for (int l = 0; l < s->n_methods; l++)
+        for (int r = l + 1; r < s->n_methods; r++) {
+            const ReportMethod *x = &s->methods[l], *y = &s->methods[r];
+            PolicyConfig cx, cy;
+            if ((!strcmp(x->policy, y->policy) && !strcmp(x->params, y->params)) || method_config(x, &cx) ||
+                method_config(y, &cy))
+                continue;
+            int rank;
+            char step[64];
+            int side = policy_ladder_step(&cx, &cy, &rank, step, sizeof step);
+            if (!side) continue;
+            for (int b = 0; b < s->n_budgets; b++) {
+                int left = side > 0 ? l : r, right = side > 0 ? r : l;
+                if (!report_cell(s, left, b)->ran || !report_cell(s, right, b)->ran) continue;
+                AblationPair *p = add_pair(s, left, right, b, err);
+                if (!p) return -1;
+                p->step_rank = rank;
+                snprintf(p->step, sizeof p->step, "%s", step);
+            }
+        }
+    qsort(s->pairs + first, (size_t)(s->n_pairs - first), sizeof *s->pairs, ladder_order);
+    return 0;
+}
+
 int report_ablation_pairs(ReportSection *s, KvErr *err) {
     for (int b = 0; b < s->n_budgets; b++)
         for (int l = 0; l < s->n_methods; l++)
@@ -115,17 +177,8 @@ int report_ablation_pairs(ReportSection *s, KvErr *err) {
                 if (l == r || strcmp(x->policy, y->policy) || strcmp(x->params, y->params) ||
                     !(kl > kr || (kl == kr && strcmp(x->aggregation, y->aggregation) > 0)))
                     continue;
-                const ReportCell *a = report_cell(s, l, b), *c = report_cell(s, r, b);
-                if (!a->ran || !c->ran) continue;
-                AblationPair *grown = realloc(s->pairs, (size_t)(s->n_pairs + 1) * sizeof *grown);
-                if (!grown) return kv_fail(err, "out of memory");
-                s->pairs = grown;
-                AblationPair *p = &s->pairs[s->n_pairs++];
-                *p = (AblationPair){l, r, b, STATS_NONE, NULL};
-                if (stats_bootstrap(STATS_DIFF, a->x, c->x, s->sample_task, s->n_samples, s->n_tasks, s->resamples,
-                                    STATS_SEED, &p->diff, err))
-                    return -1;
-                p->verdict = report_diff_verdict(&p->diff, s->min_n);
+                if (!report_cell(s, l, b)->ran || !report_cell(s, r, b)->ran) continue;
+                if (!add_pair(s, l, r, b, err)) return -1;
             }
-    return 0;
+    return ladder_pairs(s, err);
 }

@@ -57,12 +57,15 @@ typedef struct {
     const char *verdict;     /* "holds", "reversed", "not resolved (the interval includes 0)", ... */
 } OrderRelation;
 
-/* The aggregation ablation as paired differences: one policy (and params) at two aggregations, at one budget. */
+/* The ablations as paired differences at one budget: one policy (and params) at two aggregations, or two
+ * value-weighted variants one step of DefensiveKV's ladder apart (docs/ladder.md; step[0] != 0). */
 typedef struct {
     int left, right;         /* method indices: avg(left) − avg(right) */
     int budget;
     StatsInterval diff;      /* in points over the samples both scored, paired */
     const char *verdict;     /* "higher", "lower", "not resolved (...)", "too few samples", ... */
+    int step_rank;           /* a ladder step: its place (policy_ladder_step), else -1 */
+    char step[64];           /* a ladder step: "forced mass − topk" (left's value first), else empty */
 } AblationPair;
 
 typedef struct {
@@ -86,7 +89,8 @@ typedef struct {
     ReportCell *cells;    /* [M][B] */
     int *best_baseline;   /* [B] method index of the best baseline at the budget, -1 if none */
     OrderRelation *order; /* [B][REPORT_N_ORDER] the paper's ordering, link by link (ordering.c) */
-    AblationPair *pairs;  /* by budget, then left method, then right (report_ablation_pairs) */
+    AblationPair *pairs;  /* the aggregation pairs by budget, then left method, then right; then the ladder's
+                           * steps by step, right method, left, budget (report_ablation_pairs) */
     int n_pairs;
     ReportFailure *failures;
     int n_failures;
@@ -247,7 +251,9 @@ const char *report_diff_verdict(const StatsInterval *d, int min_n);
 int report_agg_rank(const char *aggregation);
 /* The section's aggregation ablation, paired (s->pairs): for each policy and params that ran with several
  * aggregations at a budget, every later minus every earlier aggregation in the canonical order (max − mean,
- * max+prior − mean, max+prior − max; others after them, by name). Fails only on allocation. */
+ * max+prior − mean, max+prior − max; others after them, by name); then the ladder's steps: every two
+ * value-weighted variants one step apart (policy_ladder_step), the farther from Ada-CriticalKV on the left.
+ * Fails only on allocation. */
 int report_ablation_pairs(ReportSection *s, KvErr *err);
 
 /* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */

@@ -42,7 +42,7 @@ typedef struct {
 } TCell;
 
 typedef struct {
-    char label[200];
+    char label[256];
     int reference;      /* the full cache: not a candidate for bold */
     int header;         /* a block's heading (a budget), spanning the table; no cells */
     int block;          /* rows are compared (bold) within their block */
@@ -818,9 +818,14 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
     table_free(t);
 }
 
-/* The row label of a pair: "defensivekv: max+prior − mean" (with the params where the policy ran with several). */
+/* The row label of a pair: "defensivekv: max+prior − mean" (with the params where the policy ran with several);
+ * a ladder step: "forced mass − topk, from criticalkv (max+prior) [w=32,k=5]" (the right method's label). */
 static void pair_label(const ReportSection *s, const AblationPair *p, char *out, size_t n) {
     const ReportMethod *l = &s->methods[p->left], *r = &s->methods[p->right];
+    if (p->step[0]) {
+        snprintf(out, n, "%s, from %s", p->step, r->label);
+        return;
+    }
     int several = 0;
     for (int o = 0; o < s->n_methods; o++)
         several |= !strcmp(s->methods[o].policy, l->policy) && strcmp(s->methods[o].params, l->params);
@@ -845,12 +850,14 @@ static void ablation_pairs_table(FILE *f, Format fmt, const ReportSection *s) {
         table_col(t, "verdict", s->budgets[b].label, 0);
     }
     snprintf(t->caption, sizeof t->caption,
-             "%s, %s: aggregation ablation as paired differences, Δ = avg(left) − avg(right)%s in points over the "
-             "samples both scored, with its 95%% paired bootstrap interval (* excludes 0); higher / lower where the "
-             "interval excludes 0; no verdict from fewer than %d pairs (too few samples) or from a zero-width interval",
+             "%s, %s: the ablations as paired differences: a policy at two aggregations, then each step of "
+             "DefensiveKV's ladder that ran (two variants one step apart, docs/ladder.md; the value farther from "
+             "Ada-CriticalKV on the left). Δ = avg(left) − avg(right)%s in points over the samples both scored, "
+             "with its 95%% paired bootstrap interval (* excludes 0); higher / lower where the interval excludes 0; no "
+             "verdict from fewer than %d pairs (too few samples) or from a zero-width interval",
              s->model, s->suite, report_has_substitute(s, -1) ? "†" : "", s->min_n);
     set_labels(t, s, "ablation-paired", NULL);
-    char label[200];
+    char label[256];
     for (int i = 0; i < s->n_pairs; i++) {
         const AblationPair *p = &s->pairs[i];
         pair_label(s, p, label, sizeof label);
@@ -1161,23 +1168,27 @@ static void write_csv_crossmodel(FILE *f, const CrossModel *x, int n) {
             }
 }
 
-/* The aggregation ablation as paired differences, one row per (section, budget, pair). */
+/* The ablations as paired differences, one row per (section, budget, pair): step "aggregation max+prior − mean"
+ * for a policy at two aggregations, the ladder's step otherwise. */
 static void write_csv_ablation(FILE *f, const ReportData *d) {
-    fputs("model,setup,suite,budget,keep_fraction,policy,params,left_aggregation,right_aggregation,n,diff,lo,hi,"
-          "verdict\n", f);
+    fputs("model,setup,suite,budget,keep_fraction,step,left_policy,left_aggregation,left_params,right_policy,"
+          "right_aggregation,right_params,n,diff,lo,hi,verdict\n", f);
     for (int i = 0; i < d->n_sections; i++) {
         const ReportSection *s = &d->sections[i];
         for (int k = 0; k < s->n_pairs; k++) {
             const AblationPair *p = &s->pairs[k];
             const ReportMethod *l = &s->methods[p->left], *r = &s->methods[p->right];
+            char step[160];
+            if (p->step[0]) snprintf(step, sizeof step, "%s", p->step);
+            else snprintf(step, sizeof step, "aggregation %s − %s", l->aggregation, r->aggregation);
             const char *fields[] = {s->model, s->setup, s->suite, s->budgets[p->budget].label};
             for (int c = 0; c < 4; c++) {
                 if (c) fputc(',', f);
                 report_put_csv(f, fields[c]);
             }
             fprintf(f, ",%.6g", s->budgets[p->budget].keep_fraction);
-            const char *more[] = {l->policy, l->params, l->aggregation, r->aggregation};
-            for (int c = 0; c < 4; c++) {
+            const char *more[] = {step, l->policy, l->aggregation, l->params, r->policy, r->aggregation, r->params};
+            for (int c = 0; c < 7; c++) {
                 fputc(',', f);
                 report_put_csv(f, more[c]);
             }

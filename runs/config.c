@@ -460,15 +460,10 @@ static int parse_policy(const Ctx *c, const cJSON *p, const char *where, const c
             v.policy.intended_window_bias = intended;
             /* The tie order only matters where the prior clamps: other aggregations keep their plain key. */
             v.policy.ties_by_unclamped = ties_unclamped && v.policy.aggregation == AGG_MAX_PRIOR;
-            char ladder[160];
-            if (apply_ladder(c, p, where, &v.policy)) return -1;
-            if (policy_params_text(&v.policy, ladder, sizeof ladder))
-                return kv_fail(c->err, "%s: %s: the ladder's parameters do not fit in a row's key", c->file, where);
-            snprintf(v.params, sizeof v.params, "w=%d,k=%d%s%s%s", window, pool_kernel, intended ? ",intended" : "",
-                     v.policy.ties_by_unclamped ? ",ties=unclamped" : "", ladder);
-        } else if (apply_ladder(c, p, where, &v.policy)) {
-            return -1;
         }
+        if (apply_ladder(c, p, where, &v.policy)) return -1;
+        if (policy_row_params_text(&v.policy, v.params, sizeof v.params))
+            return kv_fail(c->err, "%s: %s: the policy's parameters do not fit in a row's key", c->file, where);
         if (policy_keeps_all(&v.policy)) {
             v.budget.keep_fraction = 1.0;
             snprintf(v.budget_label, sizeof v.budget_label, "full");

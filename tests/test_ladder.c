@@ -297,6 +297,63 @@ static void test_params(TestCounts *tc) {
           "snapkv: %s", err.msg);
 }
 
+/* A row's params text back to the policy (policy_apply_row_params), and which variants are one step apart
+ * (policy_ladder_step), by hand from docs/ladder.md's table. */
+static void test_row_params(TestCounts *tc) {
+    KvErr err;
+    PolicyConfig a, b;
+    char text[192], step[64];
+    static const char *const rows[][3] = {
+        {"criticalkv", "mean", "w=32,k=5"},
+        {"criticalkv", "max+prior", "w=16,k=7,intended,ties=unclamped,group=mean,forced=none"},
+        {"defensivekv", "max+prior", "w=32,k=5,pooling=window,safeguard=on,weighting=critical,allocation=head"},
+        {"streamingllm", "default", ""},
+    };
+    for (int i = 0; i < 4; i++) {
+        int ok = !policy_config(&a, rows[i][0], rows[i][1], &err) && !policy_apply_row_params(&a, rows[i][2], &err) &&
+                 !policy_row_params_text(&a, text, sizeof text);
+        CHECK(tc, ok && !strcmp(text, rows[i][2]), "%s %s '%s' round trip: '%s' %s", rows[i][0], rows[i][1],
+              rows[i][2], text, ok ? "" : err.msg);
+    }
+    policy_config(&a, "criticalkv", "mean", &err);
+    CHECK(tc, policy_apply_row_params(&a, "w=0,k=5", &err) && strstr(err.msg, "w '0' is not a positive count"),
+          "w=0: %s", err.msg);
+    CHECK(tc, policy_apply_row_params(&a, "w=32,colour=red", &err) && strstr(err.msg, "unknown parameter 'colour'"),
+          "unknown item: %s", err.msg);
+    /* one step apart, the farther from Ada-CriticalKV first whichever side it is given on */
+    static const struct {
+        const char *policy_a, *agg_a, *params_a, *policy_b, *agg_b, *params_b;
+        int side, rank;
+        const char *step;
+    } pairs[] = {
+        {"criticalkv", "mean", "w=32,k=5", "criticalkv", "max+prior", "w=32,k=5,group=mean", -1, 0,
+         "aggregation max+prior − mean"},
+        {"criticalkv", "max+prior", "w=32,k=5", "criticalkv", "max+prior", "w=32,k=5,group=mean", 1, 2,
+         "group max − mean"},
+        {"criticalkv", "max+prior", "w=32,k=5,forced=mass", "criticalkv", "max+prior", "w=32,k=5,forced=mass,"
+         "safeguard=off", -1, 4, "safeguard off − on"},
+        {"criticalkv", "max+prior", "w=32,k=5,forced=mass,safeguard=off,weighting=defensive,allocation=layer",
+         "defensivekv", "max+prior", "w=32,k=5", -1, 1, "pooling rows − window"},
+        {"layer-defensivekv", "max", "w=32,k=5", "defensivekv", "max", "w=32,k=5", 1, 6, "allocation global − layer"},
+        {"defensivekv", "max+prior", "w=32,k=5", "defensivekv", "max+prior", "w=32,k=5,forced=none", -1, 3,
+         "forced none − mass"},
+        /* not one step: two steps (aggregation and the group that follows it), another window, no ladder */
+        {"criticalkv", "mean", "w=32,k=5", "criticalkv", "max", "w=32,k=5", 0, 0, ""},
+        {"criticalkv", "mean", "w=32,k=5", "criticalkv", "mean", "w=16,k=5,forced=mass", 0, 0, ""},
+        {"snapkv", "mean", "w=32,k=5", "snapkv", "max", "w=32,k=5", 0, 0, ""},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        int rank = -1;
+        int ok = !policy_config(&a, pairs[i].policy_a, pairs[i].agg_a, &err) &&
+                 !policy_apply_row_params(&a, pairs[i].params_a, &err) &&
+                 !policy_config(&b, pairs[i].policy_b, pairs[i].agg_b, &err) &&
+                 !policy_apply_row_params(&b, pairs[i].params_b, &err);
+        int side = ok ? policy_ladder_step(&a, &b, &rank, step, sizeof step) : 9;
+        CHECK(tc, side == pairs[i].side && (!side || (rank == pairs[i].rank && !strcmp(step, pairs[i].step))),
+              "pair %zu: side %d rank %d '%s' %s", i, side, rank, step, ok ? "" : err.msg);
+    }
+}
+
 static void test_config(TestCounts *tc) {
     static const char *const head =
         "{\"models\": [{\"path\": \"m.gguf\"}], \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"]}],"
@@ -435,6 +492,7 @@ int main(void) {
     }
     ref_close(&r);
     test_params(&tc);
+    test_row_params(&tc);
     test_config(&tc);
     test_forced_share(&tc);
     return test_finish(&tc);

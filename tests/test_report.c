@@ -701,6 +701,88 @@ static void test_ordering(TestCounts *tc) {
     free(md);
 }
 
+/* ---------------------------------------------------------------- the ladder's steps, paired */
+
+static StoreResult with_params(StoreResult r, const char *params) {
+    r.key.params = params;
+    return r;
+}
+
+/* Ten LongBench samples, i = 0..9, value-weighted variants a ladder step or more apart (docs/ladder.md), scores
+ * in points: criticalkv mean 40 + (i mod 3); max+prior with group mean 45 + 2·(i mod 2); max+prior 50;
+ * + forced mass 47 + (i mod 2); max 30; defensivekv max+prior 40 + 2·(i mod 2), without its forced set
+ * 44 + (i mod 2); layer-defensivekv max+prior 52 + (i mod 3); snapkv 35. Over i = 0..9 the mean of (i mod 2) is
+ * 0.5 and of (i mod 3) 0.9, so the one-step differences are, by hand: aggregation 45 + 1.0 − 40.9 = +5.10,
+ * group 50 − 46.0 = +4.00, forced mass − topk 47.5 − 50 = −2.50, forced none − mass 44.5 − 41.0 = +3.50,
+ * allocation global − layer 52.9 − 41.0 = +11.90. criticalkv at mean, max and max+prior with the same params
+ * gives the aggregation ablation's three pairs (not repeated as steps); criticalkv max is two steps from every
+ * other variant; snapkv has no ladder. */
+static void test_ladder_steps(TestCounts *tc) {
+    char db[128], out[128];
+    snprintf(db, sizeof db, "%s/ladder.db", dir);
+    snprintf(out, sizeof out, "%s/ladder_out", dir);
+    Store *s;
+    long long run;
+    open_db(db, &s, &run);
+    for (int i = 0; i < 10; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "longbench:qasper:%d", i);
+        StoreSample m = {"m", "cq=0", key, "longbench", "qasper", "single-doc QA", "qa_f1", i, -1, 0, 100, 10, "[]",
+                         NULL, "m", "d", 0};
+        double two = i % 2, three = i % 3;
+        StoreResult r[] = {row("full", "mean", "full", 1, 0.60),
+                           row("snapkv", "mean", "20%", 0.2, 0.35),
+                           row("criticalkv", "mean", "20%", 0.2, 0.40 + 0.01 * three),
+                           with_params(row("criticalkv", "max+prior", "20%", 0.2, 0.45 + 0.02 * two), "w=32,k=5,group=mean"),
+                           row("criticalkv", "max+prior", "20%", 0.2, 0.50),
+                           with_params(row("criticalkv", "max+prior", "20%", 0.2, 0.47 + 0.01 * two), "w=32,k=5,forced=mass"),
+                           row("criticalkv", "max", "20%", 0.2, 0.30),
+                           row("defensivekv", "max+prior", "20%", 0.2, 0.40 + 0.02 * two),
+                           with_params(row("defensivekv", "max+prior", "20%", 0.2, 0.44 + 0.01 * two), "w=32,k=5,forced=none"),
+                           row("layer-defensivekv", "max+prior", "20%", 0.2, 0.52 + 0.01 * three)};
+        write_sample(s, run, &m, r, 10);
+    }
+    store_close(s);
+    KvErr err;
+    ReportOptions opt = {db, out, NULL, NULL, 0, 0, 0};
+    CHECK(tc, report_write(&opt, &err) == 0, "ladder report: %s", err.msg);
+    char *csv = read_in(out, "ablation.csv"), *md = read_in(out, "report.md");
+    static const char *const want[] = {
+        "\"aggregation max+prior − mean\",\"criticalkv\",\"max+prior\",\"w=32,k=5,group=mean\",\"criticalkv\",\"mean\","
+        "\"w=32,k=5\",10,5.1,",
+        "\"group max − mean\",\"criticalkv\",\"max+prior\",\"w=32,k=5\",\"criticalkv\",\"max+prior\","
+        "\"w=32,k=5,group=mean\",10,4,",
+        "\"forced mass − topk\",\"criticalkv\",\"max+prior\",\"w=32,k=5,forced=mass\",\"criticalkv\",\"max+prior\","
+        "\"w=32,k=5\",10,-2.5,",
+        "\"forced none − mass\",\"defensivekv\",\"max+prior\",\"w=32,k=5,forced=none\",\"defensivekv\",\"max+prior\","
+        "\"w=32,k=5\",10,3.5,",
+        "\"allocation global − layer\",\"layer-defensivekv\",\"max+prior\",\"w=32,k=5\",\"defensivekv\","
+        "\"max+prior\",\"w=32,k=5\",10,11.9,",
+        "\"aggregation max+prior − max\",\"criticalkv\",\"max+prior\",\"w=32,k=5\",\"criticalkv\",\"max\","
+        "\"w=32,k=5\",10,20,",
+    };
+    const char *last = csv;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *at = csv ? strstr(csv, want[i]) : NULL;
+        CHECK(tc, at != NULL, "ablation.csv has %s\n%s", want[i], csv ? csv : "(missing)");
+        /* the ladder's steps in its order (aggregation, group, forced, allocation), after the aggregation pairs */
+        if (i < 5) {
+            CHECK(tc, at && at > last, "step %zu in the ladder's order", i);
+            if (at) last = at;
+        }
+    }
+    int lines = 0;
+    for (const char *p = csv; p && (p = strchr(p, '\n')); p++) lines++;
+    CHECK(tc, lines == 1 + 3 + 5, "the header, 3 aggregation pairs and 5 ladder steps, no other pair: %d lines\n%s",
+          lines, csv ? csv : "");
+    CHECK(tc, md && strstr(md, "| forced mass − topk, from criticalkv (max+prior) [w=32,k=5] | -2.50\\* [") &&
+                  strstr(md, "| allocation global − layer, from defensivekv [w=32,k=5] | 11.90\\* ["),
+          "markdown rows labelled by the step and where it starts:\n%s", md ? md : "");
+    compile_tex(tc, out);
+    free(csv);
+    free(md);
+}
+
 static int run_cli(int argc, char **argv) { return kvbench_main(argc, argv); }
 
 /* ---------------------------------------------------------------- no verdict from too few samples */
@@ -800,10 +882,12 @@ static void test_min_n(TestCounts *tc) {
         }
         /* the ablation as paired differences: adakv max − mean = 90 − (45 + 2·(i mod 5)), on the same samples */
         char *abl = read_in(out, "ablation.csv");
-        snprintf(want, sizeof want, "\"20%%\",0.2,\"adakv\",\"w=32,k=5\",\"max\",\"mean\",%d,%s", n,
+        snprintf(want, sizeof want, "\"20%%\",0.2,\"aggregation max − mean\",\"adakv\",\"max\",\"w=32,k=5\",\"adakv\","
+                 "\"mean\",\"w=32,k=5\",%d,%s", n,
                  n == 1 ? "45,,,\"too few samples\"" : n == 2 ? "44,,,\"too few samples\"" : "41,");
-        CHECK(tc, abl && strstr(abl, "model,setup,suite,budget,keep_fraction,policy,params,left_aggregation,"
-                                     "right_aggregation,n,diff,lo,hi,verdict\n") && strstr(abl, want) &&
+        CHECK(tc, abl && strstr(abl, "model,setup,suite,budget,keep_fraction,step,left_policy,left_aggregation,"
+                                     "left_params,right_policy,right_aggregation,right_params,n,diff,lo,hi,"
+                                     "verdict\n") && strstr(abl, want) &&
                       (n < 10 || strstr(abl, ",\"higher\"\n")),
               "n=%d: ablation.csv has %s:\n%s", n, want, abl ? abl : "(missing)");
         line_of(md, "| adakv: max − mean |", line, sizeof line);
@@ -1184,6 +1268,7 @@ int main(void) {
     test_crossdomain_setups(&tc);
     test_crossdomain_n(&tc);
     test_ordering(&tc);
+    test_ladder_steps(&tc);
     test_min_n(&tc);
     test_two_models(&tc);
     test_file_names(&tc);
