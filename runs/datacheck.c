@@ -491,6 +491,7 @@ static void print_estimates(Check *c, const RunConfig *cfg, const ModelEstimate 
                "docs/gpu.md\n",
             dev->name, dev->source, dev->matrix_flops / 1e12, dev->attention_flops / 1e12, dev->weight_bw / 1e12,
             dev->kv_bw / 1e12, dev->view_kv_cost, dev->memory_bytes / 1e9);
+    if (dev->unmeasured) fprintf(f, "estimate: not measured on a GPU yet: %s\n", dev->unmeasured);
     for (int m = 0; m < cfg->n_models; m++) {
         const ModelEstimate *me = &models[m];
         const Estimate *e = &me->est;

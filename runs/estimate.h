@@ -50,6 +50,8 @@ typedef struct {
     double score_s;         /* t_score: host seconds per H·w·L element of a layer, per distinct scoring */
     double select_s;        /* t_select: host seconds per N·K·L entry, per compressed variant's keep-set */
     const char *source;     /* where the rates were measured */
+    const char *unmeasured; /* what the backend has, or will have, that these rates do not measure yet (NULL:
+                             * nothing): such a part is modelled at the rate of the path it replaces */
 } DeviceModel;
 
 /* NVIDIA H200 (139.3 GiB free of 139.8), rates measured by tests/gpu/check.sh on 2026-12-04 on the
