@@ -78,6 +78,9 @@ struct Backend {
      * reserve; NULL for the CPU backend (host memory: only a run's --memory-limit bounds it). */
     int (*memory_free)(Backend *b, double *bytes, KvErr *err);
     int views_fast;  /* decoding on views is measured at least as fast as on copies: the planner never gathers */
+    /* Its observed forward can hand the hook device arrays (ObserveHook.on_device), so a build with
+     * engine/cuda/cuda_policy.h scores there; 0 for the CPU backend. */
+    int scores_on_device;
     void (*cache_free)(Backend *b, KvCache *c);
     /* tokens[B*T] (sequence-major); logits[B*V] receives each sequence's last-position logits (may be NULL).
      * observe may be non-NULL only when B == 1; trace only when T == 1. */

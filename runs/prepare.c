@@ -7,6 +7,9 @@
 
 #include "../engine/chat.h"
 #include "util.h"
+#ifdef KVBENCH_CUDA
+#include "../engine/cuda/cuda_policy.h"
+#endif
 
 int prepare_tokens(const PrepareEnv *env, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err) {
     ChatFormat f = s->use_chat ? env->model->cfg.chat : CHAT_NONE;
@@ -82,6 +85,52 @@ static Observation narrow_window(const Observation *obs, int w, float *attn, flo
     return sub;
 }
 
+#ifdef KVBENCH_CUDA
+/* The layer's window attention and value norms, in device memory, scored there by every slot. */
+static int on_layer_device(void *user, Observation *obs, KvErr *err) {
+    ObserveCtx *c = user;
+    Prefill *p = c->p;
+    (void)err;
+    for (int i = 0; i < p->n_slots; i++) {
+        PolicySlot *s = &p->slots[i];
+        if (s->failed) continue;
+        double t = util_now_ms();
+        if (cuda_policy_observe(s->device, obs, &s->err)) s->failed = 1;
+        s->ms += util_now_ms() - t;
+        c->policy_ms += util_now_ms() - t;
+    }
+    return 0;
+}
+#endif
+
+/* Begins every slot on the device where it can: a CUDA build, a backend that hands its observation over there,
+ * one window for every attention-scored slot, nothing asked for that only the host has (raw keys, every layer's
+ * value norms kept, the caller's wish), and every slot's policy one the device reproduces. 1 with every slot
+ * begun there; 0 with none (the caller then scores on the host). */
+static int begin_on_device(Prefill *p, const PrepareEnv *env, int window, int want_keys, int L) {
+#ifdef KVBENCH_CUDA
+    if (!env->be->scores_on_device || env->host_scoring || env->keep_value_norm || want_keys) return 0;
+    for (int k = 0; k < p->n_slots; k++)
+        if (policy_needs_attention(&p->slots[k].cfg) && p->slots[k].cfg.window != window) return 0;
+    const ModelConfig *c = &env->model->cfg;
+    for (int k = 0; k < p->n_slots; k++) {
+        KvErr refused;
+        if (cuda_policy_begin((CudaPolicy **)&p->slots[k].device, &p->slots[k].cfg, c->n_layers, c->n_kv_heads, L,
+                              &refused) == 0)
+            continue;
+        for (int j = 0; j < k; j++) {
+            cuda_policy_end(p->slots[j].device);
+            p->slots[j].device = NULL;
+        }
+        return 0;
+    }
+    return 1;
+#else
+    (void)p, (void)env, (void)window, (void)want_keys, (void)L;
+    return 0;
+#endif
+}
+
 static int on_layer(void *user, Observation *obs, KvErr *err) {
     ObserveCtx *c = user;
     Prefill *p = c->p;
@@ -154,26 +203,33 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         if (k < p->n_slots) continue;
         PolicySlot *s = &p->slots[p->n_slots++];
         s->cfg = *pc;
-        if (policy_needs_duo_pattern(pc) && !pc->duo_pattern) s->cfg.duo_pattern = env->duo_pattern;
-        if (policy_begin(&s->state, &s->cfg, N, K, ctx->n, &s->err)) s->failed = 1;
-        /* Policies that differ only in allocation (layer-defensivekv after defensivekv, adakv after snapkv) score
-         * each layer once: the later one copies the earlier one's scores, the same bits. */
         s->scores_from = -1;
-        for (int j = 0; j < p->n_slots - 1 && !s->failed; j++)
-            if (!p->slots[j].failed && p->slots[j].scores_from < 0 &&
-                policy_scores_equal(s->state, p->slots[j].state)) {
-                s->scores_from = j;
-                break;
-            }
+        if (policy_needs_duo_pattern(pc) && !pc->duo_pattern) s->cfg.duo_pattern = env->duo_pattern;
         if (policy_needs_attention(pc) && pc->window > window) window = pc->window;
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);
         want_keys |= policy_needs_keys(pc);
     }
+    p->on_device = begin_on_device(p, env, window, want_keys, ctx->n);
+    for (int k = 0; k < p->n_slots && !p->on_device; k++) {
+        PolicySlot *s = &p->slots[k];
+        if (policy_begin(&s->state, &s->cfg, N, K, ctx->n, &s->err)) s->failed = 1;
+        /* Policies that differ only in allocation (layer-defensivekv after defensivekv, adakv after snapkv) score
+         * each layer once: the later one copies the earlier one's scores, the same bits. */
+        for (int j = 0; j < k && !s->failed; j++)
+            if (!p->slots[j].failed && p->slots[j].scores_from < 0 &&
+                policy_scores_equal(s->state, p->slots[j].state)) {
+                s->scores_from = j;
+                break;
+            }
+    }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
     ObserveHook hook = {.window = window, .want_value_norm = oc.want_value_norm, .on_layer = on_layer, .user = &oc,
                         .derived_only = !want_keys}; /* raw keys only for a policy that reads them */
+#ifdef KVBENCH_CUDA
+    if (p->on_device) hook.on_layer = on_layer_device, hook.on_device = 1;
+#endif
     double t = util_now_ms();
     if (env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
         env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {
@@ -194,13 +250,21 @@ int prefill_select(Prefill *p, int i, const Budget *b, KeepSet *out, KvErr *err)
         if (err) *err = s->err;
         return -1;
     }
+#ifdef KVBENCH_CUDA
+    if (p->on_device) return cuda_policy_select(s->device, b, out, err);
+#endif
     return policy_select(s->state, b, out, err);
 }
 
 double prefill_observe_ms(const Prefill *p, int i) { return p->slot_of[i] < 0 ? 0.0 : p->slots[p->slot_of[i]].ms; }
 
 void prefill_free(Prefill *p) {
-    for (int k = 0; k < p->n_slots; k++) policy_end(p->slots[k].state);
+    for (int k = 0; k < p->n_slots; k++) {
+        policy_end(p->slots[k].state);
+#ifdef KVBENCH_CUDA
+        cuda_policy_end(p->slots[k].device);
+#endif
+    }
     if (p->cache) p->be->cache_free(p->be, p->cache);
     free(p->slots);
     free(p->slot_of);

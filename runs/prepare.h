@@ -21,6 +21,8 @@ typedef struct {
     int compress_question;  /* context and question compressed together (policies.md §1.1) */
     int keep_value_norm;    /* prefill_run keeps every layer's projected value norm (kvbench trace, value_weighted) */
     const DuoPattern *duo_pattern; /* the model's DuoAttention head pattern, handed to duoattention; may be NULL */
+    int host_scoring;       /* score on the host even where the device could (kvbench trace reads the host's
+                             * state; the GPU check compares the two) */
 } PrepareEnv;
 
 /* The chat split of a sample tokenized: the context (prefilled, compressed) and the question (fed after). */
@@ -30,7 +32,8 @@ int prepare_stop_ids(const PrepareEnv *env, const Sample *s, TokenIds *out, KvEr
 
 /* One policy state, shared by every budget of a (policy, aggregation, params). */
 typedef struct {
-    PolicyState *state;
+    PolicyState *state;  /* scored on the host; NULL when the prefill scored on the device */
+    void *device;        /* scored on the device: its CudaPolicy (engine/cuda/cuda_policy.h), else NULL */
     PolicyConfig cfg;
     double ms;      /* time in policy_observe (or policy_observe_copy) */
     int scores_from; /* an earlier slot that scores each layer the same way (policy_scores_equal), whose scores
@@ -51,10 +54,15 @@ typedef struct {
     double prefill_ms;   /* the forward, policy time excluded (the shared observation included) */
     double shared_ms;    /* of which the shared observation: window attention and value norms, computed once per
                           * layer for every policy (observation_prepare) */
+    int on_device;       /* the slots scored and select on the device (a CUDA build on a backend that
+                          * scores_on_device, every slot's policy one the device reproduces, one window, no raw
+                          * tensors or kept value norms asked for); else on the host */
 } Prefill;
 
 /* Prefills ctx into a fresh cache with `extra_capacity` more entries per head, every distinct policy of
- * policies[n] observing. A policy that fails only marks its slot; -1 is for the forward itself. */
+ * policies[n] observing, on the device where it can (Prefill.on_device: the same keep-sets, bit for bit, as
+ * the host's on the same observation; tests/gpu/check_cuda.c) and on the host otherwise. A policy that fails
+ * only marks its slot; -1 is for the forward itself. */
 int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const PolicyConfig *const *policies, int n,
                 int extra_capacity, KvErr *err);
 /* The keep-set of policies[i] at budget b (`full`: every context entry). Fails with the slot's error when

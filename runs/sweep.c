@@ -284,8 +284,10 @@ static void fail_all(VariantRun *runs, int n, const KvErr *err) {
         }
 }
 
-/* What variant i's allocation protects in its keep-set (runs/protected.h), for a value-weighted policy. */
+/* What variant i's allocation protects in its keep-set (runs/protected.h), for a value-weighted policy scored
+ * on the host (the device keeps no host state to count from: a prefill scored there stores no counts). */
 static int variant_protected(const Prefill *pf, int i, const Budget *b, VariantRun *r, int n_heads) {
+    if (pf->on_device) return 0;
     if (!(r->protected_counts = kv_malloc(2 * sizeof(int) * (size_t)n_heads, &r->err))) return -1;
     int rc = policy_protected_kept(pf->slots[pf->slot_of[i]].state, b, &r->keep, r->protected_counts, &r->err);
     if (rc == 0) memcpy(r->protected_counts + n_heads, r->keep.counts, sizeof(int) * (size_t)n_heads);
@@ -302,7 +304,7 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
                        int *n_ctx_out, int *n_q_out, int *over_length, int *n_batches) {
     const Model *m = sw->model;
     const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL};
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
     TokenIds ctx = {0}, q = {0}, stops = {0};
     Prefill pf;
     const PolicyConfig **policies = NULL;
@@ -561,7 +563,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL};
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
     Sample s;
     char key[600];
     KvErr serr = {{0}};

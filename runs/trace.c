@@ -46,6 +46,7 @@ static void trace_prepared(const PrepareEnv *env, const TokenIds *ctx, const Tok
     for (int i = 0; i < n; i++) policies[i] = &variants[i]->policy;
     PrepareEnv penv = *env;
     penv.keep_value_norm = importance == IMPORTANCE_VALUE_WEIGHTED;
+    penv.host_scoring = 1; /* the clamped share below reads the host's policy state */
     if (prefill_run(&p, &penv, ctx, policies, n, q->n + steps, &err)) goto fail;
     out->prefill_ms = p.prefill_ms;
 

@@ -862,6 +862,7 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
     /* views_fast stays 0: on an H200 (tests/gpu/results/2026-12-04-h200-decode.log) a decode step on views took
      * 6-14% longer than on gathered copies at a 32k cache, so the planner gathers wherever copies fit. */
     b->variant_bytes = cuda_variant_bytes;
+    b->scores_on_device = 1;
     b->memory_free = cuda_memory_free;
     b->cache_free = cuda_cache_free;
     b->forward = cuda_forward;

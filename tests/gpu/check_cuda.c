@@ -563,6 +563,49 @@ static void check_on_device(Summary *s, const char *spec, Backend *gpu, const in
                 "keep-sets at 20%% differ from the host's on the copied observation (== 0)", spec, differ, N_POLICIES);
 }
 
+/* The sweep's own prefill (runs/prepare.c) on this backend: scored on the device where it can (Prefill.on_device)
+ * and on the host when asked (PrepareEnv.host_scoring), every policy's keep-sets at 20% and 40% equal bit for
+ * bit; a set with a policy the device does not reproduce (knorm reads raw keys) scores on the host. */
+static void check_sweep_prefill(Summary *s, const char *spec, const Model *m, Backend *gpu, const int *tokens, int T) {
+    KvErr err = {{0}};
+    PolicyConfig pc[N_POLICIES + 1];
+    const PolicyConfig *pcs[N_POLICIES + 1];
+    int rc = 0;
+    for (int p = 0; p <= N_POLICIES && !rc; p++) {
+        rc = policy_config(&pc[p], p < N_POLICIES ? POLICIES[p] : "knorm", NULL, &err);
+        pcs[p] = &pc[p];
+    }
+    TokenIds ctx = {.ids = (int *)tokens, .n = T, .cap = T};
+    Prefill dev, host, mixed;
+    memset(&dev, 0, sizeof dev), memset(&host, 0, sizeof host), memset(&mixed, 0, sizeof mixed);
+    PrepareEnv env = {.model = m, .be = gpu}, env_host = {.model = m, .be = gpu, .host_scoring = 1};
+    if (!rc) rc = prefill_run(&dev, &env, &ctx, pcs, N_POLICIES, 0, &err) ||
+                  prefill_run(&host, &env_host, &ctx, pcs, N_POLICIES, 0, &err) ||
+                  prefill_run(&mixed, &env, &ctx, pcs, N_POLICIES + 1, 0, &err);
+    int differ = 0, compared = 0;
+    for (int p = 0; p < N_POLICIES && !rc; p++)
+        for (int b = 0; b < 2 && !rc; b++) {
+            Budget budget = {.keep_fraction = b ? 0.4 : 0.2};
+            KeepSet kd, kh;
+            memset(&kd, 0, sizeof kd), memset(&kh, 0, sizeof kh);
+            rc = prefill_select(&dev, p, &budget, &kd, &err) || prefill_select(&host, p, &budget, &kh, &err);
+            if (!rc) differ += !keepset_same(&kd, &kh), compared++;
+            keepset_free(&kd);
+            keepset_free(&kh);
+        }
+    if (rc)
+        verdict(s, 0, "%s the sweep's prefill scored on the device and on the host: %s", spec, err.msg);
+    else
+        verdict(s, dev.on_device && !host.on_device && !mixed.on_device && differ == 0,
+                "%s the sweep's prefill (runs/prepare.c): scored on the device %d (== 1), on the host when asked %d "
+                "(== 0) and with knorm in the set %d (== 0); %d of %d keep-sets (8 policies x 20%%, 40%%) differ "
+                "between device and host (== 0)", spec, dev.on_device, host.on_device, mixed.on_device, differ,
+                compared);
+    prefill_free(&dev);
+    prefill_free(&host);
+    prefill_free(&mixed);
+}
+
 /* ------------------------------------------------------------------------------------------------------ */
 /* Decode traces: the CPU's probabilities are kept, the CUDA backend's compared against them              */
 
@@ -748,6 +791,7 @@ static void check_model(Summary *s, const char *spec) {
                     .nu = cap_gpu.nu};
         check_device_scoring(s, spec, &o);
         check_on_device(s, spec, gpu, tokens, CTX, &cap_gpu);
+        check_sweep_prefill(s, spec, m, gpu, tokens, CTX);
     }
 
     /* A batch of sequences on gathered head-variable caches, the same keep-sets (the CPU's) on both sides. */
@@ -1026,7 +1070,7 @@ static void check_speed(Summary *s, const char *spec, double gemm_tflops, double
             t_received = now_s() - t0;
         }
         if (kc) gpu->cache_free(gpu, kc);
-        PrepareEnv env = {.model = m, .be = gpu};
+        PrepareEnv env = {.model = m, .be = gpu, .host_scoring = 1}; /* the host path; the device's is timed below */
         TokenIds ctx = {.ids = tokens, .n = T, .cap = T};
         Prefill pf;
         memset(&pf, 0, sizeof pf);
