@@ -86,6 +86,12 @@ struct Backend {
      * observe may be non-NULL only when B == 1; trace only when T == 1. */
     int (*forward)(Backend *b, KvCache *const *caches, int n_seqs, const int *tokens, int n_new, float *logits,
                    const ObserveHook *observe, const TraceHook *trace, KvErr *err);
+    /* forward without observation that hands back only each sequence's greedy pick next_ids[B] (the first
+     * index of its largest last-position logit, as engine/generate.c picks) where the logits live: the CUDA
+     * backend's device, so B ints cross to the host instead of B·V floats. NULL when a backend has none (the
+     * CPU's logits are in host memory already): callers pick from forward's logits. */
+    int (*forward_greedy)(Backend *b, KvCache *const *caches, int n_seqs, const int *tokens, int n_new,
+                          int *next_ids, const TraceHook *trace, KvErr *err);
     void (*destroy)(Backend *b);
 };
 

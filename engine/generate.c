@@ -23,6 +23,17 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
+/* One forward of n_new tokens per sequence, its greedy picks in next_ids[n_seqs]: picked where the logits live
+ * (the backend's forward_greedy), else from the logits[n_seqs][V] forward hands over. */
+static int forward_picks(Backend *be, KvCache *const *caches, int n_seqs, const int *tokens, int n_new, float *logits,
+                         int *next_ids, const TraceHook *trace, KvErr *err) {
+    if (be->forward_greedy) return be->forward_greedy(be, caches, n_seqs, tokens, n_new, next_ids, trace, err);
+    if (be->forward(be, caches, n_seqs, tokens, n_new, logits, NULL, trace, err)) return -1;
+    int V = be->model->cfg.vocab_size;
+    for (int i = 0; i < n_seqs; i++) next_ids[i] = argmax(logits + (size_t)i * V, V);
+    return 0;
+}
+
 static int is_stop(const GenerateOptions *opt, int id) {
     for (int i = 0; i < opt->n_stop; i++)
         if (opt->stop_ids[i] == id) return 1;
@@ -51,13 +62,15 @@ int generate_greedy(Backend *be, KvCache *const *caches, int n_seqs, const int *
     int V = be->model->cfg.vocab_size;
     int *tokens = kv_malloc((size_t)n_seqs * n_prompt * sizeof(int), err);
     int *slot_seq = tokens ? kv_malloc((size_t)n_seqs * sizeof(int), err) : NULL;
-    KvCache **batch = slot_seq ? kv_malloc((size_t)n_seqs * sizeof *batch, err) : NULL;
-    float *logits = batch ? kv_malloc((size_t)n_seqs * V * sizeof(float), err) : NULL;
+    int *picks = slot_seq ? kv_malloc((size_t)n_seqs * sizeof(int), err) : NULL;
+    KvCache **batch = picks ? kv_malloc((size_t)n_seqs * sizeof *batch, err) : NULL;
+    /* the logits only where the host picks */
+    float *logits = batch && !be->forward_greedy ? kv_malloc((size_t)n_seqs * V * sizeof(float), err) : NULL;
     int rc = -1;
-    if (!logits) goto done;
+    if (!batch || (!logits && !be->forward_greedy)) goto done;
     for (int b = 0; b < n_seqs; b++) memcpy(tokens + (size_t)b * n_prompt, prompt, (size_t)n_prompt * sizeof(int));
     double t = now_ms();
-    if (be->forward(be, caches, n_seqs, tokens, n_prompt, logits, NULL, NULL, err)) {
+    if (forward_picks(be, caches, n_seqs, tokens, n_prompt, logits, picks, NULL, err)) {
         kv_wrap(err, "generate: feeding %d prompt tokens", n_prompt);
         goto done;
     }
@@ -65,28 +78,27 @@ int generate_greedy(Backend *be, KvCache *const *caches, int n_seqs, const int *
     t = now_ms();
     TraceRelay relay = {opt->trace, slot_seq};
     TraceHook relay_hook = {relay_attention, &relay};
-    /* Slots of the current batch: batch[i] is caches[slot_seq[i]], its logits in row i. */
+    /* Slots of the current batch: batch[i] is caches[slot_seq[i]], its pick in picks[i]. */
     int active = n_seqs;
     for (int b = 0; b < n_seqs; b++) slot_seq[b] = b;
     for (int step = 0; step < opt->max_new && active > 0; step++) {
         int next = 0;
         for (int i = 0; i < active; i++) {
-            int b = slot_seq[i], id = argmax(logits + (size_t)i * V, V);
+            int b = slot_seq[i], id = picks[i];
             int stop = is_stop(opt, id);
             if (stop && opt->stop_rule == GEN_STOP_ANY_TOKEN) continue;
             if (ids_push(&out[b], id, err)) goto done;
             st.decode_tokens++;
             if (out[b].n == opt->max_new || (stop && out[b].n > 1)) continue;
-            /* compact in place: slot `next` <= i, so the logits row moves down or stays */
+            /* compact in place: slot `next` <= i */
             slot_seq[next] = b;
             batch[next] = caches[b];
             tokens[next] = id;
-            if (next != i) memcpy(logits + (size_t)next * V, logits + (size_t)i * V, (size_t)V * sizeof(float));
             next++;
         }
         active = next;
         if (active == 0) break;
-        if (be->forward(be, batch, active, tokens, 1, logits, NULL, opt->trace ? &relay_hook : NULL, err)) {
+        if (forward_picks(be, batch, active, tokens, 1, logits, picks, opt->trace ? &relay_hook : NULL, err)) {
             kv_wrap(err, "generate: decode step %d", step + 1);
             goto done;
         }
@@ -96,6 +108,7 @@ int generate_greedy(Backend *be, KvCache *const *caches, int n_seqs, const int *
 done:
     free(tokens);
     free(slot_seq);
+    free(picks);
     free(batch);
     free(logits);
     if (stats) *stats = st;

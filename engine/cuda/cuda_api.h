@@ -54,6 +54,9 @@ int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err);
 /* Ceilings measured on this GPU: a large bf16 GEMM through cuBLAS (fp32 accumulation) in TFLOP/s, and a large
  * device-to-device cudaMemcpy in GB/s counting bytes read plus bytes written. */
 int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err);
+/* The device's greedy pick (launch_argmax_rows, what Backend.forward_greedy hands back) of host rows x[rows][V]
+ * into out[rows], for the check against the host's scan. */
+int cuda_argmax_rows_host(const float *x, int rows, int V, int *out, KvErr *err);
 /* Seconds one synchronous copy of `bytes` from the device to unpinned host memory takes (a decode step's logits
  * copy), the mean of 20 after 2 warm-ups. */
 int cuda_measure_host_copy(size_t bytes, double *seconds, KvErr *err);

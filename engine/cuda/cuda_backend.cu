@@ -152,6 +152,7 @@ typedef struct {
     bf16 *xb, *q, *ao, *ffn;  /* [rows][D], [rows][H*d], [rows][H*d], [rows][F] */
     DevBuf table, table_host; /* DevHead[B*N*K] then int seq_pos[B] then int tokens[B*Tc] */
     DevBuf logits, xlast;     /* [B][V] f32, [B][D] bf16 */
+    DevBuf next_ids;          /* [B] int: the greedy picks of forward_greedy */
     DevBuf part_o, part_ml;   /* split-K partials */
     DevBuf probs, probs_host; /* naive attention rows: observation attn or trace */
     DevBuf obs_dev;           /* observation staging (f32) */
@@ -660,7 +661,9 @@ static int attention_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
                                    K, d, B, S, cu->st, err);
 }
 
-static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *logits, KvErr *err) {
+/* The last chunk ends with each sequence's logits in logits[B][V] on the host, or, with next_ids, only its
+ * greedy pick: the logits stay on the device and B ints come back instead of B·V floats. */
+static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *logits, int *next_ids, KvErr *err) {
     const ModelConfig *c = &cu->m->cfg;
     int N = c->n_layers, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, D = c->d_model, F = c->d_ff;
     int B = ch->B, Tc = ch->Tc, M = B * Tc, NK = N * K, QKV = (H + 2 * K) * d;
@@ -718,7 +721,7 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
         if (ch->w && l > 0 && observe_deliver(cu, ch, l - 1, err)) return -1;
     }
     if (ch->w && observe_deliver(cu, ch, N - 1, err)) return -1;
-    if (last && logits) {
+    if (last && (logits || next_ids)) {
         int V = c->vocab_size;
         if (devbuf_reserve(&cu->xlast, (size_t)B * D * sizeof(bf16), "the last hidden states", err) ||
             devbuf_reserve(&cu->logits, (size_t)B * V * sizeof(float), "the logits", err) ||
@@ -726,7 +729,16 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
             gemm_bf16(cu->blas, (const bf16 *)cu->xlast.p, D, cu->lm_head, D, cu->logits.p, CUDA_R_32F, V, B, V, D,
                       0.0f, err))
             return -1;
-        CU_CHECK(cudaMemcpyAsync(logits, cu->logits.p, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
+        if (logits)
+            CU_CHECK(cudaMemcpyAsync(logits, cu->logits.p, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                     cu->st));
+        if (next_ids) {
+            if (devbuf_reserve(&cu->next_ids, (size_t)B * sizeof(int), "the greedy picks", err) ||
+                launch_argmax_rows((const float *)cu->logits.p, B, V, (int *)cu->next_ids.p, cu->st, err))
+                return -1;
+            CU_CHECK(cudaMemcpyAsync(next_ids, cu->next_ids.p, (size_t)B * sizeof(int), cudaMemcpyDeviceToHost,
+                                     cu->st));
+        }
     }
     CU_CHECK(cudaStreamSynchronize(cu->st));
     for (int b = 0; b < B; b++) {
@@ -737,8 +749,9 @@ static int run_chunk(Cuda *cu, Chunk *ch, const int *tokens, int last, float *lo
     return 0;
 }
 
-static int cuda_forward(Backend *be, KvCache *const *caches, int n_seqs, const int *tokens, int n_new,
-                        float *logits, const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+static int forward_chunks(Backend *be, KvCache *const *caches, int n_seqs, const int *tokens, int n_new,
+                          float *logits, int *next_ids, const ObserveHook *observe, const TraceHook *trace,
+                          KvErr *err) {
     Cuda *cu = impl_of(be);
     const ModelConfig *c = &cu->m->cfg;
     int NK = c->n_layers * c->n_kv_heads;
@@ -794,10 +807,20 @@ static int cuda_forward(Backend *be, KvCache *const *caches, int n_seqs, const i
         ch.t_start = start;
         ch.Tc = n;
         ch.w = last ? w : 0;
-        if (run_chunk(cu, &ch, tokens, last, logits, err)) return -1;
+        if (run_chunk(cu, &ch, tokens, last, logits, next_ids, err)) return -1;
         start += n;
     }
     return 0;
+}
+
+static int cuda_forward(Backend *be, KvCache *const *caches, int n_seqs, const int *tokens, int n_new,
+                        float *logits, const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
+    return forward_chunks(be, caches, n_seqs, tokens, n_new, logits, NULL, observe, trace, err);
+}
+
+static int cuda_forward_greedy(Backend *be, KvCache *const *caches, int n_seqs, const int *tokens, int n_new,
+                               int *next_ids, const TraceHook *trace, KvErr *err) {
+    return forward_chunks(be, caches, n_seqs, tokens, n_new, NULL, next_ids, NULL, trace, err);
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
@@ -807,8 +830,8 @@ static void cuda_destroy(Backend *b) {
     if (!b) return;
     Cuda *cu = impl_of(b);
     if (cu) {
-        DevBuf *dev[] = {&cu->table, &cu->logits, &cu->xlast, &cu->part_o, &cu->part_ml, &cu->probs, &cu->obs_dev,
-                         &cu->gather_rows};
+        DevBuf *dev[] = {&cu->table, &cu->logits, &cu->xlast, &cu->next_ids, &cu->part_o, &cu->part_ml, &cu->probs,
+                         &cu->obs_dev, &cu->gather_rows};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]->p);
         DevBuf *host[] = {&cu->table_host, &cu->probs_host, &cu->observed[0].host, &cu->observed[1].host};
         for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) cudaFreeHost(host[i]->p);
@@ -866,6 +889,7 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
     b->memory_free = cuda_memory_free;
     b->cache_free = cuda_cache_free;
     b->forward = cuda_forward;
+    b->forward_greedy = cuda_forward_greedy;
     b->destroy = cuda_destroy;
     cu->m = m;
     cu->layers = layers;

@@ -98,6 +98,9 @@ int launch_flash_prefill(const bf16 *q, bf16 *out, const DevHead *heads, int lay
 int launch_decode_attention(const bf16 *q, bf16 *out, float *o_part, float *ml_part, const DevHead *heads,
                             int layer, int N, int H, int K, int d, int B, int n_splits, cudaStream_t st,
                             KvErr *err);
+/* out[r] = the first index of the largest of x[r][0..V) (engine/generate.c's greedy pick, bit for bit: a NaN
+ * only when it is first), for r < rows. */
+int launch_argmax_rows(const float *x, int rows, int V, int *out, cudaStream_t st, KvErr *err);
 /* out[r] (+)= scale * sum_e |P[r][e]| for r < rows. */
 int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int accumulate, cudaStream_t st,
                    KvErr *err);

@@ -449,6 +449,20 @@ done:
     return rc;
 }
 
+extern "C" int cuda_argmax_rows_host(const float *x, int rows, int V, int *out, KvErr *err) {
+    DevPool pool;
+    float *dx = NULL;
+    int *dout = NULL;
+    if (pool.alloc((void **)&dx, sizeof(float) * (size_t)rows * V, err) ||
+        pool.alloc((void **)&dout, sizeof(int) * (size_t)rows, err))
+        return -1;
+    cudaError_t e = cudaMemcpy(dx, x, sizeof(float) * (size_t)rows * V, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) return kv_fail(err, "argmax: cudaMemcpy: %s", cudaGetErrorString(e));
+    if (launch_argmax_rows(dx, rows, V, dout, 0, err)) return -1;
+    e = cudaMemcpy(out, dout, sizeof(int) * (size_t)rows, cudaMemcpyDeviceToHost);
+    return e != cudaSuccess ? kv_fail(err, "argmax: cudaMemcpy: %s", cudaGetErrorString(e)) : 0;
+}
+
 extern "C" int cuda_measure_host_copy(size_t bytes, double *seconds, KvErr *err) {
     DevPool pool;
     void *dev = NULL;

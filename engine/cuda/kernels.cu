@@ -680,6 +680,44 @@ int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int
     return 0;
 }
 
+/* The host's greedy pick (engine/generate.c argmax) per row: the first index of the largest value, scanning with
+ * a strict >, so a NaN is never picked unless it is the row's first value (then nothing beats it: index 0). The
+ * block's threads scan strided ranges in ascending order (each keeps its lowest index among equals) and fold
+ * pairs by (value, lower index), a NaN counting as below -inf, which is the sequential scan's answer. */
+__device__ static bool argmax_better(float va, int ia, float vb, int ib) {
+    bool na = va != va, nb = vb != vb;
+    if (na != nb) return nb;
+    if (!na && va != vb) return va > vb;
+    return ia < ib;
+}
+
+__global__ static void k_argmax_rows(const float *x, int V, int *out) {
+    __shared__ float best_v[256];
+    __shared__ int best_i[256];
+    const float *row = x + (size_t)blockIdx.x * V;
+    float bv = row[0];
+    int bi = 0;
+    for (int e = threadIdx.x; e < V; e += blockDim.x)
+        if (argmax_better(row[e], e, bv, bi)) bv = row[e], bi = e;
+    best_v[threadIdx.x] = bv;
+    best_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half &&
+            argmax_better(best_v[threadIdx.x + half], best_i[threadIdx.x + half], best_v[threadIdx.x], best_i[threadIdx.x]))
+            best_v[threadIdx.x] = best_v[threadIdx.x + half], best_i[threadIdx.x] = best_i[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = row[0] != row[0] ? 0 : best_i[0];
+}
+
+int launch_argmax_rows(const float *x, int rows, int V, int *out, cudaStream_t st, KvErr *err) {
+    if (rows == 0) return 0;
+    k_argmax_rows<<<rows, 256, 0, st>>>(x, V, out);
+    LAUNCH_CHECK();
+    return 0;
+}
+
 __global__ static void k_qwin(const bf16 *q, float *q_win, int t0, int w, int H, int d) {
     size_t n = (size_t)H * w * d;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;

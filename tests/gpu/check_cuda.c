@@ -691,11 +691,66 @@ done:
     free(logits);
 }
 
+/* generate.c's greedy pick: the first index of the largest value under a strict >. */
+static int host_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* Feeds tokens[N_DECODE][n_new] to caches through forward_greedy and counts into *differ the sequences whose pick
+ * is not the host's argmax of want_logits[N_DECODE][V] (the same tokens' logits on identical caches). */
+static int greedy_picks_differ(Backend *gpu, KvCache **caches, const int *tokens, int n_new, const float *want_logits,
+                               long *differ, KvErr *err) {
+    int picks[N_DECODE], V = gpu->model->cfg.vocab_size;
+    if (!gpu->forward_greedy) return kv_fail(err, "backend %s has no forward_greedy", gpu->name);
+    if (gpu->forward_greedy(gpu, caches, N_DECODE, tokens, n_new, picks, NULL, err)) return -1;
+    for (int b = 0; b < N_DECODE; b++) *differ += picks[b] != host_argmax(want_logits + (size_t)b * V, V);
+    return 0;
+}
+
+/* The device's argmax kernel on rows made to catch every way it could differ from the host's scan: ties (the
+ * first index wins), -0 against +0, NaN first (index 0) and NaN elsewhere (never picked), all -inf, a maximum in
+ * the last element, and random rows of a real vocabulary's width. */
+static void check_argmax(Summary *s) {
+    enum { ROWS = 9, V = 151936 };
+    float *x = malloc(sizeof(float) * ROWS * V);
+    int got[ROWS], want[ROWS];
+    KvErr err = {{0}};
+    if (!x) {
+        verdict(s, 0, "argmax: out of host memory");
+        return;
+    }
+    for (size_t i = 0; i < (size_t)ROWS * V; i++) x[i] = (float)(random_token(1000) - 500) / 7.0f;
+    float *r = x;
+    r[17] = r[90000] = r[151000] = 1e6f;                       /* row 0: a three-way tie */
+    r += V, r[5] = -0.0f, r[6] = 0.0f;                         /* row 1: -0 before +0, both the max */
+    for (int i = 0; i < V; i++) r[i] = i == 5 || i == 6 ? r[i] : -1.0f;
+    r += V, r[0] = NAN, r[3] = 1e9f;                           /* row 2: NaN first: index 0 */
+    r += V, r[1] = NAN, r[40000] = NAN, r[77] = 1e9f;          /* row 3: NaN elsewhere is skipped */
+    r += V;                                                    /* row 4: all -inf: index 0 */
+    for (int i = 0; i < V; i++) r[i] = -INFINITY;
+    r += V, r[V - 1] = 1e9f;                                   /* row 5: the last element */
+    for (int k = 0; k < ROWS; k++) want[k] = host_argmax(x + (size_t)k * V, V);
+    int rc = cuda_argmax_rows_host(x, ROWS, V, got, &err), differ = 0;
+    for (int k = 0; k < ROWS && !rc; k++) differ += got[k] != want[k];
+    if (rc) verdict(s, 0, "argmax on the device: %s", err.msg);
+    else
+        verdict(s, differ == 0 && want[0] == 17 && want[1] == 5 && want[2] == 0 && want[3] == 77 && want[4] == 0 &&
+                       want[5] == V - 1,
+                "argmax on the device against the host's scan, %d rows of %d (ties, -0/+0, NaN, -inf, last): %d differ "
+                "(== 0)", ROWS, V, differ);
+    free(x);
+}
+
 static void check_model(Summary *s, const char *spec) {
     KvErr err = {{0}};
     Model *m = NULL;
     Backend *cpu = NULL, *gpu = NULL;
     KvCache *cc = NULL, *gc = NULL, *cb[N_DECODE] = {0}, *gb[N_DECODE] = {0}, *gv[N_DECODE] = {0};
+    KvCache *gg[N_DECODE] = {0}; /* the same copies again, decoded by forward_greedy */
+    long pick_differ = 0;        /* its picks against the host's argmax of gb's logits */
     Capture cap_cpu, cap_gpu;
     memset(&cap_cpu, 0, sizeof cap_cpu);
     memset(&cap_gpu, 0, sizeof cap_gpu);
@@ -801,6 +856,7 @@ static void check_model(Summary *s, const char *spec) {
             const KeepSet *ks = &ks_cpu[DECODE_POLICIES[b]];
             if (cpu->cache_gather(cpu, cc, ks, extra, &cb[b], &err) ||
                 gpu->cache_gather(gpu, gc, ks, extra, &gb[b], &err) ||
+                gpu->cache_gather(gpu, gc, ks, extra, &gg[b], &err) ||
                 gpu->cache_view(gpu, gc, ks, extra, &gv[b], &err)) {
                 verdict(s, 0, "%s gather: %s", spec, err.msg);
                 goto done;
@@ -809,7 +865,8 @@ static void check_model(Summary *s, const char *spec) {
         for (int i = 0; i < N_DECODE * QUESTION; i++) tokens[i] = random_token(V);
         if (cpu->forward(cpu, cb, N_DECODE, tokens, QUESTION, lc, NULL, NULL, &err) ||
             gpu->forward(gpu, gb, N_DECODE, tokens, QUESTION, lg, NULL, NULL, &err) ||
-            gpu->forward(gpu, gv, N_DECODE, tokens, QUESTION, lv, NULL, NULL, &err)) {
+            gpu->forward(gpu, gv, N_DECODE, tokens, QUESTION, lv, NULL, NULL, &err) ||
+            greedy_picks_differ(gpu, gg, tokens, QUESTION, lg, &pick_differ, &err)) {
             verdict(s, 0, "%s question feed: %s", spec, err.msg);
             goto done;
         }
@@ -843,7 +900,8 @@ static void check_model(Summary *s, const char *spec) {
             }
             tr.compare = 1;
             if (gpu->forward(gpu, gb, N_DECODE, next, 1, lg, NULL, hook, &err) ||
-                gpu->forward(gpu, gv, N_DECODE, next, 1, lv, NULL, hook, &err)) {
+                gpu->forward(gpu, gv, N_DECODE, next, 1, lv, NULL, hook, &err) ||
+                greedy_picks_differ(gpu, gg, next, 1, lg, &pick_differ, &err)) {
                 verdict(s, 0, "%s CUDA decode: %s", spec, err.msg);
                 goto done;
             }
@@ -852,6 +910,9 @@ static void check_model(Summary *s, const char *spec) {
         }
         verdict(s, worst <= TOL_LOGITS, "%s %d decode steps, batch of %d head-variable caches: logits relative "
                 "error %.2e", spec, STEPS, N_DECODE, worst);
+        verdict(s, pick_differ == 0, "%s greedy picks on the device (Backend.forward_greedy: only the token ids come "
+                "back) against the host's argmax of the same caches' logits: question feed and %d steps, %ld of %d "
+                "differ (== 0)", spec, STEPS, pick_differ, (STEPS + 1) * N_DECODE);
         {   /* what the sweep's memory planner asks of the backend (runs/memplan.h) */
             double free_b = -1, view_b = gpu->variant_bytes(gpu, gc, &ks_cpu[2], extra, 1),
                    copy_b = gpu->variant_bytes(gpu, gc, &ks_cpu[2], extra, 0);
@@ -891,6 +952,8 @@ static void check_model(Summary *s, const char *spec) {
         verdict(s, rc == 0, "%s the backend still works after the errors%s%s", spec, rc ? ": " : "", rc ? err.msg : "");
     }
 done:
+    for (int b = 0; b < N_DECODE; b++)
+        if (gg[b]) gpu->cache_free(gpu, gg[b]);
     for (int i = 0; tr.probs && i < tr.B * tr.N * tr.H; i++) free(tr.probs[i]);
     free(tr.probs);
     free(tr.n);
@@ -1211,6 +1274,7 @@ int main(int argc, char **argv) {
                 "naive oracle: max abs error %.2e (<= %.0e)", lab_long.decode_max_err, TOL_KERNEL);
     }
     check_device_scoring_random(&s);
+    check_argmax(&s);
     check_model(&s, "synthetic:smollm2-135m:layers=2");
     check_model(&s, "synthetic:llama-3.1-8b:layers=2");
     if (gemm_tflops > 0) check_speed(&s, "synthetic:llama-3.1-8b:layers=4", gemm_tflops, copy_gbs, quick);
