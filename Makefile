@@ -1,7 +1,7 @@
 # kvbench — build, test, benchmark.
 #   make            build ./kvbench (CPU; the CUDA backend too when nvcc is found, CUDA=0 to skip it)
 #   make setup      install Debian packages (scripts/setup.sh) and the default model (make model)
-#   make test       build and run every test; the runner ends with "N passed, N failed"
+#   make test       build and run every test; the runner ends with "N passed, N failed, N skipped"
 #   make sanitize   the same tests under clang's AddressSanitizer + UndefinedBehaviorSanitizer, float-cast-overflow
 #                   included (build-san/, its own build-san/kvbench: ./kvbench stays the optimised build)
 #   make check      test + sanitize (what .ci/run and the README run), then checks ./kvbench is still the optimised one

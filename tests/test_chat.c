@@ -161,7 +161,7 @@ static void test_none_and_bad(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_chat", 0, 0};
+    TestCounts tc = {"test_chat", 0, 0, 0};
     KvErr err = {{0}};
     char *text = kv_read_file(TEST_DATA("chat_cases.json"), NULL, &err);
     cJSON *root = text ? cJSON_Parse(text) : NULL;

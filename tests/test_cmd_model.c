@@ -17,7 +17,7 @@ static int run_captured(int (*cmd)(int, char **), int argc, char **argv, char *b
 }
 
 int main(void) {
-    TestCounts tc = {"test_cmd_model", 0, 0};
+    TestCounts tc = {"test_cmd_model", 0, 0, 0};
     char out[8192];
 #define RUN(cmd, ...) run_captured(cmd, (int)(sizeof((char *[]){__VA_ARGS__}) / sizeof(char *)), (char *[]){__VA_ARGS__}, out, sizeof out)
     CHECK(&tc, run_captured(cmd_info, 0, NULL, out, sizeof out) == 2 && strstr(out, "usage"), "info without a model: %s", out);
@@ -32,7 +32,7 @@ int main(void) {
     CHECK(&tc, RUN(cmd_generate, "--model", "tests/data/models/tiny-llama-hf", "--prompt", "p") == 1 &&
                    strstr(out, "tokenizer"), "a model without a tokenizer: %s", out);
     if (access(GGUF_PATH, R_OK) != 0) {
-        printf("test_cmd_model: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
         return test_finish(&tc);
     }
     CHECK(&tc, RUN(cmd_tokenize, "--model", GGUF_PATH, "--text", "Hello world") == 0, "encode: %s", out);

@@ -233,7 +233,7 @@ static void test_no_aggregation(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_config", 0, 0};
+    TestCounts tc = {"test_config", 0, 0, 0};
     test_good(&tc);
     test_errors(&tc);
     test_out_of_range(&tc);

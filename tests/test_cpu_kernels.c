@@ -277,7 +277,7 @@ static void check_rows_in_place(TestCounts *tc, const CpuKernels *simd) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_kernels", 0, 0};
+    TestCounts tc = {"test_cpu_kernels", 0, 0, 0};
     static float w4[N * K], w8[N * K], scalar_out[2 * MAXM * N];
     make_q4_weights(w4);
     make_q8_weights(w8);
@@ -289,7 +289,7 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         err.msg[0] = 0;
         if (cpu_kernels_init(&kt, levels[i], NULL, &err)) {
-            printf("test_cpu_kernels: %s not supported here, skipped (%s)\n", levels[i], err.msg);
+            SKIP(&tc, "%s: not supported here (%s)", levels[i], err.msg);
             continue;
         }
         check_level(&tc, simd, w4, w8, scalar_out);

@@ -256,7 +256,7 @@ static void test_bad_patterns(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_duo", 0, 0};
+    TestCounts tc = {"test_duo", 0, 0, 0};
     snprintf(tmp_root, sizeof tmp_root, "/tmp/kvbench_duo_XXXXXX");
     if (!mkdtemp(tmp_root)) {
         perror("mkdtemp");

@@ -436,7 +436,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
 }
 
 int main(void) {
-    TestCounts tc = {"test_forward", 0, 0};
+    TestCounts tc = {"test_forward", 0, 0, 0};
     check_kernels(&tc);
     check_changed_source(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
@@ -463,7 +463,7 @@ int main(void) {
         check_model(&tc, GGUF_PATH, "smollm2-135m", 0);
         report_fast(&tc, GGUF_PATH, "smollm2-135m");
     } else {
-        printf("test_forward: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
     }
     return test_finish(&tc);
 }

@@ -195,7 +195,7 @@ static void check_option(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_forward_f16", 0, 0};
+    TestCounts tc = {"test_forward_f16", 0, 0, 0};
     check_option(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1, 1, 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 0, 1, 0);
@@ -217,7 +217,7 @@ int main(void) {
         fclose(f);
         check_model(&tc, GGUF_PATH, "smollm2-135m", 0, 1, 1);
     } else {
-        printf("test_forward_f16: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
     }
     return test_finish(&tc);
 }

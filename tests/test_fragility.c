@@ -93,7 +93,7 @@ static void make_set(TestSet *t, int n_layers, const int *per_layer_counts, cons
 }
 
 int main(void) {
-    TestCounts tc = {"test_fragility", 0, 0};
+    TestCounts tc = {"test_fragility", 0, 0, 0};
     KvErr err;
     /* N=2 layers, H=2 query heads on K=1 kv-head (G=2), context L=4, one generated token at position 4.
      * Layer 0: head 0 probs [.1 .2 .3 .2 | .2] -> context mass .8 -> [.125 .25 .375 .25];

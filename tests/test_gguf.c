@@ -299,7 +299,7 @@ static void test_tiny_layout(TestCounts *tc) {
 /* String arrays of a real vocabulary: O(1) element access and the values llama.cpp's converter wrote. */
 static void test_smollm2(TestCounts *tc) {
     if (access(SMOLLM2, R_OK)) {
-        printf("test_gguf: SKIP SmolLM2 checks: %s not present (make model fetches it)\n", SMOLLM2);
+        SKIP(tc, "the SmolLM2 checks: %s not present (make model fetches it)", SMOLLM2);
         return;
     }
     GgufFile *g = NULL;
@@ -324,7 +324,7 @@ static void test_smollm2(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_gguf", 0, 0};
+    TestCounts tc = {"test_gguf", 0, 0, 0};
     GgufFile *g = NULL;
     KvErr err = {{0}};
     CHECK(&tc, gguf_open(&g, QUANT_CASES, &err) == 0, "%s", err.msg);

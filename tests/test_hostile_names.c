@@ -267,7 +267,7 @@ static void test_slurm(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_hostile_names", 0, 0};
+    TestCounts tc = {"test_hostile_names", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_hostile_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     snprintf(marker, sizeof marker, "%s/MARKER", dir);

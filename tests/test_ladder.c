@@ -423,7 +423,7 @@ static void test_forced_share(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"ladder", 0, 0};
+    TestCounts tc = {"ladder", 0, 0, 0};
     Ref r;
     KvErr err;
     if (ref_open(&r, &err)) {

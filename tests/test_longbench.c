@@ -326,7 +326,7 @@ static void check_bad_input(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_longbench", 0, 0};
+    TestCounts tc = {"test_longbench", 0, 0, 0};
     cJSON *expected = load_json(LB_DIR "/expected_prompts.json"), *pandas = load_json(LB_DIR "/pandas_sample.json");
     CHECK(&tc, expected && pandas, "reference files missing");
     if (expected && pandas) {

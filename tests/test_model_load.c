@@ -248,7 +248,7 @@ static void test_q5_gguf(TestCounts *tc, const cJSON *exp) {
 
 static void test_smollm2(TestCounts *tc) {
     if (access(SMOLLM2, R_OK)) {
-        printf("test_model_load: SKIP SmolLM2 checks: %s not present (make model fetches it)\n", SMOLLM2);
+        SKIP(tc, "the SmolLM2 checks: %s not present (make model fetches it)", SMOLLM2);
         return;
     }
     Model *m = NULL;
@@ -753,7 +753,7 @@ static void test_bad_gguf_model(TestCounts *tc, const TmpDir *t, const cJSON *ex
 }
 
 int main(void) {
-    TestCounts tc = {"test_model_load", 0, 0};
+    TestCounts tc = {"test_model_load", 0, 0, 0};
     cJSON *gexp = load_json(TEST_DATA("gguf/tiny_expected.json"));
     cJSON *hexp = load_json(TEST_DATA("hf_fixtures/expected.json"));
     CHECK(&tc, gexp && hexp, "expected-value files");

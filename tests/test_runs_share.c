@@ -364,7 +364,7 @@ static void test_assets(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_runs_share", 0, 0};
+    TestCounts tc = {"test_runs_share", 0, 0, 0};
     CHECK(&tc, access(TOKENIZER, R_OK) == 0, "%s is missing: run `make model` first", TOKENIZER);
     if (tc.failed) return test_finish(&tc);
     snprintf(dir, sizeof dir, "/tmp/kvbench_share_XXXXXX");

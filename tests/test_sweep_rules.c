@@ -270,7 +270,7 @@ static void test_select(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_sweep_rules", 0, 0};
+    TestCounts tc = {"test_sweep_rules", 0, 0, 0};
     test_parse(&tc);
     snprintf(dir, sizeof dir, "/tmp/kvbench_rules_XXXXXX");
     if (!mkdtemp(dir)) return 1;

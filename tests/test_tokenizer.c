@@ -756,7 +756,7 @@ static void test_speed(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_tokenizer", 0, 0};
+    TestCounts tc = {"test_tokenizer", 0, 0, 0};
     test_unicode(&tc);
     test_expected_ids(&tc);
     test_metaspace_variants(&tc);

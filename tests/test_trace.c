@@ -536,7 +536,7 @@ static void test_shipped_configs(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_trace", 0, 0};
+    TestCounts tc = {"test_trace", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_trace_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     char config[128];
