@@ -174,9 +174,7 @@ int ds_utf8_valid(const char *s, size_t n, size_t *bad) {
 /* ---------------------------------------------------------------- assets and JSON */
 
 const char *ds_assets_dir(const DatasetOptions *opt) {
-    if (opt && opt->assets_dir && *opt->assets_dir) return opt->assets_dir;
-    const char *env = getenv("KVBENCH_ASSETS");
-    return env && *env ? env : "datasets/assets";
+    return opt && opt->assets_dir && *opt->assets_dir ? opt->assets_dir : "datasets/assets";
 }
 
 cJSON *ds_load_json(const char *assets_dir, const char *rel, KvErr *err) {

@@ -125,11 +125,6 @@ fail:
     return -1;
 }
 
-const char *duo_patterns_dir(void) {
-    const char *env = getenv("KVBENCH_DUO_PATTERNS");
-    return env && *env ? env : "policies/assets/duo_attention_patterns";
-}
-
 static int contains_nocase(const char *hay, const char *needle) {
     size_t n = strlen(needle);
     for (; hay && *hay; hay++) {
@@ -149,8 +144,8 @@ static int is_pattern_dir(const char *root, const char *name) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int duo_pattern_find(const char *model_name, const char *model_path, char *dir, size_t dir_size, KvErr *err) {
-    const char *root = duo_patterns_dir();
+int duo_pattern_find(const char *root, const char *model_name, const char *model_path, char *dir, size_t dir_size,
+                     KvErr *err) {
     DIR *d = opendir(root);
     if (!d) {
         if (errno == ENOENT) return 0;
@@ -170,8 +165,7 @@ int duo_pattern_find(const char *model_name, const char *model_path, char *dir, 
     return best > 0;
 }
 
-void duo_pattern_shipped(char *out, size_t size) {
-    const char *root = duo_patterns_dir();
+void duo_pattern_shipped(const char *root, char *out, size_t size) {
     DIR *d = opendir(root);
     snprintf(out, size, "none");
     if (!d) return;

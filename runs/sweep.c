@@ -809,6 +809,14 @@ static int run_plan(Sweep *sw, Plan *plan, KvErr *err) {
 
 /* ---------------------------------------------------------------- one model */
 
+/* The options model m's backend is asked for: the command line's over its config's "cpu" over the environment. */
+static int model_backend_options(const RunConfig *cfg, const SweepOptions *opt, const RunModel *m,
+                                 BackendOptions *options, KvErr *err) {
+    char where[1100];
+    snprintf(where, sizeof where, "%s: models[%d]", cfg->file, (int)(m - cfg->models));
+    return util_backend_options(options, opt->backend_flags, m->cpu, where, err);
+}
+
 static int load_model(Sweep *sw, KvErr *err) {
     const RunModel *rm = sw->rm;
     if (backend_load_model(&sw->model, rm->backend, rm->path, err))
@@ -825,7 +833,9 @@ static int load_model(Sweep *sw, KvErr *err) {
     if (tokenizer_vocab_size(sw->tok) > sw->model->cfg.vocab_size)
         return kv_fail(err, "%s: model '%s': the tokenizer has %d tokens, the model's vocabulary only %d",
                        sw->cfg->file, rm->name, tokenizer_vocab_size(sw->tok), sw->model->cfg.vocab_size);
-    return backend_open(&sw->be, rm->backend, sw->model, &sw->opt->backend, err);
+    BackendOptions options;
+    if (model_backend_options(sw->cfg, sw->opt, rm, &options, err)) return -1;
+    return backend_open(&sw->be, rm->backend, sw->model, &options, err);
 }
 
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
@@ -938,10 +948,12 @@ static int check_inputs(const RunConfig *cfg, const SweepOptions *opt, KvErr *er
         if (strcmp(m->backend, "cpu") && !strstr(backend_available(), m->backend))
             return kv_fail(err, "%s: models[%d].backend: '%s' is not in this build (available: %s)", cfg->file, i,
                            m->backend, backend_available());
-        if (strcmp(m->backend, "cpu") && opt->backend.cache == KV_ELEM_F16)
-            return kv_fail(err, "%s: models[%d].backend: KVBENCH_CACHE=f16 is the cpu backend's half-precision cache; "
-                                "backend '%s' keeps its own (unset KVBENCH_CACHE or use backend cpu)", cfg->file, i,
-                           m->backend);
+        BackendOptions options;
+        if (model_backend_options(cfg, opt, m, &options, err)) return -1;
+        if (strcmp(m->backend, "cpu") && options.cache == KV_ELEM_F16)
+            return kv_fail(err, "%s: models[%d].backend: cache 'f16' is the cpu backend's half-precision cache; "
+                                "backend '%s' keeps its own (set cache f32, or leave it unset, or use backend cpu)",
+                           cfg->file, i, m->backend);
     }
     return 0;
 }

@@ -1,6 +1,9 @@
 /* util.c — directories, hashes, the build revision and a clock for the runner and the report. */
 #include "util.h"
 
+#include "../policies/duo.h"
+
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +15,56 @@
 #include <time.h>
 #include <unistd.h>
 
-int util_backend_options(BackendOptions *o, KvErr *err) {
-    return backend_options_parse(o, getenv("KVBENCH_DECODE"), getenv("KVBENCH_CACHE"), getenv("KVBENCH_SIMD"),
-                                 getenv("KVBENCH_FAST_KERNEL"), err);
+/* An option's spelling as a flag ("--fast-kernel") or an environment variable ("KVBENCH_FAST_KERNEL"). */
+static void option_flag(int key, char *out, size_t size) {
+    snprintf(out, size, "--%s", BACKEND_OPTION_NAMES[key]);
+    for (char *p = out; *p; p++)
+        if (*p == '_') *p = '-';
+}
+
+static void option_env(int key, char *out, size_t size) {
+    snprintf(out, size, "KVBENCH_%s", BACKEND_OPTION_NAMES[key]);
+    for (char *p = out; *p; p++) *p = (char)toupper((unsigned char)*p);
+}
+
+int util_backend_flag(const char *arg) {
+    char flag[32];
+    for (int key = 0; key < BACKEND_N_OPTIONS; key++) {
+        option_flag(key, flag, sizeof flag);
+        if (!strcmp(arg, flag)) return key;
+    }
+    return -1;
+}
+
+int util_backend_flags_check(const char *const *flags, KvErr *err) {
+    BackendOptions checked = {0};
+    char flag[32];
+    for (int key = 0; key < BACKEND_N_OPTIONS; key++) {
+        option_flag(key, flag, sizeof flag);
+        if (backend_option_set(&checked, (BackendOptionKey)key, flags[key], err)) return kv_wrap(err, "%s", flag);
+    }
+    return 0;
+}
+
+int util_backend_options(BackendOptions *o, const char *const *flags, char *const *config, const char *config_where,
+                         KvErr *err) {
+    *o = (BackendOptions){0};
+    for (int key = 0; key < BACKEND_N_OPTIONS; key++) {
+        char where[1200];
+        const char *value = NULL;
+        if (flags && flags[key]) {
+            value = flags[key];
+            option_flag(key, where, sizeof where);
+        } else if (config && config[key]) {
+            value = config[key];
+            snprintf(where, sizeof where, "%s.cpu.%s", config_where, BACKEND_OPTION_NAMES[key]);
+        } else {
+            option_env(key, where, sizeof where);
+            value = getenv(where);
+        }
+        if (backend_option_set(o, (BackendOptionKey)key, value, err)) return kv_wrap(err, "%s", where);
+    }
+    return 0;
 }
 
 int util_assets_dir(char *out, size_t size, KvErr *err) {
@@ -39,6 +89,11 @@ int util_assets_dir(char *out, size_t size, KvErr *err) {
     return kv_fail(err, "datasets/assets: not in the current directory (%s) nor beside the kvbench binary (%s): run "
                         "kvbench from its repository's root, or set KVBENCH_ASSETS=/path/to/kvbench/datasets/assets",
                    cwd, exe[0] ? exe : "unknown");
+}
+
+const char *util_duo_patterns_dir(void) {
+    const char *env = getenv("KVBENCH_DUO_PATTERNS");
+    return env && *env ? env : DUO_PATTERNS_SHIPPED;
 }
 
 int util_make_dirs(const char *dir, KvErr *err) {

@@ -101,9 +101,9 @@ static void check_kernels(TestCounts *tc) {
 static const char *simd_level;
 
 static BackendOptions level_options(void) {
-    BackendOptions o;
+    BackendOptions o = {0};
     KvErr ignored;
-    backend_options_parse(&o, NULL, NULL, simd_level, NULL, &ignored);
+    backend_option_set(&o, BACKEND_OPT_SIMD, simd_level, &ignored);
     return o;
 }
 

@@ -40,8 +40,9 @@ static const char *simd_level;
 
 /* Opens the cpu backend on m with the cache option `cache` (NULL: the default), as the runs layer parses it. */
 static int open_cpu(Backend **be, const Model *m, const char *cache, KvErr *err) {
-    BackendOptions o;
-    if (backend_options_parse(&o, NULL, cache, simd_level, NULL, err)) return -1;
+    BackendOptions o = {0};
+    if (backend_option_set(&o, BACKEND_OPT_CACHE, cache, err) || backend_option_set(&o, BACKEND_OPT_SIMD, simd_level, err))
+        return -1;
     return backend_open(be, "cpu", m, &o, err);
 }
 
@@ -180,7 +181,7 @@ static void check_option(TestCounts *tc) {
     Model *m = NULL;
     Backend *be = NULL;
     CHECK(tc, model_load(&m, "tests/data/models/tiny-llama-hf", &err) == 0, "%s", err.msg);
-    CHECK(tc, open_cpu(&be, m, "f8", &err) == -1 && be == NULL && strstr(err.msg, "KVBENCH_CACHE=f8: unknown KV cache type"),
+    CHECK(tc, open_cpu(&be, m, "f8", &err) == -1 && be == NULL && strstr(err.msg, "cache 'f8': unknown KV cache type"),
           "unknown cache type: %s", err.msg);
     CHECK(tc, open_cpu(&be, m, "f32", &err) == 0, "f32 is the default, by name: %s", err.msg);
     KvCache *c = NULL;
