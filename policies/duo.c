@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../engine/jsonfile.h"
+
 #define SCORES_FILE "full_attention_heads.tsv"
 #define CONFIG_FILE "config.json"
 #define MAX_PATTERN_HEADS (1 << 20)
@@ -106,15 +108,8 @@ int duo_pattern_load(DuoPattern *out, const char *dir, KvErr *err) {
     snprintf(path, sizeof path, "%s/%s", dir, SCORES_FILE);
     if (load_scores(out, path, err)) goto fail;
     snprintf(path, sizeof path, "%s/%s", dir, CONFIG_FILE);
-    size_t len;
-    char *text = kv_read_file(path, &len, err);
-    if (!text) goto fail;
-    cJSON *cfg = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!cfg) {
-        kv_fail(err, "%s: not valid JSON", path);
-        goto fail;
-    }
+    cJSON *cfg = kv_read_json(path, err);
+    if (!cfg) goto fail;
     /* recent_size 0 would be the reference's slice sink:-0, which masks nothing: refused rather than copied. */
     int rc = config_size(cfg, path, "sink_size", 0, &out->sink_size, err) ||
              config_size(cfg, path, "recent_size", 1, &out->recent_size, err);

@@ -13,6 +13,7 @@
 
 #include "../datasets/dataset.h"
 #include "../metrics/fragility.h"
+#include "../engine/jsonfile.h"
 #include "../engine/num.h"
 #include "../policies/duo.h"
 #include "memplan.h"
@@ -515,13 +516,8 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
                                        NULL};
     Ctx c = {file, err};
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(text);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1;
-        for (const char *p = text; at && p < at && *p; p++) line += *p == '\n';
-        return kv_fail(err, "%s: line %d: not valid JSON", file, line);
-    }
+    cJSON *root = kv_parse_json(text, strlen(text), file, err);
+    if (!root) return -1;
     int rc = -1, cap = 0, windows[CONFIG_MAX_WINDOWS] = {32}, n_windows = 1, pool_kernel = 5;
     const cJSON *aggs = NULL, *budgets = NULL, *list;
     if (!(cfg->file = dup_str(file, err)) || !(cfg->text = dup_str(text, err))) goto done;

@@ -155,7 +155,7 @@ static void check_hf_dirs(TestCounts *tc) {
                   strstr(out, "shard 'model-00001-of-00009.safetensors' is missing"),
           "HF directories: exit %d\n%s", rc, out);
     rc = data_check("bad.json", "{\"models\": [\n  {\"path\": ]}", out, sizeof out);
-    CHECK(tc, rc == 1 && count(out, "problem: ") == 1 && strstr(out, "line 2: not valid JSON"), "bad JSON: %s", out);
+    CHECK(tc, rc == 1 && count(out, "problem: ") == 1 && strstr(out, "not valid JSON (line 2)"), "bad JSON: %s", out);
     char *none[] = {"check"};
     CHECK(tc, test_run_command(cmd_data, 1, none, out, NULL, sizeof out) == 2 && strstr(out, "check needs CONFIG.json"),
           "usage: %s", out);

@@ -593,7 +593,7 @@ static void test_bad_input(TestCounts *tc) {
     snprintf(path, sizeof path, "%s/truncated.json", dir);
     if (full) write_file(path, full, len / 2);
     free(full);
-    expect_load_error(tc, path, "malformed JSON");
+    expect_load_error(tc, path, "not valid JSON");
 
     snprintf(path, sizeof path, "%s/novocab.json", dir);
     const char *novocab = "{\"model\": {\"type\": \"BPE\", \"merges\": []}, \"pre_tokenizer\": null}";
