@@ -86,8 +86,8 @@ static void weights_row(int fmt, const CpuQ4Block *q4, const CpuPacked *q8, int 
     for (int b = 0; b < K / 32; b++) {
         if (fmt == 0) {
             const CpuQ4Block *blk = q4 + (size_t)n * (K / 32) + b;
-            scale[b] = cpu_f16_to_f32(blk->scale);
-            offset[b] = cpu_f16_to_f32(blk->offset);
+            scale[b] = kv_f16_to_f32(blk->scale);
+            offset[b] = kv_f16_to_f32(blk->offset);
             for (int i = 0; i < 16; i++) code[b * 32 + i] = blk->codes[i] & 15, code[b * 32 + i + 16] = blk->codes[i] >> 4;
         } else {
             scale[b] = q8->scale[(size_t)n * (K / 32) + b];

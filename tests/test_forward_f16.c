@@ -119,9 +119,9 @@ static int observe_rows(void *user, Observation *o, KvErr *err) {
     for (int k = 0; k < o->K; k++) {
         int i = o->layer * o->K + k;
         oc->same &= c->len[i] == o->L;
-        for (size_t j = 0; j < n; j++) row[j] = cpu_f16_to_f32(kvcache_k16(c, i)[j]);
+        for (size_t j = 0; j < n; j++) row[j] = kv_f16_to_f32(kvcache_k16(c, i)[j]);
         oc->same &= !memcmp(row, o->keys[k], n * sizeof(float));
-        for (size_t j = 0; j < n; j++) row[j] = cpu_f16_to_f32(kvcache_v16(c, i)[j]);
+        for (size_t j = 0; j < n; j++) row[j] = kv_f16_to_f32(kvcache_v16(c, i)[j]);
         oc->same &= !memcmp(row, o->values[k], n * sizeof(float));
     }
     free(row);
