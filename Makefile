@@ -40,7 +40,7 @@ ifeq ($(CUDA),1)
   endif
 endif
 
-LIB_SRC  := $(wildcard engine/*.c engine/cpu/*.c policies/*.c datasets/*.c metrics/*.c report/*.c) \
+LIB_SRC  := $(wildcard engine/*.c engine/cpu/*.c policies/*.c datasets/*.c metrics/*.c store/*.c report/*.c) \
             $(filter-out runs/main.c,$(wildcard runs/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_OBJ   := $(if $(filter 1,$(CUDA)),$(CU_SRC:%.cu=$(BUILD)/%.o))

@@ -12,8 +12,7 @@
 
 #include "../metrics/fragility.h"
 #include "../policies/policy.h"
-#include "../runs/store.h"
-#include "../runs/util.h"
+#include "../store/store.h"
 #include "report_internal.h"
 
 static char *dup_or_empty(const unsigned char *s, KvErr *err) {
@@ -497,7 +496,7 @@ int report_write(const ReportOptions *opt, KvErr *err) {
     if (data.n_sections == 0 && !report_has_traces(db))
         rc = kv_fail(err, "%s: no results yet (run `kvbench run CONFIG --db %s` or `kvbench trace CONFIG --db %s` "
                           "first)", opt->db_path, opt->db_path, opt->db_path);
-    if (!rc) rc = util_make_dirs(opt->out_dir, err);
+    if (!rc) rc = kv_make_dirs(opt->out_dir, err);
     if (!rc && data.n_sections) rc = report_tables(&data, opt->out_dir, opt->log, err);
     if (!rc) rc = report_trace_tables(db, data.outlier, &data.prov, opt->out_dir, opt->log, err);
     if (!rc) rc = report_forced_share(db, opt->out_dir, opt->log, err);

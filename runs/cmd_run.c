@@ -16,7 +16,7 @@
 #include "datacheck.h"
 #include "memplan.h"
 #include "protected.h"
-#include "store.h"
+#include "../store/store.h"
 #include "sweep.h"
 
 #define DEFAULT_DB "results/kvbench.db"

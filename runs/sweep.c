@@ -40,7 +40,7 @@
 #include "memplan.h"
 #include "prepare.h"
 #include "protected.h"
-#include "store.h"
+#include "../store/store.h"
 #include "trace.h"
 #include "util.h"
 

@@ -96,29 +96,12 @@ const char *util_duo_patterns_dir(void) {
     return env && *env ? env : DUO_PATTERNS_SHIPPED;
 }
 
-int util_make_dirs(const char *dir, KvErr *err) {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return kv_fail(err, "%s: path too long", dir);
-    for (char *p = path + 1;; p++) {
-        int end = *p == 0;
-        if (*p == '/' || end) {
-            *p = 0;
-            if (mkdir(path, 0777) && errno != EEXIST) return kv_fail(err, "%s: cannot create: %s", path, strerror(errno));
-            struct stat st;
-            if (stat(path, &st) || !S_ISDIR(st.st_mode)) return kv_fail(err, "%s: exists and is not a directory", path);
-            if (end) break;
-            *p = '/';
-        }
-    }
-    return 0;
-}
-
 int util_make_parent_dirs(const char *file, KvErr *err) {
     char dir[PATH_MAX];
     const char *slash = strrchr(file, '/');
     if (!slash || slash == file) return 0;
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - file), file);
-    return util_make_dirs(dir, err);
+    return kv_make_dirs(dir, err);
 }
 
 int util_check_creatable(const char *file, KvErr *err) {

@@ -39,8 +39,6 @@ int util_assets_dir(char *out, size_t size, KvErr *err);
  * the folder as a parameter. */
 const char *util_duo_patterns_dir(void);
 
-/* mkdir -p. */
-int util_make_dirs(const char *dir, KvErr *err);
 /* Creates the directory that will hold `file` (no-op for a bare file name). */
 int util_make_parent_dirs(const char *file, KvErr *err);
 

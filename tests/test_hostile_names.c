@@ -19,7 +19,7 @@
 #include "../engine/err.h"
 #include "../report/report.h"
 #include "../runs/commands.h"
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "test.h"
 
 static char dir[64];

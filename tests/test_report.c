@@ -23,7 +23,7 @@
 #include "../report/report.h"
 #include "../report/stats.h"
 #include "../runs/cli.h"
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "../runs/util.h"
 #include "test.h"
 

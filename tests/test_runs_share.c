@@ -23,7 +23,7 @@
 #include "../runs/cli.h"
 #include "../runs/commands.h"
 #include "../runs/memplan.h"
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "sweep_harness.h"
 #include "test.h"
 

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "test.h"
 
 static char dir[64];

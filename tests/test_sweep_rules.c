@@ -1,4 +1,4 @@
-/* test_sweep_rules.c — the run-level rules of issue 16 (runs/config.c, runs/sweep.c, runs/store.c): the config
+/* test_sweep_rules.c — the run-level rules of issue 16 (runs/config.c, runs/sweep.c, store/store.c): the config
  * keys "stop_rule", "over_length" and a model's "duo_attention_patterns" (parsed, bad values refused with one
  * line), and end to end on the 2-layer tiny Llama fixture (max_position_embeddings 2048) with a byte tokenizer:
  *   - by default a needle of 2100 tokens runs like the reference runs it (no error, samples.over_length = 1);
