@@ -1,7 +1,6 @@
-/* util.c — directories, hashes, the build revision and a clock for the runner and the report. */
+/* util.c — the runner's chores: the one reader of the environment (backend options, assets, DuoAttention
+ * patterns), directories, hashes, the build revision, a clock. */
 #include "util.h"
-
-#include "../policies/duo.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -14,6 +13,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../policies/duo.h"
 
 /* An option's spelling as a flag ("--fast-kernel") or an environment variable ("KVBENCH_FAST_KERNEL"). */
 static void option_flag(int key, char *out, size_t size) {

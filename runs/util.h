@@ -1,5 +1,6 @@
-/* util.h — the few system chores of the runner and the report: directories, hashes, the build revision,
- * a monotonic clock. Kept apart so store, sweep and report share one copy of each. */
+/* util.h — the runner's system chores: the environment (read here only: the backend options, the assets and
+ * DuoAttention folders, each passed down as a parameter), directories, hashes, the build revision, a monotonic
+ * clock. Kept apart so the commands and the sweep share one copy of each. */
 #ifndef KVBENCH_RUNS_UTIL_H
 #define KVBENCH_RUNS_UTIL_H
 
