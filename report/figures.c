@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../policies/policy.h"
-#include "report_internal.h"
+#include "writers.h"
 
 /* ---------------------------------------------------------------- the figures */
 

@@ -6,11 +6,13 @@
  * order; methods likewise (first result id); budgets by keep fraction. A sample is one samples row, i.e. one
  * (model, setup, sample key): the same sample across policies, which is what the paired intervals pair on. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../policies/policy.h"
-#include "report_internal.h"
+#include "escape.h"
+#include "model.h"
 
 static char *dup_or_empty(const unsigned char *s, KvErr *err) {
     const char *t = s ? (const char *)s : "";

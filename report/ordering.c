@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "../policies/policy.h"
-#include "report_internal.h"
+#include "model.h"
 
 static const struct {
     const char *a, *b;

@@ -12,7 +12,22 @@
 #include <sys/wait.h>
 
 #include "../policies/policy.h"
-#include "report_internal.h"
+#include "escape.h"
+#include "plot.h"
+
+FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err) {
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) kv_fail(err, "%s: cannot write", path);
+    return f;
+}
+
+int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
+    int bad = ferror(f);
+    if (fclose(f) || bad) return kv_fail(err, "%s: write failed (disk full?)", path);
+    if (log) fprintf(log, "wrote %s\n", path);
+    return 0;
+}
 
 extern char **environ;
 

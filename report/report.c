@@ -5,7 +5,7 @@
 
 #include "../metrics/fragility.h"
 #include "../store/store.h"
-#include "report_internal.h"
+#include "writers.h"
 
 int report_write(const ReportOptions *opt, KvErr *err) {
     Store *store;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "writers.h"
 
 static const char *CHANGE_FORMULA =
     "change = 100 × (avg(method) / avg(full cache) − 1), negative when the method scores below the full cache "
@@ -1213,20 +1213,6 @@ static void write_csv_ordering(FILE *f, const ReportData *d) {
                 fputc('\n', f);
             }
     }
-}
-
-FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err) {
-    snprintf(path, n, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) kv_fail(err, "%s: cannot write", path);
-    return f;
-}
-
-int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
-    int bad = ferror(f);
-    if (fclose(f) || bad) return kv_fail(err, "%s: write failed (disk full?)", path);
-    if (log) fprintf(log, "wrote %s\n", path);
-    return 0;
 }
 
 static void method_text(FILE *f, Format fmt, int min_n, int resamples) {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../metrics/fragility.h"
-#include "report_internal.h"
+#include "writers.h"
 
 #define CDF_POINTS 400  /* quantiles drawn per CDF curve */
 

@@ -19,7 +19,7 @@
 
 #include "../engine/observation.h"
 #include "../policies/policy_internal.h"
-#include "../report/report_internal.h"
+#include "../report/writers.h"
 #include "../runs/config.h"
 #include "../runs/protected.h"
 #include "test.h"

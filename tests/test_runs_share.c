@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../report/report_internal.h"
+#include "../report/model.h"
 #include "../runs/claims.h"
 #include "../runs/cli.h"
 #include "../runs/commands.h"
