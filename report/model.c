@@ -1,4 +1,4 @@
-/* model.c — the report's data model (report_internal.h): loads the per-sample scores of a results database into
+/* model.c — the report's data model (model.h): loads the per-sample scores of a results database into
  * ReportSections and computes their statistics (stats.h); the writers (tables.c, figures.c, traces.c, ...)
  * render from it, report.c drives them.
  *

@@ -1,4 +1,4 @@
-/* ordering.c — whether the paper's ordering of the methods holds in a section (report_internal.h).
+/* ordering.c — whether the paper's ordering of the methods holds in a section (model.h).
  *
  * The paper's tables at 20% rank Layer-DefensiveKV >= DefensiveKV > CriticalKV > AdaKV ~ CAKE > SnapKV >
  * StreamingLLM. Each link of that chain is one paired comparison, avg(a) - avg(b) over the samples both scored,

@@ -1,5 +1,5 @@
-/* plot.c — the report's plotting kit (report_internal.h): a figure's data file (.dat) and gnuplot script (.gp)
- * opened in the output folder and closed by running gnuplot on the script there (PNG and SVG); the values,
+/* plot.c — the report's output kit (plot.h): its output files; a figure's data file (.dat) and gnuplot script
+ * (.gp) opened in the output folder and closed by running gnuplot on the script there (PNG and SVG); the values,
  * intervals and the one look of every method (its colour from the policy name, its dash, point and bar pattern
  * from the aggregation) that every figure writer uses: figures.c, crossdomain.c, traces.c. */
 #include <errno.h>
