@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../engine/jsonfile.h"
 #include "../policies/policy.h"
 #include "test.h"
 
@@ -174,12 +175,9 @@ static void test_shipped(TestCounts *tc) {
     CHECK(tc, strstr(shipped, "Meta-Llama-3.1-8B-Instruct") && strstr(shipped, "Mistral-7B-Instruct-v0.3"), "%s",
           shipped);
 
-    size_t len;
-    char *text = kv_read_file("tests/data/duo/streaming_heads.json", &len, &err);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *root = kv_read_json("tests/data/duo/streaming_heads.json", &err);
     const cJSON *cases = cJSON_GetObjectItem(root, "cases");
-    CHECK(tc, cJSON_GetArraySize(cases) == 8, "8 cases (%s)", text ? "parsed" : err.msg);
+    CHECK(tc, cJSON_GetArraySize(cases) == 8, "8 cases (%s)", root ? "parsed" : err.msg);
     for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next) {
         const char *model = cJSON_GetObjectItem(c, "model")->valuestring;
         double budget = cJSON_GetObjectItem(c, "budget")->valuedouble;

@@ -14,6 +14,7 @@
 #include "../engine/backend.h"
 #include "../engine/cpu/ops.h"
 #include "../engine/generate.h"
+#include "../engine/jsonfile.h"
 #include "../engine/kvcache.h"
 #include "forward_checks.h"
 #include "test.h"
@@ -320,9 +321,8 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     }
     char path[256];
     snprintf(path, sizeof path, "tests/data/reference/%s.json", ref_name);
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *ref = text ? cJSON_Parse(text) : NULL;
-    CHECK(tc, ref != NULL, "%s: %s", path, err.msg);
+    cJSON *ref = kv_read_json(path, &err);
+    CHECK(tc, ref != NULL, "%s", err.msg);
     const cJSON *cs;
     int ci = 0, agree_total = 0, steps_total = 0;
     cJSON *cases = ref ? cJSON_GetObjectItem(ref, "cases") : NULL;
@@ -383,7 +383,6 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     }
     for (int c = 0; c < n_cases; c++) free(case_ids[c]), free(ref_greedy[c]), free(single[c]), free(batched[c]);
     cJSON_Delete(ref);
-    free(text);
     backend_close(be);
     model_free(m);
 }

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "../engine/jsonfile.h"
 #include "../metrics/fragility.h"
 #include "test.h"
 
@@ -21,12 +22,8 @@ static int *int_array(const cJSON *a) {
  * accumulated in f32). */
 static void test_numpy_case(TestCounts *tc) {
     KvErr err;
-    char *text = kv_read_file(TEST_DATA("fragility/random_case.json"), NULL, &err);
-    CHECK(tc, text != NULL, "%s", err.msg);
-    if (!text) return;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    CHECK(tc, root != NULL, "random_case.json does not parse");
+    cJSON *root = kv_read_json(TEST_DATA("fragility/random_case.json"), &err);
+    CHECK(tc, root != NULL, "%s", err.msg);
     if (!root) return;
     int N = cJSON_GetObjectItem(root, "n_layers")->valueint, H = cJSON_GetObjectItem(root, "n_heads")->valueint;
     int K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint, L = cJSON_GetObjectItem(root, "context_len")->valueint;

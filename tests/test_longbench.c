@@ -11,6 +11,7 @@
 
 #include "../datasets/dataset.h"
 #include "../datasets/ds_internal.h"
+#include "../engine/jsonfile.h"
 #include "test.h"
 
 #define LB_DIR "tests/data/longbench" /* TEST_DATA() is parenthesised, so no concatenation with it */
@@ -18,10 +19,8 @@
 
 static cJSON *load_json(const char *path) {
     KvErr err;
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (!j) fprintf(stderr, "cannot load %s\n", path);
+    cJSON *j = kv_read_json(path, &err);
+    if (!j) fprintf(stderr, "%s\n", err.msg);
     return j;
 }
 
