@@ -1,7 +1,7 @@
 # kvbench — build, test, benchmark.
 #   make            build ./kvbench (CPU; the CUDA backend too when nvcc is found, CUDA=0 to skip it)
 #   make setup      install Debian packages (scripts/setup.sh) and the default model (make model)
-#   make test       build and run every test; the runner ends with "N passed, N failed"
+#   make test       build and run every test; the runner ends with "N passed, N failed, N skipped"
 #   make sanitize   the same tests under clang's AddressSanitizer + UndefinedBehaviorSanitizer, float-cast-overflow
 #                   included (build-san/, its own build-san/kvbench: ./kvbench stays the optimised build)
 #   make check      test + sanitize (what .ci/run and the README run), then checks ./kvbench is still the optimised one
@@ -40,7 +40,7 @@ ifeq ($(CUDA),1)
   endif
 endif
 
-LIB_SRC  := $(wildcard engine/*.c engine/cpu/*.c policies/*.c datasets/*.c metrics/*.c report/*.c) \
+LIB_SRC  := $(wildcard engine/*.c engine/cpu/*.c policies/*.c datasets/*.c metrics/*.c store/*.c report/*.c) \
             $(filter-out runs/main.c,$(wildcard runs/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_OBJ   := $(if $(filter 1,$(CUDA)),$(CU_SRC:%.cu=$(BUILD)/%.o))

@@ -53,7 +53,8 @@ typedef struct {
                                   place); RULER qa_1 / qa_2: a SQuAD v2 dev / HotpotQA dev file or a directory
                                   holding squad.json|dev-v2.0.json / hotpotqa.json|hotpot_dev_distractor_v1.json
                                   (without it a labelled substitute runs); NIAH: unused (shipped essays) */
-    const char *assets_dir;    /* the project's datasets/assets; NULL = $KVBENCH_ASSETS, else "datasets/assets" */
+    const char *assets_dir;    /* the project's datasets/assets (the runner passes util_assets_dir's); NULL =
+                                * "datasets/assets" of the current directory */
     double fraction;           /* take round(fraction * n) rows per task (0 = all) in the order pandas'
                                   sample(frac, random_state=seed) picks them (seed < 2^32) */
     int first_n;               /* then at most the first N (0 = all) */

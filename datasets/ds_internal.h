@@ -66,7 +66,8 @@ uint64_t ds_hash_str(uint64_t h, const char *s);
 int ds_hash_asset(uint64_t *h, const char *assets_dir, const char *rel, KvErr *err);
 
 /* ---- assets and JSON ---- */
-/* opt->assets_dir, else $KVBENCH_ASSETS, else "datasets/assets" (the runner works from the project root). */
+/* opt->assets_dir (the runner's, runs/util.h util_assets_dir: $KVBENCH_ASSETS among its places), else
+ * "datasets/assets" of the current directory. */
 const char *ds_assets_dir(const DatasetOptions *opt);
 /* Reads and parses assets_dir/rel; the caller frees with cJSON_Delete. */
 struct cJSON *ds_load_json(const char *assets_dir, const char *rel, KvErr *err);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../engine/jsonfile.h"
 #include "ds_internal.h"
 
 /* ---------------------------------------------------------------- growable string */
@@ -174,21 +175,13 @@ int ds_utf8_valid(const char *s, size_t n, size_t *bad) {
 /* ---------------------------------------------------------------- assets and JSON */
 
 const char *ds_assets_dir(const DatasetOptions *opt) {
-    if (opt && opt->assets_dir && *opt->assets_dir) return opt->assets_dir;
-    const char *env = getenv("KVBENCH_ASSETS");
-    return env && *env ? env : "datasets/assets";
+    return opt && opt->assets_dir && *opt->assets_dir ? opt->assets_dir : "datasets/assets";
 }
 
 cJSON *ds_load_json(const char *assets_dir, const char *rel, KvErr *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", assets_dir, rel);
-    size_t len;
-    char *text = kv_read_file(path, &len, err);
-    if (!text) return NULL;
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!j) kv_fail(err, "%s: not valid JSON", path);
-    return j;
+    return kv_read_json(path, err);
 }
 
 const char *ds_json_str(const cJSON *obj, const char *key, const char *where, KvErr *err) {

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../engine/jsonfile.h"
 #include "ds_internal.h"
 
 typedef enum { FAM_NIAH, FAM_VT, FAM_CWE, FAM_FWE, FAM_QA } Family;
@@ -1037,9 +1038,9 @@ static int qa_open(RulerState *st, KvErr *err) {
     char *text = kv_read_file(path, &len, err);
     if (!text) return -1;
     st->qa_hash = ds_hash(DS_HASH_INIT, text, len);
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON *j = kv_parse_json(text, len, path, err);
     free(text);
-    if (!j) return kv_fail(err, "%s: not valid JSON", path);
+    if (!j) return -1;
     st->qa = kv_calloc(1, sizeof *st->qa, err);
     int rc = st->qa ? qa_read(st->qa, j, squad, path, err) : -1;
     cJSON_Delete(j);

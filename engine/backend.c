@@ -15,11 +15,11 @@ int cuda_backend_open(Backend **out, const Model *m, KvErr *err);
 #ifdef KVBENCH_CUDA
 static int cuda_open(Backend **out, const Model *m, const BackendOptions *opt, KvErr *err) {
     if (opt->decode == BACKEND_DECODE_FAST)
-        return kv_fail(err, "decode fast (KVBENCH_DECODE=fast): the fast decode is the cpu backend's; backend 'cuda' "
-                            "decodes exactly: unset KVBENCH_DECODE or use backend cpu");
+        return kv_fail(err, "decode 'fast': the fast decode is the cpu backend's; backend 'cuda' decodes exactly: "
+                            "set decode exact (or leave it unset) or use backend cpu");
     if (opt->simd[0] || opt->fast_kernel[0])
-        return kv_fail(err, "simd level '%s' / fast kernel '%s' (KVBENCH_SIMD, KVBENCH_FAST_KERNEL): the cpu backend's "
-                            "kernels; backend 'cuda' has none", opt->simd, opt->fast_kernel);
+        return kv_fail(err, "simd '%s' / fast_kernel '%s': the cpu backend's kernels; backend 'cuda' has none (leave "
+                            "both unset)", opt->simd, opt->fast_kernel);
     if (cuda_backend_open(out, m, err)) return -1;
     (*out)->used = (BackendOptions){.decode = BACKEND_DECODE_EXACT, .cache = KV_ELEM_F32, .simd_auto = 1};
     return 0;
@@ -54,8 +54,9 @@ int backend_open(Backend **out, const char *name, const Model *m, const BackendO
     const BackendOptions defaults = {BACKEND_DECODE_EXACT, KV_ELEM_F32, "", "", 0};
     if (!opt) opt = &defaults;
     if (opt->cache == KV_ELEM_F16 && strcmp(name, "cpu"))
-        return kv_fail(err, "KVBENCH_CACHE=f16: the half-precision cache is the cpu backend's; backend '%s' keeps its "
-                            "own cache (bf16 on the GPU for cuda): unset KVBENCH_CACHE or use backend cpu", name);
+        return kv_fail(err, "cache 'f16': the half-precision cache is the cpu backend's; backend '%s' keeps its own "
+                            "cache (bf16 on the GPU for cuda): set cache f32 (or leave it unset) or use backend cpu",
+                       name);
     const BackendEntry *e = find(name, err);
     return e ? e->open(out, m, opt, err) : -1;
 }
@@ -70,26 +71,34 @@ void backend_setup_label(const BackendOptions *used, char *out, size_t size) {
              used->simd_auto ? "" : used->simd);
 }
 
-int backend_options_parse(BackendOptions *o, const char *decode, const char *cache, const char *simd,
-                          const char *fast_kernel, KvErr *err) {
-    *o = (BackendOptions){BACKEND_DECODE_EXACT, KV_ELEM_F32, "", "", 0};
-    if (decode && *decode && strcmp(decode, "exact")) {
-        if (strcmp(decode, "fast"))
-            return kv_fail(err, "KVBENCH_DECODE=%s: unknown decode path (exact, the default, or fast)", decode);
-        o->decode = BACKEND_DECODE_FAST;
+const char *const BACKEND_OPTION_NAMES[BACKEND_N_OPTIONS] = {"decode", "cache", "simd", "fast_kernel"};
+
+int backend_option_set(BackendOptions *o, BackendOptionKey key, const char *value, KvErr *err) {
+    if (!value || !*value) return 0;
+    switch (key) {
+    case BACKEND_OPT_DECODE:
+        if (strcmp(value, "exact") && strcmp(value, "fast"))
+            return kv_fail(err, "decode '%s': unknown decode path (exact, the default, or fast)", value);
+        o->decode = strcmp(value, "fast") ? BACKEND_DECODE_EXACT : BACKEND_DECODE_FAST;
+        return 0;
+    case BACKEND_OPT_CACHE:
+        if (strcmp(value, "f32") && strcmp(value, "f16"))
+            return kv_fail(err, "cache '%s': unknown KV cache type (f32, the default, or f16)", value);
+        o->cache = strcmp(value, "f16") ? KV_ELEM_F32 : KV_ELEM_F16;
+        return 0;
+    case BACKEND_OPT_SIMD:
+        if (strlen(value) >= sizeof o->simd)
+            return kv_fail(err, "simd '%.32s...': unknown instruction set (scalar, avx2 or avx512)", value);
+        snprintf(o->simd, sizeof o->simd, "%s", value);
+        return 0;
+    case BACKEND_OPT_FAST_KERNEL:
+        if (strlen(value) >= sizeof o->fast_kernel)
+            return kv_fail(err, "fast_kernel '%.32s...': unknown fast kernel (scalar, avx2, vnni or amx)", value);
+        snprintf(o->fast_kernel, sizeof o->fast_kernel, "%s", value);
+        return 0;
+    default:
+        return kv_fail(err, "backend option %d: no such option", (int)key);
     }
-    if (cache && *cache && strcmp(cache, "f32")) {
-        if (strcmp(cache, "f16"))
-            return kv_fail(err, "KVBENCH_CACHE=%s: unknown KV cache type (f32, the default, or f16)", cache);
-        o->cache = KV_ELEM_F16;
-    }
-    if (simd && strlen(simd) >= sizeof o->simd)
-        return kv_fail(err, "KVBENCH_SIMD=%.32s...: unknown instruction set (scalar, avx2 or avx512)", simd);
-    if (fast_kernel && strlen(fast_kernel) >= sizeof o->fast_kernel)
-        return kv_fail(err, "KVBENCH_FAST_KERNEL=%.32s...: unknown fast kernel (scalar, avx2, vnni or amx)", fast_kernel);
-    snprintf(o->simd, sizeof o->simd, "%s", simd ? simd : "");
-    snprintf(o->fast_kernel, sizeof o->fast_kernel, "%s", fast_kernel ? fast_kernel : "");
-    return 0;
 }
 
 int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err) {

@@ -106,11 +106,21 @@ void backend_options_used(const Backend *b, BackendOptions *used);
  * ",simd=LEVEL" when the level is not the automatic one; "" for the defaults), from a report of
  * backend_options_used. */
 void backend_setup_label(const BackendOptions *used, char *out, size_t size);
-/* Parses the textual options (the command line's, or the environment's KVBENCH_DECODE, KVBENCH_CACHE,
- * KVBENCH_SIMD, KVBENCH_FAST_KERNEL as the runs layer passes them; NULL or "" = default) into o; an unknown
- * value fails naming `what` (e.g. "KVBENCH_DECODE") and the value. */
-int backend_options_parse(BackendOptions *o, const char *decode, const char *cache, const char *simd,
-                          const char *fast_kernel, KvErr *err);
+/* The options by name, as a model's "cpu" object in a config, the command line (--decode, --cache, --simd,
+ * --fast-kernel) and the environment (KVBENCH_DECODE, ...) spell them; the runs layer picks each one's text
+ * (runs/util.h util_backend_options), the engine reads only the struct. */
+typedef enum {
+    BACKEND_OPT_DECODE,
+    BACKEND_OPT_CACHE,
+    BACKEND_OPT_SIMD,
+    BACKEND_OPT_FAST_KERNEL,
+    BACKEND_N_OPTIONS
+} BackendOptionKey;
+extern const char *const BACKEND_OPTION_NAMES[BACKEND_N_OPTIONS]; /* "decode", "cache", "simd", "fast_kernel" */
+/* Sets option `key` of o from its text (NULL or "" keeps the default); an unknown value fails naming the
+ * option and the value ("decode 'quick': unknown decode path (exact, the default, or fast)"). simd and
+ * fast_kernel names are checked against this CPU when the cpu backend opens. */
+int backend_option_set(BackendOptions *o, BackendOptionKey key, const char *value, KvErr *err);
 /* Loads the model at spec the way backend `name` wants it: only the configuration and tokenizer
  * (model_load_config), its backend_open streaming the weights from the file into its own form: the CPU
  * backend keeps the packed codes of every matrix that packs exactly (f32 for the rest), the CUDA backend bf16

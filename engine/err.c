@@ -2,6 +2,7 @@
 #include "err.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,4 +91,21 @@ char *kv_read_file(const char *path, size_t *len_out, KvErr *err) {
     buf[size] = '\0';
     if (len_out) *len_out = size;
     return buf;
+}
+
+int kv_make_dirs(const char *dir, KvErr *err) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return kv_fail(err, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        int end = *p == 0;
+        if (*p == '/' || end) {
+            *p = 0;
+            if (mkdir(path, 0777) && errno != EEXIST) return kv_fail(err, "%s: cannot create: %s", path, strerror(errno));
+            struct stat st;
+            if (stat(path, &st) || !S_ISDIR(st.st_mode)) return kv_fail(err, "%s: exists and is not a directory", path);
+            if (end) break;
+            *p = '/';
+        }
+    }
+    return 0;
 }

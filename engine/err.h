@@ -25,5 +25,7 @@ void *kv_calloc(size_t count, size_t size, KvErr *err);
 
 /* Reads a whole file into a NUL-terminated buffer. *len_out (optional) receives the byte count. */
 char *kv_read_file(const char *path, size_t *len_out, KvErr *err);
+/* mkdir -p: dir and every missing folder above it. */
+int kv_make_dirs(const char *dir, KvErr *err);
 
 #endif

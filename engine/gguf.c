@@ -6,6 +6,7 @@
  * String arrays (vocabularies, merges) get a table of element pointers at open, so element access is O(1).
  * Spec: docs/spec/models.md §1 (layout §1.1, types §1.4, block layouts and dequantisation §1.5). */
 #include "gguf.h"
+#include "half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,28 +27,12 @@
  * ggml type table: block size and bytes per block for every type ggml defines (so any valid file can be
  * opened and size-checked), and a dequantiser for the ones kvbench supports. */
 
-static float fp16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-    if (exp == 0) {
-        /* zero or subnormal: mant * 2^-24 is exact in binary32 */
-        float v = (float)mant * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
-    else bits = sign | ((exp + 112) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-static float rd_f16(const uint8_t *p) { return fp16_to_f32(rd16(p)); }
 
 static void dequant_f32(const uint8_t *src, float *dst, size_t n) { memcpy(dst, src, n * sizeof(float)); }
 
 static void dequant_f16(const uint8_t *src, float *dst, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = rd_f16(src + 2 * i);
+    for (size_t i = 0; i < n; i++) dst[i] = kv_f16_field(src + 2 * i);
 }
 
 static void dequant_bf16(const uint8_t *src, float *dst, size_t n) {
@@ -60,7 +45,7 @@ static void dequant_bf16(const uint8_t *src, float *dst, size_t n) {
 /* Q4_0 / Q4_1: low nibbles are elements 0..15, high nibbles 16..31 (not interleaved). */
 static void dequant_q4_0(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 18, dst += 32) {
-        float d = rd_f16(src);
+        float d = kv_f16_field(src);
         const uint8_t *qs = src + 2;
         for (int j = 0; j < 16; j++) {
             dst[j] = (float)((qs[j] & 0x0F) - 8) * d;
@@ -71,7 +56,7 @@ static void dequant_q4_0(const uint8_t *src, float *dst, size_t n_blocks) {
 
 static void dequant_q4_1(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 20, dst += 32) {
-        float d = rd_f16(src), m = rd_f16(src + 2);
+        float d = kv_f16_field(src), m = kv_f16_field(src + 2);
         const uint8_t *qs = src + 4;
         for (int j = 0; j < 16; j++) {
             dst[j] = (float)(qs[j] & 0x0F) * d + m;
@@ -97,7 +82,7 @@ static void q5_codes(const uint8_t *qh, const uint8_t *qs, int q[32]) {
 /* Q5_0: d (f16), qh, qs; value (q - 16) * d. */
 static void dequant_q5_0(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
-        float d = rd_f16(src);
+        float d = kv_f16_field(src);
         int q[32];
         q5_codes(src + 2, src + 6, q);
         for (int j = 0; j < 32; j++) dst[j] = (float)(q[j] - 16) * d;
@@ -107,7 +92,7 @@ static void dequant_q5_0(const uint8_t *src, float *dst, size_t n_blocks) {
 /* Q5_1: d, m (f16), qh, qs; value q * d + m. */
 static void dequant_q5_1(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 24, dst += 32) {
-        float d = rd_f16(src), m = rd_f16(src + 2);
+        float d = kv_f16_field(src), m = kv_f16_field(src + 2);
         int q[32];
         q5_codes(src + 4, src + 8, q);
         for (int j = 0; j < 32; j++) dst[j] = (float)q[j] * d + m;
@@ -116,7 +101,7 @@ static void dequant_q5_1(const uint8_t *src, float *dst, size_t n_blocks) {
 
 static void dequant_q8_0(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 34, dst += 32) {
-        float d = rd_f16(src);
+        float d = kv_f16_field(src);
         for (int j = 0; j < 32; j++) dst[j] = (float)(int8_t)src[2 + j] * d;
     }
 }
@@ -134,7 +119,7 @@ static void q4k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
 
 static void dequant_q4_k(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
-        float d = rd_f16(src), dmin = rd_f16(src + 2);
+        float d = kv_f16_field(src), dmin = kv_f16_field(src + 2);
         const uint8_t *scales = src + 4, *qs = src + 16;
         for (int c = 0; c < 4; c++) {
             int sc0, mn0, sc1, mn1;
@@ -151,7 +136,7 @@ static void dequant_q4_k(const uint8_t *src, float *dst, size_t n_blocks) {
 
 static void dequant_q6_k(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
-        float d = rd_f16(src + 208);
+        float d = kv_f16_field(src + 208);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
             const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
@@ -177,7 +162,7 @@ static void dequant_q6_k(const uint8_t *src, float *dst, size_t n_blocks) {
 static void dequant_q2_k(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 84, dst += 256) {
         const uint8_t *scales = src, *qs = src + 16;
-        float d = rd_f16(src + 80), dmin = rd_f16(src + 82);
+        float d = kv_f16_field(src + 80), dmin = kv_f16_field(src + 82);
         for (int s = 0; s < 16; s++) {
             float dl = d * (float)(scales[s] & 0x0F), ml = dmin * (float)(scales[s] >> 4);
             for (int i = 16 * s; i < 16 * s + 16; i++)
@@ -193,7 +178,7 @@ static void dequant_q2_k(const uint8_t *src, float *dst, size_t n_blocks) {
 static void dequant_q3_k(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 110, dst += 256) {
         const uint8_t *hmask = src, *qs = src + 32, *scales = src + 96;
-        float d = rd_f16(src + 108);
+        float d = kv_f16_field(src + 108);
         for (int s = 0; s < 16; s++) {
             int lo = s < 8 ? scales[s] & 0x0F : scales[s - 8] >> 4, hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
             float dl = d * (float)((lo | hi << 4) - 32);
@@ -210,7 +195,7 @@ static void dequant_q3_k(const uint8_t *src, float *dst, size_t n_blocks) {
  * d * sc * q - dmin * mn. */
 static void dequant_q5_k(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 176, dst += 256) {
-        float d = rd_f16(src), dmin = rd_f16(src + 2);
+        float d = kv_f16_field(src), dmin = kv_f16_field(src + 2);
         const uint8_t *scales = src + 4, *qh = src + 16, *qs = src + 48;
         for (int s = 0; s < 8; s++) {
             int sc, mn;
@@ -237,14 +222,14 @@ static void iq4_row(const uint8_t *qs, float dl, float *dst) {
 
 /* IQ4_NL: d @0, qs[16] @2. */
 static void dequant_iq4_nl(const uint8_t *src, float *dst, size_t n_blocks) {
-    for (size_t b = 0; b < n_blocks; b++, src += 18, dst += 32) iq4_row(src + 2, rd_f16(src), dst);
+    for (size_t b = 0; b < n_blocks; b++, src += 18, dst += 32) iq4_row(src + 2, kv_f16_field(src), dst);
 }
 
 /* IQ4_XS: d @0, scales_h (u16) @2, scales_l[4] @4, qs[128] @8. Sub-block s (32 elements, qs[16s..]) has the
  * 6-bit scale (scales_l[s/2] >> 4(s%2) & 15) | (scales_h >> 2s & 3) << 4, minus 32. */
 static void dequant_iq4_xs(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 136, dst += 256) {
-        float d = rd_f16(src);
+        float d = kv_f16_field(src);
         unsigned sh = rd16(src + 2);
         for (int s = 0; s < 8; s++) {
             int ls = ((src[4 + s / 2] >> (4 * (s % 2))) & 0x0F) | (int)((sh >> (2 * s)) & 3) << 4;

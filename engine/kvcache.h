@@ -6,7 +6,7 @@
  * position of the next token and continues from the uncompressed context length (spec policies.md §1.1).
  * The struct is the same for both backends; `on_device` says whether k/v point to GPU memory. A host cache
  * holds f32 rows (the default, exact) or IEEE binary16 rows (`elem`, the CPU backend's opt-in
- * KVBENCH_CACHE=f16: half the memory, keys and values rounded to nearest even when stored).
+ * cache f16: half the memory, keys and values rounded to nearest even when stored).
  *
  * A view (kvcache_view, what the CPU backend's sweep decodes on) holds no copy of the kept rows: the first
  * n_shared[i] entries of head i are rows of its base cache, read in place, and only the entries appended

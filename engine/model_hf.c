@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "jsonfile.h"
 #include "model_internal.h"
 #include "num.h"
 #include "safetensors.h"
@@ -30,10 +31,7 @@ static int read_json(HfDir *h, const char *name, int required, cJSON **out, KvEr
     *out = NULL;
     const char *path = dir_file(h, name);
     if (!required && access(path, F_OK)) return 0;
-    char *text = kv_read_file(path, NULL, err);
-    if (!text) return -1;
-    *out = cJSON_Parse(text);
-    free(text);
+    if (!(*out = kv_read_json(path, err))) return -1;
     if (!cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         *out = NULL;

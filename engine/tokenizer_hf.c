@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "jsonfile.h"
 #include "tokenizer_internal.h"
 
 /* Unused ids a tokenizer.json may leave below its largest id (reserved slots). */
@@ -182,20 +183,6 @@ static const char *config_token(const cJSON *cfg, const char *key) {
     return str_of(v, "content");
 }
 
-static cJSON *parse_json_file(const char *path, KvErr *err) {
-    size_t len;
-    char *text = kv_read_file(path, &len, err);
-    if (!text) return NULL;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) {
-        size_t at = end ? (size_t)(end - text) : len;
-        kv_fail(err, "%s: malformed JSON (truncated or invalid) near byte %zu", path, at);
-    }
-    free(text);
-    return root;
-}
-
 static int load_merges(Tokenizer *t, const cJSON *merges, const char *path, KvErr *err) {
     int rank = 0;
     const cJSON *m;
@@ -324,7 +311,7 @@ static int apply_config(Tokenizer *t, const char *json_path, KvErr *err) {
     FILE *f = fopen(cfg_path, "rb");
     if (!f) return 0;
     fclose(f);
-    cJSON *cfg = parse_json_file(cfg_path, err);
+    cJSON *cfg = kv_read_json(cfg_path, err);
     if (!cfg) return -1;
     const char *keys[2] = {"bos_token", "eos_token"};
     int *ids[2] = {&t->bos_id, &t->eos_id};
@@ -350,7 +337,7 @@ static int apply_config(Tokenizer *t, const char *json_path, KvErr *err) {
 }
 
 int tokenizer_load_hf(Tokenizer **out, const char *json_path, KvErr *err) {
-    cJSON *root = parse_json_file(json_path, err);
+    cJSON *root = kv_read_json(json_path, err);
     if (!root) return -1;
     Tokenizer *t = NULL;
     int rc = build(&t, root, json_path, err);

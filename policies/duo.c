@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../engine/jsonfile.h"
+
 #define SCORES_FILE "full_attention_heads.tsv"
 #define CONFIG_FILE "config.json"
 #define MAX_PATTERN_HEADS (1 << 20)
@@ -106,15 +108,8 @@ int duo_pattern_load(DuoPattern *out, const char *dir, KvErr *err) {
     snprintf(path, sizeof path, "%s/%s", dir, SCORES_FILE);
     if (load_scores(out, path, err)) goto fail;
     snprintf(path, sizeof path, "%s/%s", dir, CONFIG_FILE);
-    size_t len;
-    char *text = kv_read_file(path, &len, err);
-    if (!text) goto fail;
-    cJSON *cfg = cJSON_ParseWithLength(text, len);
-    free(text);
-    if (!cfg) {
-        kv_fail(err, "%s: not valid JSON", path);
-        goto fail;
-    }
+    cJSON *cfg = kv_read_json(path, err);
+    if (!cfg) goto fail;
     /* recent_size 0 would be the reference's slice sink:-0, which masks nothing: refused rather than copied. */
     int rc = config_size(cfg, path, "sink_size", 0, &out->sink_size, err) ||
              config_size(cfg, path, "recent_size", 1, &out->recent_size, err);
@@ -123,11 +118,6 @@ int duo_pattern_load(DuoPattern *out, const char *dir, KvErr *err) {
 fail:
     duo_pattern_free(out);
     return -1;
-}
-
-const char *duo_patterns_dir(void) {
-    const char *env = getenv("KVBENCH_DUO_PATTERNS");
-    return env && *env ? env : "policies/assets/duo_attention_patterns";
 }
 
 static int contains_nocase(const char *hay, const char *needle) {
@@ -149,8 +139,8 @@ static int is_pattern_dir(const char *root, const char *name) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int duo_pattern_find(const char *model_name, const char *model_path, char *dir, size_t dir_size, KvErr *err) {
-    const char *root = duo_patterns_dir();
+int duo_pattern_find(const char *root, const char *model_name, const char *model_path, char *dir, size_t dir_size,
+                     KvErr *err) {
     DIR *d = opendir(root);
     if (!d) {
         if (errno == ENOENT) return 0;
@@ -170,8 +160,7 @@ int duo_pattern_find(const char *model_name, const char *model_path, char *dir, 
     return best > 0;
 }
 
-void duo_pattern_shipped(char *out, size_t size) {
-    const char *root = duo_patterns_dir();
+void duo_pattern_shipped(const char *root, char *out, size_t size) {
     DIR *d = opendir(root);
     snprintf(out, size, "none");
     if (!d) return;

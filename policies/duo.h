@@ -25,15 +25,16 @@ typedef struct {
 int duo_pattern_load(DuoPattern *out, const char *dir, KvErr *err);
 void duo_pattern_free(DuoPattern *p);
 
-/* The folder of the shipped patterns: $KVBENCH_DUO_PATTERNS, else policies/assets/duo_attention_patterns
- * (the runner works from the project root). */
-const char *duo_patterns_dir(void);
-/* The shipped pattern for a model: the pattern folder whose name the model's name or path contains
+/* The folder of the shipped patterns, relative to the project root; the runs layer passes it, or the folder
+ * its KVBENCH_DUO_PATTERNS names, to the two functions below as `root`. */
+#define DUO_PATTERNS_SHIPPED "policies/assets/duo_attention_patterns"
+/* The shipped pattern for a model: the pattern folder under root whose name the model's name or path contains
  * (case-insensitive), e.g. ".../Meta-Llama-3.1-8B-Instruct" or "mistral-7b-instruct-v0.3.Q4_0.gguf".
  * Writes the folder into dir and returns 1, or returns 0 when none matches; -1 on error. */
-int duo_pattern_find(const char *model_name, const char *model_path, char *dir, size_t dir_size, KvErr *err);
-/* Comma-separated names of the shipped patterns into out, for messages ("none" if the folder is missing). */
-void duo_pattern_shipped(char *out, size_t size);
+int duo_pattern_find(const char *root, const char *model_name, const char *model_path, char *dir, size_t dir_size,
+                     KvErr *err);
+/* Comma-separated names of the patterns under root into out, for messages ("none" if the folder is missing). */
+void duo_pattern_shipped(const char *root, char *out, size_t size);
 
 /* round(n_heads * compression_ratio) with Python's round (half to even), as the reference counts the
  * streaming heads. */

@@ -352,7 +352,7 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
     if (row->allocation == ALLOC_DUO) {
         if (!cfg->duo_pattern)
             return kv_fail(err, "policy %s: no DuoAttention head pattern for this model (give the model entry "
-                                "\"duo_attention_patterns\": FOLDER; shipped in %s)", row->name, duo_patterns_dir());
+                                "\"duo_attention_patterns\": FOLDER; shipped in " DUO_PATTERNS_SHIPPED ")", row->name);
         if (cfg->duo_pattern->n_layers != n_layers || cfg->duo_pattern->n_kv_heads != n_kv_heads)
             return kv_fail(err, "policy %s: the pattern %s has %d layers x %d kv-heads, the model %d x %d", row->name,
                            cfg->duo_pattern->source, cfg->duo_pattern->n_layers, cfg->duo_pattern->n_kv_heads,

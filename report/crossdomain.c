@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "writers.h"
 
 #define RETRIEVAL_DOMAIN "synthetic retrieval (RULER, needle)"
 

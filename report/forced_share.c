@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "escape.h"
-#include "report_internal.h"
+#include "writers.h"
 
 #define QUERY                                                                                                      \
     "SELECT s.model, p.budget, p.policy, p.aggregation, p.params, p.n_layers, p.n_kv_heads, p.protected, p.kept " \

@@ -1,4 +1,4 @@
-/* ordering.c — whether the paper's ordering of the methods holds in a section (report_internal.h).
+/* ordering.c — whether the paper's ordering of the methods holds in a section (model.h).
  *
  * The paper's tables at 20% rank Layer-DefensiveKV >= DefensiveKV > CriticalKV > AdaKV ~ CAKE > SnapKV >
  * StreamingLLM. Each link of that chain is one paired comparison, avg(a) - avg(b) over the samples both scored,
@@ -8,11 +8,12 @@
  * the interval includes 0. AdaKV ~ CAKE > SnapKV is two links to SnapKV, one from each. No verdict at all comes
  * from fewer than min_n pairs ("too few samples") or from a zero-width interval (stats_resolved). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../policies/policy.h"
-#include "report_internal.h"
+#include "model.h"
 
 static const struct {
     const char *a, *b;

@@ -5,7 +5,7 @@
  * rows of runs limited by --limit (runs.sample_limit), which ran only the first samples of each task. */
 #include <string.h>
 
-#include "report_internal.h"
+#include "writers.h"
 
 /* The runs that wrote a row (a sample, hence its results, or a trace). */
 #define USED_RUNS " FROM runs WHERE id IN (SELECT run_id FROM samples UNION SELECT run_id FROM traces)"

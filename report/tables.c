@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "report_internal.h"
+#include "writers.h"
 
 static const char *CHANGE_FORMULA =
     "change = 100 × (avg(method) / avg(full cache) − 1), negative when the method scores below the full cache "
@@ -1147,7 +1147,9 @@ static void write_csv_summary(FILE *f, const ReportData *d) {
 /* ---------------------------------------------------------------- files */
 
 /* The paper's ordering, one row per (section, budget, link). */
-static void write_csv_crossmodel(FILE *f, const CrossModel *x, int n) {
+static void write_csv_crossmodel(FILE *f, const ReportData *d) {
+    const CrossModel *x = d->crossmodels;
+    int n = d->n_crossmodels;
     fputs("budget,keep_fraction,model,n_domains,policy,aggregation,params,n,pct_of_own_full,lo,hi,note\n", f);
     for (int j = 0; j < n; j++)
         for (int m = 0; m < x[j].n_methods; m++)
@@ -1224,20 +1226,6 @@ static void write_csv_ordering(FILE *f, const ReportData *d) {
     }
 }
 
-FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err) {
-    snprintf(path, n, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) kv_fail(err, "%s: cannot write", path);
-    return f;
-}
-
-int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
-    int bad = ferror(f);
-    if (fclose(f) || bad) return kv_fail(err, "%s: write failed (disk full?)", path);
-    if (log) fprintf(log, "wrote %s\n", path);
-    return 0;
-}
-
 static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
     char text[4000];
     snprintf(text, sizeof text,
@@ -1264,48 +1252,44 @@ static void method_text(FILE *f, Format fmt, int min_n, int resamples) {
     note(f, fmt, text);
 }
 
-int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *err) {
+/* report.md or report.tex: the same sections, in one format. */
+static int write_document(const ReportData *d, Format fmt, const char *out_dir, FILE *log, KvErr *err) {
     char path[1200];
-    FILE *f;
-    if (!(f = report_open_out(out_dir, "report.md", path, sizeof path, err))) return -1;
-    fputs("# kvbench report\n\n", f);
-    report_put_provenance(f, &d->prov, 0);
-    if (d->n_rows == d->n_failed_rows)
+    FILE *f = report_open_out(out_dir, fmt == FMT_TEX ? "report.tex" : "report.md", path, sizeof path, err);
+    if (!f) return -1;
+    fputs(fmt == FMT_TEX
+              ? "% kvbench report: tables for \\input{report.tex}; needs \\usepackage{booktabs} in the preamble.\n"
+              : "# kvbench report\n\n",
+          f);
+    report_put_provenance(f, &d->prov, fmt == FMT_TEX);
+    if (fmt == FMT_MD && d->n_rows == d->n_failed_rows)
         fprintf(f, "\n**No scores: all %d result rows failed.** The errors are counted per section below.\n",
                 d->n_rows);
-    method_text(f, FMT_MD, d->min_n, d->resamples);
-    for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_MD, &d->sections[i]);
-    if (crossdomain_tables(f, FMT_MD, d, err) || crossmodel_tables(f, FMT_MD, d, err)) {
+    method_text(f, fmt, d->min_n, d->resamples);
+    for (int i = 0; i < d->n_sections; i++) render_section(f, fmt, &d->sections[i]);
+    if (crossdomain_tables(f, fmt, d, err) || crossmodel_tables(f, fmt, d, err)) {
         fclose(f);
         return -1;
     }
-    if (report_close_out(f, path, log, err)) return -1;
-
-    if (!(f = report_open_out(out_dir, "report.tex", path, sizeof path, err))) return -1;
-    fputs("% kvbench report: tables for \\input{report.tex}; needs \\usepackage{booktabs} in the preamble.\n", f);
-    report_put_provenance(f, &d->prov, 1);
-    method_text(f, FMT_TEX, d->min_n, d->resamples);
-    for (int i = 0; i < d->n_sections; i++) render_section(f, FMT_TEX, &d->sections[i]);
-    if (crossdomain_tables(f, FMT_TEX, d, err) || crossmodel_tables(f, FMT_TEX, d, err)) {
-        fclose(f);
-        return -1;
-    }
-    if (report_close_out(f, path, log, err)) return -1;
-
-    if (!(f = report_open_out(out_dir, "task_scores.csv", path, sizeof path, err))) return -1;
-    write_csv_tasks(f, d);
-    if (report_close_out(f, path, log, err)) return -1;
-    if (!(f = report_open_out(out_dir, "domain_scores.csv", path, sizeof path, err))) return -1;
-    write_csv_summary(f, d);
-    if (report_close_out(f, path, log, err)) return -1;
-    if (!(f = report_open_out(out_dir, "ordering.csv", path, sizeof path, err))) return -1;
-    write_csv_ordering(f, d);
-    if (report_close_out(f, path, log, err)) return -1;
-    if (!(f = report_open_out(out_dir, "ablation.csv", path, sizeof path, err))) return -1;
-    write_csv_ablation(f, d);
-    if (report_close_out(f, path, log, err)) return -1;
-    if (d->n_crossmodels == 0) return 0;
-    if (!(f = report_open_out(out_dir, "cross_model.csv", path, sizeof path, err))) return -1;
-    write_csv_crossmodel(f, d->crossmodels, d->n_crossmodels);
     return report_close_out(f, path, log, err);
+}
+
+int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *err) {
+    static const struct {
+        const char *file;
+        void (*write)(FILE *f, const ReportData *d);
+    } CSV_FILES[] = {{"task_scores.csv", write_csv_tasks},    {"domain_scores.csv", write_csv_summary},
+                     {"ordering.csv", write_csv_ordering},    {"ablation.csv", write_csv_ablation},
+                     {"cross_model.csv", write_csv_crossmodel}};
+    if (write_document(d, FMT_MD, out_dir, log, err) || write_document(d, FMT_TEX, out_dir, log, err)) return -1;
+    for (size_t i = 0; i < sizeof CSV_FILES / sizeof CSV_FILES[0]; i++) {
+        char path[1200];
+        /* cross_model.csv only where there are models to compare */
+        if (CSV_FILES[i].write == write_csv_crossmodel && d->n_crossmodels == 0) continue;
+        FILE *f = report_open_out(out_dir, CSV_FILES[i].file, path, sizeof path, err);
+        if (!f) return -1;
+        CSV_FILES[i].write(f, d);
+        if (report_close_out(f, path, log, err)) return -1;
+    }
+    return 0;
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../metrics/fragility.h"
-#include "report_internal.h"
+#include "writers.h"
 
 #define CDF_POINTS 400  /* quantiles drawn per CDF curve */
 
@@ -48,7 +48,7 @@ int report_has_traces(sqlite3 *db) {
     return any;
 }
 
-/* A row's R_t(l, k) (little-endian float32, runs/store.c) into *r, grown to hold it; its count in *n. */
+/* A row's R_t(l, k) (little-endian float32, store/store.c) into *r, grown to hold it; its count in *n. */
 static int row_values(sqlite3_stmt *st, float **r, int *cap, int *n, KvErr *err) {
     /* n_layers x n_kv_heads as SQLite's 64-bit product: truncated to an int it could wrap to a count that
      * matches the blob (store_open refuses such rows; this read does not rely on it) */

@@ -15,7 +15,7 @@
 #define KVBENCH_RUNS_CLAIMS_H
 
 #include "../engine/err.h"
-#include "store.h"
+#include "../store/store.h"
 
 /* Seconds a claim holds past its claimant's last heartbeat, and the heartbeat's period. */
 #define CLAIM_LEASE_S 300

@@ -7,6 +7,7 @@
 
 #include "../engine/backend.h"
 #include "commands.h"
+#include "util.h"
 
 typedef struct {
     const char *name;
@@ -15,13 +16,20 @@ typedef struct {
     const char *details; /* printed by `kvbench NAME --help` after the line; may be NULL */
 } Command;
 
+/* run, trace and generate take the backend's options (runs/util.h util_backend_options). */
+#define BACKEND_FLAGS_HELP                                                                                      \
+    "  " UTIL_BACKEND_FLAGS_USAGE "\n"                                                                          \
+    "               the cpu backend's options, over a model's \"cpu\" in the config and the environment's\n"    \
+    "               KVBENCH_DECODE, KVBENCH_CACHE, KVBENCH_SIMD, KVBENCH_FAST_KERNEL (docs/running.md)\n"
+
 static const Command COMMANDS[] = {
     {"run", cmd_run, "run CONFIG.json [--db PATH] [--limit N] [--shard i/N] [--memory-limit SIZE]  run a sweep",
      "  --db PATH    results database (default: the config's \"db\", else results/kvbench.db)\n"
      "  --limit N    at most N samples per task\n"
      "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n"
      "  --memory-limit SIZE  memory for a sample's prefill cache and its variants (e.g. 8GiB; default: the config's\n"
-     "               \"memory_limit\", else the device's): the variants decode in as few batches as fit, same rows\n"},
+     "               \"memory_limit\", else the device's): the variants decode in as few batches as fit, same rows\n"
+     BACKEND_FLAGS_HELP},
     {"report", cmd_report, "report [CONFIG.json | --db PATH] [--out DIR]  tables and figures from a database",
      "  CONFIG.json  report the config's \"db\" (results/kvbench.db when it names none)\n"
      "  --db PATH    report this database; without CONFIG.json or --db: results/kvbench.db, or the only .db in "
@@ -39,7 +47,8 @@ static const Command COMMANDS[] = {
     {"info", cmd_info, "info MODEL                                      model configuration summary",
      "  MODEL: a .gguf file, a Hugging Face directory or synthetic:SHAPE\n"},
     {"tokenize", cmd_tokenize, "tokenize (--model M | --tokenizer P) (--text T | --file F) [--decode]", NULL},
-    {"generate", cmd_generate, "generate --model M --prompt T [--chat] [--max-new N] [--backend cpu|cuda]", NULL},
+    {"generate", cmd_generate, "generate --model M --prompt T [--chat] [--max-new N] [--backend cpu|cuda]",
+     BACKEND_FLAGS_HELP},
     {"select", cmd_select, "select --model M --file F --policy P --budget B [--aggregation A] [--window W]",
      "  B: a keep fraction (0.2 or 20%) or tokens per head (512tok); A: default, mean, max, max+prior\n"},
     {"data", cmd_data, "data list | data show SUITE:TASK --index I [--model M] | data check CONFIG.json [--quiet]",

@@ -130,10 +130,13 @@ static int prompt_ids(const Model *m, const char *prompt, int chat, TokenIds *id
 
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *backend = "cpu", *max_text = "256";
+    const char *backend_flags[BACKEND_N_OPTIONS] = {NULL};
     int chat = 0;
-    for (int i = 0; i < argc; i++) {
-        const char **slot = !strcmp(argv[i], "--model") ? &model : !strcmp(argv[i], "--prompt") ? &prompt
-                          : !strcmp(argv[i], "--backend") ? &backend : !strcmp(argv[i], "--max-new") ? &max_text : NULL;
+    for (int i = 0, key; i < argc; i++) {
+        key = util_backend_flag(argv[i]);
+        const char **slot = key >= 0 ? &backend_flags[key] : !strcmp(argv[i], "--model") ? &model
+                          : !strcmp(argv[i], "--prompt") ? &prompt : !strcmp(argv[i], "--backend") ? &backend
+                          : !strcmp(argv[i], "--max-new") ? &max_text : NULL;
         if (slot) {
             if (!(*slot = option_value("generate", argc, argv, &i))) return 2;
         } else if (!strcmp(argv[i], "--chat")) {
@@ -144,7 +147,13 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     if (!model || !prompt) {
-        fprintf(stderr, "usage: kvbench generate --model M --prompt T [--chat] [--max-new N] [--backend cpu|cuda]\n");
+        fprintf(stderr, "usage: kvbench generate --model M --prompt T [--chat] [--max-new N] [--backend cpu|cuda]\n"
+                        "         " UTIL_BACKEND_FLAGS_USAGE "\n");
+        return 2;
+    }
+    KvErr err = {{0}};
+    if (util_backend_flags_check(backend_flags, &err)) {
+        fprintf(stderr, "kvbench generate: %s\n", err.msg);
         return 2;
     }
     long long max_new = 0;
@@ -154,7 +163,6 @@ int cmd_generate(int argc, char **argv) {
                 r == NUM_OUT_OF_RANGE ? "is out of range [1, 1000000]" : "must be a positive integer", max_text);
         return 2;
     }
-    KvErr err = {{0}};
     Model *m = NULL;
     Backend *be = NULL;
     KvCache *cache = NULL;
@@ -171,7 +179,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     BackendOptions bo;
-    if (util_backend_options(&bo, &err) || backend_open(&be, backend, m, &bo, &err) ||
+    if (util_backend_options(&bo, backend_flags, NULL, NULL, &err) || backend_open(&be, backend, m, &bo, &err) ||
         be->cache_new(be, &cache, ids.n + (int)max_new, &err))
         goto done;
     GenerateOptions opt = {.max_new = (int)max_new, .stop_ids = m->cfg.eos_ids, .n_stop = m->cfg.n_eos};

@@ -16,7 +16,7 @@
 #include "datacheck.h"
 #include "memplan.h"
 #include "protected.h"
-#include "store.h"
+#include "../store/store.h"
 #include "sweep.h"
 
 #define DEFAULT_DB "results/kvbench.db"
@@ -50,8 +50,11 @@ static int count_option(const char *cmd, int argc, char **argv, int *i, int *out
 
 int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL, *memory = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--db")) {
+    SweepOptions opt = {0};
+    for (int i = 0, key; i < argc; i++) {
+        if ((key = util_backend_flag(argv[i])) >= 0) {
+            if (option_value(cmd, argc, argv, &i, &opt.backend_flags[key])) return 2;
+        } else if (!strcmp(argv[i], "--db")) {
             if (option_value(cmd, argc, argv, &i, &db)) return 2;
         } else if (!strcmp(argv[i], "--limit")) {
             if (option_value(cmd, argc, argv, &i, &limit)) return 2;
@@ -61,8 +64,9 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
             if (option_value(cmd, argc, argv, &i, &memory)) return 2;
         } else if (argv[i][0] == '-' || config_path) {
             fprintf(stderr, "kvbench %s: unexpected argument '%s'\n"
-                            "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]%s\n", cmd, argv[i],
-                    cmd, trace ? "" : " [--memory-limit SIZE]");
+                            "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]%s\n"
+                            "         " UTIL_BACKEND_FLAGS_USAGE "\n", cmd, argv[i], cmd,
+                    trace ? "" : " [--memory-limit SIZE]");
             return 2;
         } else {
             config_path = argv[i];
@@ -70,17 +74,23 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
     }
     if (!config_path) {
         fprintf(stderr, "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]%s\n"
+                        "         " UTIL_BACKEND_FLAGS_USAGE "\n"
                         "  --db PATH    results database (default: the config's \"db\", else " DEFAULT_DB ")\n"
                         "  --limit N    at most N samples per task\n"
-                        "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n%s", cmd,
+                        "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n"
+                        "  --decode, --cache, --simd, --fast-kernel  the cpu backend's options, over each model's "
+                        "\"cpu\" in the config and KVBENCH_DECODE, ... (docs/running.md)\n%s", cmd,
                 trace ? "" : " [--memory-limit SIZE]",
                 trace ? "" : "  --memory-limit SIZE  memory for a sample's prefill cache and its variants (e.g. 8GiB; "
                              "default: the config's \"memory_limit\", else the device's): the variants decode in as "
                              "few batches as fit, with the same rows\n");
         return 2;
     }
-    SweepOptions opt = {0};
     KvErr err = {{0}};
+    if (util_backend_flags_check(opt.backend_flags, &err)) {
+        fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
+        return 2;
+    }
     if (limit) {
         long long n = 0;
         NumCheck r = num_parse_integer(limit, 1, 100000000, &n);
@@ -112,7 +122,7 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
         return 1;
     }
     RunConfig cfg;
-    if (util_backend_options(&opt.backend, &err) || config_load(&cfg, config_path, &err)) {
+    if (config_load(&cfg, config_path, &err)) {
         fprintf(stderr, "kvbench %s: %s\n", cmd, err.msg);
         return 1;
     }

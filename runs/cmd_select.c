@@ -124,7 +124,7 @@ static int run_select(const char *model_path, const char *file, const char *back
         goto done;
     }
     BackendOptions bo;
-    if (util_backend_options(&bo, err) || backend_open(&be, backend_name, m, &bo, err) ||
+    if (util_backend_options(&bo, NULL, NULL, NULL, err) || backend_open(&be, backend_name, m, &bo, err) ||
         be->cache_new(be, &cache, ids.n, err) ||
         policy_begin(&st, cfg, c->n_layers, c->n_kv_heads, ids.n, err))
         goto done;
@@ -207,7 +207,7 @@ int cmd_select(int argc, char **argv) {
     DuoPattern duo = {0};
     if (policy_needs_duo_pattern(&cfg)) {
         char found[1100];
-        int n = duo_dir ? 1 : duo_pattern_find("", model, found, sizeof found, &err);
+        int n = duo_dir ? 1 : duo_pattern_find(util_duo_patterns_dir(), "", model, found, sizeof found, &err);
         if (n == 0) kv_fail(&err, "no DuoAttention head pattern is shipped for %s (give --duo-patterns DIR)", model);
         if (n != 1 || duo_pattern_load(&duo, duo_dir ? duo_dir : found, &err)) {
             fprintf(stderr, "kvbench select: %s\n", err.msg);

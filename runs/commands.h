@@ -11,7 +11,7 @@
 #ifndef KVBENCH_COMMANDS_H
 #define KVBENCH_COMMANDS_H
 
-#include "store.h"
+#include "../store/store.h"
 
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

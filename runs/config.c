@@ -13,9 +13,11 @@
 
 #include "../datasets/dataset.h"
 #include "../metrics/fragility.h"
+#include "../engine/jsonfile.h"
 #include "../engine/num.h"
 #include "../policies/duo.h"
 #include "memplan.h"
+#include "util.h"
 
 /* ---------------------------------------------------------------- small helpers */
 
@@ -203,13 +205,32 @@ static const cJSON *get_array(const Ctx *c, const cJSON *obj, const char *where,
 
 /* ---------------------------------------------------------------- sections */
 
+/* A model's "cpu" object: its backend options, each checked here so that a bad value stops the run before
+ * anything loads. */
+static int parse_cpu_options(const Ctx *c, const cJSON *model, const char *where, RunModel *m) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(model, "cpu");
+    const char *keys[BACKEND_N_OPTIONS + 1] = {NULL};
+    char at[256];
+    if (!o) return 0;
+    for (int k = 0; k < BACKEND_N_OPTIONS; k++) keys[k] = BACKEND_OPTION_NAMES[k];
+    path_join(at, sizeof at, where, "cpu");
+    if (check_keys(c, o, at, keys)) return -1;
+    BackendOptions checked = {0};
+    for (int k = 0; k < BACKEND_N_OPTIONS; k++) {
+        if (get_string(c, o, at, keys[k], 0, &m->cpu[k])) return -1;
+        if (backend_option_set(&checked, (BackendOptionKey)k, m->cpu[k], c->err))
+            return kv_wrap(c->err, "%s: %s.%s", c->file, at, keys[k]);
+    }
+    return 0;
+}
+
 static int parse_model(const Ctx *c, const cJSON *o, const char *where, RunModel *m) {
-    static const char *const keys[] = {"path", "name", "backend", "tokenizer", "duo_attention_patterns", NULL};
+    static const char *const keys[] = {"path", "name", "backend", "tokenizer", "duo_attention_patterns", "cpu", NULL};
     char at[256];
     if (check_keys(c, o, where, keys)) return -1;
     if (get_string(c, o, where, "path", 1, &m->path) || get_string(c, o, where, "name", 0, &m->name) ||
         get_string(c, o, where, "backend", 0, &m->backend) || get_string(c, o, where, "tokenizer", 1, &m->tokenizer) ||
-        get_string(c, o, where, "duo_attention_patterns", 1, &m->duo_patterns))
+        get_string(c, o, where, "duo_attention_patterns", 1, &m->duo_patterns) || parse_cpu_options(c, o, where, m))
         return -1;
     path_join(at, sizeof at, where, "path");
     if (!m->path) return bad(c, at, "missing (required)");
@@ -490,13 +511,8 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
                                        NULL};
     Ctx c = {file, err};
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(text);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1;
-        for (const char *p = text; at && p < at && *p; p++) line += *p == '\n';
-        return kv_fail(err, "%s: line %d: not valid JSON", file, line);
-    }
+    cJSON *root = kv_parse_json(text, strlen(text), file, err);
+    if (!root) return -1;
     int rc = -1, cap = 0, windows[CONFIG_MAX_WINDOWS] = {32}, n_windows = 1, pool_kernel = 5;
     const cJSON *aggs = NULL, *budgets = NULL, *list;
     if (!(cfg->file = dup_str(file, err)) || !(cfg->text = dup_str(text, err))) goto done;
@@ -596,6 +612,7 @@ void config_free(RunConfig *cfg) {
         free(cfg->models[i].backend);
         free(cfg->models[i].tokenizer);
         free(cfg->models[i].duo_patterns);
+        for (int k = 0; k < BACKEND_N_OPTIONS; k++) free(cfg->models[i].cpu[k]);
     }
     for (int i = 0; i < cfg->n_datasets; i++) {
         RunDataset *d = &cfg->datasets[i];
@@ -638,12 +655,13 @@ int config_duo_pattern_dir(const RunConfig *cfg, const RunModel *m, char *dir, s
         snprintf(dir, n, "%s", m->duo_patterns);
         return 1;
     }
-    int found = duo_pattern_find(m->name, m->path, dir, n, err);
+    const char *root = util_duo_patterns_dir();
+    int found = duo_pattern_find(root, m->name, m->path, dir, n, err);
     if (found) return found;
     char shipped[512];
-    duo_pattern_shipped(shipped, sizeof shipped);
+    duo_pattern_shipped(root, shipped, sizeof shipped);
     return kv_fail(err, "policy duoattention needs the model's DuoAttention head pattern and none is shipped for it "
                         "(shipped in %s: %s); set \"duo_attention_patterns\": FOLDER (full_attention_heads.tsv + "
                         "config.json) on the model entry, or \"none\" to record its duoattention cells as N/A",
-                   duo_patterns_dir(), shipped);
+                   root, shipped);
 }

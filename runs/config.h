@@ -8,6 +8,7 @@
 #ifndef KVBENCH_RUNS_CONFIG_H
 #define KVBENCH_RUNS_CONFIG_H
 
+#include "../engine/backend.h"
 #include "../engine/err.h"
 #include "../policies/policy.h"
 
@@ -21,6 +22,9 @@ typedef struct {
     char *duo_patterns; /* "duo_attention_patterns": a DuoAttention pattern folder (${VAR} expanded), "none"
                          * (duoattention is N/A for this model: its cells are skipped), or NULL = the shipped
                          * pattern matched by name or path (policies/duo.h) */
+    char *cpu[BACKEND_N_OPTIONS]; /* "cpu": {"decode", "cache", "simd", "fast_kernel"}: this model's backend
+                                   * options (NULL: absent), below the command line's flags and above the
+                                   * environment (runs/util.h util_backend_options) */
 } RunModel;
 
 /* A dataset's "chat_template": the suite's own prompt protocol (key absent), or every sample rendered with the

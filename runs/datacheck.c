@@ -17,6 +17,7 @@
 
 #include "../datasets/dataset.h"
 #include "../engine/backend.h"
+#include "../engine/jsonfile.h"
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../policies/duo.h"
@@ -167,14 +168,12 @@ static void check_hf_index(Check *c, int i, const char *dir) {
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK)) return;
     KvErr err;
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    cJSON *j = kv_read_json(path, &err);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
-    if (!text) report(c, "problem", "%s: models[%d].path: %s", c->file, i, err.msg);
+    if (!j) report(c, "problem", "%s: models[%d].path: %s", c->file, i, err.msg);
     else if (!cJSON_IsObject(map) || !map->child)
         report(c, "problem", "%s: models[%d].path: %s: the weight_map names no shard", c->file, i, path);
     cJSON_Delete(j);
-    free(text);
 }
 
 /* Loads the model's configuration and tokenizer (never its weights); NULL when it cannot (reported). */

@@ -4,7 +4,7 @@
  * in table protected_sets (docs/database.md), keyed as results are; the report's forced-share summary
  * (report/forced_share.c) reads it.
  *
- * The table lives outside the results schema (runs/store.c): it is created on the first write, a database
+ * The table lives outside the results schema (store/store.c): it is created on the first write, a database
  * without it reads as having no such rows, and its rows are written in their own transaction right after the
  * sample's results (a run killed between the two leaves that sample without them); `kvbench merge` copies
  * them after the results (protected_merge). Shape legend: N layers, K kv-heads. */
@@ -12,7 +12,7 @@
 #define KVBENCH_RUNS_PROTECTED_H
 
 #include "../engine/err.h"
-#include "store.h"
+#include "../store/store.h"
 
 typedef struct {
     StoreVariantKey key;

@@ -40,7 +40,7 @@
 #include "memplan.h"
 #include "prepare.h"
 #include "protected.h"
-#include "store.h"
+#include "../store/store.h"
 #include "trace.h"
 #include "util.h"
 
@@ -298,145 +298,183 @@ static int variant_protected(const Prefill *pf, int i, const Budget *b, VariantR
     return rc < 0 ? -1 : 0;
 }
 
-/* Prefill, keep-sets, batched decode and scores for the pending variants of one sample. Every failure lands
- * in the failing variants' runs[i].err (a failure before the keep-sets fails them all). */
-static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, double *prefill_ms, double *decode_ms,
-                       int *n_ctx_out, int *n_q_out, int *over_length, int *n_batches) {
-    const Model *m = sw->model;
-    const int N = m->cfg.n_layers, K = m->cfg.n_kv_heads;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
-    TokenIds ctx = {0}, q = {0}, stops = {0};
+/* What one sample's run reports besides its variants' rows. */
+typedef struct {
+    double prefill_ms, decode_ms;
+    int context_tokens, question_tokens;
+    int over_length; /* context + question + the new tokens exceed the model's max context */
+    int n_batches;   /* decode batches (runs/memplan.h) */
+} SampleOutcome;
+
+/* One sample's state between the steps of run_sample. */
+typedef struct {
+    TokenIds ctx, q, stops;
+    int max_new;
     Prefill pf;
-    const PolicyConfig **policies = NULL;
-    KvCache **caches = NULL;
-    TokenIds *outs = NULL;
-    int *batch_of = NULL, *idx = NULL, has_prefill = 0, has_full = 0;
-    double *need = NULL; /* [2n]: view bytes, then copy bytes, of the variants listed in idx */
-    KvErr err = {{0}};
-    const double cpu_started = util_cpu_ms();
-    *prefill_ms = *decode_ms = 0;
-    *n_ctx_out = *n_q_out = *over_length = *n_batches = 0;
+    int has_prefill;
+    int n_ok;           /* variants with a keep-set or the prefill's cache, listed in idx */
+    int full;           /* the full variant's place in idx; -1 when none */
+    int *idx;           /* [n] */
+    int *batch_of;      /* [n] each listed variant's decode batch; then the variants of one batch */
+    double *need;       /* [2n]: view bytes, then copy bytes, of the variants listed in idx */
+    int use_views;      /* the variants decode on views of the prefill's cache, not on gathered copies */
+    double budget;      /* bytes for the variants beside the prefill's cache */
+    double device_free; /* the backend's free memory less its reserve (INFINITY: host memory) */
+} SampleState;
 
-    if (prepare_tokens(&env, s, &ctx, &q, &err) || prepare_stop_ids(&env, s, &stops, &err)) goto failed;
-    *n_ctx_out = ctx.n;
-    *n_q_out = q.n;
-    int max_new = s->max_new_tokens;
-    if (sw->cfg->max_new_tokens > 0 && sw->cfg->max_new_tokens < max_new) max_new = sw->cfg->max_new_tokens;
-    *over_length = m->cfg.max_context > 0 && ctx.n + q.n + max_new > m->cfg.max_context;
-    if (*over_length && sw->cfg->over_length_error) {
-        kv_fail(&err, "context %d + question %d + %d new tokens exceed the model's max context of %d tokens", ctx.n,
-                q.n, max_new, m->cfg.max_context);
-        goto failed;
-    }
-    if (ctx.n < 1 || q.n < 1) {
-        kv_fail(&err, "empty %s after tokenization", ctx.n < 1 ? "context" : "question");
-        goto failed;
-    }
-
+/* The sample's tokens and stop ids, and the refusals that need no prefill: over the model's context (with
+ * "over_length": "error"), an empty context or question, a prefill cache past the memory limit. */
+static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutcome *o, KvErr *err) {
+    const Model *m = sw->model;
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    if (prepare_tokens(&env, s, &st->ctx, &st->q, err) || prepare_stop_ids(&env, s, &st->stops, err)) return -1;
+    const int n_ctx = st->ctx.n, n_q = st->q.n;
+    o->context_tokens = n_ctx;
+    o->question_tokens = n_q;
+    st->max_new = s->max_new_tokens;
+    if (sw->cfg->max_new_tokens > 0 && sw->cfg->max_new_tokens < st->max_new) st->max_new = sw->cfg->max_new_tokens;
+    o->over_length = m->cfg.max_context > 0 && n_ctx + n_q + st->max_new > m->cfg.max_context;
+    if (o->over_length && sw->cfg->over_length_error)
+        return kv_fail(err, "context %d + question %d + %d new tokens exceed the model's max context of %d tokens",
+                       n_ctx, n_q, st->max_new, m->cfg.max_context);
+    if (n_ctx < 1 || n_q < 1) return kv_fail(err, "empty %s after tokenization", n_ctx < 1 ? "context" : "question");
     /* A prefill whose cache alone exceeds the memory limit is not computed: its K and V rows of the context take at
      * least 2 bytes an element (estimate_kv_bytes_per_token); the exact size is checked again after it. */
-    if (sw->memory_limit > 0 && estimate_kv_bytes_per_token(&m->cfg) * ctx.n > sw->memory_limit) {
+    if (sw->memory_limit > 0 && estimate_kv_bytes_per_token(&m->cfg) * n_ctx > sw->memory_limit) {
         char least[32], limit[32];
-        util_format_bytes(estimate_kv_bytes_per_token(&m->cfg) * ctx.n, least, sizeof least);
+        util_format_bytes(estimate_kv_bytes_per_token(&m->cfg) * n_ctx, least, sizeof least);
         util_format_bytes(sw->memory_limit, limit, sizeof limit);
-        kv_fail(&err, "out of memory: the prefill's cache of at least %s alone exceeds the memory limit of %s", least,
-                limit);
-        goto failed;
+        return kv_fail(err, "out of memory: the prefill's cache of at least %s alone exceeds the memory limit of %s",
+                       least, limit);
     }
+    return 0;
+}
 
-    /* One observed prefill; the full variant decodes on its cache, so that gets room for question and answer. */
-    if (!(policies = kv_calloc((size_t)n, sizeof *policies, &err))) goto failed;
+/* One observed prefill for every variant; the full variant decodes on its cache, so that gets room for question
+ * and answer. */
+static int sample_prefill(Sweep *sw, SampleState *st, VariantRun *runs, int n, SampleOutcome *o, KvErr *err) {
+    PrepareEnv env = {sw->model, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    const PolicyConfig **policies = kv_calloc((size_t)n, sizeof *policies, err);
+    if (!policies) return -1;
+    int has_full = 0;
     for (int i = 0; i < n; i++) {
         policies[i] = &runs[i].v->policy;
         has_full |= policy_keeps_all(policies[i]);
     }
-    if (prefill_run(&pf, &env, &ctx, policies, n, has_full ? q.n + max_new : 0, &err)) goto failed;
-    has_prefill = 1;
-    *prefill_ms = pf.prefill_ms;
-    for (int k = 0; k < pf.n_slots; k++) sw->stats->select_ms += pf.slots[k].ms;
+    int rc = prefill_run(&st->pf, &env, &st->ctx, policies, n, has_full ? st->q.n + st->max_new : 0, err);
+    free(policies);
+    if (rc) return -1;
+    st->has_prefill = 1;
+    o->prefill_ms = st->pf.prefill_ms;
+    for (int k = 0; k < st->pf.n_slots; k++) sw->stats->select_ms += st->pf.slots[k].ms;
+    return 0;
+}
 
-    /* Keep-sets, and what each variant needs while it decodes. */
-    if (!(need = kv_calloc(2 * (size_t)n, sizeof *need, &err)) ||
-        !(batch_of = kv_calloc((size_t)n, sizeof *batch_of, &err)) || !(idx = kv_calloc((size_t)n, sizeof *idx, &err)))
-        goto failed;
-    int n_ok = 0, full = -1;
+/* Each variant's keep-set, and what it needs while it decodes; a variant whose selection fails fails alone. */
+static int sample_keep_sets(Sweep *sw, SampleState *st, VariantRun *runs, int n, KvErr *err) {
+    const int NK = sw->model->cfg.n_layers * sw->model->cfg.n_kv_heads, room = st->q.n + st->max_new;
+    Prefill *pf = &st->pf;
+    if (!(st->need = kv_calloc(2 * (size_t)n, sizeof *st->need, err)) ||
+        !(st->batch_of = kv_calloc((size_t)n, sizeof *st->batch_of, err)) ||
+        !(st->idx = kv_calloc((size_t)n, sizeof *st->idx, err)))
+        return -1;
+    st->n_ok = 0;
+    st->full = -1;
     for (int i = 0; i < n; i++) {
         VariantRun *r = &runs[i];
-        if (pf.slot_of[i] < 0) { /* full decodes on the prefill's cache, which holds its room */
-            r->cache = pf.cache;
-            r->kept = r->budget_tokens = ctx.n;
+        if (pf->slot_of[i] < 0) { /* full decodes on the prefill's cache, which holds its room */
+            r->cache = pf->cache;
+            r->kept = r->budget_tokens = st->ctx.n;
             r->kept_fraction = 1;
-            full = n_ok;
-            need[n_ok] = need[n + n_ok] = 0;
-            idx[n_ok++] = i;
+            st->full = st->n_ok;
+            st->need[st->n_ok] = st->need[n + st->n_ok] = 0;
+            st->idx[st->n_ok++] = i;
             continue;
         }
         double t = util_now_ms();
         const Budget *b = &r->v->budget;
-        r->budget_tokens = policy_budget_tokens(&r->v->policy, b, ctx.n);
-        if (prefill_select(&pf, i, b, &r->keep, &r->err) || variant_protected(&pf, i, b, r, N * K)) {
+        r->budget_tokens = policy_budget_tokens(&r->v->policy, b, st->ctx.n);
+        if (prefill_select(pf, i, b, &r->keep, &r->err) || variant_protected(pf, i, b, r, NK)) {
             r->failed = 1;
         } else {
-            r->kept = (double)r->keep.total / (N * K);
-            r->kept_fraction = r->kept / ctx.n;
-            need[n_ok] = sw->be->variant_bytes(sw->be, pf.cache, &r->keep, q.n + max_new, 1);
-            need[n + n_ok] = sw->be->variant_bytes(sw->be, pf.cache, &r->keep, q.n + max_new, 0);
-            idx[n_ok++] = i;
+            r->kept = (double)r->keep.total / NK;
+            r->kept_fraction = r->kept / st->ctx.n;
+            st->need[st->n_ok] = sw->be->variant_bytes(sw->be, pf->cache, &r->keep, room, 1);
+            st->need[n + st->n_ok] = sw->be->variant_bytes(sw->be, pf->cache, &r->keep, room, 0);
+            st->idx[st->n_ok++] = i;
         }
         double selected = util_now_ms() - t;
-        r->select_ms = prefill_observe_ms(&pf, i) + selected;
+        r->select_ms = prefill_observe_ms(pf, i) + selected;
         sw->stats->select_ms += selected;
     }
+    return 0;
+}
 
-    /* The plan: views of the prefill (or copies) in as few decode batches as fit the memory left beside it. */
-    double budget = INFINITY, device_free = INFINITY;
-    if (sw->be->memory_free && sw->be->memory_free(sw->be, &device_free, &err)) goto failed;
-    budget = device_free;
-    if (sw->memory_limit > 0 && sw->memory_limit - (double)pf.cache->arena_bytes < budget)
-        budget = sw->memory_limit - (double)pf.cache->arena_bytes;
-    int use_views = 0;
-    int nb = memplan_choose(sw->be->cache_view ? need : NULL, need + n, n_ok, budget, sw->be->views_fast, batch_of,
-                            &use_views, &err);
-    if (nb < 0) goto failed;
+/* The plan: views of the prefill (or copies) in as few decode batches as fit the memory left beside it; a
+ * variant that fits in none fails alone, saying what it needed and what was free. */
+static int sample_plan(Sweep *sw, SampleState *st, VariantRun *runs, int n, SampleOutcome *o, KvErr *err) {
+    const double prefill_bytes = (double)st->pf.cache->arena_bytes;
+    st->device_free = INFINITY;
+    if (sw->be->memory_free && sw->be->memory_free(sw->be, &st->device_free, err)) return -1;
+    st->budget = st->device_free;
+    if (sw->memory_limit > 0 && sw->memory_limit - prefill_bytes < st->budget)
+        st->budget = sw->memory_limit - prefill_bytes;
+    int nb = memplan_choose(sw->be->cache_view ? st->need : NULL, st->need + n, st->n_ok, st->budget,
+                            sw->be->views_fast, st->batch_of, &st->use_views, err);
+    if (nb < 0) return -1;
     /* The full variant appends its question and answer to the prefill's cache, whose n_pos the other variants'
      * caches take when they are made: its batch decodes last. */
-    if (full >= 0 && batch_of[full] >= 0 && batch_of[full] != nb - 1) {
-        int a = batch_of[full];
-        for (int j = 0; j < n_ok; j++) batch_of[j] = batch_of[j] == a ? nb - 1 : batch_of[j] == nb - 1 ? a : batch_of[j];
+    int *batch_of = st->batch_of;
+    if (st->full >= 0 && batch_of[st->full] >= 0 && batch_of[st->full] != nb - 1) {
+        int a = batch_of[st->full];
+        for (int j = 0; j < st->n_ok; j++)
+            batch_of[j] = batch_of[j] == a ? nb - 1 : batch_of[j] == nb - 1 ? a : batch_of[j];
     }
-    for (int j = 0; j < n_ok; j++) {
-        VariantRun *r = &runs[idx[j]];
+    for (int j = 0; j < st->n_ok; j++) {
+        VariantRun *r = &runs[st->idx[j]];
         r->batch = batch_of[j];
         if (r->batch >= 0) continue;
         r->failed = 1;
         char prefill[32], limit[32], needed[32], left[32];
-        util_format_bytes((double)pf.cache->arena_bytes, prefill, sizeof prefill);
+        util_format_bytes(prefill_bytes, prefill, sizeof prefill);
         util_format_bytes(sw->memory_limit, limit, sizeof limit);
-        util_format_bytes(need[(use_views ? 0 : n) + j], needed, sizeof needed);
-        util_format_bytes(budget, left, sizeof left);
-        if (budget < 0)
+        util_format_bytes(st->need[(st->use_views ? 0 : n) + j], needed, sizeof needed);
+        util_format_bytes(st->budget, left, sizeof left);
+        if (st->budget < 0)
             kv_fail(&r->err, "out of memory: the prefill's cache of %s alone exceeds the memory limit of %s", prefill,
                     limit);
         else
             kv_fail(&r->err, "out of memory: this variant's %s and decode need %s, %s are free for the variants beside "
-                             "the prefill's cache of %s (%s)", use_views ? "view" : "gathered copy", needed, left,
-                    prefill, budget < device_free ? "the memory limit" : "the device's free memory less its reserve");
+                             "the prefill's cache of %s (%s)", st->use_views ? "view" : "gathered copy", needed, left,
+                    prefill,
+                    st->budget < st->device_free ? "the memory limit" : "the device's free memory less its reserve");
     }
-    *n_batches = nb;
+    o->n_batches = nb;
+    return 0;
+}
 
-    /* Each batch: its caches, one batched decode, then they are freed; the prefill's cache serves them all. */
-    caches = kv_calloc((size_t)n, sizeof *caches, &err);
-    outs = kv_calloc((size_t)n, sizeof *outs, &err);
-    if (!caches || !outs) goto failed;
-    for (int batch = 0; batch < nb; batch++) {
+/* Each batch: its caches, one batched decode, each answer decoded to text and scored, then the caches are freed;
+ * the prefill's cache serves them all. A variant whose cache, decode or score fails fails alone. */
+static int sample_decode(Sweep *sw, const Sample *s, SampleState *st, VariantRun *runs, int n, SampleOutcome *o,
+                         KvErr *err) {
+    const KvCache *prefill_cache = st->pf.cache;
+    KvCache **caches = kv_calloc((size_t)n, sizeof *caches, err);
+    TokenIds *outs = kv_calloc((size_t)n, sizeof *outs, err);
+    int *batch_of = st->batch_of; /* reused: the variants of the batch being decoded */
+    if (!caches || !outs) {
+        free(caches);
+        free(outs);
+        return -1;
+    }
+    for (int batch = 0; batch < o->n_batches; batch++) {
         int nc = 0;
-        for (int j = 0; j < n_ok; j++) {
-            VariantRun *r = &runs[idx[j]];
+        for (int j = 0; j < st->n_ok; j++) {
+            VariantRun *r = &runs[st->idx[j]];
             if (r->batch != batch || r->failed) continue;
-            if (r->cache != pf.cache) {
+            if (r->cache != prefill_cache) {
                 double t = util_now_ms();
-                int rc = (use_views ? sw->be->cache_view : sw->be->cache_gather)(sw->be, pf.cache, &r->keep,
-                                                                                 q.n + max_new, &r->cache, &r->err);
+                int rc = (st->use_views ? sw->be->cache_view : sw->be->cache_gather)(
+                    sw->be, prefill_cache, &r->keep, st->q.n + st->max_new, &r->cache, &r->err);
                 keepset_free(&r->keep);
                 double made = util_now_ms() - t;
                 r->select_ms += made;
@@ -446,23 +484,23 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
                     continue;
                 }
             }
-            batch_of[nc] = idx[j];
+            batch_of[nc] = st->idx[j];
             caches[nc++] = r->cache;
         }
         if (nc == 0) continue;
-        GenerateOptions go = {max_new, stops.ids, stops.n, NULL,
+        GenerateOptions go = {st->max_new, st->stops.ids, st->stops.n, NULL,
                               sw->cfg->stop_any_token ? GEN_STOP_ANY_TOKEN : GEN_STOP_REFERENCE};
         GenerateStats gs = {0};
         KvErr derr = {{0}};
-        int rc = generate_greedy(sw->be, caches, nc, q.ids, q.n, &go, outs, &gs, &derr);
+        int rc = generate_greedy(sw->be, caches, nc, st->q.ids, st->q.n, &go, outs, &gs, &derr);
         if (rc) kv_wrap(&derr, "decode");
-        *decode_ms += gs.feed_ms + gs.decode_ms;
+        o->decode_ms += gs.feed_ms + gs.decode_ms;
         sw->stats->decode_tokens += gs.decode_tokens;
         for (int k = 0; k < nc; k++) {
             VariantRun *r = &runs[batch_of[k]];
             r->out = outs[k];
             outs[k] = (TokenIds){0};
-            if (r->cache != pf.cache) sw->be->cache_free(sw->be, r->cache);
+            if (r->cache != prefill_cache) sw->be->cache_free(sw->be, r->cache);
             r->cache = NULL;
             if (rc) {
                 r->failed = 1;
@@ -475,28 +513,44 @@ static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, doub
             }
         }
     }
-    sw->stats->prefill_tokens += ctx.n;
-    goto cleanup;
-
-failed:
-    fail_all(runs, n, &err);
-cleanup:
-    for (int i = 0; i < n; i++) {
-        if (runs[i].cache && (!has_prefill || runs[i].cache != pf.cache)) sw->be->cache_free(sw->be, runs[i].cache);
-        runs[i].cache = NULL;
-    }
-    for (int i = 0; i < n; i++) keepset_free(&runs[i].keep);
-    if (has_prefill) prefill_free(&pf);
-    for (int i = 0; outs && i < n; i++) ids_free(&outs[i]);
-    free(policies);
+    for (int i = 0; i < n; i++) ids_free(&outs[i]);
     free(caches);
     free(outs);
-    free(batch_of);
-    free(need);
-    free(idx);
-    ids_free(&ctx);
-    ids_free(&q);
-    ids_free(&stops);
+    return 0;
+}
+
+/* What the steps leave, whichever step stopped: the variants' caches and keep-sets, the prefill, the buffers. */
+static void sample_state_free(Sweep *sw, SampleState *st, VariantRun *runs, int n) {
+    for (int i = 0; i < n; i++) {
+        if (runs[i].cache && (!st->has_prefill || runs[i].cache != st->pf.cache))
+            sw->be->cache_free(sw->be, runs[i].cache);
+        runs[i].cache = NULL;
+        keepset_free(&runs[i].keep);
+    }
+    if (st->has_prefill) prefill_free(&st->pf);
+    free(st->batch_of);
+    free(st->need);
+    free(st->idx);
+    ids_free(&st->ctx);
+    ids_free(&st->q);
+    ids_free(&st->stops);
+}
+
+/* Prefill, keep-sets, the decode plan, batched decode and scores for the pending variants of one sample, in named
+ * steps. Every failure lands in the failing variants' runs[i].err (a failure of a step as a whole, before the
+ * keep-sets or of the batches' buffers, fails them all). */
+static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, SampleOutcome *o) {
+    SampleState st = {.full = -1};
+    KvErr err = {{0}};
+    const double cpu_started = util_cpu_ms();
+    *o = (SampleOutcome){0};
+    if (sample_tokens(sw, s, &st, o, &err) || sample_prefill(sw, &st, runs, n, o, &err) ||
+        sample_keep_sets(sw, &st, runs, n, &err) || sample_plan(sw, &st, runs, n, o, &err) ||
+        sample_decode(sw, s, &st, runs, n, o, &err))
+        fail_all(runs, n, &err);
+    else
+        sw->stats->prefill_tokens += st.ctx.n;
+    sample_state_free(sw, &st, runs, n);
     sw->stats->sample_cpu_ms += util_cpu_ms() - cpu_started;
 }
 
@@ -651,10 +705,9 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     }
     for (int v = 0; v < cfg->n_variants; v++)
         if (it->pending[v]) runs[n++].v = &cfg->variants[v];
-    double prefill_ms = 0, decode_ms = 0;
-    int n_ctx = 0, n_q = 0, over_length = 0, n_batches = 0;
+    SampleOutcome o = {0};
     int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
-    if (built) run_sample(sw, &s, runs, n, &prefill_ms, &decode_ms, &n_ctx, &n_q, &over_length, &n_batches);
+    if (built) run_sample(sw, &s, runs, n, &o);
     else fail_all(runs, n, &serr);
     int n_failed = 0;
     for (int i = 0; i < n; i++) {
@@ -669,15 +722,16 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         row->prediction = r->failed ? NULL : r->prediction;
         row->score = r->score;
         row->generated_tokens = r->out.n;
-        row->prefill_ms = prefill_ms;
+        row->prefill_ms = o.prefill_ms;
         row->select_ms = r->select_ms;
-        row->decode_ms = decode_ms;
+        row->decode_ms = o.decode_ms;
         row->error = r->failed ? r->err.msg : NULL;
         n_failed += r->failed;
     }
     char *answers = built ? answers_json(&s) : NULL;
-    StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, n_ctx, n_q, answers);
-    ss.over_length = over_length;
+    StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, o.context_tokens, o.question_tokens,
+                                   answers);
+    ss.over_length = o.over_length;
     const int n_layers = sw->model->cfg.n_layers, n_kv_heads = sw->model->cfg.n_kv_heads;
     ProtectedSet *sets = kv_calloc((size_t)n + 1, sizeof *sets, err);
     int n_sets = 0;
@@ -694,10 +748,10 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         sw->stats->rows_failed += n_failed;
         sw->stats->samples_done++;
         if (n_failed == n) sw->stats->samples_failed++;
-        sw->stats->prefill_ms += prefill_ms;
-        sw->stats->decode_ms += decode_ms;
-        sw->stats->decode_batches += n_batches;
-        sw->stats->samples_split += n_batches > 1;
+        sw->stats->prefill_ms += o.prefill_ms;
+        sw->stats->decode_ms += o.decode_ms;
+        sw->stats->decode_batches += o.n_batches;
+        sw->stats->samples_split += o.n_batches > 1;
         const VariantRun *first = NULL;
         for (int i = 0; i < n && !first; i++)
             if (runs[i].failed) first = &runs[i];
@@ -719,8 +773,8 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
                               "batch%s, %s\n",
-                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, n_ctx, n_q, prefill_ms,
-                decode_ms, n_batches, n_batches == 1 ? "" : "es", scored);
+                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, o.context_tokens,
+                o.question_tokens, o.prefill_ms, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
     free(sets);
@@ -811,6 +865,14 @@ static int run_plan(Sweep *sw, Plan *plan, KvErr *err) {
 
 /* ---------------------------------------------------------------- one model */
 
+/* The options model m's backend is asked for: the command line's over its config's "cpu" over the environment. */
+static int model_backend_options(const RunConfig *cfg, const SweepOptions *opt, const RunModel *m,
+                                 BackendOptions *options, KvErr *err) {
+    char where[1100];
+    snprintf(where, sizeof where, "%s: models[%d]", cfg->file, (int)(m - cfg->models));
+    return util_backend_options(options, opt->backend_flags, m->cpu, where, err);
+}
+
 static int load_model(Sweep *sw, KvErr *err) {
     const RunModel *rm = sw->rm;
     if (backend_load_model(&sw->model, rm->backend, rm->path, err))
@@ -827,7 +889,9 @@ static int load_model(Sweep *sw, KvErr *err) {
     if (tokenizer_vocab_size(sw->tok) > sw->model->cfg.vocab_size)
         return kv_fail(err, "%s: model '%s': the tokenizer has %d tokens, the model's vocabulary only %d",
                        sw->cfg->file, rm->name, tokenizer_vocab_size(sw->tok), sw->model->cfg.vocab_size);
-    return backend_open(&sw->be, rm->backend, sw->model, &sw->opt->backend, err);
+    BackendOptions options;
+    if (model_backend_options(sw->cfg, sw->opt, rm, &options, err)) return -1;
+    return backend_open(&sw->be, rm->backend, sw->model, &options, err);
 }
 
 /* "chat_template": true asks for a rendering the model must have; without a template the prompt would silently
@@ -940,10 +1004,12 @@ static int check_inputs(const RunConfig *cfg, const SweepOptions *opt, KvErr *er
         if (strcmp(m->backend, "cpu") && !strstr(backend_available(), m->backend))
             return kv_fail(err, "%s: models[%d].backend: '%s' is not in this build (available: %s)", cfg->file, i,
                            m->backend, backend_available());
-        if (strcmp(m->backend, "cpu") && opt->backend.cache == KV_ELEM_F16)
-            return kv_fail(err, "%s: models[%d].backend: KVBENCH_CACHE=f16 is the cpu backend's half-precision cache; "
-                                "backend '%s' keeps its own (unset KVBENCH_CACHE or use backend cpu)", cfg->file, i,
-                           m->backend);
+        BackendOptions options;
+        if (model_backend_options(cfg, opt, m, &options, err)) return -1;
+        if (strcmp(m->backend, "cpu") && options.cache == KV_ELEM_F16)
+            return kv_fail(err, "%s: models[%d].backend: cache 'f16' is the cpu backend's half-precision cache; "
+                                "backend '%s' keeps its own (set cache f32, or leave it unset, or use backend cpu)",
+                           cfg->file, i, m->backend);
     }
     return 0;
 }

@@ -27,7 +27,9 @@ typedef struct {
                            * the traces table instead of predictions and scores */
     double memory_limit;  /* --memory-limit: bytes for a sample's prefill cache and its variants while they decode
                            * (runs/memplan.h); overrides the config's "memory_limit"; 0 = that, or none */
-    BackendOptions backend; /* what each model's backend is asked for (zeroed: the defaults); its rows' setups
+    const char *backend_flags[BACKEND_N_OPTIONS]; /* the command line's --decode, --cache, --simd, --fast-kernel
+                             * (NULL: not given); each model's backend is asked for these over its config's "cpu"
+                             * options and the environment (runs/util.h util_backend_options); its rows' setups
                              * name what the backend reports it used (backend_options_used) */
 } SweepOptions;
 

@@ -1,6 +1,8 @@
-/* util.c — directories, hashes, the build revision and a clock for the runner and the report. */
+/* util.c — the runner's chores: the one reader of the environment (backend options, assets, DuoAttention
+ * patterns), directories, hashes, the build revision, a clock. */
 #include "util.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,9 +14,58 @@
 #include <time.h>
 #include <unistd.h>
 
-int util_backend_options(BackendOptions *o, KvErr *err) {
-    return backend_options_parse(o, getenv("KVBENCH_DECODE"), getenv("KVBENCH_CACHE"), getenv("KVBENCH_SIMD"),
-                                 getenv("KVBENCH_FAST_KERNEL"), err);
+#include "../policies/duo.h"
+
+/* An option's spelling as a flag ("--fast-kernel") or an environment variable ("KVBENCH_FAST_KERNEL"). */
+static void option_flag(int key, char *out, size_t size) {
+    snprintf(out, size, "--%s", BACKEND_OPTION_NAMES[key]);
+    for (char *p = out; *p; p++)
+        if (*p == '_') *p = '-';
+}
+
+static void option_env(int key, char *out, size_t size) {
+    snprintf(out, size, "KVBENCH_%s", BACKEND_OPTION_NAMES[key]);
+    for (char *p = out; *p; p++) *p = (char)toupper((unsigned char)*p);
+}
+
+int util_backend_flag(const char *arg) {
+    char flag[32];
+    for (int key = 0; key < BACKEND_N_OPTIONS; key++) {
+        option_flag(key, flag, sizeof flag);
+        if (!strcmp(arg, flag)) return key;
+    }
+    return -1;
+}
+
+int util_backend_flags_check(const char *const *flags, KvErr *err) {
+    BackendOptions checked = {0};
+    char flag[32];
+    for (int key = 0; key < BACKEND_N_OPTIONS; key++) {
+        option_flag(key, flag, sizeof flag);
+        if (backend_option_set(&checked, (BackendOptionKey)key, flags[key], err)) return kv_wrap(err, "%s", flag);
+    }
+    return 0;
+}
+
+int util_backend_options(BackendOptions *o, const char *const *flags, char *const *config, const char *config_where,
+                         KvErr *err) {
+    *o = (BackendOptions){0};
+    for (int key = 0; key < BACKEND_N_OPTIONS; key++) {
+        char where[1200];
+        const char *value = NULL;
+        if (flags && flags[key]) {
+            value = flags[key];
+            option_flag(key, where, sizeof where);
+        } else if (config && config[key]) {
+            value = config[key];
+            snprintf(where, sizeof where, "%s.cpu.%s", config_where, BACKEND_OPTION_NAMES[key]);
+        } else {
+            option_env(key, where, sizeof where);
+            value = getenv(where);
+        }
+        if (backend_option_set(o, (BackendOptionKey)key, value, err)) return kv_wrap(err, "%s", where);
+    }
+    return 0;
 }
 
 int util_assets_dir(char *out, size_t size, KvErr *err) {
@@ -41,21 +92,9 @@ int util_assets_dir(char *out, size_t size, KvErr *err) {
                    cwd, exe[0] ? exe : "unknown");
 }
 
-int util_make_dirs(const char *dir, KvErr *err) {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) return kv_fail(err, "%s: path too long", dir);
-    for (char *p = path + 1;; p++) {
-        int end = *p == 0;
-        if (*p == '/' || end) {
-            *p = 0;
-            if (mkdir(path, 0777) && errno != EEXIST) return kv_fail(err, "%s: cannot create: %s", path, strerror(errno));
-            struct stat st;
-            if (stat(path, &st) || !S_ISDIR(st.st_mode)) return kv_fail(err, "%s: exists and is not a directory", path);
-            if (end) break;
-            *p = '/';
-        }
-    }
-    return 0;
+const char *util_duo_patterns_dir(void) {
+    const char *env = getenv("KVBENCH_DUO_PATTERNS");
+    return env && *env ? env : DUO_PATTERNS_SHIPPED;
 }
 
 int util_make_parent_dirs(const char *file, KvErr *err) {
@@ -63,7 +102,7 @@ int util_make_parent_dirs(const char *file, KvErr *err) {
     const char *slash = strrchr(file, '/');
     if (!slash || slash == file) return 0;
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - file), file);
-    return util_make_dirs(dir, err);
+    return kv_make_dirs(dir, err);
 }
 
 int util_check_creatable(const char *file, KvErr *err) {

@@ -1,5 +1,6 @@
-/* util.h — the few system chores of the runner and the report: directories, hashes, the build revision,
- * a monotonic clock. Kept apart so store, sweep and report share one copy of each. */
+/* util.h — the runner's system chores: the environment (read here only: the backend options, the assets and
+ * DuoAttention folders, each passed down as a parameter), directories, hashes, the build revision, a monotonic
+ * clock. Kept apart so the commands and the sweep share one copy of each. */
 #ifndef KVBENCH_RUNS_UTIL_H
 #define KVBENCH_RUNS_UTIL_H
 
@@ -8,10 +9,25 @@
 #include "../engine/backend.h"
 #include "../engine/err.h"
 
-/* The backend options of a command: the environment's KVBENCH_DECODE (exact | fast), KVBENCH_CACHE
- * (f32 | f16), KVBENCH_SIMD (scalar | avx2 | avx512) and KVBENCH_FAST_KERNEL (scalar | avx2 | vnni | amx),
- * each a fallback for its default. The one place kvbench reads them: the engine takes BackendOptions only. */
-int util_backend_options(BackendOptions *o, KvErr *err);
+/* The backend options of one model, each (engine/backend.h BACKEND_OPTION_NAMES: decode exact | fast, cache
+ * f32 | f16, simd scalar | avx2 | avx512, fast_kernel scalar | avx2 | vnni | amx) from the first place that
+ * names it: the command line (flags[key], the value of --decode, --cache, --simd or --fast-kernel; NULL: not
+ * given), the model's "cpu" object in its config (config[key]; NULL: absent), the environment (KVBENCH_DECODE,
+ * KVBENCH_CACHE, KVBENCH_SIMD, KVBENCH_FAST_KERNEL), else the default. flags or config may be NULL; config_where
+ * names the model in messages ("configs/x.json: models[0]"). A bad value fails with one line naming where it
+ * came from ("--decode: ...", "configs/x.json: models[0].cpu.decode: ...", "KVBENCH_DECODE: ...") and the
+ * problem. The one place kvbench reads these variables: the engine takes BackendOptions only. */
+int util_backend_options(BackendOptions *o, const char *const *flags, char *const *config, const char *config_where,
+                         KvErr *err);
+/* The option a command-line argument names ("--decode" -> BACKEND_OPT_DECODE, "--fast-kernel" ->
+ * BACKEND_OPT_FAST_KERNEL), or -1. */
+int util_backend_flag(const char *arg);
+/* Checks the command line's values alone (a bad one is a bad command line, before anything loads): err names
+ * the flag and the problem. */
+int util_backend_flags_check(const char *const *flags, KvErr *err);
+/* The flags' line of a command's usage. */
+#define UTIL_BACKEND_FLAGS_USAGE "[--decode exact|fast] [--cache f32|f16] [--simd scalar|avx2|avx512] " \
+                                 "[--fast-kernel scalar|avx2|vnni|amx]"
 
 /* The folder of the datasets' assets (RULER templates, LongBench prompts, needle haystacks): $KVBENCH_ASSETS, else
  * datasets/assets of the current directory, else datasets/assets beside the kvbench binary (/proc/self/exe); when
@@ -19,8 +35,11 @@ int util_backend_options(BackendOptions *o, KvErr *err);
  * KVBENCH_ASSETS: the datasets take the folder as DatasetOptions.assets_dir. */
 int util_assets_dir(char *out, size_t size, KvErr *err);
 
-/* mkdir -p. */
-int util_make_dirs(const char *dir, KvErr *err);
+/* The folder of the shipped DuoAttention patterns: $KVBENCH_DUO_PATTERNS, else DUO_PATTERNS_SHIPPED (the
+ * runner works from the project root). The one place kvbench reads KVBENCH_DUO_PATTERNS: policies/duo.h takes
+ * the folder as a parameter. */
+const char *util_duo_patterns_dir(void);
+
 /* Creates the directory that will hold `file` (no-op for a bare file name). */
 int util_make_parent_dirs(const char *file, KvErr *err);
 

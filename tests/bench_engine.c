@@ -22,6 +22,7 @@
 
 #include "../engine/backend.h"
 #include "../engine/kvcache.h"
+#include "../runs/util.h"
 #include "bench_util.h"
 
 /* One prefill of n tokens on an empty cache. */
@@ -145,11 +146,10 @@ int main(int argc, char **argv) {
     KvErr err = {{0}};
     Model *m;
     Backend *be;
-    /* the options a run would take from the environment (KVBENCH_CACHE, KVBENCH_SIMD, ...), as kvbench's runs
-     * layer reads them */
+    /* the options a run would take from the environment (KVBENCH_CACHE, KVBENCH_SIMD, ...), read as kvbench's
+     * runs layer reads them */
     BackendOptions opt;
-    if (backend_options_parse(&opt, getenv("KVBENCH_DECODE"), getenv("KVBENCH_CACHE"), getenv("KVBENCH_SIMD"),
-                              getenv("KVBENCH_FAST_KERNEL"), &err) ||
+    if (util_backend_options(&opt, NULL, NULL, NULL, &err) ||
         backend_load_model(&m, backend, spec, &err) || backend_open(&be, backend, m, &opt, &err)) {
         fprintf(stderr, "bench_engine: %s\n", err.msg);
         return 1;

@@ -1,5 +1,6 @@
-/* test.h — the smallest test harness: CHECK counts passes and failures, test_finish prints the
- * "NAME: N passed, N failed" line that tests/run_tests.sh adds up. Each test program is one binary. */
+/* test.h — the smallest test harness: CHECK counts passes and failures, SKIP counts a part that cannot run
+ * here, test_finish prints the "NAME: N passed, N failed, N skipped" line that tests/run_tests.sh adds up.
+ * Each test program is one binary. */
 #ifndef KVBENCH_TEST_H
 #define KVBENCH_TEST_H
 
@@ -10,7 +11,7 @@
 
 typedef struct {
     const char *name;
-    int passed, failed;
+    int passed, failed, skipped;
 } TestCounts;
 
 #define CHECK(tc, cond, ...)                                                  \
@@ -25,6 +26,17 @@ typedef struct {
         }                                                                     \
     } while (0)
 
+/* A part of the test that cannot run here (its model file absent, a tool not installed, a kernel this CPU
+ * lacks): counted apart from the passes, with one line naming what and why, so that an absent model never
+ * reads as a pass. */
+#define SKIP(tc, ...)                                                         \
+    do {                                                                      \
+        (tc)->skipped++;                                                      \
+        printf("SKIP %s: ", (tc)->name);                                      \
+        printf(__VA_ARGS__);                                                  \
+        putchar('\n');                                                        \
+    } while (0)
+
 /* |a-b| <= tol * max(1, scale): relative to the given scale (e.g. an array's max). */
 static inline int test_close(double a, double b, double tol, double scale) {
     double s = fabs(scale) > 1.0 ? fabs(scale) : 1.0;
@@ -32,7 +44,7 @@ static inline int test_close(double a, double b, double tol, double scale) {
 }
 
 static inline int test_finish(const TestCounts *tc) {
-    printf("%s: %d passed, %d failed\n", tc->name, tc->passed, tc->failed);
+    printf("%s: %d passed, %d failed, %d skipped\n", tc->name, tc->passed, tc->failed, tc->skipped);
     return tc->failed ? 1 : 0;
 }
 

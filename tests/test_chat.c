@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "../engine/chat.h"
+#include "../engine/jsonfile.h"
 #include "../engine/tokenizer.h"
 #include "test.h"
 
@@ -161,12 +162,10 @@ static void test_none_and_bad(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_chat", 0, 0};
+    TestCounts tc = {"test_chat", 0, 0, 0};
     KvErr err = {{0}};
-    char *text = kv_read_file(TEST_DATA("chat_cases.json"), NULL, &err);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    CHECK(&tc, root != NULL, "chat_cases.json: %s", err.msg);
+    cJSON *root = kv_read_json(TEST_DATA("chat_cases.json"), &err);
+    CHECK(&tc, root != NULL, "%s", err.msg);
     test_renders(&tc, cJSON_GetObjectItem(root, "renders"));
     if (root) test_splits(&tc, cJSON_GetObjectItem(root, "splits"));
     test_none_and_bad(&tc);

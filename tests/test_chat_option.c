@@ -161,7 +161,7 @@ static void test_untracked_config(TestCounts *tc) {
           "\"niah\", \"tasks\": [\"needle\"], \"chat_template\": true}], \"policies\": [\"full\"], "
           "\"budgets\": [\"20%\"]}\n", f);
     fclose(f);
-    TestCounts inner = {"shipped with an untracked config", 0, 0};
+    TestCounts inner = {"shipped with an untracked config", 0, 0, 0};
     test_shipped(&inner);
     test_shipped_list(&inner);
     remove(path);
@@ -311,7 +311,7 @@ static void test_runs(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_chat_option", 0, 0};
+    TestCounts tc = {"test_chat_option", 0, 0, 0};
     test_parse(&tc);
     test_shipped(&tc);
     test_shipped_list(&tc);

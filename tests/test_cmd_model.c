@@ -17,7 +17,7 @@ static int run_captured(int (*cmd)(int, char **), int argc, char **argv, char *b
 }
 
 int main(void) {
-    TestCounts tc = {"test_cmd_model", 0, 0};
+    TestCounts tc = {"test_cmd_model", 0, 0, 0};
     char out[8192];
 #define RUN(cmd, ...) run_captured(cmd, (int)(sizeof((char *[]){__VA_ARGS__}) / sizeof(char *)), (char *[]){__VA_ARGS__}, out, sizeof out)
     CHECK(&tc, run_captured(cmd_info, 0, NULL, out, sizeof out) == 2 && strstr(out, "usage"), "info without a model: %s", out);
@@ -29,10 +29,13 @@ int main(void) {
           "bad --max-new: %s", out);
     CHECK(&tc, RUN(cmd_generate, "--model", "m", "--prompt", "p", "--frobnicate") == 2 && strstr(out, "frobnicate"),
           "unknown option: %s", out);
+    CHECK(&tc, RUN(cmd_generate, "--model", "m", "--prompt", "p", "--cache", "f8") == 2 &&
+                   strstr(out, "kvbench generate: --cache: cache 'f8': unknown KV cache type"),
+          "a bad --cache, before any loading: %s", out);
     CHECK(&tc, RUN(cmd_generate, "--model", "tests/data/models/tiny-llama-hf", "--prompt", "p") == 1 &&
                    strstr(out, "tokenizer"), "a model without a tokenizer: %s", out);
     if (access(GGUF_PATH, R_OK) != 0) {
-        printf("test_cmd_model: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
         return test_finish(&tc);
     }
     CHECK(&tc, RUN(cmd_tokenize, "--model", GGUF_PATH, "--text", "Hello world") == 0, "encode: %s", out);
@@ -43,6 +46,9 @@ int main(void) {
           "decode round trip: '%s'", out);
     CHECK(&tc, RUN(cmd_tokenize, "--model", GGUF_PATH, "--text", "12 x7", "--decode") == 1 && strstr(out, "x7"),
           "bad id: %s", out);
+    CHECK(&tc, RUN(cmd_generate, "--model", GGUF_PATH, "--simd", "sse2", "--prompt", "p") == 1 &&
+                   strstr(out, "simd 'sse2': unknown instruction set"),
+          "--simd reaches the backend: %s", out);
     CHECK(&tc, RUN(cmd_generate, "--model", GGUF_PATH, "--chat", "--max-new", "16", "--prompt",
                    "What is the capital of France?") == 0 && strstr(out, "Paris"), "chat answer: %s", out);
     printf("test_cmd_model: generate answered: %s", out);

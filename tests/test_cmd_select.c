@@ -94,7 +94,7 @@ static void check_keep_out(TestCounts *tc, const char *ctx) {
 
 static void test_on_model(TestCounts *tc) {
     if (access(MODEL, R_OK) != 0) {
-        printf("cmd_select: %s not fetched (make model); skipping the prefill cases\n", MODEL);
+        SKIP(tc, "the prefill cases: %s not fetched (make model)", MODEL);
         return;
     }
     const char *ctx = "/tmp/kvbench_select_ctx.txt";
@@ -125,7 +125,7 @@ static void test_on_model(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"cmd_select", 0, 0};
+    TestCounts tc = {"cmd_select", 0, 0, 0};
     test_usage(&tc);
     test_on_model(&tc);
     return test_finish(&tc);

@@ -1,9 +1,12 @@
 /* test_config.c — sweep configuration parsing: the expansion into variants, ${VAR} paths, and one clear error
- * (file + key) for every kind of bad input, plus the shipped configs/ files parse (with their variables set). */
+ * (file + key) for every kind of bad input, plus the shipped configs/ files parse (with their variables set);
+ * and the backend options' precedence (runs/util.h): flag over the model's "cpu" over the environment over
+ * the default, each bad value named with where it came from. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../runs/config.h"
+#include "../runs/util.h"
 #include "test.h"
 
 static const char *GOOD =
@@ -86,6 +89,13 @@ static void test_errors(TestCounts *tc) {
     expect_error(tc, "{\n\n \"models\": [}", "line 3", NULL);
     expect_error(tc, "{\"modles\": []}", "unknown key 'modles'", "allowed:");
     expect_error(tc, "{\"models\": [{\"path\": 3}]}", "models[0].path", "expected a string");
+    expect_error(tc, "{\"models\": [{\"path\": \"m\", \"cpu\": {\"decode\": \"quick\"}}]}",
+                 "models[0].cpu.decode: decode 'quick': unknown decode path", NULL);
+    expect_error(tc, "{\"models\": [{\"path\": \"m\", \"cpu\": {\"speed\": \"fast\"}}]}",
+                 "models[0].cpu: unknown key 'speed'", "decode, cache, simd, fast_kernel");
+    expect_error(tc, "{\"models\": [{\"path\": \"m\", \"cpu\": {\"simd\": 2}}]}", "models[0].cpu.simd",
+                 "expected a string");
+    expect_error(tc, "{\"models\": [{\"path\": \"m\", \"cpu\": \"fast\"}]}", "models[0].cpu", "expected an object");
     expect_error(tc, "{\"models\": [{\"name\": \"x\"}]}", "models[0].path", "missing");
     expect_error(tc, "{\"models\": [{\"path\": \"${KVB_UNSET_VAR}/m\"}]}", "models[0].path", "KVB_UNSET_VAR");
     expect_error(tc, "{\"models\": [{\"path\": \"m\", \"backend\": \"tpu\"}]}", "models[0].backend", NULL);
@@ -232,8 +242,55 @@ static void test_no_aggregation(TestCounts *tc) {
     }
 }
 
+static void test_backend_options(TestCounts *tc) {
+    RunConfig cfg;
+    KvErr err = {{0}};
+    const char *text = "{\"models\": [{\"path\": \"m\", \"cpu\": {\"decode\": \"fast\", \"cache\": \"f16\"}}, "
+                       "{\"path\": \"n\"}], \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"]}], "
+                       "\"policies\": [\"full\"], \"budgets\": [\"20%\"]}";
+    int parsed = config_parse(&cfg, "opt.json", text, &err) == 0;
+    CHECK(tc, parsed, "%s", err.msg);
+    if (!parsed) return;
+    const RunModel *m = &cfg.models[0];
+    CHECK(tc, !strcmp(m->cpu[BACKEND_OPT_DECODE], "fast") && !strcmp(m->cpu[BACKEND_OPT_CACHE], "f16") &&
+                  !m->cpu[BACKEND_OPT_SIMD] && !m->cpu[BACKEND_OPT_FAST_KERNEL] && !cfg.models[1].cpu[0],
+          "the \"cpu\" object read");
+    BackendOptions o;
+    const char *flags[BACKEND_N_OPTIONS] = {NULL, "f32", NULL, NULL};
+    setenv("KVBENCH_DECODE", "exact", 1);
+    setenv("KVBENCH_SIMD", "scalar", 1);
+    CHECK(tc, util_backend_options(&o, flags, m->cpu, "opt.json: models[0]", &err) == 0 &&
+                  o.decode == BACKEND_DECODE_FAST && o.cache == KV_ELEM_F32 && !strcmp(o.simd, "scalar") &&
+                  !o.fast_kernel[0],
+          "decode from the config over the environment, cache from the flag over the config, simd from the "
+          "environment: %s", err.msg);
+    CHECK(tc, util_backend_options(&o, NULL, cfg.models[1].cpu, "opt.json: models[1]", &err) == 0 &&
+                  o.decode == BACKEND_DECODE_EXACT && !strcmp(o.simd, "scalar"),
+          "a model without \"cpu\" takes the environment's");
+    unsetenv("KVBENCH_DECODE");
+    unsetenv("KVBENCH_SIMD");
+    CHECK(tc, util_backend_options(&o, NULL, NULL, NULL, &err) == 0 && o.decode == BACKEND_DECODE_EXACT &&
+                  o.cache == KV_ELEM_F32 && !o.simd[0] && !o.fast_kernel[0],
+          "nothing named: the defaults");
+    setenv("KVBENCH_FAST_KERNEL", "a-kernel-name-longer-than-sixteen", 1);
+    CHECK(tc, util_backend_options(&o, NULL, NULL, NULL, &err) == -1 &&
+                  strstr(err.msg, "KVBENCH_FAST_KERNEL: fast_kernel 'a-kernel-name-longer-than-sixtee...': unknown "
+                                  "fast kernel"),
+          "a bad environment value names the variable: %s", err.msg);
+    unsetenv("KVBENCH_FAST_KERNEL");
+    const char *bad_flags[BACKEND_N_OPTIONS] = {NULL, "f8", NULL, NULL};
+    CHECK(tc, util_backend_flags_check(bad_flags, &err) == -1 &&
+                  !strcmp(err.msg, "--cache: cache 'f8': unknown KV cache type (f32, the default, or f16)"),
+          "a bad flag names the flag: %s", err.msg);
+    CHECK(tc, util_backend_flag("--fast-kernel") == BACKEND_OPT_FAST_KERNEL && util_backend_flag("--decode") ==
+                  BACKEND_OPT_DECODE && util_backend_flag("--fast_kernel") == -1 && util_backend_flag("decode") == -1,
+          "the flags' spelling");
+    config_free(&cfg);
+}
+
 int main(void) {
-    TestCounts tc = {"test_config", 0, 0};
+    TestCounts tc = {"test_config", 0, 0, 0};
+    test_backend_options(&tc);
     test_good(&tc);
     test_errors(&tc);
     test_out_of_range(&tc);

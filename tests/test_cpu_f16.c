@@ -80,11 +80,11 @@ static void check_hand_table(TestCounts *tc) {
         uint16_t h = cpu_f32_to_f16(cases[i].x);
         CHECK(tc, h == cases[i].h, "%s: %a -> %04x, want %04x", cases[i].why, cases[i].x, h, cases[i].h);
     }
-    CHECK(tc, cpu_f16_to_f32(0x0001) == 0x1p-24f && cpu_f16_to_f32(0x03FF) == 1023 * 0x1p-24f &&
-                  cpu_f16_to_f32(0x7BFF) == 65504.0f && cpu_f16_to_f32(0x7C00) == INFINITY &&
-                  f32_bits(cpu_f16_to_f32(0x8000)) == 0x80000000u,
+    CHECK(tc, kv_f16_to_f32(0x0001) == 0x1p-24f && kv_f16_to_f32(0x03FF) == 1023 * 0x1p-24f &&
+                  kv_f16_to_f32(0x7BFF) == 65504.0f && kv_f16_to_f32(0x7C00) == INFINITY &&
+                  f32_bits(kv_f16_to_f32(0x8000)) == 0x80000000u,
           "widening: subnormals, the largest finite, infinity, minus zero");
-    CHECK(tc, isnan(cpu_f16_to_f32(0x7E00)) && isnan(cpu_f16_to_f32(0x7C01)), "NaN widens to NaN");
+    CHECK(tc, isnan(kv_f16_to_f32(0x7E00)) && isnan(kv_f16_to_f32(0x7C01)), "NaN widens to NaN");
     uint16_t qnan = cpu_f32_to_f16(NAN);
     CHECK(tc, (qnan & 0x7C00) == 0x7C00 && (qnan & 0x3FF), "NaN narrows to NaN (%04x)", qnan);
 }
@@ -105,7 +105,7 @@ static void check_numpy(TestCounts *tc) {
     CHECK(tc, n > 5000, "tests/data/f16/f16_to_f32.txt: %d cases", n);
     bad = 0;
     for (int i = 0; i < n; i++) {
-        uint32_t u = f32_bits(cpu_f16_to_f32((uint16_t)a[i]));
+        uint32_t u = f32_bits(kv_f16_to_f32((uint16_t)a[i]));
         if (u != b[i] && bad++ < 5) fprintf(stderr, "f16 %04x -> %08x, numpy %08x\n", a[i], u, b[i]);
     }
     CHECK(tc, !bad, "f16 -> f32 equals numpy's on every case (%d of %d differ)", bad, n);
@@ -118,7 +118,7 @@ static void check_numpy(TestCounts *tc) {
 static void check_exhaustive(TestCounts *tc) {
     int bad = 0;
     for (uint32_t h = 0; h < 0x10000; h++) {
-        float x = cpu_f16_to_f32((uint16_t)h);
+        float x = kv_f16_to_f32((uint16_t)h);
         if (isnan(x)) continue;
         bad += cpu_f32_to_f16(x) != h;
     }
@@ -127,7 +127,7 @@ static void check_exhaustive(TestCounts *tc) {
     float *ref = malloc(0x10000 * sizeof *ref), *got = malloc(0x10000 * sizeof *got);
     float *x = malloc(0x10000 * sizeof *x);
     if (!all || !back || !ref || !got || !x) abort();
-    for (uint32_t h = 0; h < 0x10000; h++) all[h] = (uint16_t)h, ref[h] = cpu_f16_to_f32((uint16_t)h);
+    for (uint32_t h = 0; h < 0x10000; h++) all[h] = (uint16_t)h, ref[h] = kv_f16_to_f32((uint16_t)h);
     /* f32 inputs for narrowing: each f16 value nudged by a pseudo-random number of f32 ulps (both directions,
      * crossing ties), plus the values themselves */
     uint32_t state = 12345;
@@ -142,7 +142,7 @@ static void check_exhaustive(TestCounts *tc) {
         CpuKernels kt;
         KvErr err = {{0}};
         if (cpu_kernels_init(&kt, levels[li], NULL, &err)) {
-            printf("test_cpu_f16: %s not supported here, skipped (%s)\n", levels[li], err.msg);
+            SKIP(tc, "%s: not supported here (%s)", levels[li], err.msg);
             continue;
         }
         int lens[] = {0x10000, 1, 7, 8, 15, 16, 17, 33, 1000};
@@ -259,7 +259,7 @@ static void check_gather(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_f16", 0, 0};
+    TestCounts tc = {"test_cpu_f16", 0, 0, 0};
     check_hand_table(&tc);
     check_numpy(&tc);
     check_exhaustive(&tc);

@@ -86,8 +86,8 @@ static void weights_row(int fmt, const CpuQ4Block *q4, const CpuPacked *q8, int 
     for (int b = 0; b < K / 32; b++) {
         if (fmt == 0) {
             const CpuQ4Block *blk = q4 + (size_t)n * (K / 32) + b;
-            scale[b] = cpu_f16_to_f32(blk->scale);
-            offset[b] = cpu_f16_to_f32(blk->offset);
+            scale[b] = kv_f16_to_f32(blk->scale);
+            offset[b] = kv_f16_to_f32(blk->offset);
             for (int i = 0; i < 16; i++) code[b * 32 + i] = blk->codes[i] & 15, code[b * 32 + i + 16] = blk->codes[i] >> 4;
         } else {
             scale[b] = q8->scale[(size_t)n * (K / 32) + b];
@@ -124,8 +124,8 @@ static void check_products(TestCounts *tc) {
     int usable[4];
     for (int k = 0; k < 4; k++) {
         usable[k] = cpu_fast_kernel_usable((CpuFastKernel)k);
-        if (!usable[k]) printf("test_cpu_fast: SKIPPING the %s kernel: this CPU (or its kernel) does not run it\n",
-                               cpu_fast_kernel_name((CpuFastKernel)k));
+        if (!usable[k])
+            SKIP(tc, "the %s kernel: this CPU (or its kernel) does not run it", cpu_fast_kernel_name((CpuFastKernel)k));
     }
     for (int i = 0; i < MAXN; i++) bias[i] = uniform() - 0.5f;
     for (int ki = 0; ki < 3; ki++)
@@ -217,7 +217,7 @@ static float *check_batch(TestCounts *tc, Backend *be, int B, const char *kernel
 static void check_decode(TestCounts *tc) {
     FILE *f = fopen(GGUF_PATH, "rb");
     if (!f) {
-        printf("test_cpu_fast: SKIPPING the SmolLM2 decode checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(tc, "the SmolLM2 decode checks: %s not found (make model)", GGUF_PATH);
         return;
     }
     fclose(f);
@@ -229,7 +229,7 @@ static void check_decode(TestCounts *tc) {
     for (int k = CPU_FAST_SCALAR; m && k <= CPU_FAST_AMX; k++) {
         const char *name = cpu_fast_kernel_name((CpuFastKernel)k);
         if (!cpu_fast_kernel_usable((CpuFastKernel)k)) {
-            printf("test_cpu_fast: SKIPPING the %s kernel's decode: this CPU (or its kernel) does not run it\n", name);
+            SKIP(tc, "the %s kernel's decode: this CPU (or its kernel) does not run it", name);
             continue;
         }
         BackendOptions opt = {.decode = BACKEND_DECODE_FAST};
@@ -262,7 +262,7 @@ static void check_decode(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_fast", 0, 0};
+    TestCounts tc = {"test_cpu_fast", 0, 0, 0};
     check_products(&tc);
     check_decode(&tc);
     return test_finish(&tc);

@@ -251,7 +251,7 @@ static void check_rows_in_place(TestCounts *tc, const CpuKernels *simd) {
                     for (int i = 0; i < 2 * n * d; i++) {
                         kb[i] = 2 * uniform() - 1, vb[i] = 2 * uniform() - 1;
                         if (half) kb16[i] = cpu_f32_to_f16(kb[i]), vb16[i] = cpu_f32_to_f16(vb[i]),
-                                  kb[i] = cpu_f16_to_f32(kb16[i]), vb[i] = cpu_f16_to_f32(vb16[i]);
+                                  kb[i] = kv_f16_to_f32(kb16[i]), vb[i] = kv_f16_to_f32(vb16[i]);
                     }
                     for (int j = 0; j < n_shared; j++) shared[j] = 2 * j;
                     size_t own_at = view ? (size_t)n * d : 0; /* a plain head: its rows are the base's first n */
@@ -277,7 +277,7 @@ static void check_rows_in_place(TestCounts *tc, const CpuKernels *simd) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_kernels", 0, 0};
+    TestCounts tc = {"test_cpu_kernels", 0, 0, 0};
     static float w4[N * K], w8[N * K], scalar_out[2 * MAXM * N];
     make_q4_weights(w4);
     make_q8_weights(w8);
@@ -289,7 +289,7 @@ int main(void) {
     for (int i = 0; i < 3; i++) {
         err.msg[0] = 0;
         if (cpu_kernels_init(&kt, levels[i], NULL, &err)) {
-            printf("test_cpu_kernels: %s not supported here, skipped (%s)\n", levels[i], err.msg);
+            SKIP(&tc, "%s: not supported here (%s)", levels[i], err.msg);
             continue;
         }
         check_level(&tc, simd, w4, w8, scalar_out);

@@ -130,7 +130,7 @@ static void check_model(TestCounts *tc, const char *spec, int packed) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_table", 0, 0};
+    TestCounts tc = {"test_cpu_table", 0, 0, 0};
     check_model(&tc, "tests/data/gguf/tiny_llama.gguf", 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", 0);
     return test_finish(&tc);

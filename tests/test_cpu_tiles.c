@@ -104,7 +104,7 @@ static size_t compare(const CpuKernels *k, const Matrix *mx, int M, int threads,
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_tiles", 0, 0};
+    TestCounts tc = {"test_cpu_tiles", 0, 0, 0};
     int max_threads = omp_get_max_threads();
     const char *core = openblas_get_corename();
     int skylakex = core && (strstr(core, "kylake") || strstr(core, "ooperlake") || strstr(core, "apphire"));
@@ -118,7 +118,7 @@ int main(void) {
         CpuKernels kt, *simd = &kt;
         KvErr err = {{0}};
         if (cpu_kernels_init(&kt, levels[li], NULL, &err)) {
-            printf("test_cpu_tiles: %s not supported here, skipped (%s)\n", levels[li], err.msg);
+            SKIP(&tc, "%s: not supported here (%s)", levels[li], err.msg);
             continue;
         }
         for (int q8 = 0; q8 < 2; q8++) {

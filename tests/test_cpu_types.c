@@ -32,7 +32,7 @@ static int run(Backend *be, int n_seqs, float *logits, KvErr *err) {
 static void check_type(TestCounts *tc, int type, const char *dir) {
     const GgmlTypeTraits *t = ggml_type_traits(type);
     if (!t || !t->dequant) {
-        printf("test_cpu_types: SKIPPING type %d (%s): this build has no dequantiser for it\n", type, t ? t->name : "?");
+        SKIP(tc, "type %d (%s): this build has no dequantiser for it", type, t ? t->name : "?");
         return;
     }
     char path[512];
@@ -127,7 +127,7 @@ static void check_rebuild(TestCounts *tc, int type) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cpu_types", 0, 0};
+    TestCounts tc = {"test_cpu_types", 0, 0, 0};
     char dir[] = "/tmp/kvbench_types_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     const int types[] = {1, 30, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23};

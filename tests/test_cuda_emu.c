@@ -11,7 +11,7 @@
 #include "test.h"
 
 int main(void) {
-    TestCounts tc = {"test_cuda_emu", 0, 0};
+    TestCounts tc = {"test_cuda_emu", 0, 0, 0};
     FILE *p = popen("bash tests/gpu/emulate.sh --quick 2>&1", "r");
     CHECK(&tc, p != NULL, "cannot run tests/gpu/emulate.sh");
     if (!p) return test_finish(&tc);

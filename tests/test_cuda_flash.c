@@ -154,7 +154,7 @@ static double walk(int len, int Tc, int dv, int round_p, double trend, unsigned 
 }
 
 int main(void) {
-    TestCounts tc = {"test_cuda_flash", 0, 0};
+    TestCounts tc = {"test_cuda_flash", 0, 0, 0};
     for (int d = 16; d <= 256; d += 16) check_layout(&tc, d);
 
     int seen_tiles[8] = {0}, ok = 1;

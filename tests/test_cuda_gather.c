@@ -95,7 +95,7 @@ static int gather_check(TestCounts *tc, const HostCache *src, const KeepSet *ks,
 }
 
 int main(void) {
-    TestCounts tc = {"test_cuda_gather", 0, 0};
+    TestCounts tc = {"test_cuda_gather", 0, 0, 0};
     KvErr err = {{0}};
 
     int caps_full[NK], starts_ok = 1;

@@ -88,8 +88,8 @@ static void check_command(TestCounts *tc) {
         pclose(help);
     }
     if (!strstr(line, "cuda")) {
-        printf("SKIP command check: ./kvbench is not a CUDA build (%s)\n", line[0] ? "its help lists no cuda backend"
-                                                                                : "it does not run");
+        SKIP(tc, "the command check: ./kvbench is not a CUDA build (%s)",
+             line[0] ? "its help lists no cuda backend" : "it does not run");
         return;
     }
     FILE *p = popen("./kvbench generate --backend cuda --model models/SmolLM2-135M-Instruct.Q4_1.gguf "
@@ -109,12 +109,12 @@ static void check_command(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cuda_nogpu", 0, 0};
+    TestCounts tc = {"test_cuda_nogpu", 0, 0, 0};
     CudaDeviceInfo info;
     KvErr err = {{0}};
     if (cuda_device_query(&info, &err) == 0) {
-        printf("SKIP test_cuda_nogpu: a GPU is present (%s, compute capability %d.%d); run tests/gpu/check.sh\n",
-               info.name, info.cc_major, info.cc_minor);
+        SKIP(&tc, "a GPU is present (%s, compute capability %d.%d); run tests/gpu/check.sh", info.name, info.cc_major,
+             info.cc_minor);
         return test_finish(&tc);
     }
     check_message(&tc, err.msg);
@@ -127,8 +127,8 @@ int main(void) {
 #else
 
 int main(void) {
-    TestCounts tc = {"test_cuda_nogpu", 0, 0};
-    printf("SKIP test_cuda_nogpu: built without CUDA (KVBENCH_CUDA undefined)\n");
+    TestCounts tc = {"test_cuda_nogpu", 0, 0, 0};
+    SKIP(&tc, "built without CUDA (KVBENCH_CUDA undefined)");
     return test_finish(&tc);
 }
 

@@ -81,7 +81,7 @@ static void check_specials(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cuda_rank", 0, 0};
+    TestCounts tc = {"test_cuda_rank", 0, 0, 0};
     check_sort(&tc);
     check_topk(&tc);
     check_specials(&tc);

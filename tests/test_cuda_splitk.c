@@ -115,7 +115,7 @@ static int check_teams(int d) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_cuda_splitk", 0, 0};
+    TestCounts tc = {"test_cuda_splitk", 0, 0, 0};
     for (int d = 8; d <= 256; d += 8) CHECK(&tc, check_teams(d) == 0, "decode lane teams at head dim %d", d);
     /* Lengths on both sides of the split size, one far past it, each in a launch sized for a longer head. */
     const int lens[] = {1, 2, 255, 256, 257, 511, 512, 700, 1100, 4097};

@@ -151,7 +151,7 @@ static void check_real_tokenizer(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_data_cmd", 0, 0};
+    TestCounts tc = {"test_data_cmd", 0, 0, 0};
     check_cli(&tc);
     check_real_tokenizer(&tc);
     return test_finish(&tc);

@@ -69,7 +69,7 @@ static int scan_dir(TestCounts *tc, const char *dir) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_docs", 0, 0};
+    TestCounts tc = {"test_docs", 0, 0, 0};
     const char *dirs[] = {"engine", "policies", "datasets", "metrics", "runs", "report"};
     int cited = 0;
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) cited += scan_dir(&tc, dirs[i]);

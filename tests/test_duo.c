@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../engine/jsonfile.h"
 #include "../policies/policy.h"
 #include "test.h"
 
@@ -161,30 +162,27 @@ static void test_policy(TestCounts *tc) {
 static void test_shipped(TestCounts *tc) {
     KvErr err;
     char dir[1100];
-    CHECK(tc, duo_pattern_find("Meta-Llama-3.1-8B-Instruct", "/models/x", dir, sizeof dir, &err) == 1 &&
+    CHECK(tc, duo_pattern_find(DUO_PATTERNS_SHIPPED, "Meta-Llama-3.1-8B-Instruct", "/models/x", dir, sizeof dir, &err) == 1 &&
                   strstr(dir, "/Meta-Llama-3.1-8B-Instruct"),
           "by name: %s", dir);
-    CHECK(tc, duo_pattern_find("m", "/w/mistral-7b-instruct-v0.3.Q4_0.gguf", dir, sizeof dir, &err) == 1 &&
+    CHECK(tc, duo_pattern_find(DUO_PATTERNS_SHIPPED, "m", "/w/mistral-7b-instruct-v0.3.Q4_0.gguf", dir, sizeof dir, &err) == 1 &&
                   strstr(dir, "/Mistral-7B-Instruct-v0.3"),
           "by path, any case: %s", dir);
-    CHECK(tc, duo_pattern_find("Qwen2.5-32B-Instruct", "/m/Qwen2.5-32B-Instruct", dir, sizeof dir, &err) == 0,
+    CHECK(tc, duo_pattern_find(DUO_PATTERNS_SHIPPED, "Qwen2.5-32B-Instruct", "/m/Qwen2.5-32B-Instruct", dir, sizeof dir, &err) == 0,
           "none for Qwen");
     char shipped[256];
-    duo_pattern_shipped(shipped, sizeof shipped);
+    duo_pattern_shipped(DUO_PATTERNS_SHIPPED, shipped, sizeof shipped);
     CHECK(tc, strstr(shipped, "Meta-Llama-3.1-8B-Instruct") && strstr(shipped, "Mistral-7B-Instruct-v0.3"), "%s",
           shipped);
 
-    size_t len;
-    char *text = kv_read_file("tests/data/duo/streaming_heads.json", &len, &err);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *root = kv_read_json("tests/data/duo/streaming_heads.json", &err);
     const cJSON *cases = cJSON_GetObjectItem(root, "cases");
-    CHECK(tc, cJSON_GetArraySize(cases) == 8, "8 cases (%s)", text ? "parsed" : err.msg);
+    CHECK(tc, cJSON_GetArraySize(cases) == 8, "8 cases (%s)", root ? "parsed" : err.msg);
     for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next) {
         const char *model = cJSON_GetObjectItem(c, "model")->valuestring;
         double budget = cJSON_GetObjectItem(c, "budget")->valuedouble;
         DuoPattern p;
-        snprintf(dir, sizeof dir, "%s/%s", duo_patterns_dir(), model);
+        snprintf(dir, sizeof dir, "%s/%s", DUO_PATTERNS_SHIPPED, model);
         if (duo_pattern_load(&p, dir, &err)) {
             CHECK(tc, 0, "%s", err.msg);
             continue;
@@ -214,7 +212,7 @@ static void test_shipped(TestCounts *tc) {
 
     /* Mistral's pattern has a negative raw score (-0.000229...), clipped to 0 like the reference */
     DuoPattern m;
-    snprintf(dir, sizeof dir, "%s/Mistral-7B-Instruct-v0.3", duo_patterns_dir());
+    snprintf(dir, sizeof dir, "%s/Mistral-7B-Instruct-v0.3", DUO_PATTERNS_SHIPPED);
     if (duo_pattern_load(&m, dir, &err) == 0) {
         double lo = 1;
         for (int i = 0; i < 256; i++) lo = m.score[i] < lo ? m.score[i] : lo;
@@ -256,7 +254,7 @@ static void test_bad_patterns(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_duo", 0, 0};
+    TestCounts tc = {"test_duo", 0, 0, 0};
     snprintf(tmp_root, sizeof tmp_root, "/tmp/kvbench_duo_XXXXXX");
     if (!mkdtemp(tmp_root)) {
         perror("mkdtemp");

@@ -420,7 +420,7 @@ static void test_bad_input(TestCounts *tc, const char *config) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_e2e", 0, 0};
+    TestCounts tc = {"test_e2e", 0, 0, 0};
     /* The tokenizer is SmolLM2's, from the default model that `make setup` / `make model` fetches. */
     CHECK(&tc, access(TOKENIZER, R_OK) == 0, "%s is missing: run `make model` first", TOKENIZER);
     if (tc.failed) return test_finish(&tc);

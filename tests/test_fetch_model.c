@@ -133,7 +133,7 @@ static void check_refused(TestCounts *tc, const char *root, const char *dir, con
 }
 
 int main(void) {
-    TestCounts tc = {"test_fetch_model", 0, 0};
+    TestCounts tc = {"test_fetch_model", 0, 0, 0};
     char root[1024], dir[] = "/tmp/kvbench_fetch_XXXXXX", cmd[4096];
     if (!getcwd(root, sizeof root) || !mkdtemp(dir)) {
         CHECK(&tc, 0, "cannot make a temporary folder");

@@ -14,6 +14,7 @@
 #include "../engine/backend.h"
 #include "../engine/cpu/ops.h"
 #include "../engine/generate.h"
+#include "../engine/jsonfile.h"
 #include "../engine/kvcache.h"
 #include "forward_checks.h"
 #include "test.h"
@@ -101,9 +102,9 @@ static void check_kernels(TestCounts *tc) {
 static const char *simd_level;
 
 static BackendOptions level_options(void) {
-    BackendOptions o;
+    BackendOptions o = {0};
     KvErr ignored;
-    backend_options_parse(&o, NULL, NULL, simd_level, NULL, &ignored);
+    backend_option_set(&o, BACKEND_OPT_SIMD, simd_level, &ignored);
     return o;
 }
 
@@ -320,9 +321,8 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     }
     char path[256];
     snprintf(path, sizeof path, "tests/data/reference/%s.json", ref_name);
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *ref = text ? cJSON_Parse(text) : NULL;
-    CHECK(tc, ref != NULL, "%s: %s", path, err.msg);
+    cJSON *ref = kv_read_json(path, &err);
+    CHECK(tc, ref != NULL, "%s", err.msg);
     const cJSON *cs;
     int ci = 0, agree_total = 0, steps_total = 0;
     cJSON *cases = ref ? cJSON_GetObjectItem(ref, "cases") : NULL;
@@ -383,7 +383,6 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     }
     for (int c = 0; c < n_cases; c++) free(case_ids[c]), free(ref_greedy[c]), free(single[c]), free(batched[c]);
     cJSON_Delete(ref);
-    free(text);
     backend_close(be);
     model_free(m);
 }
@@ -436,7 +435,7 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
 }
 
 int main(void) {
-    TestCounts tc = {"test_forward", 0, 0};
+    TestCounts tc = {"test_forward", 0, 0, 0};
     check_kernels(&tc);
     check_changed_source(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1);
@@ -463,7 +462,7 @@ int main(void) {
         check_model(&tc, GGUF_PATH, "smollm2-135m", 0);
         report_fast(&tc, GGUF_PATH, "smollm2-135m");
     } else {
-        printf("test_forward: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
     }
     return test_finish(&tc);
 }

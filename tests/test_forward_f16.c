@@ -40,8 +40,9 @@ static const char *simd_level;
 
 /* Opens the cpu backend on m with the cache option `cache` (NULL: the default), as the runs layer parses it. */
 static int open_cpu(Backend **be, const Model *m, const char *cache, KvErr *err) {
-    BackendOptions o;
-    if (backend_options_parse(&o, NULL, cache, simd_level, NULL, err)) return -1;
+    BackendOptions o = {0};
+    if (backend_option_set(&o, BACKEND_OPT_CACHE, cache, err) || backend_option_set(&o, BACKEND_OPT_SIMD, simd_level, err))
+        return -1;
     return backend_open(be, "cpu", m, &o, err);
 }
 
@@ -118,9 +119,9 @@ static int observe_rows(void *user, Observation *o, KvErr *err) {
     for (int k = 0; k < o->K; k++) {
         int i = o->layer * o->K + k;
         oc->same &= c->len[i] == o->L;
-        for (size_t j = 0; j < n; j++) row[j] = cpu_f16_to_f32(kvcache_k16(c, i)[j]);
+        for (size_t j = 0; j < n; j++) row[j] = kv_f16_to_f32(kvcache_k16(c, i)[j]);
         oc->same &= !memcmp(row, o->keys[k], n * sizeof(float));
-        for (size_t j = 0; j < n; j++) row[j] = cpu_f16_to_f32(kvcache_v16(c, i)[j]);
+        for (size_t j = 0; j < n; j++) row[j] = kv_f16_to_f32(kvcache_v16(c, i)[j]);
         oc->same &= !memcmp(row, o->values[k], n * sizeof(float));
     }
     free(row);
@@ -180,7 +181,7 @@ static void check_option(TestCounts *tc) {
     Model *m = NULL;
     Backend *be = NULL;
     CHECK(tc, model_load(&m, "tests/data/models/tiny-llama-hf", &err) == 0, "%s", err.msg);
-    CHECK(tc, open_cpu(&be, m, "f8", &err) == -1 && be == NULL && strstr(err.msg, "KVBENCH_CACHE=f8: unknown KV cache type"),
+    CHECK(tc, open_cpu(&be, m, "f8", &err) == -1 && be == NULL && strstr(err.msg, "cache 'f8': unknown KV cache type"),
           "unknown cache type: %s", err.msg);
     CHECK(tc, open_cpu(&be, m, "f32", &err) == 0, "f32 is the default, by name: %s", err.msg);
     KvCache *c = NULL;
@@ -195,7 +196,7 @@ static void check_option(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_forward_f16", 0, 0};
+    TestCounts tc = {"test_forward_f16", 0, 0, 0};
     check_option(&tc);
     check_model(&tc, "tests/data/models/tiny-llama-hf", "tiny-llama", 1, 1, 1);
     check_model(&tc, "tests/data/models/tiny-qwen2-hf", "tiny-qwen2", 0, 1, 0);
@@ -217,7 +218,7 @@ int main(void) {
         fclose(f);
         check_model(&tc, GGUF_PATH, "smollm2-135m", 0, 1, 1);
     } else {
-        printf("test_forward_f16: SKIPPING the SmolLM2 checks: %s not found (make model)\n", GGUF_PATH);
+        SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
     }
     return test_finish(&tc);
 }

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "../engine/jsonfile.h"
 #include "../metrics/fragility.h"
 #include "test.h"
 
@@ -21,12 +22,8 @@ static int *int_array(const cJSON *a) {
  * accumulated in f32). */
 static void test_numpy_case(TestCounts *tc) {
     KvErr err;
-    char *text = kv_read_file(TEST_DATA("fragility/random_case.json"), NULL, &err);
-    CHECK(tc, text != NULL, "%s", err.msg);
-    if (!text) return;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    CHECK(tc, root != NULL, "random_case.json does not parse");
+    cJSON *root = kv_read_json(TEST_DATA("fragility/random_case.json"), &err);
+    CHECK(tc, root != NULL, "%s", err.msg);
     if (!root) return;
     int N = cJSON_GetObjectItem(root, "n_layers")->valueint, H = cJSON_GetObjectItem(root, "n_heads")->valueint;
     int K = cJSON_GetObjectItem(root, "n_kv_heads")->valueint, L = cJSON_GetObjectItem(root, "context_len")->valueint;
@@ -93,7 +90,7 @@ static void make_set(TestSet *t, int n_layers, const int *per_layer_counts, cons
 }
 
 int main(void) {
-    TestCounts tc = {"test_fragility", 0, 0};
+    TestCounts tc = {"test_fragility", 0, 0, 0};
     KvErr err;
     /* N=2 layers, H=2 query heads on K=1 kv-head (G=2), context L=4, one generated token at position 4.
      * Layer 0: head 0 probs [.1 .2 .3 .2 | .2] -> context mass .8 -> [.125 .25 .375 .25];

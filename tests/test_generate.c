@@ -113,7 +113,7 @@ static void test_decoded_stop(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_generate", 0, 0};
+    TestCounts tc = {"test_generate", 0, 0, 0};
     test_stop_rules(&tc);
     test_decoded_stop(&tc);
     return test_finish(&tc);

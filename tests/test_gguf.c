@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../engine/gguf.h"
+#include "../engine/jsonfile.h"
 #include "../engine/model.h"
 #include "../runs/commands.h"
 #include "test.h"
@@ -183,8 +184,7 @@ static void patch_u64(Scratch *s, long off, uint64_t v) { memcpy(s->bytes + off,
 
 static void test_corrupt(TestCounts *tc) {
     KvErr err = {{0}};
-    char *json = kv_read_file(TEST_DATA("gguf/tiny_expected.json"), NULL, &err);
-    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    cJSON *root = kv_read_json(TEST_DATA("gguf/tiny_expected.json"), &err);
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "llama"), "offsets");
     Scratch s = {.dir = "/tmp/kvbench_gguf_XXXXXX"};
     size_t size = 0;
@@ -279,7 +279,6 @@ done:
     free(s.bytes);
     free(orig);
     cJSON_Delete(root);
-    free(json);
 }
 
 static void test_tiny_layout(TestCounts *tc) {
@@ -299,7 +298,7 @@ static void test_tiny_layout(TestCounts *tc) {
 /* String arrays of a real vocabulary: O(1) element access and the values llama.cpp's converter wrote. */
 static void test_smollm2(TestCounts *tc) {
     if (access(SMOLLM2, R_OK)) {
-        printf("test_gguf: SKIP SmolLM2 checks: %s not present (make model fetches it)\n", SMOLLM2);
+        SKIP(tc, "the SmolLM2 checks: %s not present (make model fetches it)", SMOLLM2);
         return;
     }
     GgufFile *g = NULL;
@@ -324,7 +323,7 @@ static void test_smollm2(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_gguf", 0, 0};
+    TestCounts tc = {"test_gguf", 0, 0, 0};
     GgufFile *g = NULL;
     KvErr err = {{0}};
     CHECK(&tc, gguf_open(&g, QUANT_CASES, &err) == 0, "%s", err.msg);

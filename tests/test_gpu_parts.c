@@ -26,7 +26,7 @@ static int sh(const char *cmd, char *out, size_t size) {
 }
 
 int main(void) {
-    TestCounts tc = {"gpu_parts", 0, 0};
+    TestCounts tc = {"gpu_parts", 0, 0, 0};
     static char out[8192];
     char cmd[1024];
     snprintf(cmd, sizeof cmd,

@@ -19,7 +19,7 @@
 #include "../engine/err.h"
 #include "../report/report.h"
 #include "../runs/commands.h"
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "test.h"
 
 static char dir[64];
@@ -267,7 +267,7 @@ static void test_slurm(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_hostile_names", 0, 0};
+    TestCounts tc = {"test_hostile_names", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_hostile_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     snprintf(marker, sizeof marker, "%s/MARKER", dir);

@@ -198,7 +198,7 @@ static void test_data_identity(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_identity", 0, 0};
+    TestCounts tc = {"test_identity", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_identity_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_model_identity(&tc);

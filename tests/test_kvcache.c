@@ -23,7 +23,7 @@ static void fill(KvCache *c, int L) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_kvcache", 0, 0};
+    TestCounts tc = {"test_kvcache", 0, 0, 0};
     KvErr err = {{0}};
     enum { N = 2, K = 3, d = 4, L = 10 };
     KvCache *full;

@@ -119,7 +119,7 @@ static void check_model(TestCounts *tc, const char *dir) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(void) {
-    TestCounts tc = {"kvpress", 0, 0};
+    TestCounts tc = {"kvpress", 0, 0, 0};
     const char *root = getenv("KVPRESS_GOLDEN");
     if (!root || !*root) root = "tests/data/kvpress";
     DIR *dir = opendir(root);

@@ -19,7 +19,7 @@
 
 #include "../engine/observation.h"
 #include "../policies/policy_internal.h"
-#include "../report/report_internal.h"
+#include "../report/writers.h"
 #include "../runs/config.h"
 #include "../runs/protected.h"
 #include "test.h"
@@ -480,7 +480,7 @@ static void test_forced_share(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"ladder", 0, 0};
+    TestCounts tc = {"ladder", 0, 0, 0};
     Ref r;
     KvErr err;
     if (ref_open(&r, &err)) {

@@ -11,6 +11,7 @@
 
 #include "../datasets/dataset.h"
 #include "../datasets/ds_internal.h"
+#include "../engine/jsonfile.h"
 #include "test.h"
 
 #define LB_DIR "tests/data/longbench" /* TEST_DATA() is parenthesised, so no concatenation with it */
@@ -18,10 +19,8 @@
 
 static cJSON *load_json(const char *path) {
     KvErr err;
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (!j) fprintf(stderr, "cannot load %s\n", path);
+    cJSON *j = kv_read_json(path, &err);
+    if (!j) fprintf(stderr, "%s\n", err.msg);
     return j;
 }
 
@@ -326,7 +325,7 @@ static void check_bad_input(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_longbench", 0, 0};
+    TestCounts tc = {"test_longbench", 0, 0, 0};
     cJSON *expected = load_json(LB_DIR "/expected_prompts.json"), *pandas = load_json(LB_DIR "/pandas_sample.json");
     CHECK(&tc, expected && pandas, "reference files missing");
     if (expected && pandas) {

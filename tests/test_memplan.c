@@ -122,7 +122,7 @@ static void test_bytes(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_memplan", 0, 0};
+    TestCounts tc = {"test_memplan", 0, 0, 0};
     test_split(&tc);
     test_choose(&tc);
     test_bytes(&tc);

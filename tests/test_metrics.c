@@ -413,7 +413,7 @@ static void check_command(TestCounts *tc) {
 }
 
 int main(int argc, char **argv) {
-    TestCounts tc = {"test_metrics", 0, 0};
+    TestCounts tc = {"test_metrics", 0, 0, 0};
     check_recorded(&tc, argc, argv);
     if (argc == 1) {
         check_spec_table(&tc);

@@ -114,7 +114,7 @@ static void replay(TestCounts *tc, const char *target, int others_refused) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_model_input", 0, 0};
+    TestCounts tc = {"test_model_input", 0, 0, 0};
     CHECK(&tc, fuzz_make_dir() == 0, "cannot make a copy of %s", FUZZ_FIXTURE);
     test_commands(&tc);
     test_command_numbers(&tc);

@@ -248,7 +248,7 @@ static void test_q5_gguf(TestCounts *tc, const cJSON *exp) {
 
 static void test_smollm2(TestCounts *tc) {
     if (access(SMOLLM2, R_OK)) {
-        printf("test_model_load: SKIP SmolLM2 checks: %s not present (make model fetches it)\n", SMOLLM2);
+        SKIP(tc, "the SmolLM2 checks: %s not present (make model fetches it)", SMOLLM2);
         return;
     }
     Model *m = NULL;
@@ -535,7 +535,7 @@ static void test_bad_hf(TestCounts *tc, const TmpDir *t) {
     copy_fixture(t, "tests/data/hf_fixtures/mistral/config.json", "config.json", "MistralForCausalLM", "GPT2LMHead");
     expect_load_fails(tc, t->dir, "config.json", "unsupported architecture 'GPT2LMHead'");
     copy_fixture(t, "tests/data/hf_fixtures/mistral/config.json", "config.json", "{", "{{");
-    expect_load_fails(tc, t->dir, "config.json", "not a valid JSON");
+    expect_load_fails(tc, t->dir, "config.json", "not valid JSON (line 1)");
     copy_fixture(t, "tests/data/hf_fixtures/llama/config.json", "config.json", "\"llama3\"", "\"yarn\"");
     expect_load_fails(tc, t->dir, "config.json", "'yarn' is not supported");
 
@@ -597,7 +597,7 @@ static void test_bad_hf_index(TestCounts *tc, const TmpDir *t) {
         {"{\"weight_map\":{\"x\":\"../config.json\"}}", "is not a plain file name", NULL},
         {"{\"weight_map\":{\"x\":\"config.json\"}}", "header length", "config.json"},
         {"[]", "not a valid JSON object", NULL},
-        {"{\"weight_map\":{\"x\":\"model-00001-of", "not a valid JSON object", NULL},
+        {"{\"weight_map\":{\"x\":\"model-00001-of", "not valid JSON (line 1)", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_bytes(p, cases[i].index, strlen(cases[i].index));
@@ -753,7 +753,7 @@ static void test_bad_gguf_model(TestCounts *tc, const TmpDir *t, const cJSON *ex
 }
 
 int main(void) {
-    TestCounts tc = {"test_model_load", 0, 0};
+    TestCounts tc = {"test_model_load", 0, 0, 0};
     cJSON *gexp = load_json(TEST_DATA("gguf/tiny_expected.json"));
     cJSON *hexp = load_json(TEST_DATA("hf_fixtures/expected.json"));
     CHECK(&tc, gexp && hexp, "expected-value files");

@@ -152,7 +152,7 @@ static void check_errors(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_model_stream", 0, 0};
+    TestCounts tc = {"test_model_stream", 0, 0, 0};
     check_source(&tc, "synthetic:smollm2-135m:layers=2:seed=3:vocab=1000");
     check_source(&tc, "synthetic:qwen2.5-32b:layers=1:vocab=64");   /* biases, untied head */
     check_source(&tc, "tests/data/gguf/tiny_llama.gguf");           /* permuted Q/K rows */
@@ -160,7 +160,7 @@ int main(void) {
     check_source(&tc, "tests/data/models/tiny-llama-hf");
     check_source(&tc, "tests/data/models/tiny-qwen2-hf");
     if (access(SMOLLM2, R_OK) == 0) check_source(&tc, SMOLLM2);     /* Q4_1 blocks */
-    else printf("test_model_stream: SKIP SmolLM2: %s not present (make model)\n", SMOLLM2);
+    else SKIP(&tc, "SmolLM2: %s not present (make model)", SMOLLM2);
     check_errors(&tc);
     return test_finish(&tc);
 }

@@ -103,7 +103,7 @@ static void check_bad_grids(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_niah", 0, 0};
+    TestCounts tc = {"test_niah", 0, 0, 0};
     check_default_grid(&tc);
     check_custom_grid(&tc);
     check_bad_grids(&tc);

@@ -112,7 +112,7 @@ static void test_errors(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"observation", 0, 0};
+    TestCounts tc = {"observation", 0, 0, 0};
     test_attention_by_hand(&tc);
     test_value_norm_by_hand(&tc);
     test_against_naive(&tc);

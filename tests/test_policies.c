@@ -789,7 +789,7 @@ static void test_random(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"policies", 0, 0};
+    TestCounts tc = {"policies", 0, 0, 0};
     test_shared_scores(&tc);
     test_streamingllm(&tc);
     test_snapkv(&tc);

@@ -354,7 +354,7 @@ static void check_runs(TestCounts *tc, const Case *c) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(void) {
-    TestCounts tc = {"policy_golden", 0, 0};
+    TestCounts tc = {"policy_golden", 0, 0, 0};
     const char *root = getenv("POLICY_GOLDEN");
     if (!root || !*root) root = "tests/data/policy_golden";
     DIR *dir = opendir(root);

@@ -1,6 +1,6 @@
 /* test_qwen.c — the real Qwen2.5 CPU models against transformers 4.57.0 on the same GGUF in float32
  * (tests/reference/gen_qwen_cases.py MODEL.gguf OUT.json), one reference file per model, each run where its model
- * is present and skipped with one line where it is not:
+ * is present and a skip (SKIP: one line, counted) where it is not:
  *   tests/data/reference/qwen2.5-coder-0.5b.json  models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf  (make model-qwen)
  *   tests/data/reference/qwen2.5-coder-1.5b.json  models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf (make model-qwen15)
  * on the backend opened as runs open it (backend_load_model):
@@ -31,6 +31,7 @@
 #include "../engine/backend.h"
 #include "../engine/chat.h"
 #include "../engine/generate.h"
+#include "../engine/jsonfile.h"
 #include "../policies/policy.h"
 #include "forward_checks.h"
 #include "observation_checks.h"
@@ -286,25 +287,23 @@ static void check_engine_paths(TestCounts *tc, const char *path) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_qwen", 0, 0};
+    TestCounts tc = {"test_qwen", 0, 0, 0};
     for (size_t r = 0; r < sizeof REFERENCES / sizeof REFERENCES[0]; r++) {
         KvErr err = {{0}};
         const char *file = REFERENCES[r].reference;
-        char *text = kv_read_file(file, NULL, &err);
-        cJSON *ref = text ? cJSON_Parse(text) : NULL;
-        free(text);
+        cJSON *ref = kv_read_json(file, &err);
         const cJSON *model = cJSON_GetObjectItem(ref, "model");
-        if (!cJSON_IsString(model)) { /* a failure, but no pass counted for reading the file: a skip stays 0 */
-            if (err.msg[0]) CHECK(&tc, 0, "%s", err.msg);
-            else CHECK(&tc, 0, "%s: %s", file, ref ? "no \"model\"" : "not JSON");
+        if (!cJSON_IsString(model)) { /* a failure, but no pass counted for reading the file */
+            if (!ref) CHECK(&tc, 0, "%s", err.msg);
+            else CHECK(&tc, 0, "%s: no \"model\"", file);
             cJSON_Delete(ref);
             continue;
         }
         const char *path = model->valuestring;
         if (ASAN_BUILD && !REFERENCES[r].sanitized) {
-            printf("test_qwen: SKIPPING %s under the sanitizers (the optimised build runs it)\n", file);
+            SKIP(&tc, "%s under the sanitizers (the optimised build runs it)", file);
         } else if (access(path, R_OK) != 0) {
-            printf("test_qwen: SKIPPING %s: %s absent (%s)\n", file, path, REFERENCES[r].make_target);
+            SKIP(&tc, "%s: %s absent (%s)", file, path, REFERENCES[r].make_target);
         } else {
             check_reference(&tc, path, ref);
             if (REFERENCES[r].engine_paths) check_engine_paths(&tc, path);

@@ -23,7 +23,7 @@
 #include "../report/report.h"
 #include "../report/stats.h"
 #include "../runs/cli.h"
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "../runs/util.h"
 #include "test.h"
 
@@ -317,7 +317,7 @@ static int colour_of(const char *script, const char *title, char *out) {
  * the text width) or vertical (past the page), or a float too large for the page fails. */
 static void compile_tex(TestCounts *tc, const char *out) {
     if (system("command -v pdflatex >/dev/null 2>&1")) {
-        fprintf(stderr, "test_report: pdflatex not found, report.tex not compiled (scripts/setup.sh installs it)\n");
+        SKIP(tc, "compiling report.tex: pdflatex not found (scripts/setup.sh installs it)");
         return;
     }
     char doc[256], cmd[700];
@@ -1258,7 +1258,7 @@ static void test_cli(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_report", 0, 0};
+    TestCounts tc = {"test_report", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_report_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     test_stats_hand(&tc);

@@ -275,7 +275,7 @@ static void check_bad_input(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_ruler", 0, 0};
+    TestCounts tc = {"test_ruler", 0, 0, 0};
     check_against_real_file(&tc);
     check_every_task(&tc);
     check_seeds_and_subsets(&tc);

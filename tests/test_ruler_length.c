@@ -70,7 +70,7 @@ static void check_band(TestCounts *tc, Tokenizer *tok, const char *tok_name, int
 }
 
 int main(void) {
-    TestCounts tc = {"test_ruler_length", 0, 0};
+    TestCounts tc = {"test_ruler_length", 0, 0, 0};
     const char *paths[2] = {"models/SmolLM2-135M-Instruct.Q4_1.gguf", "tests/data/tokenizers/qwen3"};
     const char *names[2] = {"smollm2", "qwen2.5"};
     for (int k = 0; k < 2; k++) {

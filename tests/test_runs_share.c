@@ -18,12 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../report/report_internal.h"
+#include "../report/model.h"
 #include "../runs/claims.h"
 #include "../runs/cli.h"
 #include "../runs/commands.h"
 #include "../runs/memplan.h"
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "sweep_harness.h"
 #include "test.h"
 
@@ -364,7 +364,7 @@ static void test_assets(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_runs_share", 0, 0};
+    TestCounts tc = {"test_runs_share", 0, 0, 0};
     CHECK(&tc, access(TOKENIZER, R_OK) == 0, "%s is missing: run `make model` first", TOKENIZER);
     if (tc.failed) return test_finish(&tc);
     snprintf(dir, sizeof dir, "/tmp/kvbench_share_XXXXXX");

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runs/store.h"
+#include "../store/store.h"
 #include "test.h"
 
 static char dir[64];
@@ -623,7 +623,7 @@ static void test_sample_limit(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_store", 0, 0};
+    TestCounts tc = {"test_store", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_store_XXXXXX");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");

@@ -1,4 +1,4 @@
-/* test_sweep_rules.c — the run-level rules of issue 16 (runs/config.c, runs/sweep.c, runs/store.c): the config
+/* test_sweep_rules.c — the run-level rules of issue 16 (runs/config.c, runs/sweep.c, store/store.c): the config
  * keys "stop_rule", "over_length" and a model's "duo_attention_patterns" (parsed, bad values refused with one
  * line), and end to end on the 2-layer tiny Llama fixture (max_position_embeddings 2048) with a byte tokenizer:
  *   - by default a needle of 2100 tokens runs like the reference runs it (no error, samples.over_length = 1);
@@ -146,7 +146,7 @@ static void test_runs(TestCounts *tc) {
     CHECK(tc, query_int(db_na, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast2'") == 2,
           "fast setup");
     setenv("KVBENCH_DECODE", "quick", 1);
-    CHECK(tc, run(cmd_run, "c4", c) == 1 && log_contains("c4", "KVBENCH_DECODE=quick: unknown decode path"),
+    CHECK(tc, run(cmd_run, "c4", c) == 1 && log_contains("c4", "KVBENCH_DECODE: decode 'quick': unknown decode path"),
           "unknown decode path");
     unsetenv("KVBENCH_DECODE");
     /* the opt-in half-precision cache likewise, alone and with the fast decode */
@@ -162,10 +162,36 @@ static void test_runs(TestCounts *tc) {
           "fast decode, f16 cache setup");
     unsetenv("KVBENCH_DECODE");
     setenv("KVBENCH_CACHE", "f8", 1);
-    CHECK(tc, run(cmd_run, "c8", c) == 1 && log_contains("c8", "KVBENCH_CACHE=f8: unknown KV cache type"),
+    CHECK(tc, run(cmd_run, "c8", c) == 1 && log_contains("c8", "KVBENCH_CACHE: cache 'f8': unknown KV cache type"),
           "unknown cache type");
     unsetenv("KVBENCH_CACHE");
     CHECK(tc, run(cmd_run, "c9", c) == 0 && log_contains("c9", "nothing to do"), "exact rows still resume");
+
+    /* the options by name (runs/util.h): the command line's flag over the model's "cpu" in the config over the
+     * environment; the rows' setup names what ran, as it does when the environment asks for it */
+    const char *db_opt = path_in("options.db");
+    char *cf[] = {write_config("cf.json", "", ", \"duo_attention_patterns\": \"none\", \"cpu\": {\"decode\": \"fast\"}"),
+                  "--db", (char *)db_opt, NULL, NULL, NULL};
+    setenv("KVBENCH_DECODE", "exact", 1);
+    CHECK(tc, run(cmd_run, "cf1", cf) == 0 &&
+                  query_int(db_opt, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2,decode=fast2'") == 2 &&
+                  query_int(db_opt, "SELECT count(*) FROM samples") == 2,
+          "the config's decode fast over KVBENCH_DECODE=exact, under the setup the environment's gives");
+    unsetenv("KVBENCH_DECODE");
+    cf[3] = "--decode";
+    cf[4] = "exact";
+    CHECK(tc, run(cmd_run, "cf2", cf) == 0 &&
+                  query_int(db_opt, "SELECT count(*) FROM samples WHERE setup = 'cq=0,max_new=2'") == 2,
+          "--decode exact over the config's fast");
+    CHECK(tc, run(cmd_run, "cf3", cf) == 0 && log_contains("cf3", "nothing to do"), "--decode exact resumes");
+    cf[4] = "quick";
+    CHECK(tc, run(cmd_run, "cf4", cf) == 2 && log_contains("cf4", "kvbench run: --decode: decode 'quick': unknown "
+                                                                  "decode path (exact, the default, or fast)"),
+          "a bad --decode is a bad command line");
+    char *cq[] = {write_config("cq.json", "", ", \"cpu\": {\"cache\": \"f8\"}"), "--db", (char *)db_opt, NULL};
+    CHECK(tc, run(cmd_run, "cq", cq) == 1 && log_contains("cq", "cq.json: models[0].cpu.cache: cache 'f8': unknown KV "
+                                                                "cache type"),
+          "a bad \"cpu\" value names the file, the key and the problem");
 
     /* kvbench trace hands the pattern to duoattention too: 2 steps of retained importance per sample */
     char *t[] = {write_config("t.json", "\"trace\": {\"steps\": 2},", key), "--db", path_in("t.db"), "--limit", "1",
@@ -270,7 +296,7 @@ static void test_select(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_sweep_rules", 0, 0};
+    TestCounts tc = {"test_sweep_rules", 0, 0, 0};
     test_parse(&tc);
     snprintf(dir, sizeof dir, "/tmp/kvbench_rules_XXXXXX");
     if (!mkdtemp(dir)) return 1;

@@ -593,7 +593,7 @@ static void test_bad_input(TestCounts *tc) {
     snprintf(path, sizeof path, "%s/truncated.json", dir);
     if (full) write_file(path, full, len / 2);
     free(full);
-    expect_load_error(tc, path, "malformed JSON");
+    expect_load_error(tc, path, "not valid JSON");
 
     snprintf(path, sizeof path, "%s/novocab.json", dir);
     const char *novocab = "{\"model\": {\"type\": \"BPE\", \"merges\": []}, \"pre_tokenizer\": null}";
@@ -756,7 +756,7 @@ static void test_speed(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_tokenizer", 0, 0};
+    TestCounts tc = {"test_tokenizer", 0, 0, 0};
     test_unicode(&tc);
     test_expected_ids(&tc);
     test_metaspace_variants(&tc);

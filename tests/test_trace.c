@@ -455,8 +455,8 @@ static void test_smollm2_reference(TestCounts *tc) {
 /* `KVBENCH_DECODE=fast kvbench trace` decodes fast or refuses, and its rows' setup is the backend's report of
  * what ran: on the synthetic model (f32 matrices, which the fast decode cannot read) it stops with one line and
  * writes nothing; on a GGUF of block codes (SmolLM2-135M's Q4_1 blocks) it traces
- * under ",decode=fast2", and KVBENCH_SIMD=scalar (not the automatic level on an AVX2 or AVX-512 CPU) adds
- * ",simd=scalar". */
+ * under ",decode=fast2", and --simd scalar (not the automatic level on an AVX2 or AVX-512 CPU; the flag over
+ * the environment's KVBENCH_SIMD=avx2) adds ",simd=scalar". */
 static void test_fast_trace(TestCounts *tc, const char *config) {
     const char *refused = path_in("fast_refused.db");
     char *args[] = {(char *)config, "--db", (char *)refused, "--limit", "1", NULL};
@@ -488,12 +488,12 @@ static void test_fast_trace(TestCounts *tc, const char *config) {
     CpuKernels best;
     KvErr ignored;
     if (!cpu_kernels_init(&best, NULL, NULL, &ignored) && best.simd != CPU_SIMD_SCALAR) {
-        setenv("KVBENCH_SIMD", "scalar", 1);
+        setenv("KVBENCH_SIMD", "avx2", 1);
         const char *scalar = path_in("scalar.db");
-        char *scalar_args[] = {gguf_path, "--db", (char *)scalar, NULL};
+        char *scalar_args[] = {gguf_path, "--db", (char *)scalar, "--simd", "scalar", NULL};
         CHECK(tc, run(cmd_trace, "scalar", scalar_args) == 0 &&
                       query_int(scalar, "SELECT count(*) FROM samples WHERE setup LIKE '%,simd=scalar'") == 1,
-              "KVBENCH_SIMD=scalar names its level in the setup");
+              "--simd scalar (over KVBENCH_SIMD=avx2) names its level in the setup");
         unsetenv("KVBENCH_SIMD");
     }
 }
@@ -536,7 +536,7 @@ static void test_shipped_configs(TestCounts *tc) {
 }
 
 int main(void) {
-    TestCounts tc = {"test_trace", 0, 0};
+    TestCounts tc = {"test_trace", 0, 0, 0};
     snprintf(dir, sizeof dir, "/tmp/kvbench_trace_XXXXXX");
     if (!mkdtemp(dir)) return 1;
     char config[128];

@@ -204,7 +204,7 @@ static inline AVX2_TARGET __m256i bytes8(const uint8_t *p) {
 AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
     const __m256i low = _mm256_set1_epi32(15);
     for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
-        float d = cpu_f16_field(src), dmin = cpu_f16_field(src + 2);
+        float d = kv_f16_field(src), dmin = kv_f16_field(src + 2);
         const uint8_t *s = src + 4, *qs = src + 16;
         for (int c = 0; c < 4; c++) {
             int sc[2], mn[2];
@@ -226,7 +226,7 @@ AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_
 AVX2_TARGET void cpu_rebuild_q6_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
     const __m256i low = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3), bias = _mm256_set1_epi32(32);
     for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
-        float d = cpu_f16_field(src + 208);
+        float d = kv_f16_field(src + 208);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
             const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
@@ -256,7 +256,7 @@ AVX2_TARGET void cpu_rebuild_q5_0_avx2(const uint8_t *src, float *dst, size_t n_
     const __m256i low = _mm256_set1_epi32(15), one = _mm256_set1_epi32(1), sixteen = _mm256_set1_epi32(16);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
-        __m256 d = _mm256_set1_ps(cpu_f16_field(src));
+        __m256 d = _mm256_set1_ps(kv_f16_field(src));
         uint32_t h;
         memcpy(&h, src + 2, 4);
         const uint8_t *qs = src + 6;
@@ -275,7 +275,7 @@ AVX2_TARGET void cpu_rebuild_q5_0_avx2(const uint8_t *src, float *dst, size_t n_
 /* Q8_0: code * d (exact in f32), 8 lanes: the same bits as the portable dequantiser. */
 AVX2_TARGET void cpu_rebuild_q8_0_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 34, dst += 32) {
-        __m256 d = _mm256_set1_ps(cpu_f16_field(src));
+        __m256 d = _mm256_set1_ps(kv_f16_field(src));
         for (int l = 0; l < 32; l += 8) {
             __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + 2 + l)));
             _mm256_storeu_ps(dst + l, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
@@ -295,7 +295,7 @@ __attribute__((target("avx,f16c"))) void cpu_to_f16_f16c(uint16_t *dst, const fl
 __attribute__((target("avx,f16c"))) void cpu_to_f32_f16c(float *dst, const uint16_t *src, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-    for (; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+    for (; i < n; i++) dst[i] = kv_f16_to_f32(src[i]);
 }
 
 /* ---------------------------------------------------------------------------------------- fast products */

@@ -461,7 +461,7 @@ static inline AVX512_TARGET __m512i bytes16(const uint8_t *p) {
 AVX512_TARGET void cpu_rebuild_q4_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
     const __m512i low = _mm512_set1_epi32(15);
     for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
-        float d = cpu_f16_field(src), dmin = cpu_f16_field(src + 2);
+        float d = kv_f16_field(src), dmin = kv_f16_field(src + 2);
         const uint8_t *s = src + 4, *qs = src + 16;
         for (int c = 0; c < 4; c++) {
             int sc[2], mn[2];
@@ -482,7 +482,7 @@ AVX512_TARGET void cpu_rebuild_q4_k_avx512(const uint8_t *src, float *dst, size_
 AVX512_TARGET void cpu_rebuild_q6_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
     const __m512i low = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
     for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
-        float d = cpu_f16_field(src + 208);
+        float d = kv_f16_field(src + 208);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
             const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
@@ -511,7 +511,7 @@ AVX512_TARGET void cpu_rebuild_q5_0_avx512(const uint8_t *src, float *dst, size_
     const __m512i low = _mm512_set1_epi32(15), one = _mm512_set1_epi32(1), sixteen = _mm512_set1_epi32(16);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
-        __m512 d = _mm512_set1_ps(cpu_f16_field(src));
+        __m512 d = _mm512_set1_ps(kv_f16_field(src));
         uint32_t h;
         memcpy(&h, src + 2, 4);
         __m512i q = bytes16(src + 6);
@@ -536,6 +536,6 @@ __attribute__((target("avx512f"))) void cpu_to_f16_avx512(uint16_t *dst, const f
 __attribute__((target("avx512f"))) void cpu_to_f32_avx512(float *dst, const uint16_t *src, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
-    for (; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+    for (; i < n; i++) dst[i] = kv_f16_to_f32(src[i]);
 }
 #endif

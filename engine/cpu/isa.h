@@ -25,20 +25,6 @@ void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row);
 void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
 
 #if CPU_X86
-/* An f16 field as gguf.c's dequantisers read it (so NaN payloads too come out the same). */
-static inline float cpu_f16_field(const uint8_t *p) {
-    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-    if (exp == 0) {
-        float v = (float)mant * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    bits = exp == 31 ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* Q4_K's 6-bit scale and min of sub-block j from the block's 12 packed scale bytes s (gguf.c's
  * get_scale_min_k4). */
 static inline void cpu_q4_k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "../err.h"
+#include "../half.h"
 
 /* ------------------------------------------------------------------------------------------ weight forms */
 
@@ -118,7 +119,7 @@ typedef void CpuQ8RebuildFn(float *w, const CpuPacked *p, size_t b0, size_t n_bl
 /* n_blocks blocks of a ggml type at src rebuilt to f32 at dst: the type's dequantiser (GgmlDequantFn), or an
  * instruction-set version of it with the same bits. */
 typedef void CpuBlockRebuildFn(const uint8_t *src, float *dst, size_t n_blocks);
-/* binary16 <-> f32 rows (round to nearest even; the same bits as cpu_f32_to_f16 / cpu_f16_to_f32). */
+/* binary16 <-> f32 rows (round to nearest even; the same bits as cpu_f32_to_f16 / kv_f16_to_f32). */
 typedef void CpuToF16Fn(uint16_t *dst, const float *src, size_t n);
 typedef void CpuToF32Fn(float *dst, const uint16_t *src, size_t n);
 /* G query heads sharing keys and values, read where they are (CpuRows): bit for bit cpu_attend_row per head
@@ -184,9 +185,8 @@ void cpu_swiglu(float *g, const float *u, size_t n);
 void cpu_attend_row(float *out, float *probs, const float *q, const float *k, const float *v, int n, int d,
                     float scale);
 /* IEEE binary16 bits of x rounded to nearest, ties to even (subnormals, overflow to infinity, NaN stays a
- * quiet NaN), and the exact f32 value of h. */
+ * quiet NaN); the way back, exact, is kv_f16_to_f32 (../half.h). */
 uint16_t cpu_f32_to_f16(float x);
-float cpu_f16_to_f32(uint16_t h);
 /* The f32 weight row n of a 4-bit packed matrix. */
 void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K);
 

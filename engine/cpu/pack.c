@@ -25,7 +25,7 @@ static int f32_to_f16_exact(float x, uint16_t *out) {
         bits = (uint16_t)(((e + 14) << 10) | ((int)m - 1024));
     }
     *out = sign | bits;
-    return cpu_f16_to_f32(*out | sign) == x;
+    return kv_f16_to_f32(*out | sign) == x;
 }
 
 /* ---------------------------------------------------------------------------------------------- packing */

@@ -130,27 +130,12 @@ uint16_t cpu_f32_to_f16(float x) {
     return (uint16_t)(sign | h);
 }
 
-float cpu_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 31, man = h & 1023, u;
-    if (exp == 31) u = sign | 0x7F800000 | (man ? 0x400000 | (man << 13) : 0);
-    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
-    else if (!man) u = sign;
-    else { /* subnormal: normalise the mantissa */
-        int e = 113;
-        while (!(man & 1024)) man <<= 1, e--;
-        u = sign | ((uint32_t)e << 23) | ((man & 1023) << 13);
-    }
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 void cpu_to_f16_scalar(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = cpu_f32_to_f16(src[i]);
 }
 
 void cpu_to_f32_scalar(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = cpu_f16_to_f32(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = kv_f16_to_f32(src[i]);
 }
 
 /* ------------------------------------------------------------------------------- products from the codes */
@@ -158,7 +143,7 @@ void cpu_to_f32_scalar(float *dst, const uint16_t *src, size_t n) {
 void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K) {
     const CpuQ4Block *row = blocks + (size_t)n * (K / 32);
     for (int b = 0; b < K / 32; b++) {
-        float s = cpu_f16_to_f32(row[b].scale), o = cpu_f16_to_f32(row[b].offset);
+        float s = kv_f16_to_f32(row[b].scale), o = kv_f16_to_f32(row[b].offset);
         for (int i = 0; i < 16; i++) {
             w[b * 32 + i] = (float)(row[b].codes[i] & 15) * s + o;
             w[b * 32 + i + 16] = (float)(row[b].codes[i] >> 4) * s + o;
@@ -244,8 +229,8 @@ void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0,
                 if (job->q4) {
                     const CpuQ4Block *blk = job->q4 + (size_t)n * per_row + b;
                     for (int i = 0; i < 16; i++) dot += (blk->codes[i] & 15) * xq[i] + (blk->codes[i] >> 4) * xq[i + 16];
-                    w = cpu_f16_to_f32(blk->scale);
-                    o = cpu_f16_to_f32(blk->offset);
+                    w = kv_f16_to_f32(blk->scale);
+                    o = kv_f16_to_f32(blk->offset);
                 } else {
                     const int8_t *q = job->q8->q + (size_t)n * K + b * 32;
                     for (int i = 0; i < 32; i++) dot += q[i] * xq[i];

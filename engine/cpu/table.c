@@ -107,9 +107,9 @@ int cpu_kernels_init(CpuKernels *k, const char *simd, const char *fast, KvErr *e
         int i = 0;
         while (i < CPU_SIMD_LEVELS && strcmp(simd, simd_names[i])) i++;
         if (i == CPU_SIMD_LEVELS)
-            return kv_fail(err, "simd level '%s': unknown instruction set (scalar, avx2 or avx512)", simd);
+            return kv_fail(err, "simd '%s': unknown instruction set (scalar, avx2 or avx512)", simd);
         if (!simd_usable(&f, (CpuSimd)i))
-            return kv_fail(err, "simd level '%s': this CPU does not support %s (it supports: scalar%s%s)", simd, simd,
+            return kv_fail(err, "simd '%s': this CPU does not support %s (it supports: scalar%s%s)", simd, simd,
                            f.avx2 ? ", avx2" : "", f.avx512 ? ", avx512" : "");
         level = (CpuSimd)i;
     }
@@ -123,9 +123,9 @@ int cpu_kernels_init(CpuKernels *k, const char *simd, const char *fast, KvErr *e
         int i = 0;
         while (i < CPU_FAST_KERNELS && strcmp(fast, fast_names[i])) i++;
         if (i == CPU_FAST_KERNELS)
-            return kv_fail(err, "fast kernel '%s': unknown fast kernel (scalar, avx2, vnni or amx)", fast);
+            return kv_fail(err, "fast_kernel '%s': unknown fast kernel (scalar, avx2, vnni or amx)", fast);
         if (!fast_usable(&f, (CpuFastKernel)i))
-            return kv_fail(err, "fast kernel '%s': this CPU (or its kernel) does not run it; best here: %s", fast,
+            return kv_fail(err, "fast_kernel '%s': this CPU (or its kernel) does not run it; best here: %s", fast,
                            fast_names[kernel]);
         kernel = (CpuFastKernel)i;
     }

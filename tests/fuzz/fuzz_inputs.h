@@ -35,7 +35,7 @@
 #include "../../report/report.h"
 #include "../../report/stats.h"
 #include "../../runs/config.h"
-#include "../../runs/store.h"
+#include "../../store/store.h"
 
 #define FUZZ_FIXTURE "tests/data/hf_fixtures/llama"
 

@@ -29,12 +29,19 @@ struct Store {
 #define RUN_COLUMNS                                                                                             \
     "uuid, config_name, config, config_hash, git_rev, model_name, model_path, model_id, tokenizer, backend, " \
     "host, shard, started, finished"
-#define SAMPLE_COLUMNS                                                                                          \
-    "model, setup, sample_key, suite, task, domain, metric, idx, depth_percent, target_tokens, context_tokens, " \
-    "question_tokens, answers, note, model_id, data_id, over_length"
-#define RESULT_COLUMNS                                                                                          \
-    "policy, aggregation, params, budget, keep_fraction, budget_tokens, kept_tokens, prediction, score, "       \
-    "generated_tokens, prefill_ms, select_ms, decode_ms, error, kept_fraction"
+/* A sample's key, what describes it (replaced by a retry while it has no successful row), its identities. */
+#define SAMPLE_KEY_COLUMNS "model, setup, sample_key"
+#define SAMPLE_DESCRIPTION_COLUMNS                                                                              \
+    "suite, task, domain, metric, idx, depth_percent, target_tokens, context_tokens, question_tokens, answers, " \
+    "note"
+#define SAMPLE_COLUMNS SAMPLE_KEY_COLUMNS ", " SAMPLE_DESCRIPTION_COLUMNS ", model_id, data_id, over_length"
+#define SAMPLE_RETRY_COLUMNS "run_id, " SAMPLE_DESCRIPTION_COLUMNS ", over_length"
+/* A result's key (with its sample) and its outcome (replaced when a failed row is run again). */
+#define RESULT_KEY_COLUMNS "policy, aggregation, params, budget"
+#define RESULT_OUTCOME_COLUMNS                                                                                  \
+    "keep_fraction, budget_tokens, kept_tokens, prediction, score, generated_tokens, prefill_ms, select_ms, "  \
+    "decode_ms, error, kept_fraction"
+#define RESULT_COLUMNS RESULT_KEY_COLUMNS ", " RESULT_OUTCOME_COLUMNS
 #define TRACE_COLUMNS "policy, aggregation, params, budget, window, step, mean_r, min_r"
 #define TRACE_HEAD_COLUMNS "policy, aggregation, params, budget, step, n_layers, n_kv_heads, r"
 #define TRACE_SET_COLUMNS "policy, aggregation, params, budget, kept, clamped_kept"
@@ -594,24 +601,42 @@ void store_identity_change(const char *was, const char *now, char *out, size_t s
     snprintf(out, size, "(no change)");
 }
 
+/* The SET list of an upsert, "a = excluded.a, b = excluded.b", and the "?,?" of an INSERT, each written from
+ * the comma-separated column list the INSERT names, so that a new column cannot be left out of one of them. */
+static void set_from_excluded(char *out, size_t size, const char *columns) {
+    size_t n = 0;
+    out[0] = 0;
+    for (const char *c = columns; *c && n < size;) {
+        c += strspn(c, ", ");
+        int len = (int)strcspn(c, ", ");
+        if (!len) break;
+        n += (size_t)snprintf(out + n, size - n, "%s%.*s = excluded.%.*s", n ? ", " : "", len, c, len, c);
+        c += len;
+    }
+}
+
+static void placeholders(char *out, size_t size, const char *columns) {
+    size_t n = 0;
+    out[0] = 0;
+    for (const char *c = columns; c && n + 2 < size; c = strchr(c + 1, ','))
+        n += (size_t)snprintf(out + n, size - n, "%s?", n ? "," : "");
+}
+
 /* The samples row, inserted, or (while the sample has no successful row) replaced by this attempt's description;
  * *sample_id receives its id. Refuses a sample the database holds under another model or data identity (a
  * concurrent run of another configuration, which the runner's checks at planning time cannot see coming). */
 static int insert_sample(Store *s, long long run_id, const StoreSample *m, long long *sample_id, KvErr *err) {
     sqlite3_stmt *st;
     const char *model_id = m->model_id ? m->model_id : "", *data_id = m->data_id ? m->data_id : "";
-    if (sqlite3_prepare_v2(s->db, "INSERT INTO samples(run_id, " SAMPLE_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                                  "ON CONFLICT(model, setup, sample_key) DO UPDATE SET run_id = excluded.run_id, "
-                                  "suite = excluded.suite, task = excluded.task, domain = excluded.domain, "
-                                  "metric = excluded.metric, idx = excluded.idx, depth_percent = excluded.depth_percent, "
-                                  "target_tokens = excluded.target_tokens, context_tokens = excluded.context_tokens, "
-                                  "question_tokens = excluded.question_tokens, answers = excluded.answers, "
-                                  "note = excluded.note, over_length = excluded.over_length "
-                                  "WHERE samples.model_id = excluded.model_id AND samples.data_id = excluded.data_id "
-                                  "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.sample_id = samples.id AND "
-                                  "r.error IS NULL) AND NOT EXISTS (SELECT 1 FROM traces t WHERE t.sample_id = samples.id)",
-                           -1, &st, NULL) != SQLITE_OK)
+    char values[128], set[1024], sql[2048];
+    placeholders(values, sizeof values, "run_id, " SAMPLE_COLUMNS);
+    set_from_excluded(set, sizeof set, SAMPLE_RETRY_COLUMNS);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO samples(run_id, " SAMPLE_COLUMNS ") VALUES(%s) ON CONFLICT(" SAMPLE_KEY_COLUMNS ") DO UPDATE "
+             "SET %s WHERE samples.model_id = excluded.model_id AND samples.data_id = excluded.data_id AND NOT EXISTS "
+             "(SELECT 1 FROM results r WHERE r.sample_id = samples.id AND r.error IS NULL) AND NOT EXISTS (SELECT 1 "
+             "FROM traces t WHERE t.sample_id = samples.id)", values, set);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a sample");
     sqlite3_bind_int64(st, 1, run_id);
     const char *text[] = {m->model, m->setup, m->sample_key, m->suite, m->task, m->domain, m->metric};
@@ -654,16 +679,13 @@ static int insert_sample(Store *s, long long run_id, const StoreSample *m, long 
 /* Inserts a result row, or replaces a failed one; *added / *replaced count which happened (neither: a row was there). */
 static int insert_result(Store *s, long long sample_id, const StoreResult *r, int *added, int *replaced, KvErr *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "INSERT INTO results(sample_id, " RESULT_COLUMNS ") "
-                                  "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                                  "ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET "
-                                  "keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens, "
-                                  "kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, "
-                                  "score = excluded.score, generated_tokens = excluded.generated_tokens, "
-                                  "prefill_ms = excluded.prefill_ms, select_ms = excluded.select_ms, "
-                                  "decode_ms = excluded.decode_ms, error = excluded.error, "
-                                  "kept_fraction = excluded.kept_fraction WHERE results.error IS NOT NULL",
-                           -1, &st, NULL) != SQLITE_OK)
+    char values[128], set[1024], sql[2048];
+    placeholders(values, sizeof values, "sample_id, " RESULT_COLUMNS);
+    set_from_excluded(set, sizeof set, RESULT_OUTCOME_COLUMNS);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO results(sample_id, " RESULT_COLUMNS ") VALUES(%s) ON CONFLICT(sample_id, " RESULT_KEY_COLUMNS
+             ") DO UPDATE SET %s WHERE results.error IS NOT NULL", values, set);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
         return db_fail(s, err, "writing a result");
     sqlite3_bind_int64(st, 1, sample_id);
     bind_key(st, 2, &r->key);
@@ -885,40 +907,37 @@ static int copy_source(Store *s, const char *src_path, KvErr *err) {
                                         " FROM src.runs";
     if (!rc && exec(s, copy_runs, err))
         rc = kv_wrap(err, "merging %s", src_path);
-    if (!rc && exec(s,
-                    "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
-                    "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
-                    "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
-                    "INSERT INTO main.results(sample_id, " RESULT_COLUMNS ")\n"
-                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                    "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
-                    "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                    "  ON x.sid = sample_id WHERE true\n"
-                    "  ON CONFLICT(sample_id, policy, aggregation, params, budget) DO UPDATE SET\n"
-                    "  keep_fraction = excluded.keep_fraction, budget_tokens = excluded.budget_tokens,\n"
-                    "  kept_tokens = excluded.kept_tokens, prediction = excluded.prediction, score = excluded.score,\n"
-                    "  generated_tokens = excluded.generated_tokens, prefill_ms = excluded.prefill_ms,\n"
-                    "  select_ms = excluded.select_ms, decode_ms = excluded.decode_ms, error = excluded.error,\n"
-                    "  kept_fraction = excluded.kept_fraction\n"
-                    "  WHERE results.error IS NOT NULL AND excluded.error IS NULL;\n"
-                    "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
-                    "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
-                    "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                    "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
-                    "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                    "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
-                    "INSERT OR IGNORE INTO main.trace_heads(sample_id, " TRACE_HEAD_COLUMNS ")\n"
-                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                    "          AND m.sample_key = x.sample_key), " TRACE_HEAD_COLUMNS "\n"
-                    "  FROM src.trace_heads JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                    "  ON x.sid = sample_id;\n"
-                    "INSERT OR IGNORE INTO main.trace_sets(sample_id, " TRACE_SET_COLUMNS ")\n"
-                    "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
-                    "          AND m.sample_key = x.sample_key), " TRACE_SET_COLUMNS "\n"
-                    "  FROM src.trace_sets JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
-                    "  ON x.sid = sample_id;\n"
-                    "COMMIT;",
-                    err))
+    char set[1024], merge[8192];
+    set_from_excluded(set, sizeof set, RESULT_OUTCOME_COLUMNS);
+    snprintf(merge, sizeof merge,
+             "INSERT OR IGNORE INTO main.samples(run_id, " SAMPLE_COLUMNS ")\n"
+             "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid), " SAMPLE_COLUMNS "\n"
+             "  FROM src.samples JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+             "INSERT INTO main.results(sample_id, " RESULT_COLUMNS ")\n"
+             "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+             "          AND m.sample_key = x.sample_key), " RESULT_COLUMNS "\n"
+             "  FROM src.results JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+             "  ON x.sid = sample_id WHERE true\n"
+             "  ON CONFLICT(sample_id, " RESULT_KEY_COLUMNS ") DO UPDATE SET %s\n"
+             "  WHERE results.error IS NOT NULL AND excluded.error IS NULL;\n"
+             "INSERT OR IGNORE INTO main.traces(run_id, sample_id, " TRACE_COLUMNS ")\n"
+             "  SELECT (SELECT m.id FROM main.runs m WHERE m.uuid = r.uuid),\n"
+             "         (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+             "          AND m.sample_key = x.sample_key), " TRACE_COLUMNS "\n"
+             "  FROM src.traces JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+             "  ON x.sid = sample_id JOIN (SELECT id AS rid, uuid FROM src.runs) r ON r.rid = run_id;\n"
+             "INSERT OR IGNORE INTO main.trace_heads(sample_id, " TRACE_HEAD_COLUMNS ")\n"
+             "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+             "          AND m.sample_key = x.sample_key), " TRACE_HEAD_COLUMNS "\n"
+             "  FROM src.trace_heads JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+             "  ON x.sid = sample_id;\n"
+             "INSERT OR IGNORE INTO main.trace_sets(sample_id, " TRACE_SET_COLUMNS ")\n"
+             "  SELECT (SELECT m.id FROM main.samples m WHERE m.model = x.model AND m.setup = x.setup\n"
+             "          AND m.sample_key = x.sample_key), " TRACE_SET_COLUMNS "\n"
+             "  FROM src.trace_sets JOIN (SELECT id AS sid, model, setup, sample_key FROM src.samples) x\n"
+             "  ON x.sid = sample_id;\n"
+             "COMMIT;", set);
+    if (!rc && exec(s, merge, err))
         rc = kv_wrap(err, "merging %s", src_path);
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;

@@ -1,16 +1,16 @@
-/* report_internal.h — the report's in-memory view of a database: one ReportSection per (model, setup, suite)
- * with its tasks (in the order they were run), domains, methods (policy × aggregation × params, full cache
- * apart), budgets and samples, the per-sample scores of every (method, budget) cell and their statistics
- * (report/stats.h). tables.c and figures.c both render from it.
+/* model.h — the report's data model: a results database loaded into one ReportSection per (model, setup,
+ * suite) with its tasks (in the order they were run), domains, methods (policy × aggregation × params, full
+ * cache apart), budgets and samples, the per-sample scores of every (method, budget) cell and their statistics
+ * (report/stats.h); the paper's ordering and the aggregation ablation (ordering.c), the cross-domain change and
+ * the models side by side (crossdomain.c), the rows' provenance (provenance.c). It knows no output format: the
+ * writers (writers.h) render from it.
  * Shape legend: M methods, B budgets, T tasks, D domains, S samples. */
-#ifndef KVBENCH_REPORT_INTERNAL_H
-#define KVBENCH_REPORT_INTERNAL_H
+#ifndef KVBENCH_REPORT_MODEL_H
+#define KVBENCH_REPORT_MODEL_H
 
 #include <sqlite3.h>
-#include <stdio.h>
 
 #include "../engine/err.h"
-#include "escape.h"
 #include "stats.h"
 
 typedef struct {
@@ -110,9 +110,6 @@ typedef struct {
     char warning[1300];     /* "" unless the rows come from several revisions or from runs limited by --limit */
 } ReportProvenance;
 int report_provenance_load(sqlite3 *db, ReportProvenance *p, KvErr *err);
-/* The provenance as a Markdown list (then the warning in bold), or as LaTeX comments (the warning also as a
- * paragraph, so it prints). */
-void report_put_provenance(FILE *f, const ReportProvenance *p, int tex);
 
 typedef struct {
     ReportSection *sections;
@@ -140,56 +137,6 @@ ReportCell *report_cell(const ReportSection *s, int method, int budget);
 int report_has_scores(const ReportSection *s, const ReportCell *c);
 /* Whether the section includes a substituted task (in domain k, or anywhere when k < 0). */
 int report_has_substitute(const ReportSection *s, int domain);
-
-int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *err);
-int report_figures(const ReportData *d, sqlite3 *db, const char *out_dir, const char *gnuplot, FILE *log,
-                   KvErr *err);
-
-/* Output files shared by the renderers: open DIR/NAME for writing; close, checking for write errors, and log. */
-FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err);
-int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err);
-
-/* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot in DIR,
- * so the script names its files relative to its own folder and can be re-run there. */
-typedef struct {
-    const char *dir;
-    const char *gnuplot;
-    FILE *log;
-    int have_gnuplot;   /* -1 unknown, 0 missing, 1 found */
-    int n_rendered, n_failed;
-    KvErr *err;
-    int width, height;  /* of the figure being written */
-    int own_svg;        /* the script draws its SVG itself (a multiplot cannot replot): set before closing */
-    int min_n;          /* no error bar from fewer samples (ReportData.min_n) */
-    int resamples;      /* ReportData.resamples */
-    char name[300];     /* the figure being written: its file-name stem (report_file_stem) */
-} FigureCtx;
-/* Opens both files, named by NAME made a file-name stem (c->name); the script starts with the PNG terminal;
- * dat_path receives the data file's name as the script refers to it (through report_put_gp_string, as every
- * string a script holds). */
-int report_figure_open(FigureCtx *c, const char *name, FILE **dat, FILE **gp, char *dat_path, size_t n);
-/* Same, with the canvas size in pixels (small-multiple panels need more room). */
-int report_figure_open_sized(FigureCtx *c, const char *name, int width, int height, FILE **dat, FILE **gp,
-                             char *dat_path, size_t n);
-/* Finishes the script (the same plot again as SVG unless own_svg), closes both files and renders. */
-int report_figure_close(FigureCtx *c, FILE *dat, FILE *gp);
-/* "set terminal svg ...; set output 'NAME.svg'" for the figure being written (no newline). */
-void report_put_svg_terminal(const FigureCtx *c, FILE *gp);
-
-/* The fixed look of a method in every figure: colour by policy name (a table; other names get a colour from a
- * hash of the name, so it is stable too), dash type, point type and fill pattern by aggregation. */
-const char *report_policy_colour(const char *policy);
-int report_agg_dash(const char *aggregation);
-int report_agg_point(const char *aggregation);
-int report_agg_pattern(const char *aggregation);
-/* The colour of an aggregation where one figure's series are the aggregations of one policy (fragility). */
-const char *report_agg_colour(const char *aggregation);
-/* gnuplot's fill style for a bar of the aggregation ("fs solid ..." or "fs pattern N border"). */
-void report_put_fill(FILE *gp, const char *aggregation);
-/* A number for a .dat file (" NaN" when absent). */
-void report_put_value(FILE *f, double v);
-/* " value lo hi" for a .dat file, the bounds NaN (no error bar) from fewer than min_n samples. */
-void report_put_ci(FILE *f, const StatsInterval *ci, int min_n);
 
 /* The cross-domain change of one model at the budget nearest 20% (crossdomain.c, where the domain grouping is
  * stated): per method, the change against the full cache in each domain and their unweighted mean. */
@@ -220,7 +167,6 @@ int report_first_of_model(const ReportData *d, int i);
 #define REPORT_FIG2_KEEP 0.2
 int report_crossdomain(const ReportData *d, int first_section, double keep, int exact, CrossDomain *x, KvErr *err);
 void report_crossdomain_free(CrossDomain *x);
-int report_crossdomain_figures(FigureCtx *c, const ReportData *d);
 
 /* Several models side by side at one fractional budget (crossdomain.c): per method, each model's score as a
  * percentage of its own model's full cache, 100 + its cross-domain mean change (CrossDomain.mean). Models are
@@ -240,7 +186,6 @@ typedef struct CrossModel {
  * report_load fills ReportData.crossmodels with it once. */
 int report_crossmodels(const ReportData *d, CrossModel **out, int *n, KvErr *err);
 void report_crossmodels_free(CrossModel *x, int n);
-int report_crossmodel_figures(FigureCtx *c, const ReportData *d);
 
 /* The links at one budget of the section. Fails only on allocation. */
 int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT_N_ORDER], KvErr *err);
@@ -255,15 +200,5 @@ int report_agg_rank(const char *aggregation);
  * value-weighted variants one step apart (policy_ladder_step), the farther from Ada-CriticalKV on the left.
  * Fails only on allocation. */
 int report_ablation_pairs(ReportSection *s, KvErr *err);
-
-/* Fragility (traces.c), from the traces table of `kvbench trace`; both do nothing when it is empty. */
-int report_has_traces(sqlite3 *db);
-int report_trace_tables(sqlite3 *db, double outlier, const ReportProvenance *prov, const char *out_dir, FILE *log,
-                        KvErr *err);
-int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier);
-
-/* The protected share of each value-weighted variant's keep-set (forced_share.c); nothing without rows. */
-int report_forced_share(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err);
-
 
 #endif
