@@ -39,8 +39,8 @@ typedef enum {
 #define AGG_ALL (AGG_BIT(AGG_MEAN) | AGG_BIT(AGG_MAX) | AGG_BIT(AGG_MAX_PRIOR))
 
 /* A policy's descriptor: everything kvbench knows about it, in one file policies/<name>.c (docs/policies.md,
- * "Your own policy"). The registry (registry.c) lists the descriptors; the life cycle (policy.c), runs/ and
- * report/ read them and know no policy by name. */
+ * "Your own policy"). The registry (registry.c) lists the descriptors the build finds; the life cycle (policy.c),
+ * runs/ and report/ read them and know no policy by name. */
 struct PolicyRow {
     const char *name;               /* canonical kvbench name */
     const char *press_name;         /* the reference's evaluate.py or kvpress's name (accepted as well) */
@@ -63,7 +63,14 @@ struct PolicyRow {
                                      * aggregation, policy_config); zero for every other policy */
 };
 
-/* The registry: every descriptor, in the order of help texts and tables; n is set to their count. */
+/* Defines the descriptor POLICY_<ID> of policies/<id>.c, ID its file name in capitals (layer_defensivekv.c:
+ * LAYER_DEFENSIVEKV). Written at the start of a line, `POLICY_DESCRIPTOR(ID) = { ... };`, it is also the marker the
+ * Makefile finds: every file of policies/ with one is listed in $(BUILD)/policies/policy_list.h, which registry.c
+ * includes, so a new policy is its file and nothing else. */
+#define POLICY_DESCRIPTOR(id) const PolicyRow POLICY_##id
+
+/* The registry: every descriptor, in the order of their file names (help texts list them so); n is set to their
+ * count. */
 const PolicyRow *const *policy_registry(int *n);
 
 /* The row of a canonical or press name; NULL when unknown. */

@@ -4,6 +4,9 @@
  * the ties the max+prior prior creates (by position; by the unclamped score under the opt-in ablation).
  * The hand cases use L=12, w=2 (prefix P=10) and pooling kernel 1 so that every score is a plain mean or
  * max of the attention rows written below; the expected keep-sets are derived in the comments. */
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -672,6 +675,39 @@ static void test_shared_scores(TestCounts *tc) {
     }
 }
 
+/* The registry is what the build found in policies/: every file there with a POLICY_DESCRIPTOR(ID) line is
+ * listed, ID its file name in capitals, and its policy is known by that file name ('_' written '-'). */
+static void test_registry_files(TestCounts *tc) {
+    int n, n_files = 0;
+    policy_registry(&n);
+    DIR *dir = opendir("policies");
+    CHECK(tc, dir != NULL, "policies/: not found (run from the project root)");
+    if (!dir) return;
+    for (struct dirent *e; (e = readdir(dir));) {
+        size_t len = strlen(e->d_name);
+        if (len < 3 || len > 64 || strcmp(e->d_name + len - 2, ".c")) continue;
+        char path[96], line[256], id[64] = "", want[64], name[64];
+        snprintf(path, sizeof path, "policies/%s", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "POLICY_DESCRIPTOR(%63[A-Z0-9_])", id) == 1) break;
+        fclose(f);
+        if (!id[0]) continue;
+        n_files++;
+        for (size_t i = 0; i + 2 < len; i++) {
+            want[i] = (char)toupper((unsigned char)e->d_name[i]);
+            name[i] = e->d_name[i] == '_' ? '-' : e->d_name[i];
+        }
+        want[len - 2] = name[len - 2] = 0;
+        CHECK(tc, !strcmp(id, want), "%s: descriptor POLICY_%s, not POLICY_%s", path, id, want);
+        const PolicyRow *row = policy_row(name);
+        CHECK(tc, row && !strcmp(row->name, name), "%s: policy '%s' not in the registry", path, name);
+    }
+    closedir(dir);
+    CHECK(tc, n_files == n, "%d descriptor files in policies/, %d policies in the registry", n_files, n);
+}
+
 /* The descriptors (policies/<name>.c) and what runs/ and report/ ask of them. */
 static void test_descriptors(TestCounts *tc) {
     int n;
@@ -804,6 +840,7 @@ int main(void) {
     test_topk(&tc);
     test_bad_input(&tc);
     test_descriptors(&tc);
+    test_registry_files(&tc);
     test_knorm(&tc);
     test_random(&tc);
     return test_finish(&tc);
