@@ -1,7 +1,7 @@
 /* policy.h — KV-cache eviction policies: observe each layer of a prefill, then select keep-sets per budget.
  *
  * The paper's scoring → aggregation → allocation framework. Each policy is one descriptor in its own file
- * policies/<name>.c, listed in policies/registry.c, the one place that knows them (docs/policies.md). A
+ * policies/<name>.c, which the build lists for policies/registry.c; nothing else knows them (docs/policies.md). A
  * PolicyState keeps per-layer scores between policy_observe and policy_select, so cross-layer policies (CAKE,
  * Layer-DefensiveKV) work from the same single prefill, and one state serves every budget. Behaviour matches the
  * reference press code: docs/spec/policies.md. */
