@@ -282,10 +282,25 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
             for (int j = 0; j < L; j++) work[j] = j >= row->n_sink && j < row->n_sink + L - n ? 0.0f : 1.0f;
             for (int k = 0; !rc && k < K; k++) rc = mark_top(work, L, n, idx, lk + (size_t)k * L, err);
             break;
-        case ALLOC_UNIFORM:
+        case ALLOC_UNIFORM: {
+            int n_layer = row->layer_budget ? row->layer_budget(l, N, L, w, f) : n;
+            n_layer = n_layer < 1 ? 1 : n_layer > L ? L : n_layer;
             for (int k = 0; !rc && k < K; k++)
-                rc = mark_top(ls->score + (size_t)k * L, L, n, idx, lk + (size_t)k * L, err);
+                rc = mark_top(ls->score + (size_t)k * L, L, n_layer, idx, lk + (size_t)k * L, err);
             break;
+        }
+        case ALLOC_TWO_STAGE: {
+            /* kvpress scatters float max into the stage-1 entries of the weighted score, then takes its top n. */
+            int n_first = (int)(L * f * row->first_stage_ratio);
+            n_first = n_first < 1 ? 1 : n_first;
+            for (int k = 0; !rc && k < K; k++) {
+                memcpy(work, ls->score + (size_t)k * L, sizeof(float) * (size_t)L);
+                rc = topk_stable(ls->base + (size_t)k * L, L, n_first, idx, err);
+                for (int i = 0; !rc && i < n_first; i++) work[idx[i]] = FLT_MAX;
+                if (!rc) rc = mark_top(work, L, n, idx, lk + (size_t)k * L, err);
+            }
+            break;
+        }
         case ALLOC_ADAPTIVE:
             memcpy(work, ls->score, sizeof(float) * layer_size);
             rc = adaptive_layer(work, K, L, n, row->alpha_safeguard, idx, lk, head_budgets, err);

@@ -26,7 +26,9 @@ typedef enum { SPAN_PREFIX, SPAN_CONTEXT } ScoreSpan;
 typedef enum {
     ALLOC_ALL,        /* keep everything */
     ALLOC_SINKS,      /* StreamingLLM: the first n_sink and the last int(L*f) - n_sink positions of every head */
-    ALLOC_UNIFORM,    /* top int(L*f) per head of the SPAN_CONTEXT scores */
+    ALLOC_UNIFORM,    /* top int(L*f) per head of the SPAN_CONTEXT scores (row->layer_budget's count when set) */
+    ALLOC_TWO_STAGE,  /* kvpress's CriticalKVPress: per head the top max(1, int(L*f*first_stage_ratio)) of base,
+                       * then the rest of int(L*f) from score (both SPAN_CONTEXT [K][L]) */
     ALLOC_ADAPTIVE,   /* AdaKV: safeguard per head, then top K*int(L*f) over the layer (§2.3) */
     ALLOC_CAKE,       /* layer budgets from preferences, uniform over heads, plus the window (§2.6) */
     ALLOC_LADDER,     /* the value-weighted policies: per head (Ada-CriticalKV §2.5), per layer (DefensiveKV §2.7)
@@ -61,6 +63,9 @@ struct PolicyRow {
     double mass_threshold;          /* DefensiveKV stage 1: cumulative mass 0.9 - window_bias */
     LadderParams ladder;            /* a value-weighted policy's own steps (enabled 1; group left 0: it follows the
                                      * aggregation, policy_config); zero for every other policy */
+    /* ALLOC_UNIFORM's keep per head in layer `layer` of n_layers at keep fraction f, window w (NULL: int(L*f) in
+     * every layer); PyramidKV's pyramid. */
+    int (*layer_budget)(int layer, int n_layers, int context_len, int window, double f);
 };
 
 /* Defines the descriptor POLICY_<ID> of policies/<id>.c, ID its file name in capitals (layer_defensivekv.c:
@@ -79,6 +84,10 @@ const PolicyRow *policy_row(const char *name);
 /* The scorers several policies share (score.c). */
 int score_snapkv(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                  KvErr *err);
+/* SnapKV's scores as kvpress 0.5.5's SnapKVPress gives them [K][L]: score_snapkv's, with the window at the layer
+ * max plus 1 (the reference's SnapKV pads at the max), so no prefix entry ties with the window. */
+int score_snapkv_kvpress(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+                         KvErr *err);
 int score_cake(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                KvErr *err);
 /* The value-weighted policies' one pipeline (criticalkv, defensivekv, layer-defensivekv), its steps as
@@ -104,7 +113,8 @@ struct LayerScores {
                           * prefix c (critical: (s+eps)*nu, defensive: delta*nuhat), window (s_max+eps)*nu
                           * (critical) or M (defensive) */
     float *base;         /* value-weighted policies [K][L]: the aggregated score, window padded with its layer max
-                          * (SnapKV's); kept only where ladder_needs_base */
+                          * (SnapKV's); kept only where ladder_needs_base. ALLOC_TWO_STAGE [K][L]: the stage-1
+                          * score */
     double entropy;      /* CAKE: -sum A ln(A + 1e-10) over heads, window queries, prefix keys */
     double variance_sum; /* CAKE: sum over heads and prefix keys of the window-query variance */
     double preference;   /* CAKE: entropy^(1/tau1) * variance_sum^(1/tau2) */

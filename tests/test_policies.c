@@ -727,8 +727,13 @@ static void test_descriptors(TestCounts *tc) {
               "%s: the default aggregation is not one it takes", r->name);
         CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS)),
               "%s: needs an observation but scores nothing", r->name);
-        CHECK(tc, r->allocation != ALLOC_UNIFORM || (r->score && r->span == SPAN_CONTEXT),
+        CHECK(tc, (r->allocation != ALLOC_UNIFORM && r->allocation != ALLOC_TWO_STAGE) ||
+                      (r->score && r->span == SPAN_CONTEXT),
               "%s: uniform allocation reads scores of every context position", r->name);
+        CHECK(tc, !r->layer_budget || r->allocation == ALLOC_UNIFORM, "%s: layer budgets without ALLOC_UNIFORM",
+              r->name);
+        CHECK(tc, r->allocation != ALLOC_TWO_STAGE || (r->first_stage_ratio > 0 && r->first_stage_ratio <= 1),
+              "%s: two stages without a first-stage share", r->name);
         CHECK(tc, !r->colour || (strlen(r->colour) == 7 && r->colour[0] == '#'), "%s: colour '%s'", r->name,
               r->colour);
         CHECK(tc, (r->score == score_value_weighted) == r->ladder.enabled &&
