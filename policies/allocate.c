@@ -226,6 +226,34 @@ static int ladder_layer(const PolicyConfig *cfg, const LayerScores *ls, int K, i
     return 0;
 }
 
+/* ChunkKVPress.compress on one layer: score[K][L] summed over the kv-heads and averaged per chunk (in double,
+ * rounded once; kvpress sums in float32, so chunk scores within a few ulps can rank either way), the top
+ * max(1, int(n_chunks * f)) chunks kept in every head. With no whole chunk kvpress hands the layer to the scorer's
+ * own selection: each head its top n. chunk_score holds L floats. */
+static int chunk_layer(int chunk, const float *score, int K, int L, double f, int n, float *chunk_score, int *idx,
+                       unsigned char *keep, KvErr *err) {
+    const int n_chunks = (L + chunk - 1) / chunk;
+    if (L < chunk) {
+        for (int k = 0; k < K; k++)
+            if (mark_top(score + (size_t)k * L, L, n, idx, keep + (size_t)k * L, err)) return -1;
+        return 0;
+    }
+    for (int c = 0; c < n_chunks; c++) {
+        const int start = c * chunk, end = start + chunk < L ? start + chunk : L;
+        double sum = 0.0;
+        for (int j = start; j < end; j++)
+            for (int k = 0; k < K; k++) sum += score[(size_t)k * L + j];
+        chunk_score[c] = (float)(sum / (end - start));
+    }
+    int n_kept = (int)(n_chunks * f);
+    n_kept = n_kept < 1 ? 1 : n_kept;
+    if (topk_stable(chunk_score, n_chunks, n_kept, idx, err)) return -1;
+    for (int i = 0; i < n_kept; i++)
+        for (int j = idx[i] * chunk; j < (idx[i] + 1) * chunk && j < L; j++)
+            for (int k = 0; k < K; k++) keep[(size_t)k * L + j] = 1;
+    return 0;
+}
+
 /* CAKE's prefix budget per layer (§2.6 step 3): T = int((L*f - w)*N) split by the layer preferences. */
 static int cake_allocation(const PolicyRow *row, const LayerScores *layers, int N, int L, int w, double f,
                            int *budgets, KvErr *err) {
@@ -301,6 +329,9 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
             }
             break;
         }
+        case ALLOC_CHUNKS:
+            rc = chunk_layer(row->chunk_length, ls->score, K, L, f, n, work, idx, lk, err);
+            break;
         case ALLOC_ADAPTIVE:
             memcpy(work, ls->score, sizeof(float) * layer_size);
             rc = adaptive_layer(work, K, L, n, row->alpha_safeguard, idx, lk, head_budgets, err);

@@ -29,6 +29,9 @@ typedef enum {
     ALLOC_UNIFORM,    /* top int(L*f) per head of the SPAN_CONTEXT scores (row->layer_budget's count when set) */
     ALLOC_TWO_STAGE,  /* kvpress's CriticalKVPress: per head the top max(1, int(L*f*first_stage_ratio)) of base,
                        * then the rest of int(L*f) from score (both SPAN_CONTEXT [K][L]) */
+    ALLOC_CHUNKS,     /* kvpress's ChunkKVPress: the layer's positions in chunks of row->chunk_length (the last one
+                       * shorter), each scored by the mean over its positions of the SPAN_CONTEXT score summed over
+                       * kv-heads; the top max(1, int(n_chunks*f)) chunks kept in every head */
     ALLOC_ADAPTIVE,   /* AdaKV: safeguard per head, then top K*int(L*f) over the layer (§2.3) */
     ALLOC_CAKE,       /* layer budgets from preferences, uniform over heads, plus the window (§2.6) */
     ALLOC_LADDER,     /* the value-weighted policies: per head (Ada-CriticalKV §2.5), per layer (DefensiveKV §2.7)
@@ -66,6 +69,7 @@ struct PolicyRow {
     /* ALLOC_UNIFORM's keep per head in layer `layer` of n_layers at keep fraction f, window w (NULL: int(L*f) in
      * every layer); PyramidKV's pyramid. */
     int (*layer_budget)(int layer, int n_layers, int context_len, int window, double f);
+    int chunk_length;               /* ALLOC_CHUNKS: tokens per chunk */
 };
 
 /* Defines the descriptor POLICY_<ID> of policies/<id>.c, ID its file name in capitals (layer_defensivekv.c:

@@ -61,10 +61,17 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
     PolicyConfig cfg;
     PolicyState *st = NULL;
     KeepSet ks = {0};
-    unsigned char *label = load(dir, file, (size_t)in->S * in->K * in->L, &err);
-    if (!label || policy_config(&cfg, press, NULL, &err) || cJSON_GetArraySize(n_kept) != in->S) {
-        CHECK(tc, 0, "%s %s: %s", dir, file, label ? err.msg : "n_kept is not one count per saved layer");
+    /* ChunkKV ran under sdpa: its window attention is its own file (gen_kvpress_cases.py, run_press). */
+    const cJSON *own_attn = cJSON_GetObjectItemCaseSensitive(run, "attn_window");
+    const size_t attn_size = sizeof(float) * (size_t)in->S * in->H * in->w * in->L;
+    float *run_attn = cJSON_IsString(own_attn) ? load(dir, own_attn->valuestring, attn_size, &err) : NULL;
+    float *attn = cJSON_IsString(own_attn) ? run_attn : in->attn;
+    unsigned char *label = attn ? load(dir, file, (size_t)in->S * in->K * in->L, &err) : NULL;
+    int bad_counts = label && cJSON_GetArraySize(n_kept) != in->S;
+    if (!label || bad_counts || policy_config(&cfg, press, NULL, &err)) {
+        CHECK(tc, 0, "%s %s: %s", dir, file, bad_counts ? "n_kept is not one count per saved layer" : err.msg);
         free(label);
+        free(run_attn);
         return;
     }
     cfg.window = in->w;
@@ -76,7 +83,7 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
         for (int k = 0; k < in->K; k++) keys[k] = in->keys + (((size_t)from * in->K + k) * in->L) * in->d;
         Observation obs = {.layer = l, .n_layers = in->N, .L = in->L, .w = in->w, .H = in->H, .K = in->K,
                            .d = in->d, .D = in->H * in->d, .keys = keys,
-                           .attn = in->attn + (size_t)from * in->H * in->w * in->L,
+                           .attn = attn + (size_t)from * in->H * in->w * in->L,
                            .value_norm = in->value_norm + (size_t)from * in->K * in->L};
         rc = policy_observe(st, &obs, &err);
     }
@@ -101,6 +108,7 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
     keepset_free(&ks);
     policy_end(st);
     free(label);
+    free(run_attn);
 }
 
 static void check_model(TestCounts *tc, const char *dir) {

@@ -727,9 +727,12 @@ static void test_descriptors(TestCounts *tc) {
               "%s: the default aggregation is not one it takes", r->name);
         CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS)),
               "%s: needs an observation but scores nothing", r->name);
-        CHECK(tc, (r->allocation != ALLOC_UNIFORM && r->allocation != ALLOC_TWO_STAGE) ||
-                      (r->score && r->span == SPAN_CONTEXT),
-              "%s: uniform allocation reads scores of every context position", r->name);
+        CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
+              r->chunk_length);
+        const int reads_context = r->allocation == ALLOC_UNIFORM || r->allocation == ALLOC_TWO_STAGE ||
+                                  r->allocation == ALLOC_CHUNKS;
+        CHECK(tc, !reads_context || (r->score && r->span == SPAN_CONTEXT),
+              "%s: its allocation reads scores of every context position", r->name);
         CHECK(tc, !r->layer_budget || r->allocation == ALLOC_UNIFORM, "%s: layer budgets without ALLOC_UNIFORM",
               r->name);
         CHECK(tc, r->allocation != ALLOC_TWO_STAGE || (r->first_stage_ratio > 0 && r->first_stage_ratio <= 1),

@@ -10,7 +10,9 @@ given (the layer's keys after RoPE, the last WINDOW queries' attention, and the 
 by) and what it returned; the kept positions are then the press's own selection, scores.topk(n_kept), sorted per
 head, with ScorerPress.compress's n_kept = compute_n_kept(L, ratio), or PyramidKVPress's per-layer
 get_layer_budget(layer, L), which depends on the layer index and the number of layers.
-The SnapKV-based presses (PyramidKV, CriticalKV over SnapKV) run with window_size WINDOW and kernel_size 5.
+The SnapKV-based presses (PyramidKV, CriticalKV and ChunkKV over SnapKV) run with window_size WINDOW and
+kernel_size 5. ChunkKV's kept positions are its chunks' (chunk_selection), the same in every head; the generator
+checks them against the keys left in the press's compressed cache.
 
 Outputs per model, in tests/data/kvpress/<model>/:
   manifest.json          shapes, the saved layers, the presses and ratios, per run n_kept of each saved layer and
@@ -22,6 +24,8 @@ Outputs per model, in tests/data/kvpress/<model>/:
                          weights, as SnapKV and TOVA read them: TOVA reads the last row)
   value_norm.f32         [layers][K][L] CriticalKVPress.vwl1norm: per kv-head the mean over its query heads of
                          ||v W_o^h||_1
+  chunkkv.attn_window.f32  [layers][H][WINDOW][L] the window attention ChunkKV's SnapKV computed under sdpa
+                         (run_press), the window's own columns 0
   <press>_cr<r>.kept.i32 [layers][K][n_kept] kept positions, ascending per head
   <press>_cr<r>.label.u8 [layers][K][L] per position: 1 kept, 0 dropped, 2 in the head's boundary tie group
                          (a score within TIE_TOL of the last kept or the first dropped one, where the press's
@@ -41,8 +45,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import kvpress
-from kvpress import (CriticalKVPress, KeyDiffPress, KnormPress, PyramidKVPress, RandomPress, SnapKVPress,
-                     TOVAPress)
+from kvpress import (ChunkKVPress, CriticalKVPress, KeyDiffPress, KnormPress, PyramidKVPress, RandomPress,
+                     SnapKVPress, TOVAPress)
 from kvpress.utils import compute_n_kept
 
 MODELS = [
@@ -57,6 +61,8 @@ RATIOS = [0.5, 0.8]
 # The SnapKV-based presses' window: at 128 tokens PyramidKV's pyramid needs (L*(1-ratio))/beta >= window or the
 # clamp at L - window (ratio 0.5 here); ratio 0.8 takes its SnapKV fallback, round(L*(1-ratio)). Both are tested.
 WINDOW = 8
+# ChunkKV's chunk (kvpress's default): 128 tokens are 6 whole chunks and a last one of 8.
+CHUNK = 20
 SNAP = {"window_size": WINDOW, "kernel_size": 5}
 # kvbench policy name -> (a function of the ratio making the press, its arguments for the manifest, whether
 # kvbench computes the very same float32 scores: then only an exact tie is a tie)
@@ -69,6 +75,8 @@ PRESSES = {
     "critical-snapkv": (lambda r: CriticalKVPress(SnapKVPress(compression_ratio=r, **SNAP)),
                           {"press": dict(SNAP, cls="SnapKVPress"), "epsilon": 1e-4, "first_stage_ratio": 0.5},
                           False),
+    "chunkkv": (lambda r: ChunkKVPress(SnapKVPress(compression_ratio=r, **SNAP), chunk_length=CHUNK),
+                {"press": dict(SNAP, cls="SnapKVPress"), "chunk_length": CHUNK}, False),
 }
 FLOAT_MAX = float(np.finfo(np.float32).max)
 OUT = "tests/data/kvpress"
@@ -105,35 +113,93 @@ def labels(scores, n_kept, tol):
     return out, n_tied_heads
 
 
+def chunk_selection(scores, ratio):
+    """ChunkKVPress.compress's chunks, in its float32 arithmetic: [1][K][L] token scores summed over the kv-heads,
+    averaged per chunk (the last, shorter one too), the top max(1, int(n_chunks * (1 - ratio))) chunks kept in
+    every head. Returns the chunk scores and the kept chunk indices (L is a multiple of no chunk here)."""
+    L = scores.shape[-1]
+    n_whole, rest = L // CHUNK, L % CHUNK
+    main = scores[..., :n_whole * CHUNK].sum(dim=1).view(-1, n_whole, CHUNK).mean(dim=-1)
+    chunk_scores = torch.cat([main, scores[..., -rest:].sum(dim=1).mean(dim=-1, keepdim=True)], dim=-1)
+    n_chunks = max(1, int((n_whole + 1) * (1 - ratio)))
+    return chunk_scores[0], chunk_scores.topk(n_chunks, dim=-1).indices[0]
+
+
+def chunk_labels(chunk_scores, kept_chunks, L, K):
+    """[K][L] labels of ChunkKV (every head alike): a chunk's positions are 1 or 0 by its chunk, 2 inside the
+    boundary tie group of the chunk scores (TIE_TOL of their largest |score|)."""
+    c = chunk_scores.double().numpy()
+    n = len(kept_chunks)
+    top = np.sort(c)[::-1]
+    bound, nxt = top[n - 1], top[n] if n < len(c) else -np.inf
+    slack = TIE_TOL * np.abs(c).max()
+    chunk_label = (c >= bound).astype(np.uint8)
+    tied = bound - nxt <= slack
+    if tied:
+        chunk_label[(c <= bound + slack) & (c >= nxt - slack)] = 2
+    lab = np.concatenate([np.repeat(chunk_label[:-1], CHUNK), np.repeat(chunk_label[-1:], L - (len(c) - 1) * CHUNK)])
+    return np.tile(lab, (K, 1)), (bound - nxt) / max(np.abs(c).max(), 1e-30), K if tied else 0
+
+
 def run_press(model, ids, name, ratio, layers):
-    """One prefill with the press hooked in; per saved layer what score() saw and the kept positions."""
+    """One prefill with the press hooked in; per saved layer what score() saw and the kept positions.
+    ChunkKVPress refuses eager attention's weights, so it runs with sdpa: its SnapKVPress then computes the window
+    attention itself (compute_window_attention, the prefix columns; recorded with the window's columns, which
+    SnapKV does not read, at 0), and the hidden states of later layers differ from the eager run's by float32
+    rounding, so its inputs are its own."""
     make, _, _ = PRESSES[name]
     press = make(ratio)
-    seen = {}
-    score = press.score
+    chunked = isinstance(press, ChunkKVPress)
+    scorer = press.press if chunked else press
+    seen, computed = {}, {}
+    score = scorer.score
+    window_attention = SnapKVPress.compute_window_attention
+
+    def recording_window_attention(module, hidden_states, keys, window_size, position_embeddings):
+        a = window_attention(module, hidden_states, keys, window_size, position_embeddings)
+        computed[module.layer_idx] = torch.nn.functional.pad(a, (0, window_size))[0].detach().clone()
+        return a
 
     def recording_score(module, hidden_states, keys, values, attentions, kwargs):
         s = score(module, hidden_states, keys, values, attentions, kwargs)
         if module.layer_idx in layers:
             n_kept = (press.get_layer_budget(module, keys.shape[2]) if isinstance(press, PyramidKVPress)
                       else compute_n_kept(keys.shape[2], ratio))
-            seen[module.layer_idx] = (keys.detach().clone(), attentions[0, :, -WINDOW:, :].detach().clone(),
+            attn = computed[module.layer_idx] if chunked else attentions[0, :, -WINDOW:, :].detach().clone()
+            seen[module.layer_idx] = (keys.detach().clone(), attn,
                                       CriticalKVPress.vwl1norm(values, module)[0].detach().clone(),
                                       s.detach().clone(), n_kept)
         return s
 
-    press.score = recording_score
-    with torch.no_grad(), press(model):
-        model(torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    scorer.score = recording_score
+    SnapKVPress.compute_window_attention = staticmethod(recording_window_attention)
+    model.set_attn_implementation("sdpa" if chunked else "eager")
+    cache = DynamicCache()
+    try:
+        with torch.no_grad(), press(model):
+            model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    finally:
+        SnapKVPress.compute_window_attention = staticmethod(window_attention)
+        model.set_attn_implementation("eager")
     out = {}
     for layer in layers:
         keys, attn_window, value_norm, scores, n_kept = seen[layer]
-        kept = scores.topk(n_kept, dim=-1).indices[0].sort(dim=-1).values  # the press's compress selection
         s = scores[0].double().numpy()
-        top = -np.sort(-s, axis=-1)
-        gap = (min((top[k, n_kept - 1] - top[k, n_kept]) / scale_of(s[k]) for k in range(len(s)))
-               if n_kept < len(ids) else 1.0)
-        lab, tied = labels(s, n_kept, 0.0 if PRESSES[name][2] else TIE_TOL)
+        if chunked:
+            chunk_scores, kept_chunks = chunk_selection(scores, ratio)
+            lab, gap, tied = chunk_labels(chunk_scores, kept_chunks, len(ids), s.shape[0])
+            kept = torch.tensor(np.sort(np.concatenate([np.arange(c * CHUNK, min((c + 1) * CHUNK, len(ids)))
+                                                        for c in kept_chunks.tolist()])))
+            kept = kept.unsqueeze(0).expand(s.shape[0], -1)
+            n_kept = kept.shape[-1]
+            # the press's own compressed cache holds exactly these keys: the selection above is kvpress's
+            assert torch.equal(cache.layers[layer].keys[0], keys[0][:, kept[0], :])
+        else:
+            kept = scores.topk(n_kept, dim=-1).indices[0].sort(dim=-1).values  # the press's compress selection
+            top = -np.sort(-s, axis=-1)
+            gap = (min((top[k, n_kept - 1] - top[k, n_kept]) / scale_of(s[k]) for k in range(len(s)))
+                   if n_kept < len(ids) else 1.0)
+            lab, tied = labels(s, n_kept, 0.0 if PRESSES[name][2] else TIE_TOL)
         assert all((lab[k][kept[k].numpy()] >= 1).all() for k in range(lab.shape[0]))  # top-k kept no 0-label
         out[layer] = (keys[0].float().numpy(), attn_window.float().numpy(), kept.numpy().astype(np.int32), gap, lab,
                       tied, value_norm.float().numpy(), n_kept)
@@ -163,12 +229,16 @@ def main():
         for name in PRESSES:
             for ratio in RATIOS:
                 got = run_press(model, ids, name, ratio, layers)
+                stem = f"{name}_cr{str(ratio).replace('.', 'p')}"
+                own_inputs = name == "chunkkv"  # the sdpa run: its window attention is its own (run_press)
                 if inputs is None:
                     inputs = got
-                for layer in layers:  # every press saw the same inputs
+                for layer in layers:  # every eager press saw the same inputs
                     for i in (0, 1, 6):
-                        assert np.array_equal(got[layer][i], inputs[layer][i])
-                stem = f"{name}_cr{str(ratio).replace('.', 'p')}"
+                        assert own_inputs or np.array_equal(got[layer][i], inputs[layer][i])
+                if own_inputs:  # the same at every ratio: the cache is pressed after each layer's attention
+                    np.concatenate([got[l][1].ravel() for l in layers]).astype("<f4").tofile(
+                        os.path.join(out_dir, name + ".attn_window.f32"))
                 np.concatenate([got[l][2].ravel() for l in layers]).astype("<i4").tofile(
                     os.path.join(out_dir, stem + ".kept.i32"))
                 np.concatenate([got[l][4].ravel() for l in layers]).tofile(os.path.join(out_dir, stem + ".label.u8"))
@@ -179,7 +249,8 @@ def main():
                              "file": stem + ".kept.i32", "labels": stem + ".label.u8",
                              "min_boundary_gap": min(got[l][3] for l in layers),
                              "heads_with_boundary_ties": sum(got[l][5] for l in layers),
-                             "scores_bitwise": bitwise})
+                             "scores_bitwise": bitwise,
+                             **({"attn_window": name + ".attn_window.f32"} if own_inputs else {})})
         np.concatenate([inputs[l][0].ravel() for l in layers]).astype("<f4").tofile(os.path.join(out_dir, "keys.f32"))
         np.concatenate([inputs[l][1].ravel() for l in layers]).astype("<f4").tofile(
             os.path.join(out_dir, "attn_window.f32"))
