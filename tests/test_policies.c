@@ -708,6 +708,78 @@ static void test_registry_files(TestCounts *tc) {
     CHECK(tc, n_files == n, "%d descriptor files in policies/, %d policies in the registry", n_files, n);
 }
 
+/* The kvpress baselines' allocations on hand-made scores (allocate_keepset with the descriptor's row).
+ * PyramidKV's layer budget (PyramidKVPress.get_layer_budget), L=1430, w=8, f=0.2 (0.19999999999999996), N=30:
+ * L*f = 286, min = 286/20 = 14.3, max = 2*286 - 14.3 = 557.7 (below L - w), steps = 543.4/29 = 18.738: layers 0, 15,
+ * 29 keep round(557.7) = 558, round(276.63) = 277, round(14.3) = 14. L=128, f=0.2: min = 1.28 < w, SnapKV's
+ * round(25.6) = 26 (int() would be 25); L=10, f=0.25: round(2.5) = 2, Python's half to even.
+ * ChunkKV, chunks of 20 over L=45 (20, 20 and the last 5), K=2: head 0 scores 1 on chunk 1, head 1 scores 0.5 on
+ * chunk 2, else 0: chunk scores (sums over heads, mean per chunk) 0, 1, 0.5. At f=0.5, int(3*0.5) = 1 chunk: 20..39
+ * in both heads; at f=0.7, int(2.1) = 2 chunks: 20..44. Under one chunk (L=12, f=0.25) each head its own top 3.
+ * critical-snapkv at L=10, f=0.4: n = 4, stage 1 max(1, int(10*0.4*0.5)) = 2 by base (9 at 0, 8 at 1), then 2 more by
+ * score among the rest (7 at 5, 6 at 9; position 0's and 1's scores are the lowest). */
+/* allocate_keepset of one layer, a failure reported. */
+static int allocate_one(TestCounts *tc, const PolicyRow *row, const PolicyConfig *cfg, const LayerScores *ls, int K,
+                        int L, double f, KeepSet *ks) {
+    KvErr err;
+    int rc = allocate_keepset(row, cfg, ls, 1, K, L, f, ks, &err);
+    CHECK(tc, rc == 0, "%s at L=%d, f=%g: %s", row->name, L, f, err.msg);
+    return rc;
+}
+
+static void test_kvpress_allocations(TestCounts *tc) {
+    const PolicyRow *pyramid = policy_row("pyramidkv"), *chunk = policy_row("chunkkv");
+    const PolicyRow *critical = policy_row("critical-snapkv");
+    CHECK(tc, pyramid && chunk && critical, "the kvpress baselines are registered");
+    if (!pyramid || !chunk || !critical) return;
+    const double f20 = 1.0 - (1.0 - 0.2), f25 = 1.0 - (1.0 - 0.25);
+    CHECK(tc, pyramid->layer_budget(0, 30, 1430, 8, f20) == 558 && pyramid->layer_budget(15, 30, 1430, 8, f20) == 277 &&
+                  pyramid->layer_budget(29, 30, 1430, 8, f20) == 14,
+          "pyramid: %d %d %d, want 558 277 14", pyramid->layer_budget(0, 30, 1430, 8, f20),
+          pyramid->layer_budget(15, 30, 1430, 8, f20), pyramid->layer_budget(29, 30, 1430, 8, f20));
+    CHECK(tc, pyramid->layer_budget(3, 30, 128, 8, f20) == 26 && pyramid->layer_budget(0, 1, 10, 8, f25) == 2,
+          "pyramid fallback: %d (want 26), %d (want 2)", pyramid->layer_budget(3, 30, 128, 8, f20),
+          pyramid->layer_budget(0, 1, 10, 8, f25));
+
+    KvErr err;
+    PolicyConfig cfg;
+    KeepSet ks;
+    policy_config(&cfg, "chunkkv", NULL, &err);
+    cfg.window = 1;
+    float chunk_scores[2 * 45] = {0};
+    for (int j = 20; j < 40; j++) chunk_scores[j] = 1.0f;
+    for (int j = 40; j < 45; j++) chunk_scores[45 + j] = 0.5f;
+    LayerScores ls = {.score = chunk_scores};
+    if (!allocate_one(tc, chunk, &cfg, &ls, 2, 45, 0.5, &ks)) {
+        int want[20];
+        for (int t = 0; t < 20; t++) want[t] = 20 + t;
+        CHECK(tc, segment_is(&ks, 0, want, 20) && segment_is(&ks, 1, want, 20), "chunkkv at 50%%: %d, %d kept",
+              ks.counts[0], ks.counts[1]);
+        keepset_free(&ks);
+    }
+    if (!allocate_one(tc, chunk, &cfg, &ls, 2, 45, 0.7, &ks)) {
+        int want[25];
+        for (int t = 0; t < 25; t++) want[t] = 20 + t;
+        CHECK(tc, segment_is(&ks, 0, want, 25) && segment_is(&ks, 1, want, 25), "chunkkv at 70%%: %d, %d kept",
+              ks.counts[0], ks.counts[1]);
+        keepset_free(&ks);
+    }
+    static const float short_scores[2 * 12] = {0, 5, 0, 4, 0, 3, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 8, 7, 0};
+    LayerScores short_ls = {.score = (float *)short_scores};
+    if (!allocate_one(tc, chunk, &cfg, &short_ls, 2, 12, f25, &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 1, 3, 5);
+        EXPECT_SEGMENT(tc, &ks, 1, 0, 9, 10);
+        keepset_free(&ks);
+    }
+    static const float base[10] = {9, 8, 1, 1, 1, 1, 1, 1, 1, 1}, weighted[10] = {0, 0, 1, 2, 3, 7, 1, 2, 3, 6};
+    LayerScores two = {.score = (float *)weighted, .base = (float *)base};
+    policy_config(&cfg, "critical-snapkv", NULL, &err);
+    if (!allocate_one(tc, critical, &cfg, &two, 1, 10, 0.4, &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 5, 9);
+        keepset_free(&ks);
+    }
+}
+
 /* The descriptors (policies/<name>.c) and what runs/ and report/ ask of them. */
 static void test_descriptors(TestCounts *tc) {
     int n;
@@ -849,6 +921,7 @@ int main(void) {
     test_bad_input(&tc);
     test_descriptors(&tc);
     test_registry_files(&tc);
+    test_kvpress_allocations(&tc);
     test_knorm(&tc);
     test_random(&tc);
     return test_finish(&tc);
