@@ -58,7 +58,7 @@ struct PolicyRow {
     ScoreSpan span;                 /* what score covers */
     Allocation allocation;
     const char *colour;             /* "#rrggbb" in every figure; NULL: picked from the name */
-    int n_sink;                     /* StreamingLLM sink tokens */
+    int n_sink;                     /* StreamingLLM's and LagKV's sink tokens */
     double alpha_safeguard;         /* AdaKV / Ada-CriticalKV per-head minimum, as a share of int(L*f) */
     double epsilon;                 /* Ada-CriticalKV: (s + epsilon) * nu */
     double first_stage_ratio;       /* Ada-CriticalKV: stage-1 share of each head budget */
@@ -70,6 +70,7 @@ struct PolicyRow {
      * every layer); PyramidKV's pyramid. */
     int (*layer_budget)(int layer, int n_layers, int context_len, int window, double f);
     int chunk_length;               /* ALLOC_CHUNKS: tokens per chunk */
+    int lag_size;                   /* LagKV: tokens per partition */
 };
 
 /* Defines the descriptor POLICY_<ID> of policies/<id>.c, ID its file name in capitals (layer_defensivekv.c:

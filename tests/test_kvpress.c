@@ -21,13 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policies/policy.h"
+#include "../policies/policy_internal.h"
 #include "test.h"
 
 typedef struct {
     int S, N, H, K, d, L, w; /* saved layers, the model's layers, query heads, kv-heads, head dim, context, window */
     int layers[8];           /* the saved layers' indices */
     float *keys;             /* [S][K][L][d] */
+    float *values;           /* [S][K][L][d] */
     float *attn;             /* [S][H][w][L] */
     float *value_norm;       /* [S][K][L] */
 } Inputs;
@@ -76,19 +77,36 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
     }
     cfg.window = in->w;
     cfg.pool_kernel = 5;
-    int rc = policy_begin(&st, &cfg, in->N, in->K, in->L, &err);
+    /* A press run with another value of a descriptor's constant (LagKV's lag_size: 16 here, 128 in kvpress and
+     * kvbench) runs on a copy of the descriptor through score_layer and allocate_keepset, the steps
+     * policy_observe and policy_select take; every other press through the policy's life cycle. */
+    const cJSON *lag = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "press_args"),
+                                                        "lag_size");
+    PolicyRow own = *policy_row(press);
+    if (cJSON_IsNumber(lag)) own.lag_size = lag->valueint;
+    LayerScores *scores = cJSON_IsNumber(lag) ? kv_calloc((size_t)in->N, sizeof *scores, &err) : NULL;
+    int rc = cJSON_IsNumber(lag) ? (scores ? 0 : -1) : policy_begin(&st, &cfg, in->N, in->K, in->L, &err);
     for (int l = 0, s = 0; l < in->N && !rc; l++) {
         int from = s < in->S && in->layers[s] == l ? s++ : 0;
-        const float *keys[in->K];
-        for (int k = 0; k < in->K; k++) keys[k] = in->keys + (((size_t)from * in->K + k) * in->L) * in->d;
+        const float *keys[in->K], *values[in->K];
+        for (int k = 0; k < in->K; k++) {
+            keys[k] = in->keys + (((size_t)from * in->K + k) * in->L) * in->d;
+            values[k] = in->values + (((size_t)from * in->K + k) * in->L) * in->d;
+        }
         Observation obs = {.layer = l, .n_layers = in->N, .L = in->L, .w = in->w, .H = in->H, .K = in->K,
-                           .d = in->d, .D = in->H * in->d, .keys = keys,
+                           .d = in->d, .D = in->H * in->d, .keys = keys, .values = values,
                            .attn = attn + (size_t)from * in->H * in->w * in->L,
                            .value_norm = in->value_norm + (size_t)from * in->K * in->L};
-        rc = policy_observe(st, &obs, &err);
+        rc = scores ? score_layer(&own, &cfg, &obs, &scores[l], &err) : policy_observe(st, &obs, &err);
     }
     Budget budget = {.keep_fraction = 1.0 - ratio};
-    if (!rc) rc = policy_select(st, &budget, &ks, &err);
+    if (!rc && scores)
+        rc = allocate_keepset(&own, &cfg, scores, in->N, in->K, in->L, budget_keep_fraction(&budget, in->L), &ks,
+                              &err);
+    else if (!rc)
+        rc = policy_select(st, &budget, &ks, &err);
+    for (int l = 0; scores && l < in->N; l++) layer_scores_free(&scores[l]);
+    free(scores);
     CHECK(tc, rc == 0, "%s %s: %s", dir, file, err.msg);
     for (int h = 0; !rc && h < in->S * in->K; h++) {
         const unsigned char *lab = label + (size_t)h * in->L;
@@ -137,11 +155,14 @@ static void check_model(TestCounts *tc, const char *dir) {
                           : NULL;
         in.value_norm = in.attn ? load(dir, "value_norm.f32", sizeof(float) * (size_t)in.S * in.K * in.L, &err)
                                 : NULL;
-        CHECK(tc, in.value_norm != NULL, "%s", err.msg);
-        for (const cJSON *run = runs ? runs->child : NULL; in.value_norm && run; run = run->next)
+        in.values = in.value_norm ? load(dir, "values.f32", sizeof(float) * (size_t)in.S * in.K * in.L * in.d, &err)
+                                  : NULL;
+        CHECK(tc, in.values != NULL, "%s", err.msg);
+        for (const cJSON *run = runs ? runs->child : NULL; in.values && run; run = run->next)
             check_run(tc, dir, &in, run);
     }
     free(in.keys);
+    free(in.values);
     free(in.attn);
     free(in.value_norm);
     cJSON_Delete(m);

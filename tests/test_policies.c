@@ -797,7 +797,7 @@ static void test_descriptors(TestCounts *tc) {
         CHECK(tc, !r->aggregations == (r->default_aggregation == AGG_DEFAULT) &&
                       (!r->aggregations || (r->aggregations & AGG_BIT(r->default_aggregation))),
               "%s: the default aggregation is not one it takes", r->name);
-        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS)),
+        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS | NEEDS_VALUES)),
               "%s: needs an observation but scores nothing", r->name);
         CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
               r->chunk_length);
@@ -874,6 +874,18 @@ static void test_knorm(TestCounts *tc) {
     keepset_free(&ks);
 }
 
+/* LagKV on a context shorter than 4 sinks + 2 partitions of 128 scores nothing: the sinks 1, then (j - 4) / 8 for
+ * j = 4..11, so 50% keeps int(12 * 0.5) = 6: the sinks 0..3 and the newest two, 10 and 11. */
+static void test_lagkv_short(TestCounts *tc) {
+    static const float x[L] = {0};
+    const float *rows[1] = {x};
+    Observation obs = {.layer = 0, .n_layers = 1, .L = L, .w = W, .H = 1, .K = 1, .d = 1, .D = 1, .keys = rows,
+                       .values = rows};
+    KeepSet ks;
+    if (!run_policy(tc, "lagkv", NULL, 1, &obs, 1, "50%", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 10, 11);
+    keepset_free(&ks);
+}
+
 /* Random with seed 0 draws torch.manual_seed(0); torch.rand(12): 0.4963, 0.7682, 0.0885, 0.1320, 0.3074, 0.6341,
  * 0.4901, 0.8964, 0.4556, 0.6323, 0.3489, 0.4017 (torch 2.15); 25% keeps the three largest, positions 1, 5, 7, and
  * a second layer draws the same. */
@@ -923,6 +935,7 @@ int main(void) {
     test_registry_files(&tc);
     test_kvpress_allocations(&tc);
     test_knorm(&tc);
+    test_lagkv_short(&tc);
     test_random(&tc);
     return test_finish(&tc);
 }

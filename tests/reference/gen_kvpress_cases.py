@@ -18,10 +18,13 @@ Outputs per model, in tests/data/kvpress/<model>/:
   manifest.json          shapes, the saved layers, the presses and ratios, per run n_kept of each saved layer and
                          the smallest gap between the last kept and the first dropped score of any head (relative
                          to the head's largest finite |score|, the entries CriticalKV's stage 1 sets to float max
-                         left out; a gap of 0 is a tie, where the keep-set is top-k's tie order, not the press's)
+                         left out; a gap of 0 is a tie, where the keep-set is top-k's tie order, not the press's;
+                         for LagKV also min_rank_gap, the smallest gap of two neighbours in a partition's
+                         ranking, relative (lag_rank_gap))
   keys.f32               [layers][K][L][d] keys after RoPE, as the press saw them
   attn_window.f32        [layers][H][WINDOW][L] the last WINDOW queries' attention rows (eager attention's
                          weights, as SnapKV and TOVA read them: TOVA reads the last row)
+  values.f32             [layers][K][L][d] values (LagKV's input besides the keys)
   value_norm.f32         [layers][K][L] CriticalKVPress.vwl1norm: per kv-head the mean over its query heads of
                          ||v W_o^h||_1
   chunkkv.attn_window.f32  [layers][H][WINDOW][L] the window attention ChunkKV's SnapKV computed under sdpa
@@ -45,8 +48,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import kvpress
-from kvpress import (ChunkKVPress, CriticalKVPress, KeyDiffPress, KnormPress, PyramidKVPress, RandomPress,
-                     SnapKVPress, TOVAPress)
+from kvpress import (ChunkKVPress, CriticalKVPress, KeyDiffPress, KnormPress, LagKVPress, PyramidKVPress,
+                     RandomPress, SnapKVPress, TOVAPress)
 from kvpress.utils import compute_n_kept
 
 MODELS = [
@@ -61,6 +64,9 @@ RATIOS = [0.5, 0.8]
 # The SnapKV-based presses' window: at 128 tokens PyramidKV's pyramid needs (L*(1-ratio))/beta >= window or the
 # clamp at L - window (ratio 0.5 here); ratio 0.8 takes its SnapKV fallback, round(L*(1-ratio)). Both are tested.
 WINDOW = 8
+# LagKV's partition: 16 (kvpress's default is 128, which needs 260 tokens before it scores anything), so 128
+# tokens are 4 sinks, 6 scored partitions and a tail of 28 (the last partition, the sixth's reference, and 12).
+LAG = 16
 # ChunkKV's chunk (kvpress's default): 128 tokens are 6 whole chunks and a last one of 8.
 CHUNK = 20
 SNAP = {"window_size": WINDOW, "kernel_size": 5}
@@ -75,6 +81,8 @@ PRESSES = {
     "critical-snapkv": (lambda r: CriticalKVPress(SnapKVPress(compression_ratio=r, **SNAP)),
                           {"press": dict(SNAP, cls="SnapKVPress"), "epsilon": 1e-4, "first_stage_ratio": 0.5},
                           False),
+    "lagkv": (lambda r: LagKVPress(compression_ratio=r, n_sink=4, lag_size=LAG), {"n_sink": 4, "lag_size": LAG},
+              False),
     "chunkkv": (lambda r: ChunkKVPress(SnapKVPress(compression_ratio=r, **SNAP), chunk_length=CHUNK),
                 {"press": dict(SNAP, cls="SnapKVPress"), "chunk_length": CHUNK}, False),
 }
@@ -141,6 +149,18 @@ def chunk_labels(chunk_scores, kept_chunks, L, K):
     return np.tile(lab, (K, 1)), (bound - nxt) / max(np.abs(c).max(), 1e-30), K if tied else 0
 
 
+def lag_rank_gap(press, keys, values):
+    """LagKV ranks its partition scores: the smallest gap between two neighbours in one partition's order, relative
+    to the larger (a gap of float32 rounding would make the rank the summation order's, not the method's)."""
+    n_sink, lag = press.n_sink, press.lag_size
+    L, d = keys.shape[2], keys.shape[3]
+    end = n_sink + ((L - n_sink) // lag) * lag
+    part = lambda x: x[:, :, n_sink:end].reshape(1, x.shape[1], -1, lag, d)
+    score = ((press._get_states_score(part(keys)) + press._get_states_score(part(values))) / 2).double()
+    ordered = score.sort(dim=-1).values
+    return ((ordered[..., 1:] - ordered[..., :-1]) / ordered[..., 1:].abs()).min().item()
+
+
 def run_press(model, ids, name, ratio, layers):
     """One prefill with the press hooked in; per saved layer what score() saw and the kept positions.
     ChunkKVPress refuses eager attention's weights, so it runs with sdpa: its SnapKVPress then computes the window
@@ -168,7 +188,7 @@ def run_press(model, ids, name, ratio, layers):
             attn = computed[module.layer_idx] if chunked else attentions[0, :, -WINDOW:, :].detach().clone()
             seen[module.layer_idx] = (keys.detach().clone(), attn,
                                       CriticalKVPress.vwl1norm(values, module)[0].detach().clone(),
-                                      s.detach().clone(), n_kept)
+                                      s.detach().clone(), n_kept, values.detach().clone())
         return s
 
     scorer.score = recording_score
@@ -183,7 +203,7 @@ def run_press(model, ids, name, ratio, layers):
         model.set_attn_implementation("eager")
     out = {}
     for layer in layers:
-        keys, attn_window, value_norm, scores, n_kept = seen[layer]
+        keys, attn_window, value_norm, scores, n_kept, values = seen[layer]
         s = scores[0].double().numpy()
         if chunked:
             chunk_scores, kept_chunks = chunk_selection(scores, ratio)
@@ -201,8 +221,9 @@ def run_press(model, ids, name, ratio, layers):
                    if n_kept < len(ids) else 1.0)
             lab, tied = labels(s, n_kept, 0.0 if PRESSES[name][2] else TIE_TOL)
         assert all((lab[k][kept[k].numpy()] >= 1).all() for k in range(lab.shape[0]))  # top-k kept no 0-label
+        rank_gap = lag_rank_gap(press, keys, values) if isinstance(press, LagKVPress) else None
         out[layer] = (keys[0].float().numpy(), attn_window.float().numpy(), kept.numpy().astype(np.int32), gap, lab,
-                      tied, value_norm.float().numpy(), n_kept)
+                      tied, value_norm.float().numpy(), n_kept, values[0].float().numpy(), rank_gap)
     return out
 
 
@@ -234,7 +255,7 @@ def main():
                 if inputs is None:
                     inputs = got
                 for layer in layers:  # every eager press saw the same inputs
-                    for i in (0, 1, 6):
+                    for i in (0, 1, 6, 8):
                         assert own_inputs or np.array_equal(got[layer][i], inputs[layer][i])
                 if own_inputs:  # the same at every ratio: the cache is pressed after each layer's attention
                     np.concatenate([got[l][1].ravel() for l in layers]).astype("<f4").tofile(
@@ -250,12 +271,14 @@ def main():
                              "min_boundary_gap": min(got[l][3] for l in layers),
                              "heads_with_boundary_ties": sum(got[l][5] for l in layers),
                              "scores_bitwise": bitwise,
+                             **({"min_rank_gap": min(got[l][9] for l in layers)} if name == "lagkv" else {}),
                              **({"attn_window": name + ".attn_window.f32"} if own_inputs else {})})
         np.concatenate([inputs[l][0].ravel() for l in layers]).astype("<f4").tofile(os.path.join(out_dir, "keys.f32"))
         np.concatenate([inputs[l][1].ravel() for l in layers]).astype("<f4").tofile(
             os.path.join(out_dir, "attn_window.f32"))
         np.concatenate([inputs[l][6].ravel() for l in layers]).astype("<f4").tofile(
             os.path.join(out_dir, "value_norm.f32"))
+        np.concatenate([inputs[l][8].ravel() for l in layers]).astype("<f4").tofile(os.path.join(out_dir, "values.f32"))
         manifest = {
             "format_version": 2,
             "reference": f"kvpress {kvpress.__version__ if hasattr(kvpress, '__version__') else '0.5.5'} (PyPI), "
