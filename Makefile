@@ -86,6 +86,18 @@ $(shell mkdir -p $(BUILD) && echo '$(GIT_REV_LINE)' | cmp -s - $(BUILD)/git_rev.
 $(BUILD)/runs/util.o: $(BUILD)/git_rev.h
 $(BUILD)/runs/util.o: CFLAGS += -include $(BUILD)/git_rev.h
 
+# The policy registry's list: every policies/*.c that defines a descriptor (a line starting POLICY_DESCRIPTOR(ID),
+# policies/policy_internal.h), in file name order, as one POLICY_ENTRY(ID) line each in
+# $(BUILD)/policies/policy_list.h, rewritten when the list changes; policies/registry.c includes it. Adding
+# policies/<name>.c is the whole change a new policy makes (docs/policies.md).
+POLICY_IDS := $(shell sed -n 's/^POLICY_DESCRIPTOR(\([A-Z0-9_]*\)).*/\1/p' $(sort $(wildcard policies/*.c)))
+POLICY_LIST := $(foreach id,$(POLICY_IDS),'POLICY_ENTRY($(id))')
+POLICY_LIST_H := $(BUILD)/policies/policy_list.h
+$(shell mkdir -p $(BUILD)/policies && printf '%s\n' $(POLICY_LIST) | cmp -s - $(POLICY_LIST_H) || \
+        printf '%s\n' $(POLICY_LIST) > $(POLICY_LIST_H))
+$(BUILD)/policies/registry.o: $(POLICY_LIST_H)
+$(BUILD)/policies/registry.o: CFLAGS += -I$(BUILD)/policies
+
 $(BIN): $(BUILD)/runs/main.o $(BUILD)/libkvbench.a $(LINK_FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter-out $(LINK_FLAGS),$^) $(LDFLAGS) $(LDLIBS)
 

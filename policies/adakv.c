@@ -2,7 +2,7 @@
  * (spec policies.md §2.3). */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_ADAKV = {
+POLICY_DESCRIPTOR(ADAKV) = {
     .name = "adakv",
     .press_name = "adasnapkv",
     .source = "Feng et al. 2024; the reference's AdaKVPress over SnapKV",

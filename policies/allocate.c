@@ -226,6 +226,34 @@ static int ladder_layer(const PolicyConfig *cfg, const LayerScores *ls, int K, i
     return 0;
 }
 
+/* ChunkKVPress.compress on one layer: score[K][L] summed over the kv-heads and averaged per chunk (in double,
+ * rounded once; kvpress sums in float32, so chunk scores within a few ulps can rank either way), the top
+ * max(1, int(n_chunks * f)) chunks kept in every head. With no whole chunk kvpress hands the layer to the scorer's
+ * own selection: each head its top n. chunk_score holds L floats. */
+static int chunk_layer(int chunk, const float *score, int K, int L, double f, int n, float *chunk_score, int *idx,
+                       unsigned char *keep, KvErr *err) {
+    const int n_chunks = (L + chunk - 1) / chunk;
+    if (L < chunk) {
+        for (int k = 0; k < K; k++)
+            if (mark_top(score + (size_t)k * L, L, n, idx, keep + (size_t)k * L, err)) return -1;
+        return 0;
+    }
+    for (int c = 0; c < n_chunks; c++) {
+        const int start = c * chunk, end = start + chunk < L ? start + chunk : L;
+        double sum = 0.0;
+        for (int j = start; j < end; j++)
+            for (int k = 0; k < K; k++) sum += score[(size_t)k * L + j];
+        chunk_score[c] = (float)(sum / (end - start));
+    }
+    int n_kept = (int)(n_chunks * f);
+    n_kept = n_kept < 1 ? 1 : n_kept;
+    if (topk_stable(chunk_score, n_chunks, n_kept, idx, err)) return -1;
+    for (int i = 0; i < n_kept; i++)
+        for (int j = idx[i] * chunk; j < (idx[i] + 1) * chunk && j < L; j++)
+            for (int k = 0; k < K; k++) keep[(size_t)k * L + j] = 1;
+    return 0;
+}
+
 /* CAKE's prefix budget per layer (§2.6 step 3): T = int((L*f - w)*N) split by the layer preferences. */
 static int cake_allocation(const PolicyRow *row, const LayerScores *layers, int N, int L, int w, double f,
                            int *budgets, KvErr *err) {
@@ -282,9 +310,27 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
             for (int j = 0; j < L; j++) work[j] = j >= row->n_sink && j < row->n_sink + L - n ? 0.0f : 1.0f;
             for (int k = 0; !rc && k < K; k++) rc = mark_top(work, L, n, idx, lk + (size_t)k * L, err);
             break;
-        case ALLOC_UNIFORM:
+        case ALLOC_UNIFORM: {
+            int n_layer = row->layer_budget ? row->layer_budget(l, N, L, w, f) : n;
+            n_layer = n_layer < 1 ? 1 : n_layer > L ? L : n_layer;
             for (int k = 0; !rc && k < K; k++)
-                rc = mark_top(ls->score + (size_t)k * L, L, n, idx, lk + (size_t)k * L, err);
+                rc = mark_top(ls->score + (size_t)k * L, L, n_layer, idx, lk + (size_t)k * L, err);
+            break;
+        }
+        case ALLOC_TWO_STAGE: {
+            /* kvpress scatters float max into the stage-1 entries of the weighted score, then takes its top n. */
+            int n_first = (int)(L * f * row->first_stage_ratio);
+            n_first = n_first < 1 ? 1 : n_first;
+            for (int k = 0; !rc && k < K; k++) {
+                memcpy(work, ls->score + (size_t)k * L, sizeof(float) * (size_t)L);
+                rc = topk_stable(ls->base + (size_t)k * L, L, n_first, idx, err);
+                for (int i = 0; !rc && i < n_first; i++) work[idx[i]] = FLT_MAX;
+                if (!rc) rc = mark_top(work, L, n, idx, lk + (size_t)k * L, err);
+            }
+            break;
+        }
+        case ALLOC_CHUNKS:
+            rc = chunk_layer(row->chunk_length, ls->score, K, L, f, n, work, idx, lk, err);
             break;
         case ALLOC_ADAPTIVE:
             memcpy(work, ls->score, sizeof(float) * layer_size);

@@ -2,7 +2,7 @@
  * variance term (spec policies.md §2.6). */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_CAKE = {
+POLICY_DESCRIPTOR(CAKE) = {
     .name = "cake",
     .press_name = "cake_global",
     .source = "Qin et al. 2025; the reference's cake_global press",

@@ -4,7 +4,7 @@
  * the ladder's alpha, first-stage ratio and epsilon. */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_CRITICALKV = {
+POLICY_DESCRIPTOR(CRITICALKV) = {
     .name = "criticalkv",
     .press_name = "criti_adasnapkv",
     .source = "Feng et al. 2025; the reference's CriticalAdaKVPress",

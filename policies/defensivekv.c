@@ -3,7 +3,7 @@
  * (docs/ladder.md): the value-weighted pipeline with DefensiveKV's steps; its mass threshold is the ladder's. */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_DEFENSIVEKV = {
+POLICY_DESCRIPTOR(DEFENSIVEKV) = {
     .name = "defensivekv",
     .press_name = "efficient_defensivekv",
     .source = "Feng et al. 2026 (arXiv 2510.13334); the reference's efficient_defensivekv",

@@ -2,7 +2,7 @@
  * retrieval heads (duo.h). */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_DUOATTENTION = {
+POLICY_DESCRIPTOR(DUOATTENTION) = {
     .name = "duoattention",
     .press_name = "duo_attention",
     .source = "Xiao et al. 2025; kvpress's DuoAttentionPress",

@@ -1,7 +1,7 @@
 /* full.c — the full cache: keeps every entry, the reference every method is measured against. */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_FULL = {
+POLICY_DESCRIPTOR(FULL) = {
     .name = "full",
     .press_name = "fullkv",
     .source = "no compression (the reference's fullkv)",

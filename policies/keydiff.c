@@ -47,7 +47,7 @@ static int score_keydiff(const PolicyRow *row, const PolicyConfig *cfg, const Ob
     return 0;
 }
 
-const PolicyRow POLICY_KEYDIFF = {
+POLICY_DESCRIPTOR(KEYDIFF) = {
     .name = "keydiff",
     .press_name = "KeyDiffPress",
     .source = "Park et al. 2025; kvpress 0.5.5 KeyDiffPress",

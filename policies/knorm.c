@@ -23,7 +23,7 @@ static int score_knorm(const PolicyRow *row, const PolicyConfig *cfg, const Obse
     return 0;
 }
 
-const PolicyRow POLICY_KNORM = {
+POLICY_DESCRIPTOR(KNORM) = {
     .name = "knorm",
     .press_name = "KnormPress",
     .source = "Devoto et al. 2024; kvpress 0.5.5 KnormPress",

@@ -3,7 +3,7 @@
  * and DefensiveKV's mass threshold (the ladder's constants, ladder_constants). */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_LAYER_DEFENSIVEKV = {
+POLICY_DESCRIPTOR(LAYER_DEFENSIVEKV) = {
     .name = "layer-defensivekv",
     .press_name = "efficient_layer_defensivekv",
     .source = "Feng et al. 2026 (arXiv 2510.13334); the reference's efficient_layer_defensivekv",

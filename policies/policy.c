@@ -258,7 +258,7 @@ static unsigned needs(const PolicyConfig *cfg) {
 int policy_needs_value_norm(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_VALUE_NORM); }
 int policy_needs_attention(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_ATTENTION); }
 int policy_needs_duo_pattern(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_DUO_PATTERN); }
-int policy_needs_keys(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_KEYS); }
+int policy_needs_keys(const PolicyConfig *cfg) { return !!(needs(cfg) & (NEEDS_KEYS | NEEDS_VALUES)); }
 
 int policy_observes(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);

@@ -1,7 +1,7 @@
 /* policy.h — KV-cache eviction policies: observe each layer of a prefill, then select keep-sets per budget.
  *
  * The paper's scoring → aggregation → allocation framework. Each policy is one descriptor in its own file
- * policies/<name>.c, listed in policies/registry.c, the one place that knows them (docs/policies.md). A
+ * policies/<name>.c, which the build lists for policies/registry.c; nothing else knows them (docs/policies.md). A
  * PolicyState keeps per-layer scores between policy_observe and policy_select, so cross-layer policies (CAKE,
  * Layer-DefensiveKV) work from the same single prefill, and one state serves every budget. Behaviour matches the
  * reference press code: docs/spec/policies.md. */
@@ -59,7 +59,8 @@ enum {
     NEEDS_ATTENTION = 1u << 0,    /* attn: the window queries' attention (and so the window) */
     NEEDS_VALUE_NORM = 1u << 1,   /* value_norm */
     NEEDS_KEYS = 1u << 2,         /* keys, after RoPE */
-    NEEDS_DUO_PATTERN = 1u << 3   /* no observation, but the model's DuoAttention head pattern */
+    NEEDS_DUO_PATTERN = 1u << 3,  /* no observation, but the model's DuoAttention head pattern */
+    NEEDS_VALUES = 1u << 4        /* values (a backend hands them with the keys: policy_needs_keys) */
 };
 
 typedef struct {
@@ -128,7 +129,8 @@ const char *policy_names(void);
 int policy_needs_value_norm(const PolicyConfig *cfg);
 /* Whether the policy reads the window attention (and so has a window). */
 int policy_needs_attention(const PolicyConfig *cfg);
-/* Whether it reads obs->keys (so a backend must hand the raw tensors over, not only attn and value_norm). */
+/* Whether it reads obs->keys or obs->values (so a backend must hand the raw tensors over, not only attn and
+ * value_norm). */
 int policy_needs_keys(const PolicyConfig *cfg);
 /* Whether the policy needs a DuoAttention head pattern of the model (cfg->duo_pattern). */
 int policy_needs_duo_pattern(const PolicyConfig *cfg);

@@ -26,7 +26,12 @@ typedef enum { SPAN_PREFIX, SPAN_CONTEXT } ScoreSpan;
 typedef enum {
     ALLOC_ALL,        /* keep everything */
     ALLOC_SINKS,      /* StreamingLLM: the first n_sink and the last int(L*f) - n_sink positions of every head */
-    ALLOC_UNIFORM,    /* top int(L*f) per head of the SPAN_CONTEXT scores */
+    ALLOC_UNIFORM,    /* top int(L*f) per head of the SPAN_CONTEXT scores (row->layer_budget's count when set) */
+    ALLOC_TWO_STAGE,  /* kvpress's CriticalKVPress: per head the top max(1, int(L*f*first_stage_ratio)) of base,
+                       * then the rest of int(L*f) from score (both SPAN_CONTEXT [K][L]) */
+    ALLOC_CHUNKS,     /* kvpress's ChunkKVPress: the layer's positions in chunks of row->chunk_length (the last one
+                       * shorter), each scored by the mean over its positions of the SPAN_CONTEXT score summed over
+                       * kv-heads; the top max(1, int(n_chunks*f)) chunks kept in every head */
     ALLOC_ADAPTIVE,   /* AdaKV: safeguard per head, then top K*int(L*f) over the layer (§2.3) */
     ALLOC_CAKE,       /* layer budgets from preferences, uniform over heads, plus the window (§2.6) */
     ALLOC_LADDER,     /* the value-weighted policies: per head (Ada-CriticalKV §2.5), per layer (DefensiveKV §2.7)
@@ -39,8 +44,8 @@ typedef enum {
 #define AGG_ALL (AGG_BIT(AGG_MEAN) | AGG_BIT(AGG_MAX) | AGG_BIT(AGG_MAX_PRIOR))
 
 /* A policy's descriptor: everything kvbench knows about it, in one file policies/<name>.c (docs/policies.md,
- * "Your own policy"). The registry (registry.c) lists the descriptors; the life cycle (policy.c), runs/ and
- * report/ read them and know no policy by name. */
+ * "Your own policy"). The registry (registry.c) lists the descriptors the build finds; the life cycle (policy.c),
+ * runs/ and report/ read them and know no policy by name. */
 struct PolicyRow {
     const char *name;               /* canonical kvbench name */
     const char *press_name;         /* the reference's evaluate.py or kvpress's name (accepted as well) */
@@ -53,7 +58,7 @@ struct PolicyRow {
     ScoreSpan span;                 /* what score covers */
     Allocation allocation;
     const char *colour;             /* "#rrggbb" in every figure; NULL: picked from the name */
-    int n_sink;                     /* StreamingLLM sink tokens */
+    int n_sink;                     /* StreamingLLM's and LagKV's sink tokens */
     double alpha_safeguard;         /* AdaKV / Ada-CriticalKV per-head minimum, as a share of int(L*f) */
     double epsilon;                 /* Ada-CriticalKV: (s + epsilon) * nu */
     double first_stage_ratio;       /* Ada-CriticalKV: stage-1 share of each head budget */
@@ -61,9 +66,21 @@ struct PolicyRow {
     double mass_threshold;          /* DefensiveKV stage 1: cumulative mass 0.9 - window_bias */
     LadderParams ladder;            /* a value-weighted policy's own steps (enabled 1; group left 0: it follows the
                                      * aggregation, policy_config); zero for every other policy */
+    /* ALLOC_UNIFORM's keep per head in layer `layer` of n_layers at keep fraction f, window w (NULL: int(L*f) in
+     * every layer); PyramidKV's pyramid. */
+    int (*layer_budget)(int layer, int n_layers, int context_len, int window, double f);
+    int chunk_length;               /* ALLOC_CHUNKS: tokens per chunk */
+    int lag_size;                   /* LagKV: tokens per partition */
 };
 
-/* The registry: every descriptor, in the order of help texts and tables; n is set to their count. */
+/* Defines the descriptor POLICY_<ID> of policies/<id>.c, ID its file name in capitals (layer_defensivekv.c:
+ * LAYER_DEFENSIVEKV). Written at the start of a line, `POLICY_DESCRIPTOR(ID) = { ... };`, it is also the marker the
+ * Makefile finds: every file of policies/ with one is listed in $(BUILD)/policies/policy_list.h, which registry.c
+ * includes, so a new policy is its file and nothing else. */
+#define POLICY_DESCRIPTOR(id) const PolicyRow POLICY_##id
+
+/* The registry: every descriptor, in the order of their file names (help texts list them so); n is set to their
+ * count. */
 const PolicyRow *const *policy_registry(int *n);
 
 /* The row of a canonical or press name; NULL when unknown. */
@@ -72,6 +89,10 @@ const PolicyRow *policy_row(const char *name);
 /* The scorers several policies share (score.c). */
 int score_snapkv(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                  KvErr *err);
+/* SnapKV's scores as kvpress 0.5.5's SnapKVPress gives them [K][L]: score_snapkv's, with the window at the layer
+ * max plus 1 (the reference's SnapKV pads at the max), so no prefix entry ties with the window. */
+int score_snapkv_kvpress(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
+                         KvErr *err);
 int score_cake(const PolicyRow *row, const PolicyConfig *cfg, const Observation *obs, LayerScores *out,
                KvErr *err);
 /* The value-weighted policies' one pipeline (criticalkv, defensivekv, layer-defensivekv), its steps as
@@ -97,7 +118,8 @@ struct LayerScores {
                           * prefix c (critical: (s+eps)*nu, defensive: delta*nuhat), window (s_max+eps)*nu
                           * (critical) or M (defensive) */
     float *base;         /* value-weighted policies [K][L]: the aggregated score, window padded with its layer max
-                          * (SnapKV's); kept only where ladder_needs_base */
+                          * (SnapKV's); kept only where ladder_needs_base. ALLOC_TWO_STAGE [K][L]: the stage-1
+                          * score */
     double entropy;      /* CAKE: -sum A ln(A + 1e-10) over heads, window queries, prefix keys */
     double variance_sum; /* CAKE: sum over heads and prefix keys of the window-query variance */
     double preference;   /* CAKE: entropy^(1/tau1) * variance_sum^(1/tau2) */

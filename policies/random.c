@@ -56,7 +56,7 @@ static int score_random(const PolicyRow *row, const PolicyConfig *cfg, const Obs
     return 0;
 }
 
-const PolicyRow POLICY_RANDOM = {
+POLICY_DESCRIPTOR(RANDOM) = {
     .name = "random",
     .press_name = "RandomPress",
     .source = "kvpress 0.5.5 RandomPress (seed 0)",

@@ -1,18 +1,18 @@
-/* registry.c — the list of policies: every descriptor (policies/<name>.c), in the order of help texts and
- * tables. A new policy is its own file plus its entry here (docs/policies.md, "Your own policy"). */
+/* registry.c — the list of policies: every descriptor the build finds in policies/ (a line starting
+ * POLICY_DESCRIPTOR(ID), policy_internal.h), in the order of their file names. The Makefile writes that list to
+ * $(BUILD)/policies/policy_list.h as one POLICY_ENTRY(ID) per policy, so a new policy needs no entry here
+ * (docs/policies.md, "Your own policy"). */
 #include "policy_internal.h"
 
-extern const PolicyRow POLICY_FULL, POLICY_STREAMINGLLM, POLICY_SNAPKV, POLICY_ADAKV, POLICY_CAKE,
-    POLICY_CRITICALKV, POLICY_DEFENSIVEKV, POLICY_LAYER_DEFENSIVEKV, POLICY_DUOATTENTION, POLICY_KNORM,
-    POLICY_KEYDIFF, POLICY_TOVA, POLICY_RANDOM;
+#define POLICY_ENTRY(id) extern const PolicyRow POLICY_##id;
+#include "policy_list.h"
+#undef POLICY_ENTRY
 
+#define POLICY_ENTRY(id) &POLICY_##id,
 static const PolicyRow *const REGISTRY[] = {
-    &POLICY_FULL,        &POLICY_STREAMINGLLM, &POLICY_SNAPKV,
-    &POLICY_ADAKV,       &POLICY_CAKE,         &POLICY_CRITICALKV,
-    &POLICY_DEFENSIVEKV, &POLICY_LAYER_DEFENSIVEKV, &POLICY_DUOATTENTION,
-    &POLICY_KNORM,       &POLICY_KEYDIFF,      &POLICY_TOVA,
-    &POLICY_RANDOM,
+#include "policy_list.h"
 };
+#undef POLICY_ENTRY
 
 const PolicyRow *const *policy_registry(int *n) {
     *n = (int)(sizeof REGISTRY / sizeof REGISTRY[0]);

@@ -178,6 +178,15 @@ int score_snapkv(const PolicyRow *row, const PolicyConfig *cfg, const Observatio
     return 0;
 }
 
+int score_snapkv_kvpress(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out,
+                         KvErr *err) {
+    if (score_snapkv(row, cfg, o, out, err)) return -1;
+    /* kvpress: F.pad(value=scores.max().item() + 1), the float32 of a double sum that is exact. */
+    for (int k = 0; k < o->K; k++)
+        for (int j = o->L - o->w; j < o->L; j++) out->score[(size_t)k * o->L + j] += 1.0f;
+    return 0;
+}
+
 /* CAKE (§2.6): token scores [K][P] and the layer preference from entropy and variance of A. */
 int score_cake(const PolicyRow *row, const PolicyConfig *cfg, const Observation *o, LayerScores *out, KvErr *err) {
     const int L = o->L, P = L - o->w;
@@ -357,6 +366,8 @@ int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation
         return kv_fail(err, "policy %s: layer %d was observed without value norms", row->name, obs->layer);
     if ((row->needs & NEEDS_KEYS) && !obs->keys)
         return kv_fail(err, "policy %s: layer %d was observed without keys", row->name, obs->layer);
+    if ((row->needs & NEEDS_VALUES) && !obs->values)
+        return kv_fail(err, "policy %s: layer %d was observed without values", row->name, obs->layer);
     int rc = row->score(row, cfg, obs, out, err);
     if (rc) layer_scores_free(out);
     return rc;
@@ -367,7 +378,8 @@ void layer_scores_trim(LayerScores *ls, const PolicyConfig *cfg) {
     free(ls->delta);
     free(ls->nu_prefix);
     ls->abar = ls->delta = ls->nu_prefix = NULL;
-    if (!ladder_needs_base(&cfg->ladder)) {
+    const PolicyRow *row = policy_row(cfg->name);
+    if (!ladder_needs_base(&cfg->ladder) && !(row && row->allocation == ALLOC_TWO_STAGE)) {
         free(ls->base);
         ls->base = NULL;
     }

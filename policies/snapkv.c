@@ -2,7 +2,7 @@
  * (spec policies.md §2.2). */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_SNAPKV = {
+POLICY_DESCRIPTOR(SNAPKV) = {
     .name = "snapkv",
     .press_name = "snapkv",
     .source = "Li et al. 2024; the reference's SnapKVPress",

@@ -2,7 +2,7 @@
  * only (spec policies.md §2.1). */
 #include "policy_internal.h"
 
-const PolicyRow POLICY_STREAMINGLLM = {
+POLICY_DESCRIPTOR(STREAMINGLLM) = {
     .name = "streamingllm",
     .press_name = "streaming_llm",
     .source = "Xiao et al. 2024; the reference's StreamingLLMPress",

@@ -24,7 +24,7 @@ static int score_tova(const PolicyRow *row, const PolicyConfig *cfg, const Obser
     return 0;
 }
 
-const PolicyRow POLICY_TOVA = {
+POLICY_DESCRIPTOR(TOVA) = {
     .name = "tova",
     .press_name = "TOVAPress",
     .source = "Oren et al. 2024; kvpress 0.5.5 TOVAPress",

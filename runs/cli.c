@@ -40,6 +40,8 @@ static const Command COMMANDS[] = {
      "  --resamples N  bootstrap resamples behind each interval (default 2000, at least 1000)\n"},
     {"trace", cmd_trace, "trace CONFIG.json [--db PATH] [--limit N] [--shard i/N]  retained-importance traces",
      "  options as for run, but --memory-limit\n"},
+    {"export", cmd_export, "export --kvpress DIR --db PATH                  results in kvpress's evaluation layout",
+     "  one directory per model, suite, task and variant: metrics.json, predictions.csv, config.yaml (docs/kvpress.md)\n"},
     {"merge", cmd_merge, "merge OUT.db IN.db...                           combine shard databases",
      "  rows already in OUT.db are kept, none duplicated\n"},
     {"slurm", cmd_slurm, "slurm CONFIG.json --shards N [--submit] ...     write (and submit) a Slurm job array",

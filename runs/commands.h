@@ -7,6 +7,7 @@
  *   cmd_score.c   score                             (metrics)
  *   cmd_slurm.c   slurm                             (scale-out)
  *   cmd_trace.c   trace                             (fragility)
+ *   cmd_export.c  export                            (results in kvpress's layout)
  */
 #ifndef KVBENCH_COMMANDS_H
 #define KVBENCH_COMMANDS_H
@@ -24,6 +25,7 @@ int cmd_report(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_slurm(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* The command line `run` and `trace` share (cmd_run.c): CONFIG.json [--db PATH] [--limit N] [--shard i/N];
  * cmd names the command in messages, trace selects retained-importance traces instead of scored runs. */

@@ -237,7 +237,10 @@ static void test_no_aggregation(TestCounts *tc) {
         rc = config_load(&cfg, baselines[i], &err);
         CHECK(tc, rc == 0, "%s: %s", baselines[i], err.msg);
         if (rc) continue;
-        CHECK(tc, cfg.n_variants == 1 + 4 * 2, "%s: %d variants, want 9", baselines[i], cfg.n_variants);
+        CHECK(tc, cfg.n_variants == 1 + 8 * 2, "%s: %d variants, want 17", baselines[i], cfg.n_variants);
+        const RunVariant *pyramid = find(&cfg, "pyramidkv", "mean", "20%");
+        CHECK(tc, pyramid && !strcmp(pyramid->params, "w=64,k=5"), "%s: pyramidkv at kvpress's window 64",
+              baselines[i]);
         config_free(&cfg);
     }
 }

@@ -3,27 +3,34 @@
  * from env KVPRESS_GOLDEN).
  *
  * Per model (SmolLM2-135M and Qwen2.5-0.5B, float32, a real LongBench context) the generator saved three
- * layers' keys after RoPE and the last query's attention, as the press saw them, and each press's kept
- * positions at compression ratios 0.5 and 0.8. Here the kvbench policy of the same name observes exactly
- * those inputs (a one-row window, the last query's, which is all TOVA reads) and must keep the same positions
- * in every head: exactly, except inside a head's boundary tie group — scores within 1e-6 of the head's largest
- * |score| of the last kept or first dropped one (0 for random, whose scores are torch.rand's bit for bit) — where
- * the press's choice is top-k's tie order: there kvbench must keep the same number of the group (it keeps the
- * lowest positions). The manifest counts the heads with such a group (Knorm's layer 0: repeated tokens' keys are
- * rotations of one vector, so their norms tie). */
+ * layers' keys after RoPE, the last `window` queries' attention and the value norms, as the press saw them, and
+ * each press's kept positions at compression ratios 0.5 and 0.8. Here the kvbench policy of the same name observes
+ * exactly those inputs (window = the manifest's, kernel 5) and must keep the same positions in every head:
+ * exactly, except inside a head's boundary tie group — scores within 1e-6 of the head's largest finite |score| of
+ * the last kept or first dropped one (0 for random, whose scores are torch.rand's bit for bit) — where the press's
+ * choice is top-k's tie order: there kvbench must keep the same number of the group (it keeps the lowest
+ * positions). The manifest counts the heads with such a group (Knorm's layer 0: repeated tokens' keys are
+ * rotations of one vector, so their norms tie).
+ * The policy runs over the model's every layer, as PyramidKV's budget depends on the layer index and the number of
+ * layers: a saved layer observes its inputs, any other layer those of the first saved layer as a stand-in. Every
+ * press here selects layer by layer, so a stand-in changes no saved layer's keep-set; only saved layers are
+ * compared, each with its own n_kept. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policies/policy.h"
+#include "../policies/policy_internal.h"
 #include "test.h"
 
 typedef struct {
-    int S, H, K, d, L;   /* saved layers, query heads, kv-heads, head dim, context length */
-    float *keys;         /* [S][K][L][d] */
-    float *attn_last;    /* [S][H][L] */
+    int S, N, H, K, d, L, w; /* saved layers, the model's layers, query heads, kv-heads, head dim, context, window */
+    int layers[8];           /* the saved layers' indices */
+    float *keys;             /* [S][K][L][d] */
+    float *values;           /* [S][K][L][d] */
+    float *attn;             /* [S][H][w][L] */
+    float *value_norm;       /* [S][K][L] */
 } Inputs;
 
 static void *load(const char *dir, const char *file, size_t bytes, KvErr *err) {
@@ -50,45 +57,76 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
     const char *press = cJSON_GetObjectItemCaseSensitive(run, "press")->valuestring;
     const char *file = cJSON_GetObjectItemCaseSensitive(run, "labels")->valuestring;
     double ratio = cJSON_GetObjectItemCaseSensitive(run, "compression_ratio")->valuedouble;
-    int n_kept = get_int(run, "n_kept");
+    const cJSON *n_kept = cJSON_GetObjectItemCaseSensitive(run, "n_kept");
     KvErr err;
     PolicyConfig cfg;
     PolicyState *st = NULL;
     KeepSet ks = {0};
-    unsigned char *label = load(dir, file, (size_t)in->S * in->K * in->L, &err);
-    if (!label || policy_config(&cfg, press, NULL, &err)) {
-        CHECK(tc, 0, "%s %s: %s", dir, file, err.msg);
+    /* ChunkKV ran under sdpa: its window attention is its own file (gen_kvpress_cases.py, run_press). */
+    const cJSON *own_attn = cJSON_GetObjectItemCaseSensitive(run, "attn_window");
+    const size_t attn_size = sizeof(float) * (size_t)in->S * in->H * in->w * in->L;
+    float *run_attn = cJSON_IsString(own_attn) ? load(dir, own_attn->valuestring, attn_size, &err) : NULL;
+    float *attn = cJSON_IsString(own_attn) ? run_attn : in->attn;
+    unsigned char *label = attn ? load(dir, file, (size_t)in->S * in->K * in->L, &err) : NULL;
+    int bad_counts = label && cJSON_GetArraySize(n_kept) != in->S;
+    if (!label || bad_counts || policy_config(&cfg, press, NULL, &err)) {
+        CHECK(tc, 0, "%s %s: %s", dir, file, bad_counts ? "n_kept is not one count per saved layer" : err.msg);
         free(label);
+        free(run_attn);
         return;
     }
-    cfg.window = 1;
-    int rc = policy_begin(&st, &cfg, in->S, in->K, in->L, &err);
-    for (int s = 0; s < in->S && !rc; s++) {
-        const float *keys[in->K];
-        for (int k = 0; k < in->K; k++) keys[k] = in->keys + (((size_t)s * in->K + k) * in->L) * in->d;
-        Observation obs = {.layer = s, .n_layers = in->S, .L = in->L, .w = 1, .H = in->H, .K = in->K, .d = in->d,
-                           .D = in->H * in->d, .keys = keys, .attn = in->attn_last + (size_t)s * in->H * in->L};
-        rc = policy_observe(st, &obs, &err);
+    cfg.window = in->w;
+    cfg.pool_kernel = 5;
+    /* A press run with another value of a descriptor's constant (LagKV's lag_size: 16 here, 128 in kvpress and
+     * kvbench) runs on a copy of the descriptor through score_layer and allocate_keepset, the steps
+     * policy_observe and policy_select take; every other press through the policy's life cycle. */
+    const cJSON *lag = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "press_args"),
+                                                        "lag_size");
+    PolicyRow own = *policy_row(press);
+    if (cJSON_IsNumber(lag)) own.lag_size = lag->valueint;
+    LayerScores *scores = cJSON_IsNumber(lag) ? kv_calloc((size_t)in->N, sizeof *scores, &err) : NULL;
+    int rc = cJSON_IsNumber(lag) ? (scores ? 0 : -1) : policy_begin(&st, &cfg, in->N, in->K, in->L, &err);
+    for (int l = 0, s = 0; l < in->N && !rc; l++) {
+        int from = s < in->S && in->layers[s] == l ? s++ : 0;
+        const float *keys[in->K], *values[in->K];
+        for (int k = 0; k < in->K; k++) {
+            keys[k] = in->keys + (((size_t)from * in->K + k) * in->L) * in->d;
+            values[k] = in->values + (((size_t)from * in->K + k) * in->L) * in->d;
+        }
+        Observation obs = {.layer = l, .n_layers = in->N, .L = in->L, .w = in->w, .H = in->H, .K = in->K,
+                           .d = in->d, .D = in->H * in->d, .keys = keys, .values = values,
+                           .attn = attn + (size_t)from * in->H * in->w * in->L,
+                           .value_norm = in->value_norm + (size_t)from * in->K * in->L};
+        rc = scores ? score_layer(&own, &cfg, &obs, &scores[l], &err) : policy_observe(st, &obs, &err);
     }
     Budget budget = {.keep_fraction = 1.0 - ratio};
-    if (!rc) rc = policy_select(st, &budget, &ks, &err);
+    if (!rc && scores)
+        rc = allocate_keepset(&own, &cfg, scores, in->N, in->K, in->L, budget_keep_fraction(&budget, in->L), &ks,
+                              &err);
+    else if (!rc)
+        rc = policy_select(st, &budget, &ks, &err);
+    for (int l = 0; scores && l < in->N; l++) layer_scores_free(&scores[l]);
+    free(scores);
     CHECK(tc, rc == 0, "%s %s: %s", dir, file, err.msg);
     for (int h = 0; !rc && h < in->S * in->K; h++) {
         const unsigned char *lab = label + (size_t)h * in->L;
-        const int *pos = ks.positions + ks.offsets[h];
+        const int s = h / in->K, at = in->layers[s] * in->K + h % in->K;
+        const int want = cJSON_GetArrayItem(n_kept, s)->valueint;
+        const int *pos = ks.positions + ks.offsets[at];
         int kept_dropped = 0, missed = 0;
-        for (int t = 0; t < ks.counts[h]; t++) kept_dropped += lab[pos[t]] == 0;
+        for (int t = 0; t < ks.counts[at]; t++) kept_dropped += lab[pos[t]] == 0;
         for (int j = 0, t = 0; j < in->L; j++) {
-            while (t < ks.counts[h] && pos[t] < j) t++;
-            missed += lab[j] == 1 && !(t < ks.counts[h] && pos[t] == j);
+            while (t < ks.counts[at] && pos[t] < j) t++;
+            missed += lab[j] == 1 && !(t < ks.counts[at] && pos[t] == j);
         }
-        CHECK(tc, ks.counts[h] == n_kept && !kept_dropped && !missed,
+        CHECK(tc, ks.counts[at] == want && !kept_dropped && !missed,
               "%s %s layer %d head %d: %d kept (kvpress %d), %d that kvpress drops, %d it keeps missing", dir, file,
-              h / in->K, h % in->K, ks.counts[h], n_kept, kept_dropped, missed);
+              in->layers[s], h % in->K, ks.counts[at], want, kept_dropped, missed);
     }
     keepset_free(&ks);
     policy_end(st);
     free(label);
+    free(run_attn);
 }
 
 static void check_model(TestCounts *tc, const char *dir) {
@@ -100,19 +138,33 @@ static void check_model(TestCounts *tc, const char *dir) {
     free(text);
     const cJSON *shapes = cJSON_GetObjectItemCaseSensitive(m, "shapes");
     const cJSON *runs = cJSON_GetObjectItemCaseSensitive(m, "runs");
-    Inputs in = {cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "layers")), get_int(shapes, "n_heads"),
-                 get_int(shapes, "n_kv_heads"), get_int(shapes, "head_dim"), get_int(shapes, "seq_len"), NULL, NULL};
-    CHECK(tc, m && cJSON_IsArray(runs) && in.S > 0 && in.H > 0 && in.K > 0 && in.d > 0 && in.L > 0,
-          "%s: a manifest without shapes, layers or runs", path);
-    if (m && in.S > 0 && in.H > 0 && in.K > 0 && in.d > 0 && in.L > 0) {
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
+    Inputs in = {.S = cJSON_GetArraySize(layers), .N = get_int(shapes, "n_layers"), .H = get_int(shapes, "n_heads"),
+                 .K = get_int(shapes, "n_kv_heads"), .d = get_int(shapes, "head_dim"), .L = get_int(shapes, "seq_len"),
+                 .w = get_int(shapes, "window")};
+    int ok = m && cJSON_IsArray(runs) && in.S > 0 && in.S <= 8 && in.N > 0 && in.H > 0 && in.K > 0 && in.d > 0 &&
+             in.L > 0 && in.w > 0;
+    for (int s = 0; ok && s < in.S; s++) {
+        in.layers[s] = cJSON_GetArrayItem(layers, s)->valueint;
+        ok = in.layers[s] >= (s ? in.layers[s - 1] + 1 : 0) && in.layers[s] < in.N;
+    }
+    CHECK(tc, ok, "%s: a manifest without shapes, ascending layers or runs", path);
+    if (ok) {
         in.keys = load(dir, "keys.f32", sizeof(float) * (size_t)in.S * in.K * in.L * in.d, &err);
-        in.attn_last = in.keys ? load(dir, "attn_last.f32", sizeof(float) * (size_t)in.S * in.H * in.L, &err) : NULL;
-        CHECK(tc, in.attn_last != NULL, "%s", err.msg);
-        for (const cJSON *run = runs ? runs->child : NULL; in.attn_last && run; run = run->next)
+        in.attn = in.keys ? load(dir, "attn_window.f32", sizeof(float) * (size_t)in.S * in.H * in.w * in.L, &err)
+                          : NULL;
+        in.value_norm = in.attn ? load(dir, "value_norm.f32", sizeof(float) * (size_t)in.S * in.K * in.L, &err)
+                                : NULL;
+        in.values = in.value_norm ? load(dir, "values.f32", sizeof(float) * (size_t)in.S * in.K * in.L * in.d, &err)
+                                  : NULL;
+        CHECK(tc, in.values != NULL, "%s", err.msg);
+        for (const cJSON *run = runs ? runs->child : NULL; in.values && run; run = run->next)
             check_run(tc, dir, &in, run);
     }
     free(in.keys);
-    free(in.attn_last);
+    free(in.values);
+    free(in.attn);
+    free(in.value_norm);
     cJSON_Delete(m);
 }
 

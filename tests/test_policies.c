@@ -4,6 +4,9 @@
  * the ties the max+prior prior creates (by position; by the unclamped score under the opt-in ablation).
  * The hand cases use L=12, w=2 (prefix P=10) and pooling kernel 1 so that every score is a plain mean or
  * max of the attention rows written below; the expected keep-sets are derived in the comments. */
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -672,6 +675,111 @@ static void test_shared_scores(TestCounts *tc) {
     }
 }
 
+/* The registry is what the build found in policies/: every file there with a POLICY_DESCRIPTOR(ID) line is
+ * listed, ID its file name in capitals, and its policy is known by that file name ('_' written '-'). */
+static void test_registry_files(TestCounts *tc) {
+    int n, n_files = 0;
+    policy_registry(&n);
+    DIR *dir = opendir("policies");
+    CHECK(tc, dir != NULL, "policies/: not found (run from the project root)");
+    if (!dir) return;
+    for (struct dirent *e; (e = readdir(dir));) {
+        size_t len = strlen(e->d_name);
+        if (len < 3 || len > 64 || strcmp(e->d_name + len - 2, ".c")) continue;
+        char path[96], line[256], id[64] = "", want[64], name[64];
+        snprintf(path, sizeof path, "policies/%s", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "POLICY_DESCRIPTOR(%63[A-Z0-9_])", id) == 1) break;
+        fclose(f);
+        if (!id[0]) continue;
+        n_files++;
+        for (size_t i = 0; i + 2 < len; i++) {
+            want[i] = (char)toupper((unsigned char)e->d_name[i]);
+            name[i] = e->d_name[i] == '_' ? '-' : e->d_name[i];
+        }
+        want[len - 2] = name[len - 2] = 0;
+        CHECK(tc, !strcmp(id, want), "%s: descriptor POLICY_%s, not POLICY_%s", path, id, want);
+        const PolicyRow *row = policy_row(name);
+        CHECK(tc, row && !strcmp(row->name, name), "%s: policy '%s' not in the registry", path, name);
+    }
+    closedir(dir);
+    CHECK(tc, n_files == n, "%d descriptor files in policies/, %d policies in the registry", n_files, n);
+}
+
+/* The kvpress baselines' allocations on hand-made scores (allocate_keepset with the descriptor's row).
+ * PyramidKV's layer budget (PyramidKVPress.get_layer_budget), L=1430, w=8, f=0.2 (0.19999999999999996), N=30:
+ * L*f = 286, min = 286/20 = 14.3, max = 2*286 - 14.3 = 557.7 (below L - w), steps = 543.4/29 = 18.738: layers 0, 15,
+ * 29 keep round(557.7) = 558, round(276.63) = 277, round(14.3) = 14. L=128, f=0.2: min = 1.28 < w, SnapKV's
+ * round(25.6) = 26 (int() would be 25); L=10, f=0.25: round(2.5) = 2, Python's half to even.
+ * ChunkKV, chunks of 20 over L=45 (20, 20 and the last 5), K=2: head 0 scores 1 on chunk 1, head 1 scores 0.5 on
+ * chunk 2, else 0: chunk scores (sums over heads, mean per chunk) 0, 1, 0.5. At f=0.5, int(3*0.5) = 1 chunk: 20..39
+ * in both heads; at f=0.7, int(2.1) = 2 chunks: 20..44. Under one chunk (L=12, f=0.25) each head its own top 3.
+ * critical-snapkv at L=10, f=0.4: n = 4, stage 1 max(1, int(10*0.4*0.5)) = 2 by base (9 at 0, 8 at 1), then 2 more by
+ * score among the rest (7 at 5, 6 at 9; position 0's and 1's scores are the lowest). */
+/* allocate_keepset of one layer, a failure reported. */
+static int allocate_one(TestCounts *tc, const PolicyRow *row, const PolicyConfig *cfg, const LayerScores *ls, int K,
+                        int L, double f, KeepSet *ks) {
+    KvErr err;
+    int rc = allocate_keepset(row, cfg, ls, 1, K, L, f, ks, &err);
+    CHECK(tc, rc == 0, "%s at L=%d, f=%g: %s", row->name, L, f, err.msg);
+    return rc;
+}
+
+static void test_kvpress_allocations(TestCounts *tc) {
+    const PolicyRow *pyramid = policy_row("pyramidkv"), *chunk = policy_row("chunkkv");
+    const PolicyRow *critical = policy_row("critical-snapkv");
+    CHECK(tc, pyramid && chunk && critical, "the kvpress baselines are registered");
+    if (!pyramid || !chunk || !critical) return;
+    const double f20 = 1.0 - (1.0 - 0.2), f25 = 1.0 - (1.0 - 0.25);
+    CHECK(tc, pyramid->layer_budget(0, 30, 1430, 8, f20) == 558 && pyramid->layer_budget(15, 30, 1430, 8, f20) == 277 &&
+                  pyramid->layer_budget(29, 30, 1430, 8, f20) == 14,
+          "pyramid: %d %d %d, want 558 277 14", pyramid->layer_budget(0, 30, 1430, 8, f20),
+          pyramid->layer_budget(15, 30, 1430, 8, f20), pyramid->layer_budget(29, 30, 1430, 8, f20));
+    CHECK(tc, pyramid->layer_budget(3, 30, 128, 8, f20) == 26 && pyramid->layer_budget(0, 1, 10, 8, f25) == 2,
+          "pyramid fallback: %d (want 26), %d (want 2)", pyramid->layer_budget(3, 30, 128, 8, f20),
+          pyramid->layer_budget(0, 1, 10, 8, f25));
+
+    KvErr err;
+    PolicyConfig cfg;
+    KeepSet ks;
+    policy_config(&cfg, "chunkkv", NULL, &err);
+    cfg.window = 1;
+    float chunk_scores[2 * 45] = {0};
+    for (int j = 20; j < 40; j++) chunk_scores[j] = 1.0f;
+    for (int j = 40; j < 45; j++) chunk_scores[45 + j] = 0.5f;
+    LayerScores ls = {.score = chunk_scores};
+    if (!allocate_one(tc, chunk, &cfg, &ls, 2, 45, 0.5, &ks)) {
+        int want[20];
+        for (int t = 0; t < 20; t++) want[t] = 20 + t;
+        CHECK(tc, segment_is(&ks, 0, want, 20) && segment_is(&ks, 1, want, 20), "chunkkv at 50%%: %d, %d kept",
+              ks.counts[0], ks.counts[1]);
+        keepset_free(&ks);
+    }
+    if (!allocate_one(tc, chunk, &cfg, &ls, 2, 45, 0.7, &ks)) {
+        int want[25];
+        for (int t = 0; t < 25; t++) want[t] = 20 + t;
+        CHECK(tc, segment_is(&ks, 0, want, 25) && segment_is(&ks, 1, want, 25), "chunkkv at 70%%: %d, %d kept",
+              ks.counts[0], ks.counts[1]);
+        keepset_free(&ks);
+    }
+    static const float short_scores[2 * 12] = {0, 5, 0, 4, 0, 3, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 8, 7, 0};
+    LayerScores short_ls = {.score = (float *)short_scores};
+    if (!allocate_one(tc, chunk, &cfg, &short_ls, 2, 12, f25, &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 1, 3, 5);
+        EXPECT_SEGMENT(tc, &ks, 1, 0, 9, 10);
+        keepset_free(&ks);
+    }
+    static const float base[10] = {9, 8, 1, 1, 1, 1, 1, 1, 1, 1}, weighted[10] = {0, 0, 1, 2, 3, 7, 1, 2, 3, 6};
+    LayerScores two = {.score = (float *)weighted, .base = (float *)base};
+    policy_config(&cfg, "critical-snapkv", NULL, &err);
+    if (!allocate_one(tc, critical, &cfg, &two, 1, 10, 0.4, &ks)) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 5, 9);
+        keepset_free(&ks);
+    }
+}
+
 /* The descriptors (policies/<name>.c) and what runs/ and report/ ask of them. */
 static void test_descriptors(TestCounts *tc) {
     int n;
@@ -689,10 +797,18 @@ static void test_descriptors(TestCounts *tc) {
         CHECK(tc, !r->aggregations == (r->default_aggregation == AGG_DEFAULT) &&
                       (!r->aggregations || (r->aggregations & AGG_BIT(r->default_aggregation))),
               "%s: the default aggregation is not one it takes", r->name);
-        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS)),
+        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS | NEEDS_VALUES)),
               "%s: needs an observation but scores nothing", r->name);
-        CHECK(tc, r->allocation != ALLOC_UNIFORM || (r->score && r->span == SPAN_CONTEXT),
-              "%s: uniform allocation reads scores of every context position", r->name);
+        CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
+              r->chunk_length);
+        const int reads_context = r->allocation == ALLOC_UNIFORM || r->allocation == ALLOC_TWO_STAGE ||
+                                  r->allocation == ALLOC_CHUNKS;
+        CHECK(tc, !reads_context || (r->score && r->span == SPAN_CONTEXT),
+              "%s: its allocation reads scores of every context position", r->name);
+        CHECK(tc, !r->layer_budget || r->allocation == ALLOC_UNIFORM, "%s: layer budgets without ALLOC_UNIFORM",
+              r->name);
+        CHECK(tc, r->allocation != ALLOC_TWO_STAGE || (r->first_stage_ratio > 0 && r->first_stage_ratio <= 1),
+              "%s: two stages without a first-stage share", r->name);
         CHECK(tc, !r->colour || (strlen(r->colour) == 7 && r->colour[0] == '#'), "%s: colour '%s'", r->name,
               r->colour);
         CHECK(tc, (r->score == score_value_weighted) == r->ladder.enabled &&
@@ -758,6 +874,18 @@ static void test_knorm(TestCounts *tc) {
     keepset_free(&ks);
 }
 
+/* LagKV on a context shorter than 4 sinks + 2 partitions of 128 scores nothing: the sinks 1, then (j - 4) / 8 for
+ * j = 4..11, so 50% keeps int(12 * 0.5) = 6: the sinks 0..3 and the newest two, 10 and 11. */
+static void test_lagkv_short(TestCounts *tc) {
+    static const float x[L] = {0};
+    const float *rows[1] = {x};
+    Observation obs = {.layer = 0, .n_layers = 1, .L = L, .w = W, .H = 1, .K = 1, .d = 1, .D = 1, .keys = rows,
+                       .values = rows};
+    KeepSet ks;
+    if (!run_policy(tc, "lagkv", NULL, 1, &obs, 1, "50%", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 10, 11);
+    keepset_free(&ks);
+}
+
 /* Random with seed 0 draws torch.manual_seed(0); torch.rand(12): 0.4963, 0.7682, 0.0885, 0.1320, 0.3074, 0.6341,
  * 0.4901, 0.8964, 0.4556, 0.6323, 0.3489, 0.4017 (torch 2.15); 25% keeps the three largest, positions 1, 5, 7, and
  * a second layer draws the same. */
@@ -804,7 +932,10 @@ int main(void) {
     test_topk(&tc);
     test_bad_input(&tc);
     test_descriptors(&tc);
+    test_registry_files(&tc);
+    test_kvpress_allocations(&tc);
     test_knorm(&tc);
+    test_lagkv_short(&tc);
     test_random(&tc);
     return test_finish(&tc);
 }
