@@ -419,7 +419,10 @@ extern "C" void cuda_policy_end(CudaPolicy *p) {
  * The ladder's three published settings are matched by their steps (so defensivekv with allocation=global is
  * Layer-DefensiveKV's path); the group must fold as the aggregation does, as every published method's. */
 static int device_path(CudaPolicy *p, const PolicyRow *row, const PolicyConfig *cfg, KvErr *err) {
-    if (row->score == score_snapkv && (row->allocation == ALLOC_UNIFORM || row->allocation == ALLOC_ADAPTIVE)) {
+    /* Only the descriptors the device reproduces: a known scorer with a known allocation and none of the hooks
+     * that change it (a per-layer budget) */
+    if (row->score == score_snapkv && !row->layer_budget &&
+        (row->allocation == ALLOC_UNIFORM || row->allocation == ALLOC_ADAPTIVE)) {
         p->scoring = DEV_SCORE_SNAPKV;
         p->allocation = row->allocation == ALLOC_UNIFORM ? DEV_ALLOC_UNIFORM : DEV_ALLOC_ADAPTIVE;
         p->alpha_safeguard = row->alpha_safeguard;

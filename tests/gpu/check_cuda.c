@@ -460,7 +460,9 @@ static void check_device_refusals(Summary *s) {
         const char *policy, *key, *value, *named;
     } cases[] = {{"criticalkv", "pooling", "rows", "pooling=rows"}, {"defensivekv", "group", "mean", "group=mean"},
                  {"layer-defensivekv", "safeguard", "on", "safeguard=on"}, {"knorm", NULL, NULL, "raw keys"},
-                 {"tova", NULL, NULL, "its own scorer"}};
+                 {"tova", NULL, NULL, "its own scorer"}, {"pyramidkv", NULL, NULL, "its own scorer"},
+                 {"chunkkv", NULL, NULL, "its own scorer"}, {"critical-snapkv", NULL, NULL, "its own scorer"},
+                 {"lagkv", NULL, NULL, "raw keys"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         PolicyConfig cfg;
         CudaPolicy *dev = NULL;
