@@ -165,7 +165,7 @@ static int ladder_pairs(ReportSection *s, KvErr *err) {
                 snprintf(p->step, sizeof p->step, "%s", step);
             }
         }
-    qsort(s->pairs + first, (size_t)(s->n_pairs - first), sizeof *s->pairs, ladder_order);
+    if (s->n_pairs > first) qsort(s->pairs + first, (size_t)(s->n_pairs - first), sizeof *s->pairs, ladder_order);
     return 0;
 }
 
