@@ -37,7 +37,7 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
         }
     int any = 0;
     for (int m = 0; m < s->n_methods; m++)
-        for (int b = 0; b < s->n_budgets && report_is_default_aggregation(&s->methods[m]); b++)
+        for (int b = 0; b < s->n_budgets && report_is_published(&s->methods[m]); b++)
             any |= report_has_scores(s, report_cell(s, m, b));
     if (isinf(lo) || !any || (ratio && !report_has_scores(s, &s->full))) return 0;
     double span = hi > lo ? hi - lo : 20, pad = span * 0.08;
@@ -45,9 +45,9 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     if (report_figure_open(c, name, &dat, &gp, dat_path, sizeof dat_path)) return -1;
     fputs("# one block per method: budget_percent value lo hi (95% bootstrap interval)\n", dat);
     int n_shown = 0;
-    for (int m = 0; m < s->n_methods; m++) n_shown += report_is_default_aggregation(&s->methods[m]);
+    for (int m = 0; m < s->n_methods; m++) n_shown += report_is_published(&s->methods[m]);
     for (int m = 0, k = 0; m < s->n_methods; m++) {
-        if (!report_is_default_aggregation(&s->methods[m])) continue;
+        if (!report_is_published(&s->methods[m])) continue;
         report_put_dat_comment(dat, s->methods[m].label);
         /* a small sideways offset per method keeps overlapping error bars apart */
         double dx = span * 0.006 * (k++ - (n_shown - 1) / 2.0);
@@ -71,7 +71,7 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     /* the y axis up to the highest interval bound (gnuplot's autoscale leaves error bars out) */
     double ymax = ratio ? 100 : s->full.domain[s->n_domains].value;
     for (int m = 0; m < s->n_methods; m++)
-        for (int b = 0; b < s->n_budgets && report_is_default_aggregation(&s->methods[m]); b++) {
+        for (int b = 0; b < s->n_budgets && report_is_published(&s->methods[m]); b++) {
             const ReportCell *x = report_cell(s, m, b);
             if (s->budgets[b].keep_fraction <= 0 || !report_has_scores(s, x)) continue;
             const StatsInterval *ci = ratio ? &x->ratio : &x->domain[s->n_domains];
@@ -97,7 +97,7 @@ static int plot_budget_lines(FigureCtx *c, const ReportSection *s, int ratio) {
     for (int m = 0, k = 0; m < s->n_methods; m++) {
         const ReportMethod *x = &s->methods[m];
         const char *colour = report_policy_colour(x->policy);
-        if (!report_is_default_aggregation(x)) continue;
+        if (!report_is_published(x)) continue;
         /* thin interval lines under the method's line */
         fputs(", \\\n  ", gp);
         report_put_gp_string(gp, dat_path);
@@ -200,7 +200,7 @@ static int plot_aggregation(FigureCtx *c, const ReportSection *s) {
     char *groups[256], name[300], title[600];
     int n = 0;
     for (int m = 0; m < s->n_methods && n < 256; m++) {
-        int several = !report_is_default_aggregation(&s->methods[m]);
+        int several = !report_is_published(&s->methods[m]);
         for (int o = 0; o < s->n_methods; o++)
             several |= !strcmp(s->methods[o].policy, s->methods[m].policy) &&
                        strcmp(s->methods[o].aggregation, s->methods[m].aggregation);

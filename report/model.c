@@ -360,7 +360,7 @@ static int section_stats(ReportSection *s, KvErr *err) {
         int best = -1;
         for (int m = 0; m < s->n_methods; m++) {
             const ReportCell *c = report_cell(s, m, b);
-            if (report_is_proposed(s->methods[m].policy) || !report_is_default_aggregation(&s->methods[m]) ||
+            if (report_is_proposed(s->methods[m].policy) || !report_is_published(&s->methods[m]) ||
                 !report_has_scores(s, c))
                 continue;
             if (best < 0 || c->domain[s->n_domains].value > report_cell(s, best, b)->domain[s->n_domains].value)
@@ -369,7 +369,7 @@ static int section_stats(ReportSection *s, KvErr *err) {
         s->best_baseline[b] = best;
         for (int m = 0; best >= 0 && m < s->n_methods; m++) {
             ReportCell *c = report_cell(s, m, b);
-            if (m != best && c->ran && report_is_default_aggregation(&s->methods[m]) &&
+            if (m != best && c->ran && report_is_published(&s->methods[m]) &&
                 boot(STATS_DIFF, c->x, report_cell(s, best, b)->x, g.all, s, s->n_tasks, &c->diff_best, err))
                 goto done;
         }

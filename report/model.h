@@ -125,9 +125,11 @@ typedef struct {
 
 /* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
 int report_is_proposed(const char *policy);
-/* Whether the method runs its policy at the policy's default aggregation (ordering.c); the others are ablation
- * variants, compared with their own policy only (never picked as, or compared with, the best baseline). */
-int report_is_default_aggregation(const ReportMethod *m);
+/* Whether the method runs its policy as published: at the policy's default aggregation and, for the
+ * value-weighted policies, with the policy's own ladder steps (ordering.c; docs/ladder.md); the others are
+ * ablation variants, compared with their own policy only (never picked as, or compared with, the best baseline,
+ * never a link of the paper's ordering). */
+int report_is_published(const ReportMethod *m);
 
 int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, int resamples, KvErr *err);
 void report_data_free(ReportData *d);

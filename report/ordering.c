@@ -2,7 +2,7 @@
  *
  * The paper's tables at 20% rank Layer-DefensiveKV >= DefensiveKV > CriticalKV > AdaKV ~ CAKE > SnapKV >
  * StreamingLLM. Each link of that chain is one paired comparison, avg(a) - avg(b) over the samples both scored,
- * with its stratified bootstrap interval (stats.h), each policy at its own default aggregation (the paper's
+ * with its stratified bootstrap interval (stats.h), each policy as published: its own default aggregation and ladder steps (the paper's
  * configuration; an ablation's other aggregations are not what the paper ranks). The verdict reads the interval:
  * a ">" holds only when the interval lies above 0, a ">=" fails only when it lies below 0, a "~" holds while
  * the interval includes 0. AdaKV ~ CAKE > SnapKV is two links to SnapKV, one from each. No verdict at all comes
@@ -29,21 +29,27 @@ const char *report_order_symbol(OrderKind kind) {
     return kind == ORDER_GE ? "≥" : kind == ORDER_GT ? ">" : "≈";
 }
 
-int report_is_default_aggregation(const ReportMethod *m) {
+int report_is_published(const ReportMethod *m) {
     PolicyConfig cfg;
     KvErr err;
     if (policy_config(&cfg, m->policy, NULL, &err)) return 0;
-    return !strcmp(m->aggregation, aggregation_name(cfg.aggregation)) || !strcmp(m->aggregation, "default") ||
-           !strcmp(m->aggregation, "none");
+    if (strcmp(m->aggregation, aggregation_name(cfg.aggregation)) && strcmp(m->aggregation, "default") &&
+        strcmp(m->aggregation, "none"))
+        return 0;
+    /* a step of DefensiveKV's ladder set away from the policy's own makes an ablation variant too (a row from
+     * another kvbench whose params do not parse keeps the aggregation's answer) */
+    char steps[192];
+    if (policy_apply_row_params(&cfg, m->params, &err) || policy_params_text(&cfg, steps, sizeof steps)) return 1;
+    return steps[0] == 0;
 }
 
-/* The section's method for a policy at its default aggregation: its index, -1 when absent, -2 when it ran with
+/* The section's method for a policy as published (report_is_published): its index, -1 when absent, -2 when it ran with
  * several parameter sets (which one the paper means is not ours to pick). */
 static int default_method(const ReportSection *s, const char *policy) {
     int found = -1;
     for (int m = 0; m < s->n_methods; m++) {
         const ReportMethod *x = &s->methods[m];
-        if (strcmp(x->policy, policy) || !report_is_default_aggregation(x)) continue;
+        if (strcmp(x->policy, policy) || !report_is_published(x)) continue;
         if (found >= 0) return -2;
         found = m;
     }

@@ -563,10 +563,10 @@ static void set_labels(Table *t, const ReportSection *s, const char *kind, const
 /* Whether method m is one of the paper-layout rows in LaTeX: a policy at its default aggregation, or a policy
  * that did not run at its default (then every aggregation it ran). The other variants are in the ablation. */
 static int in_main(const ReportSection *s, int m) {
-    if (report_is_default_aggregation(&s->methods[m])) return 1;
+    if (report_is_published(&s->methods[m])) return 1;
     for (int o = 0; o < s->n_methods; o++)
         if (!strcmp(s->methods[o].policy, s->methods[m].policy) && !strcmp(s->methods[o].params, s->methods[m].params) &&
-            report_is_default_aggregation(&s->methods[o]))
+            report_is_published(&s->methods[o]))
             return 0;
     return 1;
 }
@@ -668,7 +668,7 @@ static void paper_table(FILE *f, const ReportSection *s) {
             /* at its default aggregation a row needs no "(max+prior)": every row is at its own default */
             const ReportMethod *x = &s->methods[m];
             const char *params = strchr(x->label, '[');
-            if (report_is_default_aggregation(x)) snprintf(buf, sizeof buf, "%s%s%s", x->policy, params ? " " : "",
+            if (report_is_published(x)) snprintf(buf, sizeof buf, "%s%s%s", x->policy, params ? " " : "",
                                                            params ? params : "");
             else snprintf(buf, sizeof buf, "%s", x->label);
             TRow *r = c->ran && in_main(s, m) ? table_row(t, buf, 0) : NULL;

@@ -775,6 +775,13 @@ static void test_ladder_steps(TestCounts *tc) {
     for (const char *p = csv; p && (p = strchr(p, '\n')); p++) lines++;
     CHECK(tc, lines == 1 + 3 + 5, "the header, 3 aggregation pairs and 5 ladder steps, no other pair: %d lines\n%s",
           lines, csv ? csv : "");
+    /* the ladder's variants are ablation variants: the ordering compares each policy as published (defensivekv
+     * max+prior 41.0 against criticalkv mean 40.9), not "a policy ran with several parameter sets" */
+    char *order = read_in(out, "ordering.csv");
+    CHECK(tc, order && strstr(order, "\"20%\",\">\",\"defensivekv\",\"max+prior\",\"criticalkv\",\"mean\",10,0.1,") &&
+                  !strstr(order, "several parameter sets"),
+          "the ordering over the published variants:\n%s", order ? order : "(missing)");
+    free(order);
     CHECK(tc, md && strstr(md, "| forced mass − topk, from criticalkv (max+prior) [w=32,k=5] | -2.50\\* [") &&
                   strstr(md, "| allocation global − layer, from defensivekv [w=32,k=5] | 11.90\\* ["),
           "markdown rows labelled by the step and where it starts:\n%s", md ? md : "");
