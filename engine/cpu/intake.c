@@ -7,7 +7,6 @@
 
 #include "../gguf.h"
 
-
 /* Keeps one form of matrix `index` from w[N][K]: 4-bit codes when every block is exactly such a block,
  * else int8 codes, else f32. The f32 weights are kept as well only when they live in the Model's arena
  * (borrowed, nothing to copy); the returned pointer is the f32 weights kept, or NULL. */
@@ -183,6 +182,14 @@ static int take_blocks(void *user, WeightRole role, int layer, int type, const u
     return keep_blocks(wt, in->k, index, type, data, (int)rows, (int)cols, row_bytes, err) ? -1 : 0;
 }
 
+/* The f32 weights kept of matrix `index`, or NULL when it is held only as codes. */
+static const float *matrix_f32(const CpuWeights *wt, const ModelConfig *c, int index) {
+    if (index >= cpu_lm_head_index(c)) return index == cpu_lm_head_index(c) ? wt->lm_head : wt->tok_embd;
+    const LayerWeights *w = &wt->layers[index / W_PER_LAYER];
+    const float *all[W_PER_LAYER] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+    return all[index % W_PER_LAYER];
+}
+
 /* Streams every weight of m into the backend's own forms (from the Model's arena when it has one, else read
  * again from its source one tensor at a time). */
 int cpu_weights_take(CpuWeights *wt, const CpuKernels *k, const Model *m, KvErr *err) {
@@ -209,6 +216,14 @@ int cpu_weights_take(CpuWeights *wt, const CpuKernels *k, const Model *m, KvErr 
     int want = 2 + !c->tied_embeddings + c->n_layers * (9 + 3 * (c->qkv_bias != 0));
     if (wt->received != want)
         return kv_fail(err, "cpu backend: %s handed over %d weights, the model has %d", m->source, wt->received, want);
+    wt->matrices = kv_calloc((size_t)n, sizeof *wt->matrices, err);
+    if (!wt->matrices) return kv_wrap(err, "cpu backend: weights of %s", m->source);
+    for (int i = 0; i <= cpu_tok_embd_index(c); i++) {
+        int N = c->vocab_size, K = D;
+        if (i < cpu_lm_head_index(c)) cpu_matrix_shape(c, i % W_PER_LAYER, &N, &K);
+        CpuCodes codes = {wt->q4[i], wt->packed[i].q ? &wt->packed[i] : NULL, wt->blocks[i].data ? &wt->blocks[i] : NULL};
+        cpu_matrix_init(&wt->matrices[i], N, K, matrix_f32(wt, c, i), codes);
+    }
     return 0;
 }
 
@@ -223,5 +238,6 @@ void cpu_weights_free(CpuWeights *wt, const ModelConfig *c) {
     free(wt->f32_copies);
     free(wt->layers);
     free(wt->vectors);
+    free(wt->matrices);
     memset(wt, 0, sizeof *wt);
 }

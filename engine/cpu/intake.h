@@ -7,7 +7,7 @@
 #define KVBENCH_CPU_INTAKE_H
 
 #include "../model.h"
-#include "kernels.h"
+#include "ops.h"
 
 /* Matrices of one layer in LayerWeights order. */
 enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
@@ -25,6 +25,7 @@ typedef struct {
     LayerWeights *layers;
     const float *tok_embd, *lm_head, *out_norm;
     float *vectors;
+    CpuMatrix *matrices; /* [cpu_n_matrices] each matrix's descriptor: its form and products (ops.h) */
     int received;        /* weights streamed in */
 } CpuWeights;
 
@@ -42,7 +43,7 @@ static inline void cpu_matrix_shape(const ModelConfig *c, int which, int *N, int
 }
 
 /* Streams every weight of m into wt (zeroed by the caller), a ggml type's blocks tried for packing with k's
- * rebuild entries. On failure wt holds what was kept so far: cpu_weights_free releases it. */
+ * rebuild entries, and describes each matrix (wt->matrices). On failure wt holds what was kept so far: cpu_weights_free releases it. */
 int cpu_weights_take(CpuWeights *wt, const CpuKernels *k, const Model *m, KvErr *err);
 void cpu_weights_free(CpuWeights *wt, const ModelConfig *c);
 
