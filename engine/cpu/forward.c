@@ -19,9 +19,10 @@
  * Q8_0 GGUF, 1.25 bytes per weight, CpuPacked). A code product converts each weight once for all rows of a
  * step, so B sequences decoding together cost little more than one.
  * Weights: the backend streams them in at open (intake.c: model_stream_weight_blocks) and keeps ONE form of
- * each matrix: its codes where it packs exactly, else a ggml type's blocks, else f32. Prefill GEMMs on a matrix held as codes rebuild each thread's
- * slice of it into a small f32 tile and make the same BLAS call (cpu_matmul_codes), so no f32 copy of the
- * model is held and the logits are those of the f32 weights bit for bit. Only a Model loaded with its f32
+ * each matrix: its codes where it packs exactly, else a ggml type's blocks, else f32. Prefill GEMMs on a
+ * matrix held as codes rebuild each thread's slice of it into a small f32 tile and make the same BLAS call
+ * (cpu_matmul_codes), so no f32 copy of the model is held and the logits are those of the f32 weights bit
+ * for bit. Only a Model loaded with its f32
  * arena (model_load) is read from that arena too (nothing more to hold).
  * KV cache: f32 rows by default (exact). The cache option f16 opts into binary16 rows (half the memory of the
  * cache, rounded to nearest even when stored): each layer's attention widens the rows of that layer back to
@@ -684,7 +685,8 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
             step_barrier(&barrier, P);
         }
         if (logits) {
-            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->weights.out_norm, D, c->rms_eps);
+            for (int r = 0; r < M; r++)
+                cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->weights.out_norm, D, c->rms_eps);
             const CpuProductJob head = {logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL};
             products_part(impl, step, &head, 1, xn, M, 0, &tile, p, P);
         }
@@ -736,8 +738,10 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         if (t0 == T && logits) {
             int D = c->d_model;
             for (int b = 0; b < B; b++)
-                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, impl->weights.out_norm, D, c->rms_eps);
-            products(impl, &(CpuProductJob){logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL}, 1, s->xn, B, 0);
+                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, impl->weights.out_norm, D,
+                            c->rms_eps);
+            const CpuProductJob head = {logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL};
+            products(impl, &head, 1, s->xn, B, 0);
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += T;

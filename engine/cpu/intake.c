@@ -48,8 +48,8 @@ static int keep_matrix(CpuWeights *wt, int index, const float *w, int N, int K, 
  * when the f32 values they rebuild to pack exactly (a Q4_0 / Q4_1 / Q8_0 GGUF: the codes keep_matrix keeps of
  * the same values, so the same bits as before), else the blocks themselves (~ the file's bytes per weight).
  * Tried PACK_CHUNK_ROWS rows at a time, so no f32 copy of the matrix is held. */
-static int keep_blocks(CpuWeights *wt, const CpuKernels *k, int index, int type, const uint8_t *data, int N, int K, size_t row_bytes,
-                       KvErr *err) {
+static int keep_blocks(CpuWeights *wt, const CpuKernels *k, int index, int type, const uint8_t *data, int N, int K,
+                       size_t row_bytes, KvErr *err) {
     CpuBlockRebuildFn *rebuild = k->rebuild[type];
     size_t row_blocks = row_bytes / ggml_type_traits(type)->bytes, per_row = (size_t)K / CPU_PACK_BLOCK;
     float *rows = kv_malloc((size_t)PACK_CHUNK_ROWS * K * sizeof *rows, err);
@@ -221,7 +221,8 @@ int cpu_weights_take(CpuWeights *wt, const CpuKernels *k, const Model *m, KvErr 
     for (int i = 0; i <= cpu_tok_embd_index(c); i++) {
         int N = c->vocab_size, K = D;
         if (i < cpu_lm_head_index(c)) cpu_matrix_shape(c, i % W_PER_LAYER, &N, &K);
-        CpuCodes codes = {wt->q4[i], wt->packed[i].q ? &wt->packed[i] : NULL, wt->blocks[i].data ? &wt->blocks[i] : NULL};
+        CpuCodes codes = {wt->q4[i], wt->packed[i].q ? &wt->packed[i] : NULL,
+                          wt->blocks[i].data ? &wt->blocks[i] : NULL};
         cpu_matrix_init(&wt->matrices[i], N, K, matrix_f32(wt, c, i), codes);
     }
     return 0;

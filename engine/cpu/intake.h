@@ -43,7 +43,8 @@ static inline void cpu_matrix_shape(const ModelConfig *c, int which, int *N, int
 }
 
 /* Streams every weight of m into wt (zeroed by the caller), a ggml type's blocks tried for packing with k's
- * rebuild entries, and describes each matrix (wt->matrices). On failure wt holds what was kept so far: cpu_weights_free releases it. */
+ * rebuild entries, and describes each matrix (wt->matrices). On failure wt holds what was kept so far:
+ * cpu_weights_free releases it. */
 int cpu_weights_take(CpuWeights *wt, const CpuKernels *k, const Model *m, KvErr *err);
 void cpu_weights_free(CpuWeights *wt, const ModelConfig *c);
 
