@@ -5,9 +5,12 @@
  * CPU_CHUNK tokens (forward_chunk): all B*T rows of a chunk go through every weight matrix in one GEMM
  * (OpenBLAS), attention per (sequence, query head) in tiles of CPU_TILE x n scores, never n x n. Every
  * single-token step (forward_decode: any B, with or without a trace hook) runs as ONE parallel region, its
- * products from the matrices' codes (the table's exact or fast kernels) for up to CPU_Q4_MAX_ROWS rows, else
+ * products from the matrices' codes (the table's exact or fast kernels) for up to CPU_FEW_ROWS rows, else
  * (exact path) the chunk path's BLAS slices, so its logits equal forward_chunk's bit for bit and the path the
  * backend reports (backend_options_used) is the one that ran.
+ * Products: each matrix is a descriptor (ops.h CpuMatrix: its form and its products, made at open); the
+ * forward takes a matrix's product for M rows from it by the path chosen at open (CpuPath: the exact code
+ * kernels up to CPU_FEW_ROWS rows, or the fast products, else BLAS), never asking what the matrix is held as.
  * Threads: OpenMP only. Each thread calls a single-threaded OpenBLAS on its own slice of a product (set at
  * open: OpenBLAS's own thread pool and OpenMP's spinning workers would otherwise fight over the cores at
  * every switch between a product and a per-row loop, dozens of times per layer).
@@ -15,10 +18,11 @@
  * read a lossless packed copy: 4-bit codes (a Q4_1 / Q4_0 GGUF, 0.625 bytes per weight), else int8 codes (a
  * Q8_0 GGUF, 1.25 bytes per weight, CpuPacked). A code product converts each weight once for all rows of a
  * step, so B sequences decoding together cost little more than one.
- * Weights: the backend streams them in at open (model_stream_weights) and keeps ONE form of each matrix:
- * its codes where it packs exactly, else f32. Prefill GEMMs on a matrix held as codes rebuild each thread's
- * slice of it into a small f32 tile and make the same BLAS call (cpu_matmul_codes), so no f32 copy of the
- * model is held and the logits are those of the f32 weights bit for bit. Only a Model loaded with its f32
+ * Weights: the backend streams them in at open (intake.c: model_stream_weight_blocks) and keeps ONE form of
+ * each matrix: its codes where it packs exactly, else a ggml type's blocks, else f32. Prefill GEMMs on a
+ * matrix held as codes rebuild each thread's slice of it into a small f32 tile and make the same BLAS call
+ * (cpu_matmul_codes), so no f32 copy of the model is held and the logits are those of the f32 weights bit
+ * for bit. Only a Model loaded with its f32
  * arena (model_load) is read from that arena too (nothing more to hold).
  * KV cache: f32 rows by default (exact). The cache option f16 opts into binary16 rows (half the memory of the
  * cache, rounded to nearest even when stored): each layer's attention widens the rows of that layer back to
@@ -38,7 +42,7 @@
 #include <string.h>
 
 #include "../backend.h"
-#include "../gguf.h"
+#include "intake.h"
 #include "ops.h"
 
 #if defined(__linux__)
@@ -53,9 +57,6 @@
 /* Row-wise loops (norms, RoPE, SwiGLU) go parallel from this many rows on: below, a fork and join costs
  * more than the loop, and a decode step would otherwise pay ~100 of them. */
 #define CPU_PARALLEL_ROWS 16
-/* Up to this many rows (B sequences x T tokens) a product reads the packed weights (4-bit or int8) when
- * there are any (a batched decode of up to 32 sequences); above, OpenBLAS's GEMM on the f32 weights. */
-#define CPU_Q4_MAX_ROWS 32
 /* From this many query rows per (sequence, head) on, attention goes through two GEMMs instead of per-row
  * loops, in tiles of CPU_TILE rows (CPU_TILE x n scores per thread). */
 #define CPU_BLOCK_MIN_ROWS 8
@@ -92,27 +93,21 @@ typedef struct {
     int view_heads;      /* B*K the two arrays have room for */
 } CpuScratch;
 
-/* Matrices of one layer in LayerWeights order, for the packed copies. */
-enum { W_Q, W_K, W_V, W_O, W_GATE, W_UP, W_DOWN, W_PER_LAYER };
+typedef struct {
+    CpuProductKind kind;
+    int max_rows;
+} CpuPath;
 
 typedef struct {
     CpuScratch s;
     CpuKernels k;        /* the kernel table, filled at open */
-    int fast;            /* decode = fast: decode steps on int8-quantised activations */
+    /* Which product each matrix takes (the kind where it has one up to max_rows rows, else its BLAS product),
+     * chosen at open: prefill chunks the exact code kernels up to CPU_FEW_ROWS rows (a batched decode of up to 32
+     * sequences reads the codes, more rows OpenBLAS's GEMM); decode steps the same, or with decode = fast the
+     * fast products (int8-quantised activations) at any rows. */
+    CpuPath chunk_path, step_path;
     KvElem cache_elem;   /* the caches it makes: KV_ELEM_F32, or KV_ELEM_F16 */
-    /* Matrices by index: layer l's at l*W_PER_LAYER + W_Q.., then lm_head, then tok_embd (the lm_head's index
-     * when tied). Each is held as 4-bit codes (q4), else int8 codes (packed[i].q), else its source's blocks of a
-     * quantised ggml type (blocks[i].data), else f32 only. */
-    CpuQ4Block **q4;
-    CpuPacked *packed;
-    CpuBlocks *blocks;
-    float **f32_copies;  /* the f32 copies this backend made ([n_matrices]; NULL where none) */
-    /* Norms and biases (own copies, in `vectors`); the f32 weights of each matrix where there are some (a
-     * matrix that packs has none unless the Model holds its f32 arena), else NULL. */
-    LayerWeights *layers;
-    const float *tok_embd, *lm_head, *out_norm;
-    float *vectors;
-    int received;        /* weights streamed in at open */
+    CpuWeights weights;  /* each matrix in its one form, the norms and biases (intake.h) */
 } CpuImpl;
 
 /* ------------------------------------------------------------------------------------------------ scratch */
@@ -177,286 +172,76 @@ static void scratch_free(CpuScratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* ------------------------------------------------------------------------------------------------ weights */
-
-static void matrix_shape(const ModelConfig *c, int which, int *N, int *K) {
-    int hd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
-    const int rows[W_PER_LAYER] = {hd, kd, kd, c->d_model, c->d_ff, c->d_ff, c->d_model};
-    const int cols[W_PER_LAYER] = {c->d_model, c->d_model, c->d_model, hd, c->d_model, c->d_model, c->d_ff};
-    *N = rows[which];
-    *K = cols[which];
-}
-
-static int n_matrices(const ModelConfig *c) { return c->n_layers * W_PER_LAYER + 2; }
-static int lm_head_index(const ModelConfig *c) { return c->n_layers * W_PER_LAYER; }
-static int tok_embd_index(const ModelConfig *c) { return c->n_layers * W_PER_LAYER + !c->tied_embeddings; }
-
-/* Keeps one form of matrix `index` from w[N][K]: 4-bit codes when every block is exactly such a block,
- * else int8 codes, else f32. The f32 weights are kept as well only when they live in the Model's arena
- * (borrowed, nothing to copy); the returned pointer is the f32 weights kept, or NULL. */
-static int keep_matrix(CpuImpl *impl, int index, const float *w, int N, int K, int borrow, const float **f32,
-                       KvErr *err) {
-    *f32 = borrow ? w : NULL;
-    if (K % CPU_PACK_BLOCK == 0) {
-        CpuQ4Block *q4 = kv_malloc((size_t)N * (K / CPU_PACK_BLOCK) * sizeof *q4, err);
-        if (!q4) return kv_wrap(err, "cpu backend: 4-bit copy of a %d x %d matrix", N, K);
-        if (cpu_pack_q4(q4, w, N, K)) {
-            impl->q4[index] = q4;
-            return 0;
-        }
-        free(q4);
-        size_t codes = (size_t)N * K, blocks = codes / CPU_PACK_BLOCK;
-        CpuPacked p = {kv_malloc(codes + 2 * blocks * sizeof(float), err), NULL, NULL};
-        if (!p.q) return kv_wrap(err, "cpu backend: packed copy of a %d x %d matrix", N, K);
-        p.scale = (float *)(p.q + codes);
-        p.offset = p.scale + blocks;
-        if (cpu_pack_exact(&p, w, N, K)) {
-            impl->packed[index] = p;
-            return 0;
-        }
-        free(p.q);
-    }
-    if (borrow) return 0;
-    float *copy = kv_malloc((size_t)N * K * sizeof *copy, err);
-    if (!copy) return kv_wrap(err, "cpu backend: f32 copy of a %d x %d matrix", N, K);
-    memcpy(copy, w, (size_t)N * K * sizeof *copy);
-    impl->f32_copies[index] = copy;
-    *f32 = copy;
-    return 0;
-}
-
-/* Rows per try when a matrix of blocks is tested for packing: the f32 values of this many rows at a time. */
-#define PACK_CHUNK_ROWS 256
-
-/* Keeps matrix `index` from its source's blocks of ggml type `type` (N rows of row_bytes): as 4-bit or int8 codes
- * when the f32 values they rebuild to pack exactly (a Q4_0 / Q4_1 / Q8_0 GGUF: the codes keep_matrix keeps of
- * the same values, so the same bits as before), else the blocks themselves (~ the file's bytes per weight).
- * Tried PACK_CHUNK_ROWS rows at a time, so no f32 copy of the matrix is held. */
-static int keep_blocks(CpuImpl *impl, int index, int type, const uint8_t *data, int N, int K, size_t row_bytes,
-                       KvErr *err) {
-    CpuBlockRebuildFn *rebuild = impl->k.rebuild[type];
-    size_t row_blocks = row_bytes / ggml_type_traits(type)->bytes, per_row = (size_t)K / CPU_PACK_BLOCK;
-    float *rows = kv_malloc((size_t)PACK_CHUNK_ROWS * K * sizeof *rows, err);
-    if (!rows) return kv_wrap(err, "cpu backend: rows of a %d x %d matrix", N, K);
-    for (int form = 0; form < 2 && K % CPU_PACK_BLOCK == 0; form++) {
-        CpuQ4Block *q4 = form ? NULL : kv_malloc((size_t)N * per_row * sizeof *q4, err);
-        size_t codes = (size_t)N * K, n_blocks = codes / CPU_PACK_BLOCK;
-        CpuPacked p = {form ? kv_malloc(codes + 2 * n_blocks * sizeof(float), err) : NULL, NULL, NULL};
-        if (!q4 && !p.q) {
-            free(rows);
-            return kv_wrap(err, "cpu backend: a packed copy of a %d x %d matrix", N, K);
-        }
-        if (p.q) p.scale = (float *)(p.q + codes), p.offset = p.scale + n_blocks;
-        int ok = 1;
-        for (int n0 = 0; ok && n0 < N; n0 += PACK_CHUNK_ROWS) {
-            int n = N - n0 < PACK_CHUNK_ROWS ? N - n0 : PACK_CHUNK_ROWS;
-            rebuild(data + (size_t)n0 * row_bytes, rows, (size_t)n * row_blocks);
-            if (q4) {
-                ok = cpu_pack_q4(q4 + (size_t)n0 * per_row, rows, n, K);
-            } else {
-                CpuPacked part = {p.q + (size_t)n0 * K, p.scale + (size_t)n0 * per_row, p.offset + (size_t)n0 * per_row};
-                ok = cpu_pack_exact(&part, rows, n, K);
-            }
-        }
-        if (ok) {
-            if (q4) impl->q4[index] = q4;
-            else impl->packed[index] = p;
-            free(rows);
-            return 0;
-        }
-        free(q4);
-        free(p.q);
-    }
-    free(rows);
-    uint8_t *copy = kv_malloc((size_t)N * row_bytes, err);
-    if (!copy) return kv_wrap(err, "cpu backend: the %s blocks of a %d x %d matrix", ggml_type_name(type), N, K);
-    memcpy(copy, data, (size_t)N * row_bytes);
-    impl->blocks[index] = (CpuBlocks){copy, type, row_bytes, row_blocks};
-    return 0;
-}
-
-typedef struct {
-    CpuImpl *impl;
-    const Model *m;
-} WeightIntake;
-
-/* The shape m's configuration gives weight `role` of `layer`; 0 when the model has no such weight. */
-static int expected_shape(const ModelConfig *c, WeightRole role, int layer, uint64_t *rows, uint64_t *cols) {
-    uint64_t D = (uint64_t)c->d_model, F = (uint64_t)c->d_ff, hd = (uint64_t)c->n_heads * c->head_dim,
-             kd = (uint64_t)c->n_kv_heads * c->head_dim;
-    int global = role == WEIGHT_TOK_EMBD || role == WEIGHT_OUT_NORM || role == WEIGHT_LM_HEAD;
-    int bias = role == WEIGHT_Q_BIAS || role == WEIGHT_K_BIAS || role == WEIGHT_V_BIAS;
-    if (global ? layer != -1 : layer < 0 || layer >= c->n_layers) return 0;
-    if ((bias && !c->qkv_bias) || (role == WEIGHT_LM_HEAD && c->tied_embeddings)) return 0;
-    *rows = role == WEIGHT_TOK_EMBD || role == WEIGHT_LM_HEAD ? (uint64_t)c->vocab_size
-            : role == WEIGHT_Q ? hd : role == WEIGHT_K || role == WEIGHT_V ? kd
-            : role == WEIGHT_GATE || role == WEIGHT_UP ? F : role == WEIGHT_O || role == WEIGHT_DOWN ? D : 1;
-    *cols = role == WEIGHT_O || role == WEIGHT_Q_BIAS ? hd : role == WEIGHT_K_BIAS || role == WEIGHT_V_BIAS ? kd
-            : role == WEIGHT_DOWN ? F : D;
-    return 1;
-}
-
-/* model_stream_weights' visitor: each weight into its place (keep_matrix for the matrices, a copy for the
- * norms and biases). */
-static int take_weight(void *user, WeightRole role, int layer, const float *data, uint64_t rows, uint64_t cols,
-                       KvErr *err) {
-    WeightIntake *in = user;
-    CpuImpl *impl = in->impl;
-    const ModelConfig *c = &in->m->cfg;
-    int borrow = in->m->has_host_weights;
-    uint64_t want_rows, want_cols;
-    if (!expected_shape(c, role, layer, &want_rows, &want_cols) || rows != want_rows || cols != want_cols)
-        return kv_fail(err, "%s: the model changed since it was opened (weight %d of layer %d is %llu x %llu)",
-                       in->m->source, (int)role, layer, (unsigned long long)rows, (unsigned long long)cols);
-    impl->received++;
-    if (layer < 0) {
-        if (role == WEIGHT_OUT_NORM) {
-            memcpy((float *)impl->out_norm, data, cols * sizeof(float));
-            return 0;
-        }
-        int index = role == WEIGHT_TOK_EMBD ? tok_embd_index(c) : lm_head_index(c);
-        const float *f32;
-        if (keep_matrix(impl, index, data, (int)rows, (int)cols, borrow, &f32, err)) return -1;
-        if (role == WEIGHT_TOK_EMBD) impl->tok_embd = f32;
-        if (role == WEIGHT_LM_HEAD || c->tied_embeddings) impl->lm_head = f32;
-        return 0;
-    }
-    LayerWeights *w = &impl->layers[layer];
-    float *vector = role == WEIGHT_ATTN_NORM ? w->attn_norm : role == WEIGHT_FFN_NORM ? w->ffn_norm
-                    : role == WEIGHT_Q_BIAS ? w->bq : role == WEIGHT_K_BIAS ? w->bk : role == WEIGHT_V_BIAS ? w->bv
-                    : NULL;
-    if (vector) {
-        memcpy(vector, data, cols * sizeof(float));
-        return 0;
-    }
-    int which = role == WEIGHT_Q ? W_Q : role == WEIGHT_K ? W_K : role == WEIGHT_V ? W_V : role == WEIGHT_O ? W_O
-                : role == WEIGHT_GATE ? W_GATE : role == WEIGHT_UP ? W_UP : W_DOWN;
-    float **slot[W_PER_LAYER] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-    const float *f32;
-    if (keep_matrix(impl, layer * W_PER_LAYER + which, data, (int)rows, (int)cols, borrow, &f32, err)) return -1;
-    *slot[which] = (float *)f32;
-    return 0;
-}
-
-/* The matrix index of weight `role` of `layer`, or -1 for a norm or bias. */
-static int matrix_index(const ModelConfig *c, WeightRole role, int layer) {
-    if (role == WEIGHT_TOK_EMBD) return tok_embd_index(c);
-    if (role == WEIGHT_LM_HEAD) return lm_head_index(c);
-    int which = role == WEIGHT_Q ? W_Q : role == WEIGHT_K ? W_K : role == WEIGHT_V ? W_V : role == WEIGHT_O ? W_O
-                : role == WEIGHT_GATE ? W_GATE : role == WEIGHT_UP ? W_UP : role == WEIGHT_DOWN ? W_DOWN : -1;
-    return which < 0 || layer < 0 ? -1 : layer * W_PER_LAYER + which;
-}
-
-/* model_stream_weight_blocks' block visitor: a matrix of a quantised ggml type into keep_blocks (its f32
- * pointers stay NULL: products rebuild it from the codes); 1 (hand it over in f32) for a type the table has no
- * rebuild entry for. */
-static int take_blocks(void *user, WeightRole role, int layer, int type, const uint8_t *data, uint64_t rows,
-                       uint64_t cols, size_t row_bytes, KvErr *err) {
-    WeightIntake *in = user;
-    CpuImpl *impl = in->impl;
-    const ModelConfig *c = &in->m->cfg;
-    int index = matrix_index(c, role, layer);
-    uint64_t want_rows, want_cols;
-    if (type < 0 || type >= CPU_GGML_TYPES || !impl->k.rebuild[type] || index < 0) return 1;
-    if (!expected_shape(c, role, layer, &want_rows, &want_cols) || rows != want_rows || cols != want_cols)
-        return kv_fail(err, "%s: the model changed since it was opened (weight %d of layer %d is %llu x %llu)",
-                       in->m->source, (int)role, layer, (unsigned long long)rows, (unsigned long long)cols);
-    impl->received++;
-    return keep_blocks(impl, index, type, data, (int)rows, (int)cols, row_bytes, err) ? -1 : 0;
-}
-
-/* Streams every weight of m into the backend's own forms (from the Model's arena when it has one, else read
- * again from its source one tensor at a time). */
-static int take_weights(CpuImpl *impl, const Model *m, KvErr *err) {
-    const ModelConfig *c = &m->cfg;
-    int n = n_matrices(c), D = c->d_model, hd = c->n_heads * c->head_dim, kd = c->n_kv_heads * c->head_dim;
-    size_t per_layer = 2 * (size_t)D + (c->qkv_bias ? (size_t)hd + 2 * (size_t)kd : 0);
-    impl->packed = kv_calloc((size_t)n, sizeof *impl->packed, err);
-    impl->blocks = impl->packed ? kv_calloc((size_t)n, sizeof *impl->blocks, err) : NULL;
-    impl->q4 = impl->blocks ? kv_calloc((size_t)n, sizeof *impl->q4, err) : NULL;
-    impl->f32_copies = impl->q4 ? kv_calloc((size_t)n, sizeof *impl->f32_copies, err) : NULL;
-    impl->layers = impl->f32_copies ? kv_calloc((size_t)c->n_layers, sizeof *impl->layers, err) : NULL;
-    impl->vectors = impl->layers ? kv_malloc(((size_t)c->n_layers * per_layer + D) * sizeof(float), err) : NULL;
-    if (!impl->vectors) return kv_wrap(err, "cpu backend: weights of %s", m->source);
-    float *v = impl->vectors;
-    for (int l = 0; l < c->n_layers; l++) {
-        LayerWeights *w = &impl->layers[l];
-        w->attn_norm = v, v += D;
-        w->ffn_norm = v, v += D;
-        if (c->qkv_bias) w->bq = v, v += hd, w->bk = v, v += kd, w->bv = v, v += kd;
-    }
-    impl->out_norm = v;
-    WeightIntake in = {impl, m};
-    if (model_stream_weight_blocks(m, take_weight, take_blocks, &in, err)) return kv_wrap(err, "cpu backend");
-    int want = 2 + !c->tied_embeddings + c->n_layers * (9 + 3 * (c->qkv_bias != 0));
-    if (impl->received != want)
-        return kv_fail(err, "cpu backend: %s handed over %d weights, the model has %d", m->source, impl->received, want);
-    return 0;
-}
-
-/* Matrix `index` as codes (all NULL for an f32 matrix). */
-static CpuCodes codes_of(const CpuImpl *impl, int index) {
-    return (CpuCodes){impl->q4[index], impl->packed[index].q ? &impl->packed[index] : NULL,
-                      impl->blocks[index].data ? &impl->blocks[index] : NULL};
-}
-
-/* The f32 weights kept of matrix `index`, or NULL when it is held only as codes. */
-static const float *matrix_f32(const CpuImpl *impl, const ModelConfig *c, int index) {
-    if (index >= lm_head_index(c)) return index == lm_head_index(c) ? impl->lm_head : impl->tok_embd;
-    const LayerWeights *w = &impl->layers[index / W_PER_LAYER];
-    const float *all[W_PER_LAYER] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
-    return all[index % W_PER_LAYER];
-}
-
 /* Room in s->code_tiles for a forward of B sequences and M rows per chunk: the products on matrices held
  * only as codes that the code kernels do not make (past their rows, or a ggml type's blocks at any rows). */
 static int scratch_code_tiles(CpuImpl *impl, const ModelConfig *c, int B, int M, KvErr *err) {
     int threads = omp_get_max_threads();
     size_t floats = 0;
-    for (int i = 0; i <= lm_head_index(c); i++) {
-        int N = c->vocab_size, K = c->d_model;
-        if (i < lm_head_index(c)) matrix_shape(c, i % W_PER_LAYER, &N, &K);
-        int rows = i < lm_head_index(c) ? M : B, kernels = impl->q4[i] || impl->packed[i].q;
-        if (matrix_f32(impl, c, i) || (kernels && rows <= CPU_Q4_MAX_ROWS)) continue;
-        size_t need = cpu_code_tile_floats(N, K, threads);
+    for (int i = 0; i <= cpu_lm_head_index(c); i++) {
+        const CpuMatrix *w = &impl->weights.matrices[i];
+        int rows = i < cpu_lm_head_index(c) ? M : B;
+        if (w->f32 || (w->product[CPU_PRODUCT_FEW] && rows <= CPU_FEW_ROWS)) continue;
+        size_t need = cpu_code_tile_floats(w->N, w->K, threads);
         floats = need > floats ? need : floats;
     }
     impl->s.code_tile_floats = floats;
     return scratch_floats(&impl->s.code_tiles, &impl->s.code_tile_cap, floats * threads, "weight tiles", err);
 }
 
-/* y = x W^T (+ bias) (+ y) for M rows: from a packed copy when there is one and M is small (decode); else
- * OpenBLAS's GEMM on the f32 weights w, or on tiles rebuilt from the codes when w is NULL. */
-static void matmul(const CpuImpl *impl, int index, float *y, const float *x, const float *w, const float *bias,
-                   int M, int N, int K, int accumulate) {
-    if (M <= CPU_Q4_MAX_ROWS && impl->q4[index]) {
-        CpuQ4Job job = {y, impl->q4[index], bias, N};
-        cpu_matmul_q4(&impl->k, &job, 1, x, M, K, accumulate, impl->s.q4_tiles);
-    } else if (M <= CPU_Q4_MAX_ROWS && impl->packed[index].q)
-        cpu_matmul_q8(&impl->k, y, x, &impl->packed[index], bias, M, N, K, accumulate, impl->s.q4_tiles);
-    else if (w)
-        cpu_matmul(y, x, w, bias, M, N, K, accumulate);
-    else {
-        CpuCodes codes = codes_of(impl, index);
-        cpu_matmul_codes(&impl->k, y, x, &codes, bias, M, N, K, accumulate, impl->s.code_tiles, impl->s.code_tile_floats);
+/* Thread `thread`'s scratch for the products. */
+static CpuTile thread_tile(const CpuScratch *s, int thread) {
+    return (CpuTile){s->q4_tiles + CPU_Q4_TILE_FLOATS(s->q4_tile_width) * (size_t)thread,
+                     s->code_tiles ? s->code_tiles + s->code_tile_floats * (size_t)thread : NULL};
+}
+
+/* The product matrix w takes for M rows on `path`. */
+static CpuProductFn *product_for(const CpuMatrix *w, const CpuPath *path, int M) {
+    CpuProductFn *f = M <= path->max_rows ? w->product[path->kind] : NULL;
+    return f ? f : w->product[CPU_PRODUCT_MANY];
+}
+
+/* This thread's share of the products of jobs[n_jobs] (sharing x) on `path`: consecutive jobs that take the
+ * same product go as one call (the 4-bit kernels then split all their outputs between the threads at once). */
+static void products_part(const CpuImpl *impl, const CpuPath *path, const CpuProductJob *jobs, int n_jobs,
+                          const float *x, int M, int accumulate, const CpuTile *tile, int part, int parts) {
+    for (int j0 = 0, j1; j0 < n_jobs; j0 = j1) {
+        CpuProductFn *f = product_for(jobs[j0].w, path, M);
+        for (j1 = j0 + 1; j1 < n_jobs && product_for(jobs[j1].w, path, M) == f; j1++) {}
+        f(&impl->k, jobs + j0, j1 - j0, x, M, accumulate, tile, part, parts);
     }
+}
+
+/* The whole products of jobs[n_jobs] for a prefill chunk, in one parallel region: omp_get_max_threads() parts,
+ * cpu_matmul's split, so the bits of the same products made part by part in a decode step. */
+static void products(const CpuImpl *impl, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                     int accumulate) {
+    int parts = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < parts; p++) {
+        CpuTile tile = thread_tile(&impl->s, omp_get_thread_num());
+        products_part(impl, &impl->chunk_path, jobs, n_jobs, x, M, accumulate, &tile, p, parts);
+    }
+}
+
+/* The fused feed-forward (ops.h CpuFfnFn) gate and up take for M rows on `path`, or NULL where they take the
+ * two products and the gate after a barrier. */
+static CpuFfnFn *ffn_for(const CpuMatrix *gate, const CpuMatrix *up, const CpuPath *path, int M) {
+    CpuFfnFn *f = M <= path->max_rows ? gate->ffn[path->kind] : NULL;
+    return f == up->ffn[path->kind] ? f : NULL;
 }
 
 /* Whether every layer's W_O is kept in f32 (else an observation rebuilds it into s->wo). */
 static int all_wo_f32(const CpuImpl *impl, const ModelConfig *c) {
     for (int l = 0; l < c->n_layers; l++)
-        if (!impl->layers[l].wo) return 0;
+        if (!impl->weights.matrices[l * W_PER_LAYER + W_O].f32) return 0;
     return 1;
 }
 
 /* Token `token`'s embedding row into x[D]. */
 static void embed_row(const CpuImpl *impl, const ModelConfig *c, float *x, int token) {
-    int D = c->d_model, i = tok_embd_index(c);
-    if (impl->tok_embd) memcpy(x, impl->tok_embd + (size_t)token * D, (size_t)D * sizeof(float));
-    else {
-        CpuCodes codes = codes_of(impl, i);
-        cpu_rebuild_rows(&impl->k, x, &codes, token, token + 1, D);
-    }
+    const CpuMatrix *w = &impl->weights.matrices[cpu_tok_embd_index(c)];
+    if (w->f32) memcpy(x, w->f32 + (size_t)token * w->K, (size_t)w->K * sizeof(float));
+    else cpu_rebuild_rows(&impl->k, x, &w->codes, token, token + 1, w->K);
 }
 
 /* ------------------------------------------------------------------------------------------- cache views */
@@ -694,11 +479,10 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
     }
     Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = kc->len[layer * K], .w = w, .H = H, .K = K,
                        .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
-                       .w_o = impl->layers[layer].wo};
+                       .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32};
     if (!obs.w_o) {
-        int wi = layer * W_PER_LAYER + W_O;
-        CpuCodes codes = codes_of(impl, wi);
-        cpu_rebuild_rows(&impl->k, s->wo, &codes, 0, c->d_model, (int)hd);
+        cpu_rebuild_rows(&impl->k, s->wo, &impl->weights.matrices[layer * W_PER_LAYER + W_O].codes, 0, c->d_model,
+                         (int)hd);
         obs.w_o = s->wo;
     }
     if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
@@ -726,20 +510,12 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             }
         }
     for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *w = &impl->layers[l];
+        const LayerWeights *w = &impl->weights.layers[l];
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
-        int pi = l * W_PER_LAYER;
-        CpuQ4Block *const *q4 = impl->q4 + pi;
-        if (M <= CPU_Q4_MAX_ROWS && q4[W_Q] && q4[W_K] && q4[W_V]) {
-            const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
-                                     {s->v, q4[W_V], w->bv, (int)kd}};
-            cpu_matmul_q4(&impl->k, qkv, 3, s->xn, M, D, 0, s->q4_tiles);
-        } else {
-            matmul(impl, pi + W_Q, s->q, s->xn, w->wq, w->bq, M, (int)hd, D, 0);
-            matmul(impl, pi + W_K, s->k, s->xn, w->wk, w->bk, M, (int)kd, D, 0);
-            matmul(impl, pi + W_V, s->v, s->xn, w->wv, w->bv, M, (int)kd, D, 0);
-        }
+        const CpuMatrix *mw = impl->weights.matrices + l * W_PER_LAYER;
+        const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
+        products(impl, qkv, 3, s->xn, M, 0);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) {
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
@@ -748,18 +524,24 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
         int observed = observe && t0 + tc == T;
         layer_attention(s, &impl->k, c, caches, B, tc, l, t0, observed);
         if (observed && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
-        matmul(impl, pi + W_O, s->x, s->att, w->wo, NULL, M, D, (int)hd, 1);
+        products(impl, &(CpuProductJob){s->x, &mw[W_O], NULL}, 1, s->att, M, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-        if (M <= CPU_Q4_MAX_ROWS && q4[W_GATE] && q4[W_UP]) {
-            cpu_ffn_q4(&impl->k, s->gate, s->up, q4[W_GATE], q4[W_UP], s->xn, M, D, F, s->q4_tiles);
+        CpuFfnFn *ffn = ffn_for(&mw[W_GATE], &mw[W_UP], &impl->chunk_path, M);
+        if (ffn) {
+#pragma omp parallel
+            {
+                CpuTile tile = thread_tile(s, omp_get_thread_num());
+                ffn(&impl->k, s->gate, s->up, &mw[W_GATE], &mw[W_UP], s->xn, M, &tile, omp_get_thread_num(),
+                    omp_get_num_threads());
+            }
         } else {
-            matmul(impl, pi + W_GATE, s->gate, s->xn, w->w_gate, NULL, M, F, D, 0);
-            matmul(impl, pi + W_UP, s->up, s->xn, w->w_up, NULL, M, F, D, 0);
+            const CpuProductJob gate_up[2] = {{s->gate, &mw[W_GATE], NULL}, {s->up, &mw[W_UP], NULL}};
+            products(impl, gate_up, 2, s->xn, M, 0);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
             for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
         }
-        matmul(impl, pi + W_DOWN, s->x, s->gate, w->w_down, NULL, M, D, F, 1);
+        products(impl, &(CpuProductJob){s->x, &mw[W_DOWN], NULL}, 1, s->gate, M, 1);
     }
     return 0;
 }
@@ -807,47 +589,18 @@ static void step_barrier(StepBarrier *b, int parties) {
     atomic_fetch_sub(&b->sleepers, 1);
 }
 
-/* Whether every matrix is held as codes: the fast decode's condition (its products read codes only). */
-static int all_packed(const CpuImpl *impl, const ModelConfig *c) {
-    for (int i = 0; i < c->n_layers * W_PER_LAYER + 1; i++)
-        if (!impl->q4[i] && !impl->packed[i].q) return 0;
+/* Whether every matrix has a fast product: the fast decode's condition (it reads codes only). */
+static int all_fast(const CpuImpl *impl, const ModelConfig *c) {
+    for (int i = 0; i <= cpu_lm_head_index(c); i++)
+        if (!impl->weights.matrices[i].product[CPU_PRODUCT_FAST]) return 0;
     return 1;
-}
-
-/* The fast kernel for M rows (the table's: AMX's tile products pay off from about 8 rows). */
-static const CpuFastKernels *fast_kernels(const CpuImpl *impl, int M) {
-    return M < 8 ? &impl->k.fast_few : &impl->k.fast_many;
-}
-
-/* This thread's share of y = x W^T (+ bias) (+ y) of matrix `index`, chosen as matmul() chooses: the codes'
- * kernels for a few rows (always on the fast path), else the BLAS slice cpu_matmul takes for this part (on
- * the f32 weights, or on this part's tile rebuilt from the codes), so the same bits as matmul(). */
-static void matmul_part(const CpuImpl *impl, const ModelConfig *c, int index, float *y, const float *x,
-                        const float *bias, int M, int N, int K, int accumulate, float *tile, int part, int parts) {
-    int codes = impl->fast || M <= CPU_Q4_MAX_ROWS;
-    if (codes && impl->q4[index]) {
-        CpuQ4Job job = {y, impl->q4[index], bias, N};
-        if (impl->fast) cpu_matmul_q4_fast_part(fast_kernels(impl, M), &job, 1, x, M, K, accumulate, tile, part, parts);
-        else cpu_matmul_q4_part(&impl->k, &job, 1, x, M, K, accumulate, tile, part, parts);
-    } else if (codes && impl->packed[index].q) {
-        if (impl->fast)
-            cpu_matmul_q8_fast_part(fast_kernels(impl, M), y, x, &impl->packed[index], bias, M, N, K, accumulate, tile,
-                                    part, parts);
-        else cpu_matmul_q8_part(&impl->k, y, x, &impl->packed[index], bias, M, N, K, accumulate, tile, part, parts);
-    } else if (matrix_f32(impl, c, index)) {
-        cpu_matmul_part(y, x, matrix_f32(impl, c, index), bias, M, N, K, accumulate, part, parts);
-    } else {
-        CpuCodes codes = codes_of(impl, index);
-        cpu_matmul_codes_part(&impl->k, y, x, &codes, bias, M, N, K, accumulate,
-                              impl->s.code_tiles + impl->s.code_tile_floats * (size_t)part, part, parts);
-    }
 }
 
 /* THE decode step: one token for each of B sequences through all layers in ONE parallel region (a
  * forward_chunk with tc = 1 would open five per layer): 6 barriers per layer, each thread computing the norms
  * itself into its own row of xn_parts. Every single-token forward runs here, whatever B, with or without a
- * trace hook, on the exact or the fast products (matmul_part), so the path a backend reports is the path that
- * ran. The exact products are matmul()'s (the same kernels and BLAS slices), so the logits equal
+ * trace hook, on the exact or the fast products (the step path), so the path a backend reports is the path
+ * that ran. The exact products are the chunk's (the same kernels and BLAS slices), so the logits equal
  * forward_chunk's bit for bit. A trace hook takes the attention of every (sequence, kv-head) in order on one
  * thread, the probabilities handed over as they are computed. */
 static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens,
@@ -860,6 +613,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
     float scale = 1.0f / sqrtf((float)d);
     size_t prob_stride = s->prob_floats / (size_t)omp_get_max_threads();
     StepBarrier barrier = {0, 0, 0};
+    const CpuPath *step = &impl->step_path;
     /* f16 caches and views: attention reads their rows where they are when it can (no copy of the layer),
      * else from kv_view */
     int any_view = 0, direct = cpu_attend_direct(&impl->k, d);
@@ -867,7 +621,7 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
 #pragma omp parallel
     {
         int p = omp_get_thread_num(), P = omp_get_num_threads();
-        float *tile = s->q4_tiles + CPU_Q4_TILE_FLOATS(s->q4_tile_width) * (size_t)p;
+        CpuTile tile = thread_tile(s, p);
         float *xn = s->xn_parts + (size_t)p * M * D;
         float *probs = s->probs + prob_stride * (size_t)p;
         for (int r = p; r < M; r += P) {
@@ -880,20 +634,11 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
         }
         step_barrier(&barrier, P);
         for (int l = 0; l < c->n_layers; l++) {
-            const LayerWeights *w = &impl->layers[l];
-            int pi = l * W_PER_LAYER;
-            CpuQ4Block *const *q4 = impl->q4 + pi;
+            const LayerWeights *w = &impl->weights.layers[l];
+            const CpuMatrix *mw = impl->weights.matrices + l * W_PER_LAYER;
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
-            if ((impl->fast || M <= CPU_Q4_MAX_ROWS) && q4[W_Q] && q4[W_K] && q4[W_V]) {
-                const CpuQ4Job qkv[3] = {{s->q, q4[W_Q], w->bq, (int)hd}, {s->k, q4[W_K], w->bk, (int)kd},
-                                         {s->v, q4[W_V], w->bv, (int)kd}};
-                if (impl->fast) cpu_matmul_q4_fast_part(fast_kernels(impl, M), qkv, 3, xn, M, D, 0, tile, p, P);
-                else cpu_matmul_q4_part(&impl->k, qkv, 3, xn, M, D, 0, tile, p, P);
-            } else {
-                matmul_part(impl, c, pi + W_Q, s->q, xn, w->bq, M, (int)hd, D, 0, tile, p, P);
-                matmul_part(impl, c, pi + W_K, s->k, xn, w->bk, M, (int)kd, D, 0, tile, p, P);
-                matmul_part(impl, c, pi + W_V, s->v, xn, w->bv, M, (int)kd, D, 0, tile, p, P);
-            }
+            const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
+            products_part(impl, step, qkv, 3, xn, M, 0, &tile, p, P);
             step_barrier(&barrier, P);
             /* RoPE, then the new key and value onto each sequence's cache heads (sequence r by one thread) */
             for (int r = p; r < M; r += P) {
@@ -922,25 +667,28 @@ static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches
                     trace->on_attention(trace->user, r, l, kh * G + g, probs + (size_t)g * n, caches[r]->pos[i], n);
             }
             step_barrier(&barrier, P);
-            matmul_part(impl, c, pi + W_O, s->x, s->att, NULL, M, D, (int)hd, 1, tile, p, P);
+            products_part(impl, step, &(CpuProductJob){s->x, &mw[W_O], NULL}, 1, s->att, M, 1, &tile, p, P);
             step_barrier(&barrier, P);
             for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-            if (!impl->fast && M <= CPU_Q4_MAX_ROWS && q4[W_GATE] && q4[W_UP]) {
-                cpu_ffn_q4_part(&impl->k, s->gate, s->up, q4[W_GATE], q4[W_UP], xn, M, D, F, tile, p, P);
+            CpuFfnFn *ffn = ffn_for(&mw[W_GATE], &mw[W_UP], step, M);
+            if (ffn) {
+                ffn(&impl->k, s->gate, s->up, &mw[W_GATE], &mw[W_UP], xn, M, &tile, p, P);
             } else {
-                matmul_part(impl, c, pi + W_GATE, s->gate, xn, NULL, M, F, D, 0, tile, p, P);
-                matmul_part(impl, c, pi + W_UP, s->up, xn, NULL, M, F, D, 0, tile, p, P);
+                const CpuProductJob gate_up[2] = {{s->gate, &mw[W_GATE], NULL}, {s->up, &mw[W_UP], NULL}};
+                products_part(impl, step, gate_up, 2, xn, M, 0, &tile, p, P);
                 step_barrier(&barrier, P);
                 size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
                 impl->k.swiglu(s->gate + lo, s->up + lo, hi - lo);
             }
             step_barrier(&barrier, P);
-            matmul_part(impl, c, pi + W_DOWN, s->x, s->gate, NULL, M, D, F, 1, tile, p, P);
+            products_part(impl, step, &(CpuProductJob){s->x, &mw[W_DOWN], NULL}, 1, s->gate, M, 1, &tile, p, P);
             step_barrier(&barrier, P);
         }
         if (logits) {
-            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->out_norm, D, c->rms_eps);
-            matmul_part(impl, c, c->n_layers * W_PER_LAYER, logits, xn, NULL, M, c->vocab_size, D, 0, tile, p, P);
+            for (int r = 0; r < M; r++)
+                cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->weights.out_norm, D, c->rms_eps);
+            const CpuProductJob head = {logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL};
+            products_part(impl, step, &head, 1, xn, M, 0, &tile, p, P);
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += 1;
@@ -990,8 +738,10 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         if (t0 == T && logits) {
             int D = c->d_model;
             for (int b = 0; b < B; b++)
-                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, impl->out_norm, D, c->rms_eps);
-            matmul(impl, lm_head_index(c), logits, s->xn, impl->lm_head, NULL, B, c->vocab_size, D, 0);
+                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, impl->weights.out_norm, D,
+                            c->rms_eps);
+            const CpuProductJob head = {logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL};
+            products(impl, &head, 1, s->xn, B, 0);
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += T;
@@ -1033,16 +783,7 @@ static void cpu_destroy(Backend *be) {
     CpuImpl *impl = be->impl;
     if (impl) {
         scratch_free(&impl->s);
-        for (int i = 0; impl->packed && i < n_matrices(&be->model->cfg); i++) free(impl->packed[i].q);
-        for (int i = 0; impl->q4 && i < n_matrices(&be->model->cfg); i++) free(impl->q4[i]);
-        for (int i = 0; impl->blocks && i < n_matrices(&be->model->cfg); i++) free(impl->blocks[i].data);
-        for (int i = 0; impl->f32_copies && i < n_matrices(&be->model->cfg); i++) free(impl->f32_copies[i]);
-        free(impl->packed);
-        free(impl->q4);
-        free(impl->blocks);
-        free(impl->f32_copies);
-        free(impl->layers);
-        free(impl->vectors);
+        cpu_weights_free(&impl->weights, &be->model->cfg);
     }
     free(impl);
     free(be);
@@ -1072,19 +813,21 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
     be->cache_free = cpu_cache_free;
     be->forward = cpu_forward;
     be->destroy = cpu_destroy;
-    impl->fast = opt->decode == BACKEND_DECODE_FAST;
+    int fast = opt->decode == BACKEND_DECODE_FAST;
+    impl->chunk_path = (CpuPath){CPU_PRODUCT_FEW, CPU_FEW_ROWS};
+    impl->step_path = fast ? (CpuPath){CPU_PRODUCT_FAST, INT_MAX} : impl->chunk_path;
     impl->cache_elem = opt->cache;
     if (cpu_kernels_init(&impl->k, opt->simd, opt->fast_kernel, err)) {
         kv_wrap(err, "cpu backend");
         cpu_destroy(be);
         return -1;
     }
-    if (take_weights(impl, m, err)) {
+    if (cpu_weights_take(&impl->weights, &impl->k, m, err)) {
         cpu_destroy(be);
         return -1;
     }
     /* the fast decode reads codes only: a model with f32 matrices would decode exactly under its label */
-    if (impl->fast && !all_packed(impl, c)) {
+    if (fast && !all_fast(impl, c)) {
         kv_fail(err, "cpu backend: %s: the fast decode needs every matrix held as 4- or 8-bit block codes (a Q4_0, Q4_1 "
                      "or Q8_0 GGUF); this model has matrices in f32 or in other block types: use the exact decode",
                 m->source);
@@ -1094,13 +837,13 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
     if (impl->cache_elem == KV_ELEM_F16)
         fprintf(stderr, "kvbench: cpu backend: f16 KV cache: keys and values stored as IEEE binary16, half the cache "
                         "memory; answers may differ from the exact f32 cache\n");
-    if (impl->fast)
+    if (fast)
         fprintf(stderr, "kvbench: cpu backend: FAST decode (%s kernel): activations quantised to int8 per 32 weights, "
                         "integer dot products; answers may differ from the exact path\n",
                 cpu_fast_kernel_name(impl->k.fast));
     be->used = (BackendOptions){.decode = opt->decode, .cache = opt->cache, .simd_auto = impl->k.simd == impl->k.simd_auto};
     snprintf(be->used.simd, sizeof be->used.simd, "%s", cpu_simd_name(impl->k.simd));
-    snprintf(be->used.fast_kernel, sizeof be->used.fast_kernel, "%s", impl->fast ? cpu_fast_kernel_name(impl->k.fast) : "");
+    snprintf(be->used.fast_kernel, sizeof be->used.fast_kernel, "%s", fast ? cpu_fast_kernel_name(impl->k.fast) : "");
     *out = be;
     return 0;
 }

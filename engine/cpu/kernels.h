@@ -5,7 +5,9 @@
  *   portable.c                 the readable reference of every kernel (plain C; what the tests hold the rest to)
  *   avx2.c, avx512.c, vnni.c   the same operations per instruction set (the way ggml splits its CPU backend)
  *   table.c                    the probe and the table: which entry of which file serves each operation
- *   products.c                 threads over the table's entries: products, rebuilt tiles, attention blocks
+ *   products.c                 threads over the table's entries: products, rebuilt tiles, attention blocks,
+ *                              and each matrix's descriptor (ops.h CpuMatrix: its form and its products)
+ *   intake.c                   the weights streamed in at open, one form of each matrix kept (intake.h)
  *   forward.c                  the backend (one forward for every number of tokens and sequences)
  *   reference.c                a plain reference forward (llama2.c style) on f32 weights, the tests' oracle
  * Nothing outside table.c names an instruction set: callers take the table's entries.

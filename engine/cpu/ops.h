@@ -1,6 +1,7 @@
 /* ops.h — the CPU backend's operations over the kernel table (products.c, pack.c): threads split each
  * product's output features and call the table's entries, the large products go to OpenBLAS (on tiles of
- * f32 weights rebuilt from their codes where the backend holds only codes). Used by forward.c and the tests.
+ * f32 weights rebuilt from their codes where the backend holds only codes), and the descriptor of a matrix that
+ * chooses them (CpuMatrix). Used by intake.c, forward.c and the tests.
  * Shape legend: M rows of x, N outputs, K inputs, T query rows, n keys, d head dim. */
 #ifndef KVBENCH_CPU_OPS_H
 #define KVBENCH_CPU_OPS_H
@@ -79,6 +80,59 @@ void cpu_matmul_q4_fast_part(const CpuFastKernels *f, const CpuQ4Job *jobs, int 
                              int accumulate, float *tile, int part, int parts);
 void cpu_matmul_q8_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuPacked *w, const float *bias,
                              int M, int N, int K, int accumulate, float *tile, int part, int parts);
+
+/* ------------------------------------------------------------------------------- a matrix and its products */
+
+/* A weight matrix as the forward multiplies it: its form and the product for each kind of call, chosen once
+ * when the backend opens (cpu_matrix_init), as ggml's type traits give each type its dot product. The forward
+ * then calls products through the descriptor and never asks what a matrix is held as. */
+typedef enum { CPU_FORM_F32, CPU_FORM_Q4, CPU_FORM_Q8, CPU_FORM_BLOCKS } CpuForm;
+
+/* The kinds of product: the exact code kernels for a few rows (CPU_FEW_ROWS at most: read each weight once for
+ * all rows), the opt-in fast products (int8 activations), and the exact BLAS product for any rows (on the f32
+ * weights, else on tiles rebuilt from the codes: the same bits as on the f32 weights). */
+typedef enum { CPU_PRODUCT_FEW, CPU_PRODUCT_FAST, CPU_PRODUCT_MANY, CPU_PRODUCTS } CpuProductKind;
+#define CPU_FEW_ROWS 32
+
+/* One thread's scratch for a product: `few` CPU_Q4_TILE_FLOATS(K) floats, 64-byte aligned (the code kernels,
+ * the fast ones); `many` the f32 weights a BLAS product on codes rebuilds (cpu_code_tile_floats). */
+typedef struct {
+    float *few;
+    float *many;
+} CpuTile;
+
+typedef struct CpuMatrix CpuMatrix;
+
+/* One output of a product: y[M][w->N] = x[M][w->K] . W^T (+ bias[N] when non-NULL) (+ the old y when
+ * accumulate). */
+typedef struct {
+    float *y;
+    const CpuMatrix *w;
+    const float *bias;
+} CpuProductJob;
+
+/* The share `part` of `parts` of the products of jobs[n_jobs] (at most 3, sharing x, every w with this
+ * product), for a caller inside a parallel region: the union of the parts is the whole product, and its bits
+ * are those of the jobs one by one. */
+typedef void CpuProductFn(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                          int accumulate, const CpuTile *tile, int part, int parts);
+/* The share `part` of the SwiGLU feed-forward's first half, gate = silu(x . wg^T) * (x . wu^T) into gate,
+ * up = x . wu^T ([M][F] each), with no barrier between the products and the gate (cpu_ffn_q4_part). */
+typedef void CpuFfnFn(const CpuKernels *k, float *gate, float *up, const CpuMatrix *wg, const CpuMatrix *wu,
+                      const float *x, int M, const CpuTile *tile, int part, int parts);
+
+struct CpuMatrix {
+    CpuForm form;
+    int N, K;
+    const float *f32;  /* the f32 weights where they are kept (beside codes where the Model's arena holds them) */
+    CpuCodes codes;    /* the codes (all NULL on an f32 matrix) */
+    CpuProductFn *product[CPU_PRODUCTS]; /* NULL where the form has no such product (FEW, FAST: f32, blocks) */
+    CpuFfnFn *ffn[CPU_PRODUCTS];         /* the fused feed-forward for w as the gate, where there is one */
+};
+
+/* Describes the matrix [N][K] held as f32 (when non-NULL) and/or codes: its form (the codes' when it has some)
+ * and its products. */
+void cpu_matrix_init(CpuMatrix *w, int N, int K, const float *f32, CpuCodes codes);
 
 /* G query heads that share k and v (grouped-query attention): head g's query at q + g*d, its output at
  * out + g*d, its probabilities at probs + g*n; bit for bit cpu_attend_row per head (for scores that are not

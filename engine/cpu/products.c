@@ -254,3 +254,68 @@ void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, 
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, n, 1.0f, scores, n, v, d, 0.0f, out, ldo);
 }
+
+/* ------------------------------------------------------------------------------ a matrix and its products */
+
+static void product_q4(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                       int accumulate, const CpuTile *tile, int part, int parts) {
+    CpuQ4Job q4[3];
+    for (int j = 0; j < n_jobs; j++) q4[j] = (CpuQ4Job){jobs[j].y, jobs[j].w->codes.q4, jobs[j].bias, jobs[j].w->N};
+    cpu_matmul_q4_part(k, q4, n_jobs, x, M, jobs[0].w->K, accumulate, tile->few, part, parts);
+}
+
+/* The fast kernel for M rows (the table's: AMX's tile products pay off from about 8 rows). */
+static const CpuFastKernels *fast_kernels(const CpuKernels *k, int M) { return M < 8 ? &k->fast_few : &k->fast_many; }
+
+static void product_q4_fast(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                            int accumulate, const CpuTile *tile, int part, int parts) {
+    CpuQ4Job q4[3];
+    for (int j = 0; j < n_jobs; j++) q4[j] = (CpuQ4Job){jobs[j].y, jobs[j].w->codes.q4, jobs[j].bias, jobs[j].w->N};
+    cpu_matmul_q4_fast_part(fast_kernels(k, M), q4, n_jobs, x, M, jobs[0].w->K, accumulate, tile->few, part, parts);
+}
+
+static void product_q8(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                       int accumulate, const CpuTile *tile, int part, int parts) {
+    for (int j = 0; j < n_jobs; j++)
+        cpu_matmul_q8_part(k, jobs[j].y, x, jobs[j].w->codes.q8, jobs[j].bias, M, jobs[j].w->N, jobs[j].w->K,
+                           accumulate, tile->few, part, parts);
+}
+
+static void product_q8_fast(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                            int accumulate, const CpuTile *tile, int part, int parts) {
+    for (int j = 0; j < n_jobs; j++)
+        cpu_matmul_q8_fast_part(fast_kernels(k, M), jobs[j].y, x, jobs[j].w->codes.q8, jobs[j].bias, M, jobs[j].w->N,
+                                jobs[j].w->K, accumulate, tile->few, part, parts);
+}
+
+static void product_blas_f32(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                             int accumulate, const CpuTile *tile, int part, int parts) {
+    (void)k, (void)tile;
+    for (int j = 0; j < n_jobs; j++)
+        cpu_matmul_part(jobs[j].y, x, jobs[j].w->f32, jobs[j].bias, M, jobs[j].w->N, jobs[j].w->K, accumulate, part,
+                        parts);
+}
+
+static void product_blas_codes(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                               int accumulate, const CpuTile *tile, int part, int parts) {
+    for (int j = 0; j < n_jobs; j++)
+        cpu_matmul_codes_part(k, jobs[j].y, x, &jobs[j].w->codes, jobs[j].bias, M, jobs[j].w->N, jobs[j].w->K,
+                              accumulate, tile->many, part, parts);
+}
+
+static void ffn_q4(const CpuKernels *k, float *gate, float *up, const CpuMatrix *wg, const CpuMatrix *wu,
+                   const float *x, int M, const CpuTile *tile, int part, int parts) {
+    cpu_ffn_q4_part(k, gate, up, wg->codes.q4, wu->codes.q4, x, M, wg->K, wg->N, tile->few, part, parts);
+}
+
+void cpu_matrix_init(CpuMatrix *w, int N, int K, const float *f32, CpuCodes codes) {
+    CpuForm form = codes.q4 ? CPU_FORM_Q4 : codes.q8 ? CPU_FORM_Q8 : codes.blocks ? CPU_FORM_BLOCKS : CPU_FORM_F32;
+    *w = (CpuMatrix){.form = form, .N = N, .K = K, .f32 = f32, .codes = codes};
+    w->product[CPU_PRODUCT_MANY] = f32 ? product_blas_f32 : product_blas_codes;
+    if (form == CPU_FORM_Q4) {
+        w->product[CPU_PRODUCT_FEW] = product_q4, w->product[CPU_PRODUCT_FAST] = product_q4_fast;
+        w->ffn[CPU_PRODUCT_FEW] = ffn_q4;
+    } else if (form == CPU_FORM_Q8) {
+        w->product[CPU_PRODUCT_FEW] = product_q8, w->product[CPU_PRODUCT_FAST] = product_q8_fast;
+    }
+}
