@@ -891,8 +891,8 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
     }
     snprintf(t->caption, sizeof t->caption,
              "%s, %s: the paper's ordering at 20%% (Layer-DefensiveKV ≥ DefensiveKV > CriticalKV > AdaKV ≈ CAKE > "
-             "SnapKV > StreamingLLM), link by link, each policy as published (its default aggregation and ladder steps): Δ = avg(left) − "
-             "avg(right)%s in points with its 95%% paired bootstrap interval (* excludes 0); a > holds when the "
+             "SnapKV > StreamingLLM), link by link, each policy as published (its default aggregation and ladder "
+             "steps): Δ = avg(left) − avg(right)%s in points with its 95%% paired bootstrap interval (* excludes 0); a > holds when the "
              "interval lies above 0, a ≥ fails only when it lies below 0, a ≈ holds while it includes 0; no verdict "
              "from fewer than %d pairs (too few samples) or from a zero-width interval",
              s->model, s->suite, report_has_substitute(s, -1) ? "†" : "", s->min_n);
