@@ -72,11 +72,11 @@ int report_has_substitute(const ReportSection *s, int domain) {
 
 /* One row of the query, in column order. */
 enum { C_MODEL, C_SETUP, C_SUITE, C_TASK, C_DOMAIN, C_NOTE, C_SAMPLE, C_POLICY, C_AGG, C_PARAMS, C_BUDGET, C_KEEP,
-       C_SCORE, C_ERROR, C_ROW };
+       C_SCORE, C_ERROR, C_ROW, C_KEY };
 
 static const char *QUERY =
     "SELECT s.model, s.setup, s.suite, s.task, s.domain, s.note, s.id, r.policy, r.aggregation, r.params, r.budget,"
-    "       r.keep_fraction, r.score, r.error, r.id "
+    "       r.keep_fraction, r.score, r.error, r.id, s.sample_key "
     "FROM results r JOIN samples s ON s.id = r.sample_id ORDER BY s.id, r.id";
 
 static const char *col(sqlite3_stmt *st, int i) {
@@ -149,9 +149,12 @@ static int collect_axes(ReportSection *s, sqlite3_stmt *st, KvErr *err) {
         if (tasks) s->sample_task = tasks;
         long long *ids = realloc(s->sample_id, (size_t)(n + 1) * sizeof *ids);
         if (ids) s->sample_id = ids;
-        if (!tasks || !ids) return kv_fail(err, "out of memory");
+        char **keys = realloc(s->sample_key, (size_t)(n + 1) * sizeof *keys);
+        if (keys) s->sample_key = keys;
+        if (!tasks || !ids || !keys) return kv_fail(err, "out of memory");
         tasks[n] = t;
         ids[n] = sample;
+        if (!(keys[n] = dup_or_empty(sqlite3_column_text(st, C_KEY), err))) return -1;
         s->n_samples++;
     }
     if (policy_role(col(st, C_POLICY)) == POLICY_REFERENCE) return 0;
@@ -431,7 +434,9 @@ int report_load(ReportData *d, sqlite3 *db, const char *db_path, int min_n, int 
     if (run_pass(d, db, db_path, 1, err)) goto fail;
     for (int i = 0; i < d->n_sections; i++)
         if (section_stats(&d->sections[i], err) || count_needle(&d->sections[i], db, db_path, err)) goto fail;
-    if (report_crossmodels(d, &d->crossmodels, &d->n_crossmodels, err)) goto fail;
+    if (report_crossmodels(d, &d->crossmodels, &d->n_crossmodels, err) ||
+        report_sizes(d, &d->sizes, &d->n_sizes, err))
+        goto fail;
     return 0;
 fail:
     report_data_free(d);
@@ -465,13 +470,16 @@ void report_data_free(ReportData *d) {
         free(s->domains);
         free(s->methods);
         free(s->budgets);
+        for (int i = 0; s->sample_key && i < s->n_samples; i++) free(s->sample_key[i]);
         free(s->sample_task);
         free(s->sample_id);
+        free(s->sample_key);
         free(s->model);
         free(s->setup);
         free(s->suite);
     }
     free(d->sections);
     report_crossmodels_free(d->crossmodels, d->n_crossmodels);
+    report_sizes_free(d->sizes, d->n_sizes);
     memset(d, 0, sizeof *d);
 }

@@ -85,6 +85,7 @@ typedef struct {
     int n_samples;
     int *sample_task;     /* [S] */
     long long *sample_id; /* [S] samples.id */
+    char **sample_key;    /* [S] samples.sample_key: the generated task instance, the same key in every model */
     ReportCell full;
     ReportCell *cells;    /* [M][B] */
     int *best_baseline;   /* [B] method index of the best baseline at the budget, -1 if none */
@@ -121,6 +122,8 @@ typedef struct {
     ReportProvenance prov;
     struct CrossModel *crossmodels; /* [n_crossmodels] per fractional budget, with two models or more (crossdomain.c) */
     int n_crossmodels;
+    struct ReportSizes *sizes; /* [n_sizes] the links model beside model, per suite and budget (sizes.c) */
+    int n_sizes;
 } ReportData;
 
 /* The proposed methods of the paper (the others are its baselines, whose best each method is compared with). */
@@ -188,6 +191,33 @@ typedef struct CrossModel {
  * report_load fills ReportData.crossmodels with it once. */
 int report_crossmodels(const ReportData *d, CrossModel **out, int *n, KvErr *err);
 void report_crossmodels_free(CrossModel *x, int n);
+
+/* The paper's ordering and the ablations, model beside model (sizes.c): for one suite at one budget, the models
+ * that ran it on shared samples, each link's paired difference per model over the samples every one of them
+ * scored on both sides (matched by sample key: the same generated task instance; a model with another tokenizer
+ * reads other filler text around it), and from each model to the next the change of that difference, paired by
+ * sample. Models stand in the order the database first holds them (merge databases smallest model first). */
+typedef struct {
+    int order;               /* a link of the paper's ordering (index into the first model's order), or -1 */
+    int pair, pair_model;    /* else ablation pair `pair` of model pair_model's section (its pairs) */
+    StatsInterval *diff;     /* [N] avg(left) − avg(right) per model over the link's common samples */
+    StatsInterval *change;   /* [N − 1] diff[i + 1] − diff[i], paired by sample */
+    const char **change_verdict; /* [N − 1] report_diff_verdict: "higher" = larger at the later model */
+    const char *sign;        /* "changes sign", "the same sign in every model", "not resolved", "not run" */
+} SizeLink;
+
+typedef struct ReportSizes {
+    int n_models;
+    int *section;            /* [N] each model's section of the suite (its first setup) */
+    int budget;              /* index into the first section's budgets; the same label in every section */
+    SizeLink *links;
+    int n_links;
+    int min_n;
+} ReportSizes;
+/* Every suite and budget that two models or more ran on shared samples (a model joins the first model of the
+ * suite that shares a sample key with it; a suite can thus make several groups); *n = 0 when none. */
+int report_sizes(const ReportData *d, ReportSizes **out, int *n, KvErr *err);
+void report_sizes_free(ReportSizes *x, int n);
 
 /* The links at one budget of the section. Fails only on allocation. */
 int report_ordering(const ReportSection *s, int budget, OrderRelation out[REPORT_N_ORDER], KvErr *err);

@@ -1055,6 +1055,73 @@ static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *er
     return 0;
 }
 
+/* The paper's ordering and the ablations model beside model (sizes.c): per link each model's Δ over the samples
+ * all of them scored, the change from each model to the next, and whether the sign changes. */
+static int sizes_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
+    for (int j = 0; j < d->n_sizes; j++) {
+        const ReportSizes *x = &d->sizes[j];
+        const ReportSection *s0 = &d->sections[x->section[0]];
+        Table *t = table_new("");
+        char (*arrow)[420] = calloc((size_t)x->n_models, sizeof *arrow);
+        char (*n_text)[24] = calloc((size_t)x->n_links + 1, sizeof *n_text);
+        if (!t || !arrow || !n_text) {
+            table_free(t), free(arrow), free(n_text);
+            return kv_fail(err, "out of memory");
+        }
+        t->no_bold = 1;
+        table_col(t, "n", NULL, 0);
+        for (int i = 0; i < x->n_models; i++) table_col(t, "Δ points", d->sections[x->section[i]].model, 0);
+        for (int i = 0; i + 1 < x->n_models; i++) {
+            snprintf(arrow[i], sizeof arrow[i], "%.200s → %.200s", d->sections[x->section[i]].model,
+                     d->sections[x->section[i + 1]].model);
+            table_col(t, "change", arrow[i], 0);
+        }
+        table_col(t, "sign", NULL, 0);
+        const char *label_budget = s0->budgets[x->budget].label;
+        snprintf(t->caption, sizeof t->caption,
+                 "%s at %s, model beside model: each link of the paper's ordering (each policy as published) and each "
+                 "ablation pair, Δ = avg(left) − avg(right)%s in points per model, over the n samples every model "
+                 "scored on both sides (matched by sample key: the same generated task instance), with its 95%% "
+                 "paired bootstrap interval (* excludes 0); change = Δ(later model) − Δ(earlier), paired by sample; "
+                 "sign: \"changes sign\" where two models each exclude 0 on opposite sides. Models in the order the "
+                 "database first holds them; no interval or verdict from fewer than %d samples",
+                 s0->suite, label_budget, report_has_substitute(s0, -1) ? "†" : "", x->min_n);
+        snprintf(t->label, sizeof t->label, "tab:sizes:%s:%s", s0->stem, label_budget);
+        for (int k = 0; k < x->n_links; k++) {
+            const SizeLink *l = &x->links[k];
+            char label[256];
+            if (l->order >= 0) {
+                const OrderRelation *o = &s0->order[(size_t)x->budget * REPORT_N_ORDER + l->order];
+                snprintf(label, sizeof label, "%.100s %s %.100s", order_label(s0, o->method_a, o->a),
+                         report_order_symbol(o->kind), order_label(s0, o->method_b, o->b));
+            } else {
+                const ReportSection *owner = &d->sections[x->section[l->pair_model]];
+                pair_label(owner, &owner->pairs[l->pair], label, sizeof label);
+            }
+            TRow *r = table_row(t, label, 0);
+            if (!r) break;
+            snprintf(n_text[k], sizeof n_text[k], "%d", l->diff[0].n);
+            r->cells[0].text = n_text[k];
+            for (int i = 0; i < x->n_models; i++)
+                if (l->diff[i].n) r->cells[1 + i] = compared(&l->diff[i], 0, x->min_n);
+            for (int i = 0; i + 1 < x->n_models; i++)
+                if (l->change[i].n) r->cells[1 + x->n_models + i] = compared(&l->change[i], 0, x->min_n);
+            r->cells[2 * x->n_models].text = l->sign;
+        }
+        if (fmt == FMT_MD) {
+            char head[400];
+            snprintf(head, sizeof head, "## The links model beside model: %s at %s", s0->suite, label_budget);
+            fputc('\n', f);
+            put_line(f, head);
+        }
+        emit(f, fmt, t);
+        table_free(t);
+        free(arrow);
+        free(n_text);
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- CSV */
 
 static void put_csv_number(FILE *f, double v) {
@@ -1202,6 +1269,61 @@ static void write_csv_ablation(FILE *f, const ReportData *d) {
     }
 }
 
+/* The links model beside model (sizes.c): one row per (group, budget, link, model), the change from the
+ * model before it on the same row (empty for the first). */
+static void write_csv_sizes(FILE *f, const ReportData *d) {
+    fputs("suite,budget,keep_fraction,link,left_policy,left_aggregation,left_params,right_policy,right_aggregation,"
+          "right_params,model,n,diff,lo,hi,change,change_lo,change_hi,change_verdict,sign\n", f);
+    for (int j = 0; j < d->n_sizes; j++) {
+        const ReportSizes *x = &d->sizes[j];
+        const ReportSection *s0 = &d->sections[x->section[0]];
+        for (int k = 0; k < x->n_links; k++) {
+            const SizeLink *l = &x->links[k];
+            char link[256];
+            int left, right;
+            const ReportSection *owner = s0;
+            if (l->order >= 0) {
+                const OrderRelation *o = &s0->order[(size_t)x->budget * REPORT_N_ORDER + l->order];
+                snprintf(link, sizeof link, "%s %s %s", o->a, o->kind == ORDER_GE ? ">=" : o->kind == ORDER_GT ? ">" : "~",
+                         o->b);
+                left = o->method_a, right = o->method_b;
+            } else {
+                owner = &d->sections[x->section[l->pair_model]];
+                const AblationPair *p = &owner->pairs[l->pair];
+                if (p->step[0]) snprintf(link, sizeof link, "%s", p->step);
+                else snprintf(link, sizeof link, "aggregation %s − %s", owner->methods[p->left].aggregation,
+                              owner->methods[p->right].aggregation);
+                left = p->left, right = p->right;
+            }
+            const ReportMethod *ml = left >= 0 ? &owner->methods[left] : NULL,
+                               *mr = right >= 0 ? &owner->methods[right] : NULL;
+            for (int i = 0; i < x->n_models; i++) {
+                const char *fields[] = {s0->suite, s0->budgets[x->budget].label};
+                for (int c = 0; c < 2; c++) {
+                    if (c) fputc(',', f);
+                    report_put_csv(f, fields[c]);
+                }
+                fprintf(f, ",%.6g", s0->budgets[x->budget].keep_fraction);
+                const char *more[] = {link, ml ? ml->policy : "", ml ? ml->aggregation : "", ml ? ml->params : "",
+                                      mr ? mr->policy : "", mr ? mr->aggregation : "", mr ? mr->params : "",
+                                      d->sections[x->section[i]].model};
+                for (int c = 0; c < 8; c++) {
+                    fputc(',', f);
+                    report_put_csv(f, more[c]);
+                }
+                put_csv_ci(f, &l->diff[i], x->min_n);
+                if (i > 0) put_csv_bounds(f, &l->change[i - 1], 0, x->min_n);
+                else fputs(",,,", f);
+                fputc(',', f);
+                if (i > 0 && l->change_verdict[i - 1]) report_put_csv(f, l->change_verdict[i - 1]);
+                fputc(',', f);
+                report_put_csv(f, l->sign);
+                fputc('\n', f);
+            }
+        }
+    }
+}
+
 static void write_csv_ordering(FILE *f, const ReportData *d) {
     fputs("model,setup,suite,budget,relation,left,left_aggregation,right,right_aggregation,n,diff,lo,hi,verdict\n", f);
     for (int i = 0; i < d->n_sections; i++) {
@@ -1267,7 +1389,7 @@ static int write_document(const ReportData *d, Format fmt, const char *out_dir, 
                 d->n_rows);
     method_text(f, fmt, d->min_n, d->resamples);
     for (int i = 0; i < d->n_sections; i++) render_section(f, fmt, &d->sections[i]);
-    if (crossdomain_tables(f, fmt, d, err) || crossmodel_tables(f, fmt, d, err)) {
+    if (crossdomain_tables(f, fmt, d, err) || crossmodel_tables(f, fmt, d, err) || sizes_tables(f, fmt, d, err)) {
         fclose(f);
         return -1;
     }
@@ -1280,12 +1402,14 @@ int report_tables(const ReportData *d, const char *out_dir, FILE *log, KvErr *er
         void (*write)(FILE *f, const ReportData *d);
     } CSV_FILES[] = {{"task_scores.csv", write_csv_tasks},    {"domain_scores.csv", write_csv_summary},
                      {"ordering.csv", write_csv_ordering},    {"ablation.csv", write_csv_ablation},
-                     {"cross_model.csv", write_csv_crossmodel}};
+                     {"cross_model.csv", write_csv_crossmodel}, {"sizes.csv", write_csv_sizes}};
     if (write_document(d, FMT_MD, out_dir, log, err) || write_document(d, FMT_TEX, out_dir, log, err)) return -1;
     for (size_t i = 0; i < sizeof CSV_FILES / sizeof CSV_FILES[0]; i++) {
         char path[1200];
-        /* cross_model.csv only where there are models to compare */
-        if (CSV_FILES[i].write == write_csv_crossmodel && d->n_crossmodels == 0) continue;
+        /* cross_model.csv and sizes.csv only where there are models to compare */
+        if ((CSV_FILES[i].write == write_csv_crossmodel && d->n_crossmodels == 0) ||
+            (CSV_FILES[i].write == write_csv_sizes && d->n_sizes == 0))
+            continue;
         FILE *f = report_open_out(out_dir, CSV_FILES[i].file, path, sizeof path, err);
         if (!f) return -1;
         CSV_FILES[i].write(f, d);

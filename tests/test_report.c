@@ -1049,8 +1049,105 @@ static void test_two_models(TestCounts *tc) {
     ReportOptions one = {a, out, NULL, NULL, 0, 0, 0};
     rc = report_write(&one, &err);
     md = read_in(out, "report.md");
-    CHECK(tc, md && !strstr(md, "side by side") && file_size(out, "cross_model.csv") < 0, "one model: no cross-model");
+    CHECK(tc, md && !strstr(md, "side by side") && !strstr(md, "model beside model") &&
+                  file_size(out, "cross_model.csv") < 0 && file_size(out, "sizes.csv") < 0,
+          "one model: no cross-model, no links model beside model");
     free(md);
+}
+
+/* ---------------------------------------------------------------- the links model beside model */
+
+/* Model `model` on RULER vt samples 0..n-1 (keys shared across models), scores in points /100: criticalkv mean
+ * 50 (+ 2 on odd samples for model "large"), defensivekv max+prior = criticalkv + d(i), snapkv 40, adakv
+ * 43 + (i mod 2); "large" also runs defensivekv at mean (an ablation pair the others lack). */
+static void fill_size(const char *path, const char *model, int n, double (*d)(int)) {
+    Store *s;
+    long long run;
+    KvErr err;
+    StoreRun info = {"t", "{}", "h", "rev", model, "m.gguf", model, "m.gguf", "cpu", "host", NULL, 0};
+    if (store_open(&s, path, 0, &err) || store_begin_run(s, &info, &run, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    int large = !strcmp(model, "large");
+    for (int i = 0; i < n; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "ruler:vt:%d@4096", i);
+        StoreSample m = {model, "cq=0", key, "ruler", "vt", "ruler", "string_match_all", i, -1, 4096, 3000, 40, "[]",
+                         NULL, model, "d", 0};
+        double c = 0.50 + (large && i % 2 ? 0.02 : 0.0);
+        StoreResult r[] = {row("full", "mean", "full", 1, 0.9), row("snapkv", "mean", "20%", 0.2, 0.40),
+                           row("adakv", "mean", "20%", 0.2, 0.43 + 0.01 * (i % 2)),
+                           row("criticalkv", "mean", "20%", 0.2, c),
+                           row("defensivekv", "max+prior", "20%", 0.2, c + d(i) / 100),
+                           row("defensivekv", "mean", "20%", 0.2, c)};
+        write_sample(s, run, &m, r, large ? 6 : 5);
+    }
+    store_close(s);
+}
+
+/* DefensiveKV − CriticalKV per sample, by hand: small −5 + (i mod 3 − 1) (mean −5, every sample below 0);
+ * mid ±2 alternating (mean 0); large 8 + (i mod 4 − 1.5) (mean 8). Over the 12 shared samples the changes are
+ * +5 (small → mid: 5 ± 2 − (i mod 3 − 1), every sample above 0) and +8. */
+static double d_small(int i) { return -5 + (i % 3 - 1); }
+static double d_mid(int i) { return i % 2 ? 2 : -2; }
+static double d_large(int i) { return 8 + (i % 4 - 1.5); }
+
+/* Three models merged smallest first; "large" has 14 samples, two no other model ran: the links rest on the 12
+ * shared ones. DefensiveKV > CriticalKV changes sign (−5 at small, +8 at large, both resolved), AdaKV > SnapKV
+ * keeps it (+3.5 everywhere; its changes are exactly 0, a zero-width interval with no verdict); the aggregation
+ * pair only "large" ran is listed, not run by the others. */
+static void test_sizes(TestCounts *tc) {
+    char paths[3][128], merged[128], out[128];
+    const char *names[] = {"small", "mid", "large"};
+    double (*diffs[])(int) = {d_small, d_mid, d_large};
+    const char *inputs[3];
+    KvErr err = {{0}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(paths[k], sizeof paths[k], "%s/size_%s.db", dir, names[k]);
+        fill_size(paths[k], names[k], k == 2 ? 14 : 12, diffs[k]);
+        inputs[k] = paths[k];
+    }
+    snprintf(merged, sizeof merged, "%s/sizes.db", dir);
+    snprintf(out, sizeof out, "%s/sizes_out", dir);
+    CHECK(tc, store_merge_into(merged, inputs, 3, &err) == 0, "merge of three models: %s", err.msg);
+    ReportOptions opt = {merged, out, NULL, NULL, 0, 0, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "sizes report: %s", err.msg);
+    char *csv = read_in(out, "sizes.csv"), *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
+    static const char *const want[] = {
+        "\"ruler\",\"20%\",0.2,\"defensivekv > criticalkv\",\"defensivekv\",\"max+prior\",\"w=32,k=5\",\"criticalkv\","
+        "\"mean\",\"w=32,k=5\",\"small\",12,-5,",
+        "\"criticalkv\",\"mean\",\"w=32,k=5\",\"mid\",12,0,",
+        "\"criticalkv\",\"mean\",\"w=32,k=5\",\"large\",12,8,",
+        "\"adakv > snapkv\",\"adakv\",\"mean\",\"w=32,k=5\",\"snapkv\",\"mean\",\"w=32,k=5\",\"large\",12,3.5,",
+        "\"aggregation max+prior − mean\",\"defensivekv\",\"max+prior\",\"w=32,k=5\",\"defensivekv\",\"mean\","
+        "\"w=32,k=5\",\"small\",0,,,,,,,,\"not run\"",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(tc, csv && strstr(csv, want[i]), "sizes.csv has %s\n%s", want[i], csv ? csv : "(missing)");
+    char line[4096];
+    const char *at = csv ? strstr(csv, "\"criticalkv\",\"mean\",\"w=32,k=5\",\"mid\",12,0,") : NULL;
+    line_of(at, "\"", line, sizeof line);
+    CHECK(tc, strstr(line, ",5,") && strstr(line, "\"higher\",\"changes sign\""), "small → mid: +5, higher: %s", line);
+    at = csv ? strstr(csv, "\"criticalkv\",\"mean\",\"w=32,k=5\",\"large\",12,8,") : NULL;
+    line_of(at, "\"", line, sizeof line);
+    CHECK(tc, strstr(line, ",8,") && strstr(line, "\"higher\",\"changes sign\""), "mid → large: +8, higher: %s", line);
+    at = csv ? strstr(csv, "\"adakv > snapkv\",\"adakv\",\"mean\",\"w=32,k=5\",\"snapkv\",\"mean\",\"w=32,k=5\",\"mid\"") : NULL;
+    line_of(at, "\"", line, sizeof line);
+    CHECK(tc, strstr(line, ",12,3.5,") && strstr(line, ",0,0,0,\"not resolved (zero-width") &&
+                  strstr(line, "\"the same sign in every model\""), "adakv > snapkv keeps its sign: %s", line);
+    const char *table = md ? strstr(md, "## The links model beside model: ruler at 20%") : NULL;
+    line_of(table, "| defensivekv > criticalkv |", line, sizeof line);
+    CHECK(tc, strstr(line, "| 12 | -5.00\\* [") && strstr(line, "| 0.00 [") && strstr(line, "| 8.00\\* [") &&
+                  strstr(line, "| changes sign |"), "the markdown row: %s", line);
+    CHECK(tc, table && strstr(table, "small → mid: change") && strstr(table, "mid → large: change"),
+          "the change columns name both models");
+    CHECK(tc, tex && strstr(tex, "tab:sizes:"), "LaTeX table");
+    compile_tex(tc, out);
+    free(csv);
+    free(md);
+    free(tex);
 }
 
 /* File names from a model named ".m%2": never hidden (no leading '.'), '%' as 'p' in the model's part as in the
@@ -1278,6 +1375,7 @@ int main(void) {
     test_ladder_steps(&tc);
     test_min_n(&tc);
     test_two_models(&tc);
+    test_sizes(&tc);
     test_file_names(&tc);
     test_tex_tall(&tc);
     test_provenance(&tc);
