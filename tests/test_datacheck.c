@@ -173,8 +173,10 @@ static void check_shipped(TestCounts *tc) {
         {"configs/qwen_study.json", "2 warnings", "models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf"},
         {"configs/fragility_qwen.json", "0 warnings", "models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf"},
         {"configs/qwen15_study.json", "2 warnings", "models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"},
-        {"configs/fragility_qwen15.json", "0 warnings", "models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"}};
-    for (int i = 0; i < 4; i++) {
+        {"configs/fragility_qwen15.json", "0 warnings", "models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"},
+        {"configs/qwen15_study_0.5b.json", "2 warnings", "models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf"},
+        {"configs/qwen15_study_135m.json", "2 warnings", "models/SmolLM2-135M-Instruct.Q4_1.gguf"}};
+    for (int i = 0; i < 6; i++) {
         int have_qwen = access(qwen[i][2], R_OK) == 0;
         char *q[] = {"check", (char *)qwen[i][0]};
         char want[64], missing[160];
