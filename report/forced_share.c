@@ -1,6 +1,6 @@
 /* forced_share.c — the share of each value-weighted variant's keep-set that its allocation protects (the
  * safeguard, the forced set, and the window where the allocation protects it; docs/ladder.md), from table
- * protected_sets (runs/protected.h). Nothing is written when the database has no such rows.
+ * protected_sets (store/protected.h). Nothing is written when the database has no such rows.
  *
  * forced_share.md and forced_share.csv, one row per (model, budget, policy, aggregation, params), over every
  * sample of every task: n samples; the mean over samples of the protected share of all kept entries (every

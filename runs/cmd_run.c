@@ -15,7 +15,7 @@
 #include "config.h"
 #include "datacheck.h"
 #include "memplan.h"
-#include "protected.h"
+#include "../store/protected.h"
 #include "../store/store.h"
 #include "sweep.h"
 
@@ -273,7 +273,7 @@ int cmd_merge_with(int argc, char **argv, const StoreMergeOptions *test_options)
     StoreMergeOptions opt = {&merge_signal, test_options ? test_options->pause_ms : 0};
     KvErr err = {{0}};
     int rc = store_merge_into_with(argv[0], (const char *const *)argv + 1, argc - 1, &opt, &err);
-    /* the forced-set shares (runs/protected.h) live beside the store's schema and follow the merged rows */
+    /* the forced-set shares (store/protected.h) live beside the store's schema and follow the merged rows */
     if (!rc && !merge_signal) rc = protected_merge(argv[0], (const char *const *)argv + 1, argc - 1, &err);
     for (int i = 0; i < 3; i++) sigaction(SIGNALS[i], &was[i], NULL);
     if (rc) fprintf(stderr, "kvbench merge: %s\n", err.msg);

@@ -35,11 +35,11 @@
 #include "../engine/model.h"
 #include "../engine/tokenizer.h"
 #include "../metrics/metrics.h"
-#include "claims.h"
+#include "../store/claims.h"
 #include "estimate.h"
 #include "memplan.h"
 #include "prepare.h"
-#include "protected.h"
+#include "../store/protected.h"
 #include "../store/store.h"
 #include "trace.h"
 #include "util.h"
@@ -55,7 +55,7 @@ typedef struct {
     Tokenizer *own_tok;    /* loaded from the config's "tokenizer" */
     Backend *be;
     Store *store;          /* NULL until the database exists (it is created for the first sample claimed) */
-    Claimant me;           /* this process, as its claims name it (runs/claims.h) */
+    Claimant me;           /* this process, as its claims name it (store/claims.h) */
     ClaimsHeartbeat *heartbeat; /* renews this run's claims while it lives; NULL until the first claim */
     long long run_id;
     char model_id[256];    /* util_model_identity of the current model */
@@ -271,7 +271,7 @@ typedef struct {
     double kept_fraction; /* kept / context length: the effective budget (DuoAttention's is not the nominal one) */
     int budget_tokens;
     int *protected_counts; /* [N][K] then [N][K] kept: the value-weighted policies' protected entries
-                            * (runs/protected.h); NULL for the others */
+                            * (store/protected.h); NULL for the others */
     int failed;
     KvErr err;
 } VariantRun;
@@ -284,7 +284,7 @@ static void fail_all(VariantRun *runs, int n, const KvErr *err) {
         }
 }
 
-/* What variant i's allocation protects in its keep-set (runs/protected.h), for a value-weighted policy scored
+/* What variant i's allocation protects in its keep-set (store/protected.h), for a value-weighted policy scored
  * on the host (the device keeps no host state to count from: a prefill scored there stores no counts). */
 static int variant_protected(const Prefill *pf, int i, const Budget *b, VariantRun *r, int n_heads) {
     if (pf->on_device) return 0;
@@ -793,7 +793,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
  * written every row this run had planned for it. */
 typedef enum { CLAIM_MINE, CLAIM_HELD, CLAIM_FINISHED } ClaimState;
 
-/* Claims a planned sample for this run (runs/claims.h) and drops the variants another run finished since the plan
+/* Claims a planned sample for this run (store/claims.h) and drops the variants another run finished since the plan
  * was made. */
 static int claim_item(Sweep *sw, PlanItem *it, ClaimState *state, KvErr *err) {
     const char *setup = sw->row_setups[it->dataset];

@@ -3,7 +3,7 @@
  * the memory (docs/DESIGN.md §1, runs/memplan.h). The plan is the expansion minus the rows the database already
  * holds, so a killed run
  * resumes where it stopped; a failing sample becomes failed rows and the run goes on. Runs that share a database
- * share its samples: each claims a sample before computing it (runs/claims.h), skips those another live run
+ * share its samples: each claims a sample before computing it (store/claims.h), skips those another live run
  * holds, and at the end waits until that run has stored them (or its claim lapses). */
 #ifndef KVBENCH_RUNS_SWEEP_H
 #define KVBENCH_RUNS_SWEEP_H
@@ -36,7 +36,7 @@ typedef struct {
 typedef struct {
     int samples_planned, samples_done;
     int samples_failed;   /* samples every pending variant of which failed */
-    int samples_elsewhere; /* planned samples another run on the same database computed (runs/claims.h): not
+    int samples_elsewhere; /* planned samples another run on the same database computed (store/claims.h): not
                             * computed here, not in samples_done */
     long rows_written;    /* rows this run added to the database: rows another run wrote first are not counted,
                            * so concurrent runs add up to the rows stored */

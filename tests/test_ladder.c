@@ -10,7 +10,7 @@
  *    keeps, entry for entry.
  * 3. The protected counts (policy_protected_kept) against what each allocation protects by definition.
  * 4. Parameters: canonical params text, config keys, and bad values named by file, policy and parameter.
- * 5. Table protected_sets (runs/protected.h) and the report's forced-share summary on hand-derived counts. */
+ * 5. Table protected_sets (store/protected.h) and the report's forced-share summary on hand-derived counts. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "../policies/policy_internal.h"
 #include "../report/writers.h"
 #include "../runs/config.h"
-#include "../runs/protected.h"
+#include "../store/protected.h"
 #include "test.h"
 
 #define DATA "tests/data/ladder"

@@ -1,7 +1,7 @@
 /* test_runs_share.c — runs that share a database, merges that are interrupted, and the run's smaller promises
  * (issue 39), end to end on a 2-layer synthetic SmolLM2 shape with SmolLM2's tokenizer.
  *
- * Checks: two processes on one database compute each sample once between them (claims, runs/claims.h), and a
+ * Checks: two processes on one database compute each sample once between them (claims, store/claims.h), and a
  * claim of a live process, of another host's live lease, of a killed process and of an expired lease are held or
  * taken over as they should be; a merge into a new file stopped by SIGINT or SIGTERM leaves no temporary file;
  * a merge through a link to its own output is refused; --limit reaches runs.sample_limit and the report's warning;
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "../report/model.h"
-#include "../runs/claims.h"
+#include "../store/claims.h"
 #include "../runs/cli.h"
 #include "../runs/commands.h"
 #include "../runs/memplan.h"

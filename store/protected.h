@@ -8,11 +8,11 @@
  * without it reads as having no such rows, and its rows are written in their own transaction right after the
  * sample's results (a run killed between the two leaves that sample without them); `kvbench merge` copies
  * them after the results (protected_merge). Shape legend: N layers, K kv-heads. */
-#ifndef KVBENCH_RUNS_PROTECTED_H
-#define KVBENCH_RUNS_PROTECTED_H
+#ifndef KVBENCH_STORE_PROTECTED_H
+#define KVBENCH_STORE_PROTECTED_H
 
 #include "../engine/err.h"
-#include "../store/store.h"
+#include "store.h"
 
 typedef struct {
     StoreVariantKey key;

@@ -1,4 +1,4 @@
-/* protected.c — table protected_sets (runs/protected.h): per (layer, kv-head) protected and kept counts as
+/* protected.c — table protected_sets (store/protected.h): per (layer, kv-head) protected and kept counts as
  * little-endian int32 blobs [n_layers][n_kv_heads]. */
 #include "protected.h"
 

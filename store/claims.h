@@ -11,11 +11,11 @@
  * Assumed: a host name names one process table (two containers of one name that cannot see each other's processes
  * would take over each other's claims: the sample is then computed twice, its rows kept once), and hosts that
  * share a database keep their clocks within a minute or so of each other (leases compare wall-clock times). */
-#ifndef KVBENCH_RUNS_CLAIMS_H
-#define KVBENCH_RUNS_CLAIMS_H
+#ifndef KVBENCH_STORE_CLAIMS_H
+#define KVBENCH_STORE_CLAIMS_H
 
 #include "../engine/err.h"
-#include "../store/store.h"
+#include "store.h"
 
 /* Seconds a claim holds past its claimant's last heartbeat, and the heartbeat's period. */
 #define CLAIM_LEASE_S 300
