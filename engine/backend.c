@@ -58,7 +58,14 @@ int backend_open(Backend **out, const char *name, const Model *m, const BackendO
                             "cache (bf16 on the GPU for cuda): set cache f32 (or leave it unset) or use backend cpu",
                        name);
     const BackendEntry *e = find(name, err);
-    return e ? e->open(out, m, opt, err) : -1;
+    if (!e || e->open(out, m, opt, err)) return -1;
+    (*out)->observes = backend_observes(name);
+    return 0;
+}
+
+unsigned backend_observes(const char *name) {
+    /* the cuda backend computes the window attention on the device and never the whole prefill's */
+    return !strcmp(name, "cpu") ? OBSERVES_ATTENTION_SUMS : 0;
 }
 
 void backend_options_used(const Backend *b, BackendOptions *used) { *used = b->used; }

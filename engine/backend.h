@@ -25,6 +25,10 @@ typedef struct {
      * obs->value_norm are then the CUDA backend's device arrays, valid during the call, and nothing is copied to
      * the host. A backend without device memory (cpu) refuses it. */
     int on_device;
+    /* Opt-in, for a backend that observes OBSERVES_ATTENTION_SUMS and a prefill on an empty cache: [N][H][L] for the
+     * L tokens of the forward, filled with each layer's column sums (Observation.attn_sums, layer l's [H][L] handed
+     * with its observation); NULL costs nothing. */
+    double *attention_sums;
 } ObserveHook;
 
 /* Called for every decode step (n_new == 1) with the new query's softmax over the sequence's cache:
@@ -81,6 +85,7 @@ struct Backend {
     /* Its observed forward can hand the hook device arrays (ObserveHook.on_device), so a build with
      * engine/cuda/cuda_policy.h scores there; 0 for the CPU backend. */
     int scores_on_device;
+    unsigned observes; /* OBSERVES_* bits (observation.h) its observed forward gives: backend_observes(name) */
     void (*cache_free)(Backend *b, KvCache *c);
     /* tokens[B*T] (sequence-major); logits[B*V] receives each sequence's last-position logits (may be NULL).
      * observe may be non-NULL only when B == 1; trace only when T == 1. */
@@ -129,6 +134,10 @@ int backend_option_set(BackendOptions *o, BackendOptionKey key, const char *valu
  * too.) */
 int backend_load_model(Model **m, const char *name, const char *spec, KvErr *err);
 void backend_close(Backend *b);
+/* What backend `name` observes besides the window attention, value norms and raw tensors: OBSERVES_* bits
+ * (observation.h), known for "cpu" and "cuda" whether or not this build holds them, so a config is checked before
+ * any model loads; 0 for an unknown name. */
+unsigned backend_observes(const char *name);
 /* Names compiled into this binary, comma-separated. */
 const char *backend_available(void);
 #endif

@@ -17,11 +17,21 @@ typedef struct {
     const float *const *keys;    /* [K] -> [L][d] keys after RoPE */
     const float *const *values;  /* [K] -> [L][d] */
     const float *w_o;            /* [D][H*d] o_proj weight, Hugging Face layout */
+    /* Opt-in (ObserveHook.attention_sums), else NULL: [H][L] per query head, the column sums of the softmaxed
+     * attention of every query of the prefill (query i sees keys j <= i), in double. */
+    const double *attn_sums;
     /* Derived, filled by observation_prepare when NULL: */
     float *attn;                 /* [H][w][L] softmax of each window query over all L keys, causal in the window */
     float *value_norm;           /* [K][L] nu[k][j] = mean over the G query heads of || v[k][j] · W_O^(h) ||_1 */
     void *scratch;               /* owned storage behind attn / value_norm when computed here */
 } Observation;
+
+/* The observations beyond the window attention, value norms and raw tensors, which a backend gives only where it
+ * can (Backend.observes, backend_observes) and a policy asks for only when it reads them (policy_missing_
+ * observation). */
+enum {
+    OBSERVES_ATTENTION_SUMS = 1u << 0  /* attn_sums */
+};
 
 /* Computes attn (always) and value_norm (when want_value_norm) if they are NULL, in f32.
  * Pure C reference; the golden policy tests call it on the reference inputs. */

@@ -259,6 +259,13 @@ int policy_needs_value_norm(const PolicyConfig *cfg) { return !!(needs(cfg) & NE
 int policy_needs_attention(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_ATTENTION); }
 int policy_needs_duo_pattern(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_DUO_PATTERN); }
 int policy_needs_keys(const PolicyConfig *cfg) { return !!(needs(cfg) & (NEEDS_KEYS | NEEDS_VALUES)); }
+int policy_needs_attention_sums(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_ATTENTION_SUMS); }
+
+const char *policy_missing_observation(const PolicyConfig *cfg, unsigned observes) {
+    if (policy_needs_attention_sums(cfg) && !(observes & OBSERVES_ATTENTION_SUMS))
+        return "the attention sums of every prefill query";
+    return NULL;
+}
 
 int policy_observes(const PolicyConfig *cfg) {
     const PolicyRow *row = policy_row(cfg->name);

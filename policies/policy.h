@@ -60,7 +60,9 @@ enum {
     NEEDS_VALUE_NORM = 1u << 1,   /* value_norm */
     NEEDS_KEYS = 1u << 2,         /* keys, after RoPE */
     NEEDS_DUO_PATTERN = 1u << 3,  /* no observation, but the model's DuoAttention head pattern */
-    NEEDS_VALUES = 1u << 4        /* values (a backend hands them with the keys: policy_needs_keys) */
+    NEEDS_VALUES = 1u << 4,       /* values (a backend hands them with the keys: policy_needs_keys) */
+    NEEDS_ATTENTION_SUMS = 1u << 5 /* attn_sums: every prefill query's attention, summed per key (opt-in: a
+                                    * backend that observes OBSERVES_ATTENTION_SUMS) */
 };
 
 typedef struct {
@@ -132,6 +134,11 @@ int policy_needs_attention(const PolicyConfig *cfg);
 /* Whether it reads obs->keys or obs->values (so a backend must hand the raw tensors over, not only attn and
  * value_norm). */
 int policy_needs_keys(const PolicyConfig *cfg);
+/* Whether it reads obs->attn_sums (so the prefill's hook asks the backend for them: ObserveHook.attention_sums). */
+int policy_needs_attention_sums(const PolicyConfig *cfg);
+/* What the policy reads that a backend observing only `observes` (OBSERVES_* bits, backend_observes) cannot give,
+ * in words for an error line ("the attention sums of every prefill query"); NULL when it can give everything. */
+const char *policy_missing_observation(const PolicyConfig *cfg, unsigned observes);
 /* Whether the policy needs a DuoAttention head pattern of the model (cfg->duo_pattern). */
 int policy_needs_duo_pattern(const PolicyConfig *cfg);
 /* Whether the policy needs to observe the prefill at all (full, streamingllm and duoattention do not). */

@@ -368,6 +368,8 @@ int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation
         return kv_fail(err, "policy %s: layer %d was observed without keys", row->name, obs->layer);
     if ((row->needs & NEEDS_VALUES) && !obs->values)
         return kv_fail(err, "policy %s: layer %d was observed without values", row->name, obs->layer);
+    if ((row->needs & NEEDS_ATTENTION_SUMS) && !obs->attn_sums)
+        return kv_fail(err, "policy %s: layer %d was observed without attention sums", row->name, obs->layer);
     int rc = row->score(row, cfg, obs, out, err);
     if (rc) layer_scores_free(out);
     return rc;

@@ -97,6 +97,7 @@ static int run_select(const char *model_path, const char *file, const char *back
     TokenIds ids = {0};
     KeepSet ks = {0};
     char *text = NULL;
+    double *sums = NULL; /* the attention sums a policy that reads them observes (ObserveHook.attention_sums) */
     int rc = -1;
     size_t len = 0;
     if (!(text = kv_read_file(file, &len, err)) || backend_load_model(&m, backend_name, model_path, err)) goto done;
@@ -128,9 +129,17 @@ static int run_select(const char *model_path, const char *file, const char *back
         be->cache_new(be, &cache, ids.n, err) ||
         policy_begin(&st, cfg, c->n_layers, c->n_kv_heads, ids.n, err))
         goto done;
+    const char *missing = policy_missing_observation(cfg, be->observes);
+    if (missing) {
+        kv_fail(err, "policy %s needs %s, which backend %s does not observe", cfg->name, missing, be->name);
+        goto done;
+    }
+    if (policy_needs_attention_sums(cfg) &&
+        !(sums = kv_malloc(sizeof(double) * (size_t)c->n_layers * c->n_heads * ids.n, err)))
+        goto done;
     SelectHook hook_state = {st, policy_needs_value_norm(cfg)};
     ObserveHook hook = {.window = cfg->window, .want_value_norm = hook_state.want_value_norm, .on_layer = on_layer,
-                        .user = &hook_state, .derived_only = !policy_needs_keys(cfg)};
+                        .user = &hook_state, .derived_only = !policy_needs_keys(cfg), .attention_sums = sums};
     double t0 = now_ms();
     if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, observes ? &hook : NULL, NULL, err)) goto done;
     double t1 = now_ms();
@@ -154,6 +163,7 @@ done:
     backend_close(be);
     ids_free(&ids);
     free(text);
+    free(sums);
     if (m) model_free(m);
     return rc;
 }

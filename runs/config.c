@@ -589,6 +589,17 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
     }
     cJSON_Delete(default_aggs);
     if (failed) goto done;
+    /* A policy that reads what a model's backend does not observe is refused here, before anything loads. */
+    for (int m = 0; m < cfg->n_models; m++)
+        for (int v = 0; v < cfg->n_variants; v++) {
+            const RunModel *rm = &cfg->models[m];
+            const char *missing = policy_missing_observation(&cfg->variants[v].policy, backend_observes(rm->backend));
+            if (missing) {
+                kv_fail(err, "%s: models[%d] '%s': policy %s needs %s, which backend %s does not observe", file, m,
+                        rm->name, cfg->variants[v].policy.name, missing, rm->backend);
+                goto done;
+            }
+        }
     rc = 0;
 done:
     cJSON_Delete(root);

@@ -183,7 +183,7 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         return -1;
     }
     ObserveCtx oc = {p, 0, env->keep_value_norm, 0};
-    int want_keys = 0;
+    int want_keys = 0, want_sums = 0;
     if (env->keep_value_norm && !(p->value_norm = kv_malloc(sizeof(float) * (size_t)N * K * ctx->n, err))) {
         prefill_free(p);
         return -1;
@@ -209,6 +209,13 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         oc.want_attention |= policy_needs_attention(pc);
         oc.want_value_norm |= policy_needs_value_norm(pc);
         want_keys |= policy_needs_keys(pc);
+        want_sums |= policy_needs_attention_sums(pc);
+        const char *missing = policy_missing_observation(pc, env->be->observes);
+        if (missing) {
+            kv_fail(err, "policy %s needs %s, which backend %s does not observe", pc->name, missing, env->be->name);
+            prefill_free(p);
+            return -1;
+        }
     }
     p->on_device = begin_on_device(p, env, window, want_keys, ctx->n);
     for (int k = 0; k < p->n_slots && !p->on_device; k++) {
@@ -225,18 +232,24 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
     }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
+    /* raw keys and the attention sums of every query only for a policy that reads them */
     ObserveHook hook = {.window = window, .want_value_norm = oc.want_value_norm, .on_layer = on_layer, .user = &oc,
-                        .derived_only = !want_keys}; /* raw keys only for a policy that reads them */
+                        .derived_only = !want_keys};
 #ifdef KVBENCH_CUDA
     if (p->on_device) hook.on_layer = on_layer_device, hook.on_device = 1;
 #endif
+    const ModelConfig *c = &env->model->cfg;
     double t = util_now_ms();
-    if (env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
+    if ((want_sums &&
+         !(hook.attention_sums = kv_malloc(sizeof(double) * (size_t)N * c->n_heads * ctx->n, err))) ||
+        env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
         env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {
         kv_wrap(err, "prefill of %d tokens", ctx->n);
+        free(hook.attention_sums);
         prefill_free(p);
         return -1;
     }
+    free(hook.attention_sums);
     p->prefill_ms = util_now_ms() - t - oc.policy_ms;
     return 0;
 }

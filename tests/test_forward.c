@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "../engine/backend.h"
@@ -387,6 +388,91 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     model_free(m);
 }
 
+/* ------------------------------------------------------------------------------------- attention sums */
+
+typedef struct {
+    int L;
+    float *q, *keys; /* [N][H][L][d], [N][K][L][d]: every query (a window of the whole prefill) and key */
+    double *sums;    /* [N][H][L] as observed */
+    int layers_seen;
+} SumCapture;
+
+static int capture_sums(void *user, Observation *o, KvErr *err) {
+    SumCapture *sc = user;
+    const size_t l = (size_t)o->layer, L = (size_t)o->L, d = (size_t)o->d;
+    if (!o->attn_sums || o->L != sc->L) return kv_fail(err, "layer %d: no attention sums over %d tokens", o->layer, sc->L);
+    if (o->w == o->L) {
+        memcpy(sc->q + l * o->H * L * d, o->q_win, sizeof(float) * o->H * L * d);
+        for (int k = 0; k < o->K; k++) memcpy(sc->keys + (l * o->K + k) * L * d, o->keys[k], sizeof(float) * L * d);
+    }
+    memcpy(sc->sums + l * o->H * L, o->attn_sums, sizeof(double) * o->H * L);
+    sc->layers_seen++;
+    return 0;
+}
+
+/* ObserveHook.attention_sums against a double loop over every query and key of the prefill, the queries observed
+ * as one window of n: the sums of that one-chunk prefill and of a prefill observed with window 1 (chunks of 512
+ * and the rest, so the sums carry across chunks) agree with it to 1e-5 of the largest sum (float32 scores and
+ * softmax, a different summation order); the sums on 1 and 3 threads are the same bits. A cache that already holds
+ * entries is refused. */
+static void check_attention_sums(TestCounts *tc, Backend *be, const int *ids, int n) {
+    KvErr err = {{0}};
+    const ModelConfig *c = &be->model->cfg;
+    const int N = c->n_layers, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
+    const size_t per = (size_t)N * H * n;
+    /* sums[run]: run 0 observes every query (window n, one chunk), runs 1 and 2 window 1 on 1 and 3 threads */
+    double *sums = malloc(sizeof(double) * 3 * per), *ref = calloc(per, sizeof(double));
+    double *filled = malloc(sizeof(double) * per); /* the hook's buffer */
+    SumCapture whole = {n, malloc(sizeof(float) * per * d), malloc(sizeof(float) * (size_t)N * K * n * d), sums, 0};
+    int threads = omp_get_max_threads();
+    for (int run = 0; run < 3; run++) {
+        SumCapture chunked = {n, NULL, NULL, sums + per * (size_t)run, 0};
+        SumCapture *sc = run ? &chunked : &whole;
+        ObserveHook hook = {.window = run ? 1 : n, .on_layer = capture_sums, .user = sc, .attention_sums = filled};
+        KvCache *kc = NULL;
+        omp_set_num_threads(run == 2 ? 3 : 1);
+        int rc = be->cache_new(be, &kc, n, &err) || be->forward(be, &kc, 1, ids, n, NULL, &hook, NULL, &err);
+        CHECK(tc, !rc && sc->layers_seen == N, "prefill of %d with attention sums (run %d): %s", n, run, err.msg);
+        if (kc) be->cache_free(be, kc);
+    }
+    omp_set_num_threads(threads);
+    double top = 0, worst = 0;
+    float *logit = malloc(sizeof(float) * n);
+    for (int l = 0; l < N; l++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < n; i++) {
+                const float *q = whole.q + (((size_t)l * H + h) * n + i) * d;
+                double mx = -1e300, total = 0;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = whole.keys + (((size_t)l * K + h / G) * n + j) * d;
+                    double dot = 0;
+                    for (int t = 0; t < d; t++) dot += (double)q[t] * k[t];
+                    logit[j] = (float)(dot / sqrt(d));
+                    mx = logit[j] > mx ? logit[j] : mx;
+                }
+                for (int j = 0; j <= i; j++) total += exp(logit[j] - mx);
+                for (int j = 0; j <= i; j++) ref[((size_t)l * H + h) * n + j] += exp(logit[j] - mx) / total;
+            }
+    for (size_t t = 0; t < per; t++) top = fmax(top, ref[t]);
+    for (int run = 0; run < 2; run++)
+        for (size_t t = 0; t < per; t++) worst = fmax(worst, fabs(sums[per * (size_t)run + t] - ref[t]) / top);
+    CHECK(tc, worst <= 1e-5, "attention sums over %d tokens vs a double loop: max diff %.3g of the largest sum", n,
+          worst);
+    CHECK(tc, !memcmp(sums + per, sums + 2 * per, sizeof(double) * per),
+          "attention sums on 3 threads: one thread's bits");
+    KvCache *kc = prefill(tc, be, ids, 4, n, NULL);
+    ObserveHook hook = {.window = 1, .on_layer = capture_sums, .user = &whole, .attention_sums = filled};
+    CHECK(tc, kc && be->forward(be, &kc, 1, ids, n - 4, NULL, &hook, NULL, &err) == -1 &&
+                  strstr(err.msg, "empty cache"), "attention sums after a cached prefix: %s", err.msg);
+    if (kc) be->cache_free(be, kc);
+    free(logit);
+    free(whole.q);
+    free(whole.keys);
+    free(filled);
+    free(sums);
+    free(ref);
+}
+
 static void check_model(TestCounts *tc, const char *spec, const char *ref_name, int deep) {
     KvErr err = {{0}};
     Model *m = NULL;
@@ -428,6 +514,8 @@ static void check_model(TestCounts *tc, const char *spec, const char *ref_name, 
         check_gather(tc, be, ids, 50);
         check_views(tc, be, ids);
         check_hooks(tc, be, ids, 40);
+        check_attention_sums(tc, be, ids, 700);
+        check_attention_sums(tc, be, ids, 515);
         free(ids);
     }
     backend_close(be);

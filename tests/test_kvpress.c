@@ -3,7 +3,8 @@
  * from env KVPRESS_GOLDEN).
  *
  * Per model (SmolLM2-135M and Qwen2.5-0.5B, float32, a real LongBench context) the generator saved three
- * layers' keys after RoPE, the last `window` queries' attention and the value norms, as the press saw them, and
+ * layers' keys after RoPE, the last `window` queries' attention, every query's attention summed per key
+ * (ObservedAttention's input) and the value norms, as the press saw them, and
  * each press's kept positions at compression ratios 0.5 and 0.8. Here the kvbench policy of the same name observes
  * exactly those inputs (window = the manifest's, kernel 5) and must keep the same positions in every head:
  * exactly, except inside a head's boundary tie group — scores within 1e-6 of the head's largest finite |score| of
@@ -31,6 +32,7 @@ typedef struct {
     float *values;           /* [S][K][L][d] */
     float *attn;             /* [S][H][w][L] */
     float *value_norm;       /* [S][K][L] */
+    double *attn_sums;       /* [S][H][L] every query's attention summed per key, widened from the file's float32 */
 } Inputs;
 
 static void *load(const char *dir, const char *file, size_t bytes, KvErr *err) {
@@ -96,7 +98,8 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
         Observation obs = {.layer = l, .n_layers = in->N, .L = in->L, .w = in->w, .H = in->H, .K = in->K,
                            .d = in->d, .D = in->H * in->d, .keys = keys, .values = values,
                            .attn = attn + (size_t)from * in->H * in->w * in->L,
-                           .value_norm = in->value_norm + (size_t)from * in->K * in->L};
+                           .value_norm = in->value_norm + (size_t)from * in->K * in->L,
+                           .attn_sums = in->attn_sums + (size_t)from * in->H * in->L};
         rc = scores ? score_layer(&own, &cfg, &obs, &scores[l], &err) : policy_observe(st, &obs, &err);
     }
     Budget budget = {.keep_fraction = 1.0 - ratio};
@@ -157,6 +160,15 @@ static void check_model(TestCounts *tc, const char *dir) {
                                 : NULL;
         in.values = in.value_norm ? load(dir, "values.f32", sizeof(float) * (size_t)in.S * in.K * in.L * in.d, &err)
                                   : NULL;
+        const size_t n_sums = (size_t)in.S * in.H * in.L;
+        float *sums = in.values ? load(dir, "attn_sums.f32", sizeof(float) * n_sums, &err) : NULL;
+        in.attn_sums = sums ? kv_malloc(sizeof(double) * n_sums, &err) : NULL;
+        for (size_t t = 0; in.attn_sums && t < n_sums; t++) in.attn_sums[t] = sums[t];
+        free(sums);
+        if (!in.attn_sums) {
+            free(in.values);
+            in.values = NULL;
+        }
         CHECK(tc, in.values != NULL, "%s", err.msg);
         for (const cJSON *run = runs ? runs->child : NULL; in.values && run; run = run->next)
             check_run(tc, dir, &in, run);
@@ -165,6 +177,7 @@ static void check_model(TestCounts *tc, const char *dir) {
     free(in.values);
     free(in.attn);
     free(in.value_norm);
+    free(in.attn_sums);
     cJSON_Delete(m);
 }
 

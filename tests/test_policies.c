@@ -797,7 +797,8 @@ static void test_descriptors(TestCounts *tc) {
         CHECK(tc, !r->aggregations == (r->default_aggregation == AGG_DEFAULT) &&
                       (!r->aggregations || (r->aggregations & AGG_BIT(r->default_aggregation))),
               "%s: the default aggregation is not one it takes", r->name);
-        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS | NEEDS_VALUES)),
+        CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS | NEEDS_VALUES |
+                                             NEEDS_ATTENTION_SUMS)),
               "%s: needs an observation but scores nothing", r->name);
         CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
               r->chunk_length);
@@ -886,6 +887,35 @@ static void test_lagkv_short(TestCounts *tc) {
     keepset_free(&ks);
 }
 
+/* observed-attention (H2O as kvpress): two query heads of one kv-head; every query's attention summed per key,
+ * head 0 {6, 1, ..., 1, 0.5}, head 1 {4, 1, ..., 1, 0.1}. Position j scores the mean over the heads of sum / (12 - j):
+ * 10/12/2 = 0.417 at 0, 1/(12 - j) at 1..10 (0.5 at 10, 0.333 at 9), 0.6/2 = 0.3 at 11; 25% keeps 3: 0, 9, 10 (the
+ * plain sums would keep 0, then the lowest of the tied 2s, 1 and 2). Without the sums it fails, and a backend that
+ * does not observe them is named as missing them. */
+static void test_observed_attention(TestCounts *tc) {
+    double sums[2 * L];
+    for (int j = 0; j < L; j++) sums[j] = sums[L + j] = 1.0;
+    sums[0] = 6, sums[L] = 4, sums[L - 1] = 0.5, sums[2 * L - 1] = 0.1;
+    Observation obs = {.layer = 0, .n_layers = 1, .L = L, .w = W, .H = 2, .K = 1, .d = 1, .D = 2, .attn_sums = sums};
+    KeepSet ks;
+    if (!run_policy(tc, "observed-attention", NULL, 1, &obs, 1, "25%", &ks)) EXPECT_SEGMENT(tc, &ks, 0, 0, 9, 10);
+    keepset_free(&ks);
+    PolicyConfig cfg;
+    PolicyState *st = NULL;
+    KvErr err;
+    obs.attn_sums = NULL;
+    int rc = policy_config(&cfg, "observed-attention", NULL, &err) || policy_begin(&st, &cfg, 1, 1, L, &err);
+    CHECK(tc, !rc && policy_observe(st, &obs, &err) != 0 && strstr(err.msg, "without attention sums"),
+          "observed without the sums: %s", err.msg);
+    policy_end(st);
+    const char *missing = rc ? NULL : policy_missing_observation(&cfg, 0);
+    CHECK(tc, missing && strstr(missing, "attention sums") && !policy_missing_observation(&cfg, OBSERVES_ATTENTION_SUMS) &&
+                  policy_needs_attention_sums(&cfg) && !policy_needs_attention(&cfg),
+          "observed-attention reads the attention sums and nothing else a backend may lack");
+    CHECK(tc, !policy_config(&cfg, "knorm", NULL, &err) && !policy_missing_observation(&cfg, 0),
+          "knorm runs on any backend");
+}
+
 /* Random with seed 0 draws torch.manual_seed(0); torch.rand(12): 0.4963, 0.7682, 0.0885, 0.1320, 0.3074, 0.6341,
  * 0.4901, 0.8964, 0.4556, 0.6323, 0.3489, 0.4017 (torch 2.15); 25% keeps the three largest, positions 1, 5, 7, and
  * a second layer draws the same. */
@@ -936,6 +966,7 @@ int main(void) {
     test_kvpress_allocations(&tc);
     test_knorm(&tc);
     test_lagkv_short(&tc);
+    test_observed_attention(&tc);
     test_random(&tc);
     return test_finish(&tc);
 }

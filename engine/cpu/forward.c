@@ -392,6 +392,9 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
         if (observe->window > T)
             return kv_fail(err, "cpu forward: observation window %d is larger than the %d tokens of this forward",
                            observe->window, T);
+        if (observe->attention_sums && kc->len[0])
+            return kv_fail(err, "cpu forward: attention sums need a prefill on an empty cache (this one holds %d "
+                                "entries)", kc->len[0]);
         for (int i = 1; i < c->n_layers * c->n_kv_heads; i++)
             if (kc->len[i] != kc->len[0])
                 return kv_fail(err, "cpu forward: an observation needs a uniform cache (layer %d kv-head %d holds %d, "
@@ -403,8 +406,8 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
 /* ------------------------------------------------------------------------------------------------ forward */
 
 /* Attention of one layer for rows [b*tc + t]: appends this chunk's keys and values to every cache head, then
- * each query head attends over its kv-head's entries, causal over the chunk. `observed`: layer_observe reads
- * this layer's rows next, as one f32 block per head. */
+ * each query head attends over its kv-head's entries, causal over the chunk. `observed`: layer_observe (or the
+ * attention sums) reads this layer's rows next, as one f32 block per head. */
 static void layer_attention(CpuScratch *s, const CpuKernels *k, const ModelConfig *c, KvCache *const *caches, int B,
                             int tc, int layer, int pos0, int observed) {
     int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
@@ -477,9 +480,11 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
         keys[kh] = key_rows(s, kc, 0, kh, K, layer * K + kh);
         values[kh] = value_rows(s, kc, 0, kh, K, layer * K + kh);
     }
-    Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = kc->len[layer * K], .w = w, .H = H, .K = K,
+    int L = kc->len[layer * K];
+    Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = L, .w = w, .H = H, .K = K,
                        .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
-                       .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32};
+                       .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32,
+                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL};
     if (!obs.w_o) {
         cpu_rebuild_rows(&impl->k, s->wo, &impl->weights.matrices[layer * W_PER_LAYER + W_O].codes, 0, c->d_model,
                          (int)hd);
@@ -487,6 +492,17 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
     }
     if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
     return 0;
+}
+
+/* The chunk's rows added to the layer's attention sums of a prefill of T tokens (ObserveHook.attention_sums). */
+static void layer_attention_sums(CpuImpl *impl, const ModelConfig *c, const KvCache *kc, int tc, int layer, int t0,
+                                 int T, double *sums) {
+    CpuScratch *s = &impl->s;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim;
+    const float *keys[K];
+    for (int kh = 0; kh < K; kh++) keys[kh] = key_rows(s, kc, 0, kh, K, layer * K + kh);
+    cpu_attention_sums(&impl->k, sums + (size_t)layer * H * T, T, s->q, H * d, keys, H, K, tc, t0, d,
+                       1.0f / sqrtf((float)d), CPU_TILE, s->scores, s->score_floats / (size_t)omp_get_max_threads());
 }
 
 /* One chunk: tokens [t0, t0 + tc) of every sequence through all layers. */
@@ -521,8 +537,9 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
             cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
         }
-        int observed = observe && t0 + tc == T;
-        layer_attention(s, &impl->k, c, caches, B, tc, l, t0, observed);
+        int observed = observe && t0 + tc == T, summed = observe && observe->attention_sums;
+        layer_attention(s, &impl->k, c, caches, B, tc, l, t0, observed || summed);
+        if (summed) layer_attention_sums(impl, c, caches[0], tc, l, t0, T, observe->attention_sums);
         if (observed && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
         products(impl, &(CpuProductJob){s->x, &mw[W_O], NULL}, 1, s->att, M, 1);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)

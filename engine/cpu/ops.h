@@ -151,5 +151,14 @@ void cpu_attend_heads_rows(const CpuKernels *k, float *out, float *probs, const 
  * out + t*ldo. Single-threaded: the caller runs one block per thread. */
 void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, int ldq, const float *kk,
                       const float *v, int T, int n_past, int d, float scale, float *scores);
+/* The column sums of the attention of T query rows of H heads (head h's row t at q + t*ldq + h*d, seeing its
+ * kv-head's keys[h / (H/K)] j <= n_past + t): the probabilities of cpu_attend_block on tiles of `tile` rows from the
+ * first row (the forward's blocked attention: the same bits), added to sums[h*ld_sums + j] in double. Columns
+ * [n_past, n_past + T), the keys of these rows, start at 0. Parallel over heads, each head's rows added in order,
+ * so the sums do not depend on the thread count; scores: each thread's tile * (n_past + T) floats, score_stride
+ * apart. */
+void cpu_attention_sums(const CpuKernels *k, double *sums, int ld_sums, const float *q, int ldq,
+                        const float *const *keys, int H, int K, int T, int n_past, int d, float scale, int tile,
+                        float *scores, size_t score_stride);
 
 #endif

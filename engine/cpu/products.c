@@ -242,8 +242,9 @@ void cpu_attend_heads(const CpuKernels *k, float *out, float *probs, const float
         cpu_attend_row(out + (size_t)g * d, probs + (size_t)g * n, q + (size_t)g * d, kk, v, n, d, scale);
 }
 
-void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, int ldq, const float *kk,
-                      const float *v, int T, int n_past, int d, float scale, float *scores) {
+/* scores[T][n_past + T]: the causal softmax of T query rows over their keys, zero past each row's last key. */
+static void attend_probs(const CpuKernels *k, const float *q, int ldq, const float *kk, int T, int n_past, int d,
+                         float scale, float *scores) {
     int n = n_past + T;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n, d, scale, q, ldq, kk, d, 0.0f, scores, n);
     for (int t = 0; t < T; t++) {
@@ -252,7 +253,31 @@ void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, 
         k->softmax(row, seen);
         memset(row + seen, 0, (size_t)(n - seen) * sizeof(float));
     }
+}
+
+void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, int ldq, const float *kk,
+                      const float *v, int T, int n_past, int d, float scale, float *scores) {
+    int n = n_past + T;
+    attend_probs(k, q, ldq, kk, T, n_past, d, scale, scores);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, n, 1.0f, scores, n, v, d, 0.0f, out, ldo);
+}
+
+void cpu_attention_sums(const CpuKernels *k, double *sums, int ld_sums, const float *q, int ldq,
+                        const float *const *keys, int H, int K, int T, int n_past, int d, float scale, int tile,
+                        float *scores, size_t score_stride) {
+    const int G = H / K;
+#pragma omp parallel for schedule(dynamic)
+    for (int h = 0; h < H; h++) {
+        double *sum = sums + (size_t)h * ld_sums;
+        float *p = scores + score_stride * (size_t)omp_get_thread_num();
+        for (int j = n_past; j < n_past + T; j++) sum[j] = 0.0;
+        for (int t0 = 0; t0 < T; t0 += tile) {
+            int rows = T - t0 < tile ? T - t0 : tile, n = n_past + t0 + rows;
+            attend_probs(k, q + (size_t)t0 * ldq + (size_t)h * d, ldq, keys[h / G], rows, n_past + t0, d, scale, p);
+            for (int t = 0; t < rows; t++)
+                for (int j = 0; j <= n_past + t0 + t; j++) sum[j] += p[(size_t)t * n + j];
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------------ a matrix and its products */

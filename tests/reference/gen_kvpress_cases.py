@@ -6,8 +6,8 @@ For each model (the project's GGUF files, dequantised to float32 by transformers
 the first CONTEXT_TOKENS tokens of a real LongBench context (tests/data/longbench/multi_news.jsonl, sample 0)
 go through one prefill per (press, compression ratio) with the real kvpress press hooked into the model
 (`with press(model):`), as kvpress's pipeline does. The press's own score() is wrapped to record what it was
-given (the layer's keys after RoPE, the last WINDOW queries' attention, and the value norms CriticalKV weights
-by) and what it returned; the kept positions are then the press's own selection, scores.topk(n_kept), sorted per
+given (the layer's keys after RoPE, the last WINDOW queries' attention, every query's attention summed per key as
+ObservedAttention reads it, and the value norms CriticalKV weights by) and what it returned; the kept positions are then the press's own selection, scores.topk(n_kept), sorted per
 head, with ScorerPress.compress's n_kept = compute_n_kept(L, ratio), or PyramidKVPress's per-layer
 get_layer_budget(layer, L), which depends on the layer index and the number of layers.
 The SnapKV-based presses (PyramidKV, CriticalKV and ChunkKV over SnapKV) run with window_size WINDOW and
@@ -24,6 +24,8 @@ Outputs per model, in tests/data/kvpress/<model>/:
   keys.f32               [layers][K][L][d] keys after RoPE, as the press saw them
   attn_window.f32        [layers][H][WINDOW][L] the last WINDOW queries' attention rows (eager attention's
                          weights, as SnapKV and TOVA read them: TOVA reads the last row)
+  attn_sums.f32          [layers][H][L] eager attention's weights summed over all L queries (attentions.sum(2),
+                         ObservedAttentionPress's sums before it divides by L - j)
   values.f32             [layers][K][L][d] values (LagKV's input besides the keys)
   value_norm.f32         [layers][K][L] CriticalKVPress.vwl1norm: per kv-head the mean over its query heads of
                          ||v W_o^h||_1
@@ -36,7 +38,8 @@ Outputs per model, in tests/data/kvpress/<model>/:
 RandomPress runs with seed 0; its scores are torch.rand's, which kvbench's random policy draws bit for bit
 (scores_bitwise in the manifest), so only an exactly equal pair of draws would be a tie.
 Usage: python3 tests/reference/gen_kvpress_cases.py   (from the project root; needs torch, transformers 4.57.0,
-       gguf, kvpress==0.5.5; about 3 minutes for both models on 2 shared cores, 2026-12-06)
+       gguf, kvpress==0.5.5; about 3 minutes for both models on 2 shared cores, 2026-12-06; with observed-attention
+       12 minutes wall, 4.3 CPU-minutes, on 2 cores shared with a study and another build, 2026-12-06)
 """
 import json
 import os
@@ -48,8 +51,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import kvpress
-from kvpress import (ChunkKVPress, CriticalKVPress, KeyDiffPress, KnormPress, LagKVPress, PyramidKVPress,
-                     RandomPress, SnapKVPress, TOVAPress)
+from kvpress import (ChunkKVPress, CriticalKVPress, KeyDiffPress, KnormPress, LagKVPress, ObservedAttentionPress,
+                     PyramidKVPress, RandomPress, SnapKVPress, TOVAPress)
 from kvpress.utils import compute_n_kept
 
 MODELS = [
@@ -85,6 +88,7 @@ PRESSES = {
               False),
     "chunkkv": (lambda r: ChunkKVPress(SnapKVPress(compression_ratio=r, **SNAP), chunk_length=CHUNK),
                 {"press": dict(SNAP, cls="SnapKVPress"), "chunk_length": CHUNK}, False),
+    "observed-attention": (lambda r: ObservedAttentionPress(compression_ratio=r), {}, False),
 }
 FLOAT_MAX = float(np.finfo(np.float32).max)
 OUT = "tests/data/kvpress"
@@ -186,9 +190,10 @@ def run_press(model, ids, name, ratio, layers):
             n_kept = (press.get_layer_budget(module, keys.shape[2]) if isinstance(press, PyramidKVPress)
                       else compute_n_kept(keys.shape[2], ratio))
             attn = computed[module.layer_idx] if chunked else attentions[0, :, -WINDOW:, :].detach().clone()
+            attn_sums = None if chunked else attentions[0].sum(1).detach().clone()  # attentions.sum(2), as kvpress
             seen[module.layer_idx] = (keys.detach().clone(), attn,
                                       CriticalKVPress.vwl1norm(values, module)[0].detach().clone(),
-                                      s.detach().clone(), n_kept, values.detach().clone())
+                                      s.detach().clone(), n_kept, values.detach().clone(), attn_sums)
         return s
 
     scorer.score = recording_score
@@ -203,7 +208,7 @@ def run_press(model, ids, name, ratio, layers):
         model.set_attn_implementation("eager")
     out = {}
     for layer in layers:
-        keys, attn_window, value_norm, scores, n_kept, values = seen[layer]
+        keys, attn_window, value_norm, scores, n_kept, values, attn_sums = seen[layer]
         s = scores[0].double().numpy()
         if chunked:
             chunk_scores, kept_chunks = chunk_selection(scores, ratio)
@@ -223,7 +228,8 @@ def run_press(model, ids, name, ratio, layers):
         assert all((lab[k][kept[k].numpy()] >= 1).all() for k in range(lab.shape[0]))  # top-k kept no 0-label
         rank_gap = lag_rank_gap(press, keys, values) if isinstance(press, LagKVPress) else None
         out[layer] = (keys[0].float().numpy(), attn_window.float().numpy(), kept.numpy().astype(np.int32), gap, lab,
-                      tied, value_norm.float().numpy(), n_kept, values[0].float().numpy(), rank_gap)
+                      tied, value_norm.float().numpy(), n_kept, values[0].float().numpy(), rank_gap,
+                      None if attn_sums is None else attn_sums.float().numpy())
     return out
 
 
@@ -255,7 +261,7 @@ def main():
                 if inputs is None:
                     inputs = got
                 for layer in layers:  # every eager press saw the same inputs
-                    for i in (0, 1, 6, 8):
+                    for i in (0, 1, 6, 8, 10):
                         assert own_inputs or np.array_equal(got[layer][i], inputs[layer][i])
                 if own_inputs:  # the same at every ratio: the cache is pressed after each layer's attention
                     np.concatenate([got[l][1].ravel() for l in layers]).astype("<f4").tofile(
@@ -279,6 +285,8 @@ def main():
         np.concatenate([inputs[l][6].ravel() for l in layers]).astype("<f4").tofile(
             os.path.join(out_dir, "value_norm.f32"))
         np.concatenate([inputs[l][8].ravel() for l in layers]).astype("<f4").tofile(os.path.join(out_dir, "values.f32"))
+        np.concatenate([inputs[l][10].ravel() for l in layers]).astype("<f4").tofile(
+            os.path.join(out_dir, "attn_sums.f32"))
         manifest = {
             "format_version": 2,
             "reference": f"kvpress {kvpress.__version__ if hasattr(kvpress, '__version__') else '0.5.5'} (PyPI), "
