@@ -797,7 +797,7 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         ps.trace = trace;
         claim_entries(&ps);
         StepBarrier barrier = {0, 0, 0};
-        int failed = 0; /* nothing in a step fails (only an observation can): kept for the contract */
+        int failed = 0; /* only an observation fails, and a step has none: every thread returns 0 */
 #pragma omp parallel reduction(| : failed)
         {
             int p = omp_get_thread_num();
