@@ -1,13 +1,14 @@
 /* forward.c — the CPU backend: a Llama / Mistral / Qwen2 decoder forward in f32 over head-variable KV caches,
  * on the kernel table (kernels.h) filled once at open from the BackendOptions it is given.
  *
- * Two paths, by what a forward is: a prefill or question feed (T > 1, or an observation) runs in chunks of
- * CPU_CHUNK tokens (forward_chunk): all B*T rows of a chunk go through every weight matrix in one GEMM
- * (OpenBLAS), attention per (sequence, query head) in tiles of CPU_TILE x n scores, never n x n. Every
- * single-token step (forward_decode: any B, with or without a trace hook) runs as ONE parallel region, its
- * products from the matrices' codes (the table's exact or fast kernels) for up to CPU_FEW_ROWS rows, else
- * (exact path) the chunk path's BLAS slices, so its logits equal forward_chunk's bit for bit and the path the
- * backend reports (backend_options_used) is the one that ran.
+ * One layer (layer_forward) for every forward: a pass of rows through it is B sequences with tc new tokens
+ * each (Pass), a prefill or question feed in chunks of CPU_CHUNK tokens, a single-token step (any B, with or
+ * without a trace hook) as one pass of tc = 1. What differs is only who runs the stages (Team): a chunk opens
+ * one parallel region per stage, all B*tc rows through every weight matrix in one GEMM (OpenBLAS), attention
+ * per (sequence, query head) in tiles of CPU_TILE x n scores, never n x n; a step runs in ONE parallel region,
+ * its threads meeting at barriers. A step takes its products from the matrices' codes (the table's exact or
+ * fast kernels) for up to CPU_FEW_ROWS rows, else (exact path) the chunk's BLAS slices, so its logits equal a
+ * chunk's bit for bit and the path the backend reports (backend_options_used) is the one that ran.
  * Products: each matrix is a descriptor (ops.h CpuMatrix: its form and its products, made at open); the
  * forward takes a matrix's product for M rows from it by the path chosen at open (CpuPath: the exact code
  * kernels up to CPU_FEW_ROWS rows, or the fast products, else BLAS), never asking what the matrix is held as.
@@ -28,8 +29,8 @@
  * cache, rounded to nearest even when stored): each layer's attention widens the rows of that layer back to
  * f32 into one scratch (s->kv_view, one layer of the batch's caches, never the whole cache) and runs the
  * same kernels on it, which the policies' observation reads too.
- * Shape legend: B sequences, T new tokens, M rows (B * chunk), N layers, D hidden, H heads, K kv-heads,
- * G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
+ * Shape legend: B sequences, T new tokens, tc of them in a pass, M rows (B * tc), N layers, D hidden, H heads,
+ * K kv-heads, G = H/K, d head dim, F feed-forward, V vocab, n keys of a cache head. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -208,18 +209,6 @@ static void products_part(const CpuImpl *impl, const CpuPath *path, const CpuPro
         CpuProductFn *f = product_for(jobs[j0].w, path, M);
         for (j1 = j0 + 1; j1 < n_jobs && product_for(jobs[j1].w, path, M) == f; j1++) {}
         f(&impl->k, jobs + j0, j1 - j0, x, M, accumulate, tile, part, parts);
-    }
-}
-
-/* The whole products of jobs[n_jobs] for a prefill chunk, in one parallel region: omp_get_max_threads() parts,
- * cpu_matmul's split, so the bits of the same products made part by part in a decode step. */
-static void products(const CpuImpl *impl, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
-                     int accumulate) {
-    int parts = omp_get_max_threads();
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < parts; p++) {
-        CpuTile tile = thread_tile(&impl->s, omp_get_thread_num());
-        products_part(impl, &impl->chunk_path, jobs, n_jobs, x, M, accumulate, &tile, p, parts);
     }
 }
 
@@ -403,169 +392,54 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------ forward */
+/* ------------------------------------------------------------------------------------------------ passes */
 
-/* Attention of one layer for rows [b*tc + t]: appends this chunk's keys and values to every cache head, then
- * each query head attends over its kv-head's entries, causal over the chunk. `observed`: layer_observe (or the
- * attention sums) reads this layer's rows next, as one f32 block per head. */
-static void layer_attention(CpuScratch *s, const CpuKernels *k, const ModelConfig *c, KvCache *const *caches, int B,
-                            int tc, int layer, int pos0, int observed) {
-    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K;
-    size_t hd = (size_t)H * d, kd = (size_t)K * d;
-    float scale = 1.0f / sqrtf((float)d);
-    int any_view = 0, direct = cpu_attend_direct(k, d);
-    for (int b = 0; b < B; b++) {
-        KvCache *kc = caches[b];
-        any_view |= needs_view(kc);
-        for (int kh = 0; kh < K; kh++) {
-            int i = layer * K + kh, at = kc->len[i];
-            size_t row = (size_t)b * tc;
-            cache_store(k, kc, i, at, s->k + row * kd + (size_t)kh * d, s->v + row * kd + (size_t)kh * d, kd, tc, d);
-            for (int t = 0; t < tc; t++) kc->pos[i][at + t] = kc->n_pos + pos0 + t;
-            kc->len[i] += tc;
-        }
-    }
-    /* the BLAS blocks, the portable kernels and the observation read one f32 block per head */
-    if (any_view && (tc >= CPU_BLOCK_MIN_ROWS || !direct || observed)) {
-#pragma omp parallel
-        fill_views_part(s, k, caches, B, K, d, layer, omp_get_thread_num(), omp_get_num_threads());
-    }
-    if (tc >= CPU_BLOCK_MIN_ROWS) {
-        /* one task per (sequence, head, tile of CPU_TILE query rows); a tile needs only the keys up to its
-         * last row, so the causal upper triangle is skipped tile by tile */
-        int tiles = (tc + CPU_TILE - 1) / CPU_TILE;
-        size_t stride = s->score_floats / (size_t)omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic) collapse(3)
-        for (int b = 0; b < B; b++)
-            for (int h = 0; h < H; h++)
-                for (int tile = 0; tile < tiles; tile++) {
-                    int i = layer * K + h / G, t_lo = tile * CPU_TILE;
-                    int rows = tc - t_lo < CPU_TILE ? tc - t_lo : CPU_TILE;
-                    size_t row0 = (size_t)b * tc + t_lo;
-                    const KvCache *kc = caches[b];
-                    cpu_attend_block(k, s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
-                                     (int)hd, key_rows(s, kc, b, h / G, K, i), value_rows(s, kc, b, h / G, K, i), rows,
-                                     kc->len[i] - tc + t_lo, d, scale, s->scores + stride * (size_t)omp_get_thread_num());
-                }
-        return;
-    }
-    /* Few rows (short feeds): one task per (sequence, key head, row), its G query heads together */
-    size_t stride = s->prob_floats / (size_t)omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic) collapse(3)
-    for (int b = 0; b < B; b++)
-        for (int kh = 0; kh < K; kh++)
-            for (int t = 0; t < tc; t++) {
-                KvCache *kc = caches[b];
-                int i = layer * K + kh, n = kc->len[i] - tc + t + 1;
-                size_t at = ((size_t)b * tc + t) * hd + (size_t)kh * G * d;
-                float *probs = s->probs + stride * (size_t)omp_get_thread_num();
-                attend_heads(s, k, kc, b, kh, K, i, n, s->q + at, s->att + at, probs, d, scale, G, direct);
-            }
+/* The rows of one pass through the layers: B sequences with tc new tokens each, row b*tc + t the token
+ * tokens[b*T + t0 + t] of sequence b at position caches[b]->n_pos + t0 + t, attending causally over caches[b]
+ * (its entries up to its own). A prefill chunk is a pass of up to CPU_CHUNK tokens of each sequence, a decode
+ * step a pass of one token of each (tc = 1); the layer code is the same. How attention runs follows from tc:
+ * from CPU_BLOCK_MIN_ROWS rows per sequence on in blocks of two GEMMs, else query row by query row. */
+typedef struct {
+    CpuImpl *impl;
+    const Model *m;
+    KvCache *const *caches;
+    const int *tokens;
+    int B, T, t0, tc;
+    const CpuPath *path;        /* the products': the chunk path, or the step path (decode = fast) */
+    const ObserveHook *observe; /* each layer's observation, when this pass ends the forward */
+    const TraceHook *trace;     /* every query row's attention, in order */
+    float scale;                /* 1 / sqrt(d) */
+    int any_view;               /* some cache needs a view (needs_view) */
+    int direct;                 /* attention reads rows in place (cpu_attend_direct) */
+    size_t prob_stride, score_stride; /* each thread's share of s->probs and s->scores */
+} Pass;
+
+static Pass pass_make(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens, int T, int t0,
+                      int tc, const CpuPath *path) {
+    int d = m->cfg.head_dim, threads = omp_get_max_threads();
+    Pass ps = {.impl = impl, .m = m, .caches = caches, .tokens = tokens, .B = B, .T = T, .t0 = t0, .tc = tc,
+               .path = path, .scale = 1.0f / sqrtf((float)d), .direct = cpu_attend_direct(&impl->k, d),
+               .prob_stride = impl->s.prob_floats / (size_t)threads,
+               .score_stride = impl->s.score_floats / (size_t)threads};
+    for (int b = 0; b < B; b++) ps.any_view |= needs_view(caches[b]);
+    return ps;
 }
 
-/* Hands the layer's observation to the hook: the last w queries of the chunk, the full cache heads and W_O
- * (rebuilt from its codes into s->wo when the backend holds no f32 copy of it). */
-static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int tc, int layer,
-                         const ObserveHook *observe, KvErr *err) {
-    CpuScratch *s = &impl->s;
-    const ModelConfig *c = &m->cfg;
-    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, w = observe->window;
-    size_t hd = (size_t)H * d;
-    for (int h = 0; h < H; h++)
-        for (int i = 0; i < w; i++)
-            memcpy(s->q_win + ((size_t)h * w + i) * d, s->q + (size_t)(tc - w + i) * hd + (size_t)h * d,
-                   (size_t)d * sizeof(float));
-    const float *keys[K], *values[K];
-    for (int kh = 0; kh < K; kh++) { /* an f16 cache: its rows widened to f32, what attention read */
-        keys[kh] = key_rows(s, kc, 0, kh, K, layer * K + kh);
-        values[kh] = value_rows(s, kc, 0, kh, K, layer * K + kh);
+/* Claims the pass's entries in every head of each sequence's cache, every layer's at once (their positions are
+ * known before any layer runs): a row then stores its key and value at its own entry whichever thread runs it,
+ * and a layer reads only its own heads. */
+static void claim_entries(const Pass *ps) {
+    const ModelConfig *c = &ps->m->cfg;
+    for (int b = 0; b < ps->B; b++) {
+        KvCache *kc = ps->caches[b];
+        for (int i = 0; i < c->n_layers * c->n_kv_heads; i++) {
+            for (int t = 0; t < ps->tc; t++) kc->pos[i][kc->len[i] + t] = kc->n_pos + ps->t0 + t;
+            kc->len[i] += ps->tc;
+        }
     }
-    int L = kc->len[layer * K];
-    Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = L, .w = w, .H = H, .K = K,
-                       .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
-                       .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32,
-                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL};
-    if (!obs.w_o) {
-        cpu_rebuild_rows(&impl->k, s->wo, &impl->weights.matrices[layer * W_PER_LAYER + W_O].codes, 0, c->d_model,
-                         (int)hd);
-        obs.w_o = s->wo;
-    }
-    if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
-    return 0;
 }
 
-/* The chunk's rows added to the layer's attention sums of a prefill of T tokens (ObserveHook.attention_sums). */
-static void layer_attention_sums(CpuImpl *impl, const ModelConfig *c, const KvCache *kc, int tc, int layer, int t0,
-                                 int T, double *sums) {
-    CpuScratch *s = &impl->s;
-    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim;
-    const float *keys[K];
-    for (int kh = 0; kh < K; kh++) keys[kh] = key_rows(s, kc, 0, kh, K, layer * K + kh);
-    cpu_attention_sums(&impl->k, sums + (size_t)layer * H * T, T, s->q, H * d, keys, H, K, tc, t0, d,
-                       1.0f / sqrtf((float)d), CPU_TILE, s->scores, s->score_floats / (size_t)omp_get_max_threads());
-}
-
-/* One chunk: tokens [t0, t0 + tc) of every sequence through all layers. */
-static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens, int T,
-                         int t0, int tc, const ObserveHook *observe, KvErr *err) {
-    CpuScratch *s = &impl->s;
-    const ModelConfig *c = &m->cfg;
-    int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2;
-    int M = B * tc;
-    size_t hd = (size_t)H * d, kd = (size_t)K * d;
-#pragma omp parallel for schedule(static) collapse(2) if (M >= CPU_PARALLEL_ROWS)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < tc; t++) {
-            size_t row = (size_t)b * tc + t;
-            embed_row(impl, c, s->x + row * D, tokens[b * T + t0 + t]);
-            /* angles in double: positions reach 10^5 and an f32 product would lose the low bits */
-            double p = (double)caches[b]->n_pos + t0 + t;
-            for (int i = 0; i < half; i++) {
-                s->cos_t[row * half + i] = (float)cos(p * m->rope_inv_freq[i]);
-                s->sin_t[row * half + i] = (float)sin(p * m->rope_inv_freq[i]);
-            }
-        }
-    for (int l = 0; l < c->n_layers; l++) {
-        const LayerWeights *w = &impl->weights.layers[l];
-#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
-        for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
-        const CpuMatrix *mw = impl->weights.matrices + l * W_PER_LAYER;
-        const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
-        products(impl, qkv, 3, s->xn, M, 0);
-#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
-        for (int r = 0; r < M; r++) {
-            cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
-            cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
-        }
-        int observed = observe && t0 + tc == T, summed = observe && observe->attention_sums;
-        layer_attention(s, &impl->k, c, caches, B, tc, l, t0, observed || summed);
-        if (summed) layer_attention_sums(impl, c, caches[0], tc, l, t0, T, observe->attention_sums);
-        if (observed && layer_observe(impl, m, caches[0], tc, l, observe, err)) return -1;
-        products(impl, &(CpuProductJob){s->x, &mw[W_O], NULL}, 1, s->att, M, 1);
-#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
-        for (int r = 0; r < M; r++) cpu_rmsnorm(s->xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-        CpuFfnFn *ffn = ffn_for(&mw[W_GATE], &mw[W_UP], &impl->chunk_path, M);
-        if (ffn) {
-#pragma omp parallel
-            {
-                CpuTile tile = thread_tile(s, omp_get_thread_num());
-                ffn(&impl->k, s->gate, s->up, &mw[W_GATE], &mw[W_UP], s->xn, M, &tile, omp_get_thread_num(),
-                    omp_get_num_threads());
-            }
-        } else {
-            const CpuProductJob gate_up[2] = {{s->gate, &mw[W_GATE], NULL}, {s->up, &mw[W_UP], NULL}};
-            products(impl, gate_up, 2, s->xn, M, 0);
-#pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
-            for (int r = 0; r < M; r++) cpu_swiglu(s->gate + (size_t)r * F, s->up + (size_t)r * F, (size_t)F);
-        }
-        products(impl, &(CpuProductJob){s->x, &mw[W_DOWN], NULL}, 1, s->gate, M, 1);
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ decode step */
-
-/* A barrier for the threads of the decode step's one parallel region. A waiter spins briefly (the other
+/* A barrier for the threads of a decode step's one parallel region. A waiter spins briefly (the other
  * thread is usually microseconds away), then sleeps on a futex until the last one arrives: on a loaded
  * machine a thread spinning for a descheduled partner takes the core that partner, or another process,
  * needs (libgomp's default spins ~300000 pauses per wait: the 0.1 tokens/s of issue 15), and a yielding
@@ -606,6 +480,293 @@ static void step_barrier(StepBarrier *b, int parties) {
     atomic_fetch_sub(&b->sleepers, 1);
 }
 
+/* Who runs a pass's stages: the threads of a prefill chunk and of a decode step work differently, the layer
+ * is the same. A chunk (barrier NULL) runs its layers on the calling thread and opens one parallel region per
+ * stage (a row loop only from CPU_PARALLEL_ROWS rows), so an observation hook between stages runs outside any
+ * region and may open its own. A decode step runs its layers on every thread of ONE parallel region (a fork
+ * and join per stage, ~10 per layer, would cost more than the step's work): each thread takes its part of a
+ * stage, then waits at the barrier, and norms every row itself into its own xn, which only its own products
+ * read (no barrier). The products of a stage are the same kernels and slices either way, so the bits are. */
+typedef struct {
+    StepBarrier *barrier; /* NULL: a chunk */
+    int part, parts;      /* a step: this thread, of the region's threads */
+    float *xn;            /* the normed rows the products read: s->xn, or this thread's share of xn_parts */
+    CpuTile tile;         /* a step: this thread's scratch for the products */
+} Team;
+
+typedef void RowFn(const Pass *ps, int layer, int row);
+typedef void PartFn(const Pass *ps, const void *arg, const CpuTile *tile, int part, int parts);
+
+/* fn for rows [0, n), each on its own: a chunk's in static shares, a step thread's every parts-th. */
+static void team_rows(const Team *tm, const Pass *ps, int layer, int n, RowFn *fn) {
+    if (!tm->barrier) {
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_ROWS)
+        for (int r = 0; r < n; r++) fn(ps, layer, r);
+        return;
+    }
+    for (int r = tm->part; r < n; r += tm->parts) fn(ps, layer, r);
+    step_barrier(tm->barrier, tm->parts);
+}
+
+/* fn for tasks [0, n) of unequal cost (attention): a chunk's handed out as threads free up, a step thread's
+ * every parts-th; `ordered`: all of them in order on one thread (a trace hook takes them so). */
+static void team_tasks(const Team *tm, const Pass *ps, int layer, int n, RowFn *fn, int ordered) {
+    if (!tm->barrier) {
+#pragma omp parallel for schedule(dynamic) if (!ordered)
+        for (int task = 0; task < n; task++) fn(ps, layer, task);
+        return;
+    }
+    for (int task = ordered ? (tm->part ? n : 0) : tm->part; task < n; task += ordered ? 1 : tm->parts)
+        fn(ps, layer, task);
+    step_barrier(tm->barrier, tm->parts);
+}
+
+/* fn's parts (a product's output features): a chunk's omp_get_max_threads() parts in one region, each on its
+ * thread's tile (cpu_matmul's split), a step thread's own part. */
+static void team_parts(const Team *tm, const Pass *ps, PartFn *fn, const void *arg) {
+    if (!tm->barrier) {
+        int parts = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+        for (int p = 0; p < parts; p++) {
+            CpuTile tile = thread_tile(&ps->impl->s, omp_get_thread_num());
+            fn(ps, arg, &tile, p, parts);
+        }
+        return;
+    }
+    fn(ps, arg, &tm->tile, tm->part, tm->parts);
+    step_barrier(tm->barrier, tm->parts);
+}
+
+/* Normed row r of the n rows the products read next: x's row r*stride + offset, normed by weight. */
+static void norm_row(const Team *tm, const Pass *ps, const float *weight, int stride, int offset, int r) {
+    const ModelConfig *c = &ps->m->cfg;
+    int D = c->d_model;
+    cpu_rmsnorm(tm->xn + (size_t)r * D, ps->impl->s.x + ((size_t)r * stride + offset) * D, weight, D, c->rms_eps);
+}
+
+/* Those n normed rows into tm->xn: a chunk's in static shares, a step thread's all by itself (no barrier). */
+static void team_norm(const Team *tm, const Pass *ps, const float *weight, int n, int stride, int offset) {
+    if (!tm->barrier) {
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_ROWS)
+        for (int r = 0; r < n; r++) norm_row(tm, ps, weight, stride, offset, r);
+        return;
+    }
+    for (int r = 0; r < n; r++) norm_row(tm, ps, weight, stride, offset, r);
+}
+
+typedef struct {
+    const CpuProductJob *jobs;
+    int n_jobs;
+    const float *x;
+    int M, accumulate;
+} ProductCall;
+
+static void products_fn(const Pass *ps, const void *arg, const CpuTile *tile, int part, int parts) {
+    const ProductCall *pc = arg;
+    products_part(ps->impl, ps->path, pc->jobs, pc->n_jobs, pc->x, pc->M, pc->accumulate, tile, part, parts);
+}
+
+/* The products of jobs[n_jobs] on the M rows x on the pass's path (products_part). */
+static void team_products(const Team *tm, const Pass *ps, const CpuProductJob *jobs, int n_jobs, const float *x,
+                          int M, int accumulate) {
+    team_parts(tm, ps, products_fn, &(ProductCall){jobs, n_jobs, x, M, accumulate});
+}
+
+/* ------------------------------------------------------------------------------------------- layer stages */
+
+/* Row r's token embedding into x and its RoPE angles, in double: positions reach 10^5 and an f32 product
+ * would lose the low bits. */
+static void embed_fn(const Pass *ps, int layer, int r) {
+    (void)layer;
+    const ModelConfig *c = &ps->m->cfg;
+    CpuScratch *s = &ps->impl->s;
+    int b = r / ps->tc, t = r % ps->tc, half = c->head_dim / 2;
+    embed_row(ps->impl, c, s->x + (size_t)r * c->d_model, ps->tokens[b * ps->T + ps->t0 + t]);
+    double p = (double)ps->caches[b]->n_pos + ps->t0 + t;
+    for (int i = 0; i < half; i++) {
+        s->cos_t[(size_t)r * half + i] = (float)cos(p * ps->m->rope_inv_freq[i]);
+        s->sin_t[(size_t)r * half + i] = (float)sin(p * ps->m->rope_inv_freq[i]);
+    }
+}
+
+/* Row r's query and key rotated, its key and value stored at its entry (claim_entries) of each kv-head of
+ * `layer` in its sequence's cache. */
+static void rope_store_fn(const Pass *ps, int layer, int r) {
+    const ModelConfig *c = &ps->m->cfg;
+    CpuScratch *s = &ps->impl->s;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, half = d / 2, t = r % ps->tc;
+    size_t hd = (size_t)H * d, kd = (size_t)K * d;
+    cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+    cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
+    KvCache *kc = ps->caches[r / ps->tc];
+    for (int kh = 0; kh < K; kh++) {
+        int i = layer * K + kh;
+        size_t row = (size_t)r * kd + (size_t)kh * d;
+        cache_store(&ps->impl->k, kc, i, kc->len[i] - ps->tc + t, s->k + row, s->v + row, kd, 1, d);
+    }
+}
+
+/* This part's share of the views of `layer` (*arg). */
+static void views_fn(const Pass *ps, const void *arg, const CpuTile *tile, int part, int parts) {
+    (void)tile;
+    const ModelConfig *c = &ps->m->cfg;
+    fill_views_part(&ps->impl->s, &ps->impl->k, ps->caches, ps->B, c->n_kv_heads, c->head_dim, *(const int *)arg,
+                    part, parts);
+}
+
+/* Task (b, kh, t): query row t of sequence b, the G query heads of its kv-head kh together, over the entries
+ * up to its own; a trace hook takes their probabilities as they are computed. */
+static void attend_row_fn(const Pass *ps, int layer, int task) {
+    const ModelConfig *c = &ps->m->cfg;
+    CpuScratch *s = &ps->impl->s;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K, tc = ps->tc;
+    int b = task / (K * tc), kh = task / tc % K, t = task % tc, i = layer * K + kh;
+    const KvCache *kc = ps->caches[b];
+    int n = kc->len[i] - tc + t + 1;
+    size_t at = ((size_t)b * tc + t) * H * d + (size_t)kh * G * d;
+    float *probs = s->probs + ps->prob_stride * (size_t)omp_get_thread_num();
+    attend_heads(s, &ps->impl->k, kc, b, kh, K, i, n, s->q + at, s->att + at, probs, d, ps->scale, G, ps->direct);
+    for (int g = 0; ps->trace && g < G; g++)
+        ps->trace->on_attention(ps->trace->user, b, layer, kh * G + g, probs + (size_t)g * n, kc->pos[i], n);
+}
+
+/* Task (b, h, tile): query head h of sequence b for a tile of CPU_TILE query rows (CPU_TILE x n scores, never
+ * n x n); a tile needs only the keys up to its last row, so the causal upper triangle is skipped tile by tile. */
+static void attend_tile_fn(const Pass *ps, int layer, int task) {
+    const ModelConfig *c = &ps->m->cfg;
+    CpuScratch *s = &ps->impl->s;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, G = H / K, tc = ps->tc;
+    int tiles = (tc + CPU_TILE - 1) / CPU_TILE;
+    int b = task / (H * tiles), h = task / tiles % H, t_lo = task % tiles * CPU_TILE, i = layer * K + h / G;
+    int rows = tc - t_lo < CPU_TILE ? tc - t_lo : CPU_TILE;
+    size_t hd = (size_t)H * d, row0 = (size_t)b * tc + t_lo;
+    const KvCache *kc = ps->caches[b];
+    cpu_attend_block(&ps->impl->k, s->att + row0 * hd + (size_t)h * d, (int)hd, s->q + row0 * hd + (size_t)h * d,
+                     (int)hd, key_rows(s, kc, b, h / G, K, i), value_rows(s, kc, b, h / G, K, i), rows,
+                     kc->len[i] - tc + t_lo, d, ps->scale, s->scores + ps->score_stride * (size_t)omp_get_thread_num());
+}
+
+/* Attention of `layer` for every row of the pass, after the views of the caches that need one where the BLAS
+ * blocks, the portable kernels or the observation (`observed`) read one f32 block per head. */
+static void layer_attention(const Team *tm, const Pass *ps, int layer, int observed) {
+    const ModelConfig *c = &ps->m->cfg;
+    if (ps->any_view && (ps->tc >= CPU_BLOCK_MIN_ROWS || !ps->direct || observed))
+        team_parts(tm, ps, views_fn, &layer);
+    if (ps->tc >= CPU_BLOCK_MIN_ROWS)
+        team_tasks(tm, ps, layer, ps->B * c->n_heads * ((ps->tc + CPU_TILE - 1) / CPU_TILE), attend_tile_fn, 0);
+    else
+        team_tasks(tm, ps, layer, ps->B * c->n_kv_heads * ps->tc, attend_row_fn, ps->trace != NULL);
+}
+
+/* Hands the layer's observation to the hook: the last w queries of the chunk, the full cache heads and W_O
+ * (rebuilt from its codes into s->wo when the backend holds no f32 copy of it). */
+static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int tc, int layer,
+                         const ObserveHook *observe, KvErr *err) {
+    CpuScratch *s = &impl->s;
+    const ModelConfig *c = &m->cfg;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, w = observe->window;
+    size_t hd = (size_t)H * d;
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < w; i++)
+            memcpy(s->q_win + ((size_t)h * w + i) * d, s->q + (size_t)(tc - w + i) * hd + (size_t)h * d,
+                   (size_t)d * sizeof(float));
+    const float *keys[K], *values[K];
+    for (int kh = 0; kh < K; kh++) { /* an f16 cache: its rows widened to f32, what attention read */
+        keys[kh] = key_rows(s, kc, 0, kh, K, layer * K + kh);
+        values[kh] = value_rows(s, kc, 0, kh, K, layer * K + kh);
+    }
+    int L = kc->len[layer * K];
+    Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = L, .w = w, .H = H, .K = K,
+                       .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
+                       .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32,
+                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL};
+    if (!obs.w_o) {
+        cpu_rebuild_rows(&impl->k, s->wo, &impl->weights.matrices[layer * W_PER_LAYER + W_O].codes, 0, c->d_model,
+                         (int)hd);
+        obs.w_o = s->wo;
+    }
+    if (observe->on_layer(observe->user, &obs, err)) return kv_wrap(err, "observation of layer %d", layer);
+    return 0;
+}
+
+/* The chunk's rows added to the layer's attention sums of a prefill of T tokens (ObserveHook.attention_sums). */
+static void layer_attention_sums(const Pass *ps, int layer) {
+    CpuScratch *s = &ps->impl->s;
+    const ModelConfig *c = &ps->m->cfg;
+    int H = c->n_heads, K = c->n_kv_heads, d = c->head_dim;
+    const float *keys[K];
+    for (int kh = 0; kh < K; kh++) keys[kh] = key_rows(s, ps->caches[0], 0, kh, K, layer * K + kh);
+    cpu_attention_sums(&ps->impl->k, ps->observe->attention_sums + (size_t)layer * H * ps->T, ps->T, s->q, H * d,
+                       keys, H, K, ps->tc, ps->t0, d, ps->scale, CPU_TILE, s->scores, ps->score_stride);
+}
+
+typedef struct {
+    CpuFfnFn *ffn;
+    const CpuMatrix *gate, *up;
+    const float *x;
+    int M;
+} FfnCall;
+
+/* This part's share of the fused feed-forward's first half (ffn_for). */
+static void ffn_fn(const Pass *ps, const void *arg, const CpuTile *tile, int part, int parts) {
+    const FfnCall *f = arg;
+    f->ffn(&ps->impl->k, ps->impl->s.gate, ps->impl->s.up, f->gate, f->up, f->x, f->M, tile, part, parts);
+}
+
+/* gate = silu(gate) * up over this part's share of the M*F values of *arg = M rows. */
+static void swiglu_fn(const Pass *ps, const void *arg, const CpuTile *tile, int part, int parts) {
+    (void)tile;
+    size_t n = (size_t)*(const int *)arg * ps->m->cfg.d_ff, lo = n * part / parts, hi = n * (part + 1) / parts;
+    ps->impl->k.swiglu(ps->impl->s.gate + lo, ps->impl->s.up + lo, hi - lo);
+}
+
+/* THE layer, for a prefill chunk and a decode step alike: norm, Q/K/V with their biases, RoPE and the cache
+ * write, attention (then the observation, when this pass ends an observed forward), W_O onto the residual,
+ * norm, the SwiGLU feed-forward (fused where the pass's path has it for these rows), W_down onto the residual. */
+static int layer_forward(const Team *tm, const Pass *ps, int l, KvErr *err) {
+    CpuImpl *impl = ps->impl;
+    CpuScratch *s = &impl->s;
+    const LayerWeights *w = &impl->weights.layers[l];
+    const CpuMatrix *mw = impl->weights.matrices + l * W_PER_LAYER;
+    int M = ps->B * ps->tc, observed = ps->observe && ps->t0 + ps->tc == ps->T;
+    team_norm(tm, ps, w->attn_norm, M, 1, 0);
+    const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
+    team_products(tm, ps, qkv, 3, tm->xn, M, 0);
+    team_rows(tm, ps, l, M, rope_store_fn);
+    /* the attention sums read every chunk's f32 rows (only a chunk pass has an observe hook: no parallel region) */
+    int summed = ps->observe && ps->observe->attention_sums;
+    layer_attention(tm, ps, l, observed || summed);
+    if (summed) layer_attention_sums(ps, l);
+    if (observed && layer_observe(impl, ps->m, ps->caches[0], ps->tc, l, ps->observe, err)) return -1;
+    team_products(tm, ps, &(CpuProductJob){s->x, &mw[W_O], NULL}, 1, s->att, M, 1);
+    team_norm(tm, ps, w->ffn_norm, M, 1, 0);
+    CpuFfnFn *ffn = ffn_for(&mw[W_GATE], &mw[W_UP], ps->path, M);
+    if (ffn) {
+        team_parts(tm, ps, ffn_fn, &(FfnCall){ffn, &mw[W_GATE], &mw[W_UP], tm->xn, M});
+    } else {
+        const CpuProductJob gate_up[2] = {{s->gate, &mw[W_GATE], NULL}, {s->up, &mw[W_UP], NULL}};
+        team_products(tm, ps, gate_up, 2, tm->xn, M, 0);
+        team_parts(tm, ps, swiglu_fn, &M);
+    }
+    team_products(tm, ps, &(CpuProductJob){s->x, &mw[W_DOWN], NULL}, 1, s->gate, M, 1);
+    return 0;
+}
+
+/* The pass's rows through every layer, then (logits non-NULL) each sequence's last row through the final norm
+ * and the head into logits[B][V]. */
+static int pass_run(const Team *tm, const Pass *ps, float *logits, KvErr *err) {
+    const ModelConfig *c = &ps->m->cfg;
+    team_rows(tm, ps, 0, ps->B * ps->tc, embed_fn);
+    for (int l = 0; l < c->n_layers; l++)
+        if (layer_forward(tm, ps, l, err)) return -1;
+    if (logits) {
+        team_norm(tm, ps, ps->impl->weights.out_norm, ps->B, ps->tc, ps->tc - 1);
+        const CpuProductJob head = {logits, &ps->impl->weights.matrices[cpu_lm_head_index(c)], NULL};
+        team_products(tm, ps, &head, 1, tm->xn, ps->B, 0);
+    }
+    return 0;
+}
+
 /* Whether every matrix has a fast product: the fast decode's condition (it reads codes only). */
 static int all_fast(const CpuImpl *impl, const ModelConfig *c) {
     for (int i = 0; i <= cpu_lm_head_index(c); i++)
@@ -613,104 +774,11 @@ static int all_fast(const CpuImpl *impl, const ModelConfig *c) {
     return 1;
 }
 
-/* THE decode step: one token for each of B sequences through all layers in ONE parallel region (a
- * forward_chunk with tc = 1 would open five per layer): 6 barriers per layer, each thread computing the norms
- * itself into its own row of xn_parts. Every single-token forward runs here, whatever B, with or without a
- * trace hook, on the exact or the fast products (the step path), so the path a backend reports is the path
- * that ran. The exact products are the chunk's (the same kernels and BLAS slices), so the logits equal
- * forward_chunk's bit for bit. A trace hook takes the attention of every (sequence, kv-head) in order on one
- * thread, the probabilities handed over as they are computed. */
-static void forward_decode(CpuImpl *impl, const Model *m, KvCache *const *caches, int B, const int *tokens,
-                           float *logits, const TraceHook *trace) {
-    CpuScratch *s = &impl->s;
-    const ModelConfig *c = &m->cfg;
-    int D = c->d_model, H = c->n_heads, K = c->n_kv_heads, d = c->head_dim, F = c->d_ff, half = d / 2, G = H / K;
-    int M = B;
-    size_t hd = (size_t)H * d, kd = (size_t)K * d;
-    float scale = 1.0f / sqrtf((float)d);
-    size_t prob_stride = s->prob_floats / (size_t)omp_get_max_threads();
-    StepBarrier barrier = {0, 0, 0};
-    const CpuPath *step = &impl->step_path;
-    /* f16 caches and views: attention reads their rows where they are when it can (no copy of the layer),
-     * else from kv_view */
-    int any_view = 0, direct = cpu_attend_direct(&impl->k, d);
-    for (int b = 0; b < B; b++) any_view |= needs_view(caches[b]);
-#pragma omp parallel
-    {
-        int p = omp_get_thread_num(), P = omp_get_num_threads();
-        CpuTile tile = thread_tile(s, p);
-        float *xn = s->xn_parts + (size_t)p * M * D;
-        float *probs = s->probs + prob_stride * (size_t)p;
-        for (int r = p; r < M; r += P) {
-            embed_row(impl, c, s->x + (size_t)r * D, tokens[r]);
-            double pos = (double)caches[r]->n_pos;
-            for (int i = 0; i < half; i++) {
-                s->cos_t[r * half + i] = (float)cos(pos * m->rope_inv_freq[i]);
-                s->sin_t[r * half + i] = (float)sin(pos * m->rope_inv_freq[i]);
-            }
-        }
-        step_barrier(&barrier, P);
-        for (int l = 0; l < c->n_layers; l++) {
-            const LayerWeights *w = &impl->weights.layers[l];
-            const CpuMatrix *mw = impl->weights.matrices + l * W_PER_LAYER;
-            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->attn_norm, D, c->rms_eps);
-            const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
-            products_part(impl, step, qkv, 3, xn, M, 0, &tile, p, P);
-            step_barrier(&barrier, P);
-            /* RoPE, then the new key and value onto each sequence's cache heads (sequence r by one thread) */
-            for (int r = p; r < M; r += P) {
-                cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
-                cpu_rope(s->k + (size_t)r * kd, K, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
-                KvCache *kc = caches[r];
-                for (int kh = 0; kh < K; kh++) {
-                    int i = l * K + kh, at = kc->len[i];
-                    size_t row = (size_t)r * kd + (size_t)kh * d;
-                    cache_store(&impl->k, kc, i, at, s->k + row, s->v + row, kd, 1, d);
-                    kc->pos[i][at] = kc->n_pos;
-                    kc->len[i]++;
-                }
-            }
-            step_barrier(&barrier, P);
-            if (any_view && !direct) {
-                fill_views_part(s, &impl->k, caches, M, K, d, l, p, P);
-                step_barrier(&barrier, P);
-            }
-            /* tasks (sequence r, kv-head kh) split between the threads, or in order on thread 0 for a trace */
-            for (int task = trace ? (p ? M * K : 0) : p; task < M * K; task += trace ? 1 : P) {
-                int r = task / K, kh = task % K, i = l * K + kh, n = caches[r]->len[i];
-                size_t at = (size_t)r * hd + (size_t)kh * G * d;
-                attend_heads(s, &impl->k, caches[r], r, kh, K, i, n, s->q + at, s->att + at, probs, d, scale, G, direct);
-                for (int g = 0; trace && g < G; g++)
-                    trace->on_attention(trace->user, r, l, kh * G + g, probs + (size_t)g * n, caches[r]->pos[i], n);
-            }
-            step_barrier(&barrier, P);
-            products_part(impl, step, &(CpuProductJob){s->x, &mw[W_O], NULL}, 1, s->att, M, 1, &tile, p, P);
-            step_barrier(&barrier, P);
-            for (int r = 0; r < M; r++) cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, w->ffn_norm, D, c->rms_eps);
-            CpuFfnFn *ffn = ffn_for(&mw[W_GATE], &mw[W_UP], step, M);
-            if (ffn) {
-                ffn(&impl->k, s->gate, s->up, &mw[W_GATE], &mw[W_UP], xn, M, &tile, p, P);
-            } else {
-                const CpuProductJob gate_up[2] = {{s->gate, &mw[W_GATE], NULL}, {s->up, &mw[W_UP], NULL}};
-                products_part(impl, step, gate_up, 2, xn, M, 0, &tile, p, P);
-                step_barrier(&barrier, P);
-                size_t n = (size_t)M * F, lo = n * p / P, hi = n * (p + 1) / P;
-                impl->k.swiglu(s->gate + lo, s->up + lo, hi - lo);
-            }
-            step_barrier(&barrier, P);
-            products_part(impl, step, &(CpuProductJob){s->x, &mw[W_DOWN], NULL}, 1, s->gate, M, 1, &tile, p, P);
-            step_barrier(&barrier, P);
-        }
-        if (logits) {
-            for (int r = 0; r < M; r++)
-                cpu_rmsnorm(xn + (size_t)r * D, s->x + (size_t)r * D, impl->weights.out_norm, D, c->rms_eps);
-            const CpuProductJob head = {logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL};
-            products_part(impl, step, &head, 1, xn, M, 0, &tile, p, P);
-        }
-    }
-    for (int b = 0; b < B; b++) caches[b]->n_pos += 1;
-}
-
+/* Every forward runs as passes of the layer above: a single-token step (any B, with or without a trace hook)
+ * as ONE pass on the step path inside one parallel region, so the path a backend reports (backend_options_used)
+ * is the one that ran; anything else (a prefill, a question feed, an observation) in chunks of CPU_CHUNK
+ * tokens of every sequence on the chunk path. On the exact path the two take the same products for the same
+ * rows, so a decode step's logits equal a one-token chunk's bit for bit. */
 static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *tokens, int T, float *logits,
                        const ObserveHook *observe, const TraceHook *trace, KvErr *err) {
     const Model *m = be->model;
@@ -743,22 +811,29 @@ static int cpu_forward(Backend *be, KvCache *const *caches, int B, const int *to
         if (scratch_floats(&s->xn_parts, &s->xn_part_floats, (size_t)omp_get_max_threads() * B * c->d_model,
                            "per-thread normed rows", err))
             return -1;
-        forward_decode(impl, m, caches, B, tokens, logits, trace);
-        return 0;
-    }
-    for (int t0 = 0; t0 < T;) {
-        int tc = T - t0 < chunk ? T - t0 : chunk;
-        int rest = T - t0 - tc;
-        if (observe && rest > 0 && rest < observe->window) tc -= observe->window - rest;
-        if (forward_chunk(impl, m, caches, B, tokens, T, t0, tc, observe, err)) return -1;
-        t0 += tc;
-        if (t0 == T && logits) {
-            int D = c->d_model;
-            for (int b = 0; b < B; b++)
-                cpu_rmsnorm(s->xn + (size_t)b * D, s->x + ((size_t)b * tc + tc - 1) * D, impl->weights.out_norm, D,
-                            c->rms_eps);
-            const CpuProductJob head = {logits, &impl->weights.matrices[cpu_lm_head_index(c)], NULL};
-            products(impl, &head, 1, s->xn, B, 0);
+        Pass ps = pass_make(impl, m, caches, B, tokens, 1, 0, 1, &impl->step_path);
+        ps.trace = trace;
+        claim_entries(&ps);
+        StepBarrier barrier = {0, 0, 0};
+        int failed = 0; /* only an observation fails, and a step has none: every thread returns 0 */
+#pragma omp parallel reduction(| : failed)
+        {
+            int p = omp_get_thread_num();
+            Team tm = {&barrier, p, omp_get_num_threads(), s->xn_parts + (size_t)p * B * c->d_model, thread_tile(s, p)};
+            failed |= pass_run(&tm, &ps, logits, err) != 0;
+        }
+        if (failed) return -1;
+    } else {
+        for (int t0 = 0; t0 < T;) {
+            int tc = T - t0 < chunk ? T - t0 : chunk;
+            int rest = T - t0 - tc;
+            if (observe && rest > 0 && rest < observe->window) tc -= observe->window - rest;
+            Pass ps = pass_make(impl, m, caches, B, tokens, T, t0, tc, &impl->chunk_path);
+            ps.observe = observe;
+            claim_entries(&ps);
+            Team tm = {.xn = s->xn};
+            if (pass_run(&tm, &ps, t0 + tc == T ? logits : NULL, err)) return -1;
+            t0 += tc;
         }
     }
     for (int b = 0; b < B; b++) caches[b]->n_pos += T;
