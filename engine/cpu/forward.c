@@ -392,9 +392,9 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
         if (observe->window > T)
             return kv_fail(err, "cpu forward: observation window %d is larger than the %d tokens of this forward",
                            observe->window, T);
-        if (observe->attention_sums && kc->len[0])
-            return kv_fail(err, "cpu forward: attention sums need a prefill on an empty cache (this one holds %d "
-                                "entries)", kc->len[0]);
+        if ((observe->attention_sums || observe->query_stats) && kc->len[0])
+            return kv_fail(err, "cpu forward: attention sums and query statistics need a prefill on an empty cache "
+                                "(this one holds %d entries)", kc->len[0]);
         for (int i = 1; i < c->n_layers * c->n_kv_heads; i++)
             if (kc->len[i] != kc->len[0])
                 return kv_fail(err, "cpu forward: an observation needs a uniform cache (layer %d kv-head %d holds %d, "
@@ -484,7 +484,11 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
     Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = L, .w = w, .H = H, .K = K,
                        .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
                        .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32,
-                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL};
+                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL,
+                       .query_stats = observe->query_stats ? observe->query_stats + (size_t)layer * H * (d + d * d)
+                                                           : NULL,
+                       .query_stats_from = observe->query_stats_from,
+                       .rope_inv_freq = observe->query_stats ? m->rope_inv_freq : NULL};
     if (!obs.w_o) {
         cpu_rebuild_rows(&impl->k, s->wo, &impl->weights.matrices[layer * W_PER_LAYER + W_O].codes, 0, c->d_model,
                          (int)hd);
@@ -532,6 +536,9 @@ static int forward_chunk(CpuImpl *impl, const Model *m, KvCache *const *caches, 
         const CpuMatrix *mw = impl->weights.matrices + l * W_PER_LAYER;
         const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
         products(impl, qkv, 3, s->xn, M, 0);
+        if (observe && observe->query_stats)
+            cpu_query_stats(observe->query_stats + (size_t)l * H * (d + d * d), s->q, (int)hd, H, d, tc, t0,
+                            observe->query_stats_from, t0 + tc == T);
 #pragma omp parallel for schedule(static) if (M >= CPU_PARALLEL_ROWS)
         for (int r = 0; r < M; r++) {
             cpu_rope(s->q + (size_t)r * hd, H, d, s->cos_t + (size_t)r * half, s->sin_t + (size_t)r * half);
