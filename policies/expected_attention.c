@@ -65,15 +65,20 @@ static int score_expected_attention(const PolicyRow *row, const PolicyConfig *cf
         rotate_pairs(cov, d, d, 1, d, cos_avg, sin_avg);
         rotate_pairs(cov, d, 1, d, d, cos_avg, sin_avg);
         const float *keys = o->keys[h / G];
-        double top = -INFINITY, total = 0.0;
+        double top = -INFINITY, total = 0.0, y[d];
         for (int j = 0; j < n; j++) {
             const float *k = keys + (size_t)(sinks + j) * d;
+            /* y = (R S R^T)^T k, a row at a time (no reduction in the inner loop, so it vectorises); k^T A^T k is
+             * k^T A k */
+            for (int a = 0; a < d; a++) y[a] = 0.0;
+            for (int b = 0; b < d; b++) {
+                const double *row = cov + (size_t)b * d, kb = k[b];
+                for (int a = 0; a < d; a++) y[a] += row[a] * kb;
+            }
             double linear = 0.0, quadratic = 0.0;
             for (int a = 0; a < d; a++) {
-                double row_dot = 0.0;
-                for (int b = 0; b < d; b++) row_dot += cov[(size_t)a * d + b] * k[b];
                 linear += mu[a] * k[a];
-                quadratic += row_dot * k[a];
+                quadratic += y[a] * k[a];
             }
             p[j] = linear * scale + quadratic / d / 2;
             top = p[j] > top ? p[j] : top;
