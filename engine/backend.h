@@ -29,6 +29,11 @@ typedef struct {
      * L tokens of the forward, filled with each layer's column sums (Observation.attn_sums, layer l's [H][L] handed
      * with its observation); NULL costs nothing. */
     double *attention_sums;
+    /* Opt-in, for a backend that observes OBSERVES_QUERY_STATS and a prefill on an empty cache: [N][H][d + d*d],
+     * filled with each layer's pre-RoPE query mean and covariance over positions query_stats_from..L-1
+     * (Observation.query_stats, layer l's [H][d + d*d] handed with its observation); NULL costs nothing. */
+    double *query_stats;
+    int query_stats_from;
 } ObserveHook;
 
 /* Called for every decode step (n_new == 1) with the new query's softmax over the sequence's cache:

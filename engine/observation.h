@@ -20,6 +20,11 @@ typedef struct {
     /* Opt-in (ObserveHook.attention_sums), else NULL: [H][L] per query head, the column sums of the softmaxed
      * attention of every query of the prefill (query i sees keys j <= i), in double. */
     const double *attn_sums;
+    /* Opt-in (ObserveHook.query_stats), else NULL: [H][d + d*d] per query head the mean and then the covariance
+     * (centred, divided by their count) of the queries before RoPE of positions query_stats_from..L-1, in double. */
+    const double *query_stats;
+    int query_stats_from;
+    const float *rope_inv_freq;  /* [d/2] the model's RoPE inverse frequencies, with query_stats (else NULL) */
     /* Derived, filled by observation_prepare when NULL: */
     float *attn;                 /* [H][w][L] softmax of each window query over all L keys, causal in the window */
     float *value_norm;           /* [K][L] nu[k][j] = mean over the G query heads of || v[k][j] · W_O^(h) ||_1 */
@@ -30,7 +35,8 @@ typedef struct {
  * can (Backend.observes, backend_observes) and a policy asks for only when it reads them (policy_missing_
  * observation). */
 enum {
-    OBSERVES_ATTENTION_SUMS = 1u << 0  /* attn_sums */
+    OBSERVES_ATTENTION_SUMS = 1u << 0, /* attn_sums */
+    OBSERVES_QUERY_STATS = 1u << 1     /* query_stats, rope_inv_freq */
 };
 
 /* Computes attn (always) and value_norm (when want_value_norm) if they are NULL, in f32.

@@ -260,10 +260,15 @@ int policy_needs_attention(const PolicyConfig *cfg) { return !!(needs(cfg) & NEE
 int policy_needs_duo_pattern(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_DUO_PATTERN); }
 int policy_needs_keys(const PolicyConfig *cfg) { return !!(needs(cfg) & (NEEDS_KEYS | NEEDS_VALUES)); }
 int policy_needs_attention_sums(const PolicyConfig *cfg) { return !!(needs(cfg) & NEEDS_ATTENTION_SUMS); }
+int policy_query_stats_from(const PolicyConfig *cfg) {
+    return needs(cfg) & NEEDS_QUERY_STATS ? policy_row(cfg->name)->n_sink : -1;
+}
 
 const char *policy_missing_observation(const PolicyConfig *cfg, unsigned observes) {
     if (policy_needs_attention_sums(cfg) && !(observes & OBSERVES_ATTENTION_SUMS))
         return "the attention sums of every prefill query";
+    if (policy_query_stats_from(cfg) >= 0 && !(observes & OBSERVES_QUERY_STATS))
+        return "the mean and covariance of the prefill's queries before RoPE";
     return NULL;
 }
 

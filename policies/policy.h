@@ -61,8 +61,10 @@ enum {
     NEEDS_KEYS = 1u << 2,         /* keys, after RoPE */
     NEEDS_DUO_PATTERN = 1u << 3,  /* no observation, but the model's DuoAttention head pattern */
     NEEDS_VALUES = 1u << 4,       /* values (a backend hands them with the keys: policy_needs_keys) */
-    NEEDS_ATTENTION_SUMS = 1u << 5 /* attn_sums: every prefill query's attention, summed per key (opt-in: a
-                                    * backend that observes OBSERVES_ATTENTION_SUMS) */
+    NEEDS_ATTENTION_SUMS = 1u << 5, /* attn_sums: every prefill query's attention, summed per key (opt-in: a
+                                     * backend that observes OBSERVES_ATTENTION_SUMS) */
+    NEEDS_QUERY_STATS = 1u << 6     /* query_stats from the descriptor's n_sink and rope_inv_freq (opt-in: a
+                                     * backend that observes OBSERVES_QUERY_STATS) */
 };
 
 typedef struct {
@@ -136,6 +138,9 @@ int policy_needs_attention(const PolicyConfig *cfg);
 int policy_needs_keys(const PolicyConfig *cfg);
 /* Whether it reads obs->attn_sums (so the prefill's hook asks the backend for them: ObserveHook.attention_sums). */
 int policy_needs_attention_sums(const PolicyConfig *cfg);
+/* The first position of the pre-RoPE query statistics the policy reads (ObserveHook.query_stats_from, its sinks
+ * left out), or -1 when it reads none. */
+int policy_query_stats_from(const PolicyConfig *cfg);
 /* What the policy reads that a backend observing only `observes` (OBSERVES_* bits, backend_observes) cannot give,
  * in words for an error line ("the attention sums of every prefill query"); NULL when it can give everything. */
 const char *policy_missing_observation(const PolicyConfig *cfg, unsigned observes);

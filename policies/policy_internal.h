@@ -58,7 +58,7 @@ struct PolicyRow {
     ScoreSpan span;                 /* what score covers */
     Allocation allocation;
     const char *colour;             /* "#rrggbb" in every figure; NULL: picked from the name */
-    int n_sink;                     /* StreamingLLM's and LagKV's sink tokens */
+    int n_sink;                     /* StreamingLLM's, LagKV's and ExpectedAttention's sink tokens */
     double alpha_safeguard;         /* AdaKV / Ada-CriticalKV per-head minimum, as a share of int(L*f) */
     double epsilon;                 /* Ada-CriticalKV: (s + epsilon) * nu */
     double first_stage_ratio;       /* Ada-CriticalKV: stage-1 share of each head budget */
@@ -71,6 +71,7 @@ struct PolicyRow {
     int (*layer_budget)(int layer, int n_layers, int context_len, int window, double f);
     int chunk_length;               /* ALLOC_CHUNKS: tokens per chunk */
     int lag_size;                   /* LagKV: tokens per partition */
+    int n_future;                   /* ExpectedAttention: the positions after the context its rotation averages */
 };
 
 /* Defines the descriptor POLICY_<ID> of policies/<id>.c, ID its file name in capitals (layer_defensivekv.c:

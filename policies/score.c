@@ -370,6 +370,10 @@ int score_layer(const PolicyRow *row, const PolicyConfig *cfg, const Observation
         return kv_fail(err, "policy %s: layer %d was observed without values", row->name, obs->layer);
     if ((row->needs & NEEDS_ATTENTION_SUMS) && !obs->attn_sums)
         return kv_fail(err, "policy %s: layer %d was observed without attention sums", row->name, obs->layer);
+    if ((row->needs & NEEDS_QUERY_STATS) &&
+        (!obs->query_stats || !obs->rope_inv_freq || obs->query_stats_from != row->n_sink))
+        return kv_fail(err, "policy %s: layer %d was observed without the pre-RoPE query statistics from position %d "
+                            "and the RoPE frequencies", row->name, obs->layer, row->n_sink);
     int rc = row->score(row, cfg, obs, out, err);
     if (rc) layer_scores_free(out);
     return rc;

@@ -97,7 +97,8 @@ static int run_select(const char *model_path, const char *file, const char *back
     TokenIds ids = {0};
     KeepSet ks = {0};
     char *text = NULL;
-    double *sums = NULL; /* the attention sums a policy that reads them observes (ObserveHook.attention_sums) */
+    double *sums = NULL;  /* the attention sums a policy that reads them observes (ObserveHook.attention_sums) */
+    double *stats = NULL; /* the query statistics likewise (ObserveHook.query_stats) */
     int rc = -1;
     size_t len = 0;
     if (!(text = kv_read_file(file, &len, err)) || backend_load_model(&m, backend_name, model_path, err)) goto done;
@@ -134,12 +135,16 @@ static int run_select(const char *model_path, const char *file, const char *back
         kv_fail(err, "policy %s needs %s, which backend %s does not observe", cfg->name, missing, be->name);
         goto done;
     }
-    if (policy_needs_attention_sums(cfg) &&
-        !(sums = kv_malloc(sizeof(double) * (size_t)c->n_layers * c->n_heads * ids.n, err)))
+    const size_t per_head_stats = c->head_dim + (size_t)c->head_dim * c->head_dim;
+    if ((policy_needs_attention_sums(cfg) &&
+         !(sums = kv_malloc(sizeof(double) * (size_t)c->n_layers * c->n_heads * ids.n, err))) ||
+        (policy_query_stats_from(cfg) >= 0 &&
+         !(stats = kv_malloc(sizeof(double) * c->n_layers * c->n_heads * per_head_stats, err))))
         goto done;
     SelectHook hook_state = {st, policy_needs_value_norm(cfg)};
     ObserveHook hook = {.window = cfg->window, .want_value_norm = hook_state.want_value_norm, .on_layer = on_layer,
-                        .user = &hook_state, .derived_only = !policy_needs_keys(cfg), .attention_sums = sums};
+                        .user = &hook_state, .derived_only = !policy_needs_keys(cfg), .attention_sums = sums,
+                        .query_stats = stats, .query_stats_from = policy_query_stats_from(cfg)};
     double t0 = now_ms();
     if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, observes ? &hook : NULL, NULL, err)) goto done;
     double t1 = now_ms();
@@ -164,6 +169,7 @@ done:
     ids_free(&ids);
     free(text);
     free(sums);
+    free(stats);
     if (m) model_free(m);
     return rc;
 }

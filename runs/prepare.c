@@ -183,7 +183,8 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         return -1;
     }
     ObserveCtx oc = {p, 0, env->keep_value_norm, 0};
-    int want_keys = 0, want_sums = 0;
+    /* stats_from: the last such policy's; one that reads the statistics from elsewhere fails in score_layer */
+    int want_keys = 0, want_sums = 0, stats_from = -1;
     if (env->keep_value_norm && !(p->value_norm = kv_malloc(sizeof(float) * (size_t)N * K * ctx->n, err))) {
         prefill_free(p);
         return -1;
@@ -210,6 +211,7 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         oc.want_value_norm |= policy_needs_value_norm(pc);
         want_keys |= policy_needs_keys(pc);
         want_sums |= policy_needs_attention_sums(pc);
+        if (policy_query_stats_from(pc) >= 0) stats_from = policy_query_stats_from(pc);
         const char *missing = policy_missing_observation(pc, env->be->observes);
         if (missing) {
             kv_fail(err, "policy %s needs %s, which backend %s does not observe", pc->name, missing, env->be->name);
@@ -232,24 +234,28 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
     }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
-    /* raw keys and the attention sums of every query only for a policy that reads them */
+    /* raw keys, the attention sums of every query and the query statistics only for a policy that reads them */
     ObserveHook hook = {.window = window, .want_value_norm = oc.want_value_norm, .on_layer = on_layer, .user = &oc,
-                        .derived_only = !want_keys};
+                        .derived_only = !want_keys, .query_stats_from = stats_from};
 #ifdef KVBENCH_CUDA
     if (p->on_device) hook.on_layer = on_layer_device, hook.on_device = 1;
 #endif
     const ModelConfig *c = &env->model->cfg;
     double t = util_now_ms();
+    const size_t stats = (size_t)N * c->n_heads * (c->head_dim + (size_t)c->head_dim * c->head_dim);
     if ((want_sums &&
          !(hook.attention_sums = kv_malloc(sizeof(double) * (size_t)N * c->n_heads * ctx->n, err))) ||
+        (stats_from >= 0 && !(hook.query_stats = kv_malloc(sizeof(double) * stats, err))) ||
         env->be->cache_new(env->be, &p->cache, ctx->n + extra_capacity, err) ||
         env->be->forward(env->be, &p->cache, 1, ctx->ids, ctx->n, NULL, &hook, NULL, err)) {
         kv_wrap(err, "prefill of %d tokens", ctx->n);
         free(hook.attention_sums);
+        free(hook.query_stats);
         prefill_free(p);
         return -1;
     }
     free(hook.attention_sums);
+    free(hook.query_stats);
     p->prefill_ms = util_now_ms() - t - oc.policy_ms;
     return 0;
 }

@@ -232,28 +232,33 @@ static void test_no_aggregation(TestCounts *tc) {
                  "\"tasks\": [\"needle\"], \"lengths\": [500], \"depths\": [0]}], \"policies\": [{\"name\": \"knorm\", "
                  "\"aggregations\": [\"max\"]}], \"budgets\": [\"20%\"]}",
                  "knorm does not aggregate", NULL);
-    /* observed-attention reads the attention sums of every prefill query, which the cuda backend does not observe:
-     * refused with one line naming the model, the policy and the missing observation; the cpu backend runs it */
-    static const char *const h2o =
+    /* observed-attention reads the attention sums of every prefill query and expected-attention the pre-RoPE query
+     * statistics, which the cuda backend does not observe: refused with one line naming the model, the policy and
+     * the missing observation; the cpu backend runs them */
+    static const char *const observing =
         "{\"name\": \"t\", \"models\": [{\"path\": \"m.gguf\"}, {\"path\": \"m.gguf\", \"name\": \"g\", "
         "\"backend\": \"%s\"}], \"datasets\": [{\"suite\": \"niah\", \"tasks\": [\"needle\"], \"lengths\": [500], "
-        "\"depths\": [0]}], \"policies\": [\"knorm\", \"observed-attention\"], \"budgets\": [\"20%%\"]}";
-    char h2o_text[512];
-    snprintf(h2o_text, sizeof h2o_text, h2o, "cuda");
-    expect_error(tc, h2o_text,
-                 "models[1] 'g': policy observed-attention needs the attention sums of every prefill query, which "
-                 "backend cuda does not observe",
-                 NULL);
-    snprintf(h2o_text, sizeof h2o_text, h2o, "cpu");
-    rc = config_parse(&cfg, "t.json", h2o_text, &err);
-    CHECK(tc, rc == 0 && cfg.n_variants == 2, "observed-attention on the cpu backend: %s", rc ? err.msg : "");
-    if (!rc) config_free(&cfg);
+        "\"depths\": [0]}], \"policies\": [\"knorm\", \"%s\"], \"budgets\": [\"20%%\"]}";
+    static const char *const needs[][2] = {
+        {"observed-attention", "the attention sums of every prefill query"},
+        {"expected-attention", "the mean and covariance of the prefill's queries before RoPE"}};
+    for (int i = 0; i < 2; i++) {
+        char text[512], want[256];
+        snprintf(text, sizeof text, observing, "cuda", needs[i][0]);
+        snprintf(want, sizeof want, "models[1] 'g': policy %s needs %s, which backend cuda does not observe",
+                 needs[i][0], needs[i][1]);
+        expect_error(tc, text, want, NULL);
+        snprintf(text, sizeof text, observing, "cpu", needs[i][0]);
+        rc = config_parse(&cfg, "t.json", text, &err);
+        CHECK(tc, rc == 0 && cfg.n_variants == 2, "%s on the cpu backend: %s", needs[i][0], rc ? err.msg : "");
+        if (!rc) config_free(&cfg);
+    }
     static const char *const baselines[] = {"configs/cpu_study_baselines.json", "configs/qwen_study_baselines.json"};
     for (int i = 0; i < 2; i++) {
         rc = config_load(&cfg, baselines[i], &err);
         CHECK(tc, rc == 0, "%s: %s", baselines[i], err.msg);
         if (rc) continue;
-        CHECK(tc, cfg.n_variants == 1 + 9 * 2, "%s: %d variants, want 19", baselines[i], cfg.n_variants);
+        CHECK(tc, cfg.n_variants == 1 + 10 * 2, "%s: %d variants, want 21", baselines[i], cfg.n_variants);
         const RunVariant *pyramid = find(&cfg, "pyramidkv", "mean", "20%");
         CHECK(tc, pyramid && !strcmp(pyramid->params, "w=64,k=5"), "%s: pyramidkv at kvpress's window 64",
               baselines[i]);

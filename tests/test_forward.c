@@ -394,6 +394,7 @@ typedef struct {
     int L;
     float *q, *keys; /* [N][H][L][d], [N][K][L][d]: every query (a window of the whole prefill) and key */
     double *sums;    /* [N][H][L] as observed */
+    double *stats;   /* [N][H][d + d*d] the query statistics as observed */
     int layers_seen;
 } SumCapture;
 
@@ -401,6 +402,9 @@ static int capture_sums(void *user, Observation *o, KvErr *err) {
     SumCapture *sc = user;
     const size_t l = (size_t)o->layer, L = (size_t)o->L, d = (size_t)o->d;
     if (!o->attn_sums || o->L != sc->L) return kv_fail(err, "layer %d: no attention sums over %d tokens", o->layer, sc->L);
+    if (!o->query_stats || o->query_stats_from != 4 || !o->rope_inv_freq)
+        return kv_fail(err, "layer %d: no query statistics from position 4", o->layer);
+    memcpy(sc->stats + l * o->H * (d + d * d), o->query_stats, sizeof(double) * o->H * (d + d * d));
     if (o->w == o->L) {
         memcpy(sc->q + l * o->H * L * d, o->q_win, sizeof(float) * o->H * L * d);
         for (int k = 0; k < o->K; k++) memcpy(sc->keys + (l * o->K + k) * L * d, o->keys[k], sizeof(float) * L * d);
@@ -414,7 +418,9 @@ static int capture_sums(void *user, Observation *o, KvErr *err) {
  * as one window of n: the sums of that one-chunk prefill and of a prefill observed with window 1 (chunks of 512
  * and the rest, so the sums carry across chunks) agree with it to 1e-5 of the largest sum (float32 scores and
  * softmax, a different summation order); the sums on 1 and 3 threads are the same bits. A cache that already holds
- * entries is refused. */
+ * entries is refused. ObserveHook.query_stats from position 4 likewise against the mean and the centred covariance
+ * (two passes in double) of those queries turned back before RoPE (the backend's angles, inverted in double): to
+ * 1e-6 of the largest |mean| and |covariance| entry (the f32 rotation's rounding; one pass over sums here). */
 static void check_attention_sums(TestCounts *tc, Backend *be, const int *ids, int n) {
     KvErr err = {{0}};
     const ModelConfig *c = &be->model->cfg;
@@ -423,12 +429,16 @@ static void check_attention_sums(TestCounts *tc, Backend *be, const int *ids, in
     /* sums[run]: run 0 observes every query (window n, one chunk), runs 1 and 2 window 1 on 1 and 3 threads */
     double *sums = malloc(sizeof(double) * 3 * per), *ref = calloc(per, sizeof(double));
     double *filled = malloc(sizeof(double) * per); /* the hook's buffer */
-    SumCapture whole = {n, malloc(sizeof(float) * per * d), malloc(sizeof(float) * (size_t)N * K * n * d), sums, 0};
+    const size_t per_stats = (size_t)N * H * (d + d * d), from = 4;
+    double *stats = malloc(sizeof(double) * 3 * per_stats), *hook_stats = malloc(sizeof(double) * per_stats);
+    SumCapture whole = {n, malloc(sizeof(float) * per * d), malloc(sizeof(float) * (size_t)N * K * n * d), sums,
+                        stats, 0};
     int threads = omp_get_max_threads();
     for (int run = 0; run < 3; run++) {
-        SumCapture chunked = {n, NULL, NULL, sums + per * (size_t)run, 0};
+        SumCapture chunked = {n, NULL, NULL, sums + per * (size_t)run, stats + per_stats * (size_t)run, 0};
         SumCapture *sc = run ? &chunked : &whole;
-        ObserveHook hook = {.window = run ? 1 : n, .on_layer = capture_sums, .user = sc, .attention_sums = filled};
+        ObserveHook hook = {.window = run ? 1 : n, .on_layer = capture_sums, .user = sc, .attention_sums = filled,
+                            .query_stats = hook_stats, .query_stats_from = (int)from};
         KvCache *kc = NULL;
         omp_set_num_threads(run == 2 ? 3 : 1);
         int rc = be->cache_new(be, &kc, n, &err) || be->forward(be, &kc, 1, ids, n, NULL, &hook, NULL, &err);
@@ -460,10 +470,55 @@ static void check_attention_sums(TestCounts *tc, Backend *be, const int *ids, in
           worst);
     CHECK(tc, !memcmp(sums + per, sums + 2 * per, sizeof(double) * per),
           "attention sums on 3 threads: one thread's bits");
+    double *pre = malloc(sizeof(double) * n * d), *ref_stats = malloc(sizeof(double) * per_stats);
+    const float *inv_freq = be->model->rope_inv_freq;
+    for (int l = 0; l < N; l++)
+        for (int h = 0; h < H; h++) {
+            double *mean = ref_stats + ((size_t)l * H + h) * (d + d * d), *cov = mean + d;
+            for (int i = 0; i < n; i++) /* RoPE undone: (a, b) = (x0 c - x1 s, x1 c + x0 s) */
+                for (int t = 0; t < d / 2; t++) {
+                    const float *q = whole.q + (((size_t)l * H + h) * n + i) * d;
+                    double c = (float)cos((double)i * inv_freq[t]), s = (float)sin((double)i * inv_freq[t]);
+                    pre[(size_t)i * d + t] = q[t] * c + q[t + d / 2] * s;
+                    pre[(size_t)i * d + t + d / 2] = q[t + d / 2] * c - q[t] * s;
+                }
+            for (int a = 0; a < d; a++) {
+                mean[a] = 0;
+                for (size_t i = from; i < (size_t)n; i++) mean[a] += pre[i * d + a] / (double)(n - from);
+            }
+            for (int a = 0; a < d; a++)
+                for (int b = 0; b < d; b++) {
+                    cov[a * d + b] = 0;
+                    for (size_t i = from; i < (size_t)n; i++)
+                        cov[a * d + b] += (pre[i * d + a] - mean[a]) * (pre[i * d + b] - mean[b]) / (double)(n - from);
+                }
+        }
+    double top_mean = 0, top_cov = 0, worst_mean = 0, worst_cov = 0;
+    for (size_t t = 0; t < per_stats; t++)
+        *(t % (d + d * d) < (size_t)d ? &top_mean : &top_cov) =
+            fmax(t % (d + d * d) < (size_t)d ? top_mean : top_cov, fabs(ref_stats[t]));
+    for (int run = 0; run < 2; run++)
+        for (size_t t = 0; t < per_stats; t++) {
+            double diff = fabs(stats[per_stats * (size_t)run + t] - ref_stats[t]);
+            if (t % (d + d * d) < (size_t)d) worst_mean = fmax(worst_mean, diff / top_mean);
+            else worst_cov = fmax(worst_cov, diff / top_cov);
+        }
+    printf("query statistics over %d tokens: max diff %.3g of the largest |mean|, %.3g of the largest |covariance|\n",
+           n, worst_mean, worst_cov);
+    CHECK(tc, worst_mean <= 1e-6 && worst_cov <= 1e-6,
+          "query statistics over %d tokens vs a double loop: max diff %.3g of the largest |mean|, %.3g of the largest "
+          "|covariance|", n, worst_mean, worst_cov);
+    CHECK(tc, !memcmp(stats + per_stats, stats + 2 * per_stats, sizeof(double) * per_stats),
+          "query statistics on 3 threads: one thread's bits");
+    free(pre);
+    free(ref_stats);
     KvCache *kc = prefill(tc, be, ids, 4, n, NULL);
     ObserveHook hook = {.window = 1, .on_layer = capture_sums, .user = &whole, .attention_sums = filled};
     CHECK(tc, kc && be->forward(be, &kc, 1, ids, n - 4, NULL, &hook, NULL, &err) == -1 &&
                   strstr(err.msg, "empty cache"), "attention sums after a cached prefix: %s", err.msg);
+    hook.attention_sums = NULL, hook.query_stats = hook_stats;
+    CHECK(tc, kc && be->forward(be, &kc, 1, ids, n - 4, NULL, &hook, NULL, &err) == -1 &&
+                  strstr(err.msg, "empty cache"), "query statistics after a cached prefix: %s", err.msg);
     if (kc) be->cache_free(be, kc);
     free(logit);
     free(whole.q);
@@ -471,6 +526,8 @@ static void check_attention_sums(TestCounts *tc, Backend *be, const int *ids, in
     free(filled);
     free(sums);
     free(ref);
+    free(stats);
+    free(hook_stats);
 }
 
 static void check_model(TestCounts *tc, const char *spec, const char *ref_name, int deep) {

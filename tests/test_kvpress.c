@@ -4,7 +4,8 @@
  *
  * Per model (SmolLM2-135M and Qwen2.5-0.5B, float32, a real LongBench context) the generator saved three
  * layers' keys after RoPE, the last `window` queries' attention, every query's attention summed per key
- * (ObservedAttention's input) and the value norms, as the press saw them, and
+ * (ObservedAttention's input), the value norms and the pre-RoPE queries' mean and covariance (ExpectedAttention's,
+ * with the RoPE frequencies kvbench computes from the manifest's rope_theta), as the press saw them, and
  * each press's kept positions at compression ratios 0.5 and 0.8. Here the kvbench policy of the same name observes
  * exactly those inputs (window = the manifest's, kernel 5) and must keep the same positions in every head:
  * exactly, except inside a head's boundary tie group — scores within 1e-6 of the head's largest finite |score| of
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../engine/model.h"
 #include "../policies/policy_internal.h"
 #include "test.h"
 
@@ -33,6 +35,8 @@ typedef struct {
     float *attn;             /* [S][H][w][L] */
     float *value_norm;       /* [S][K][L] */
     double *attn_sums;       /* [S][H][L] every query's attention summed per key, widened from the file's float32 */
+    double *query_stats;     /* [S][H][d + d*d] the pre-RoPE queries' mean and covariance, widened likewise */
+    float rope_inv_freq[256];/* [d/2] model_rope_inv_freq of the manifest's rope_theta */
 } Inputs;
 
 static void *load(const char *dir, const char *file, size_t bytes, KvErr *err) {
@@ -99,7 +103,9 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
                            .d = in->d, .D = in->H * in->d, .keys = keys, .values = values,
                            .attn = attn + (size_t)from * in->H * in->w * in->L,
                            .value_norm = in->value_norm + (size_t)from * in->K * in->L,
-                           .attn_sums = in->attn_sums + (size_t)from * in->H * in->L};
+                           .attn_sums = in->attn_sums + (size_t)from * in->H * in->L,
+                           .query_stats = in->query_stats + (size_t)from * in->H * (in->d + in->d * in->d),
+                           .query_stats_from = policy_query_stats_from(&cfg), .rope_inv_freq = in->rope_inv_freq};
         rc = scores ? score_layer(&own, &cfg, &obs, &scores[l], &err) : policy_observe(st, &obs, &err);
     }
     Budget budget = {.keep_fraction = 1.0 - ratio};
@@ -145,8 +151,11 @@ static void check_model(TestCounts *tc, const char *dir) {
     Inputs in = {.S = cJSON_GetArraySize(layers), .N = get_int(shapes, "n_layers"), .H = get_int(shapes, "n_heads"),
                  .K = get_int(shapes, "n_kv_heads"), .d = get_int(shapes, "head_dim"), .L = get_int(shapes, "seq_len"),
                  .w = get_int(shapes, "window")};
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(shapes, "rope_theta");
     int ok = m && cJSON_IsArray(runs) && in.S > 0 && in.S <= 8 && in.N > 0 && in.H > 0 && in.K > 0 && in.d > 0 &&
-             in.L > 0 && in.w > 0;
+             in.d <= 512 && in.L > 0 && in.w > 0 && cJSON_IsNumber(theta);
+    if (ok) model_rope_inv_freq(&(ModelConfig){.head_dim = in.d, .rope_theta = (float)theta->valuedouble},
+                                in.rope_inv_freq);
     for (int s = 0; ok && s < in.S; s++) {
         in.layers[s] = cJSON_GetArrayItem(layers, s)->valueint;
         ok = in.layers[s] >= (s ? in.layers[s - 1] + 1 : 0) && in.layers[s] < in.N;
@@ -165,7 +174,16 @@ static void check_model(TestCounts *tc, const char *dir) {
         in.attn_sums = sums ? kv_malloc(sizeof(double) * n_sums, &err) : NULL;
         for (size_t t = 0; in.attn_sums && t < n_sums; t++) in.attn_sums[t] = sums[t];
         free(sums);
-        if (!in.attn_sums) {
+        const size_t n_means = (size_t)in.S * in.H * in.d, per_head = (size_t)in.d + (size_t)in.d * in.d;
+        float *mean = in.attn_sums ? load(dir, "query_mean.f32", sizeof(float) * n_means, &err) : NULL;
+        float *cov = mean ? load(dir, "query_cov.f32", sizeof(float) * n_means * in.d, &err) : NULL;
+        in.query_stats = cov ? kv_malloc(sizeof(double) * per_head * in.S * in.H, &err) : NULL;
+        for (size_t h = 0; in.query_stats && h < (size_t)in.S * in.H; h++)
+            for (size_t t = 0; t < per_head; t++)
+                in.query_stats[h * per_head + t] = t < (size_t)in.d ? mean[h * in.d + t] : cov[h * in.d * in.d + t - in.d];
+        free(mean);
+        free(cov);
+        if (!in.query_stats) {
             free(in.values);
             in.values = NULL;
         }
@@ -178,6 +196,7 @@ static void check_model(TestCounts *tc, const char *dir) {
     free(in.attn);
     free(in.value_norm);
     free(in.attn_sums);
+    free(in.query_stats);
     cJSON_Delete(m);
 }
 

@@ -798,7 +798,7 @@ static void test_descriptors(TestCounts *tc) {
                       (!r->aggregations || (r->aggregations & AGG_BIT(r->default_aggregation))),
               "%s: the default aggregation is not one it takes", r->name);
         CHECK(tc, r->score || !(r->needs & (NEEDS_ATTENTION | NEEDS_VALUE_NORM | NEEDS_KEYS | NEEDS_VALUES |
-                                             NEEDS_ATTENTION_SUMS)),
+                                             NEEDS_ATTENTION_SUMS | NEEDS_QUERY_STATS)),
               "%s: needs an observation but scores nothing", r->name);
         CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
               r->chunk_length);
@@ -916,6 +916,67 @@ static void test_observed_attention(TestCounts *tc) {
           "knorm runs on any backend");
 }
 
+/* expected-attention (kvpress's ExpectedAttentionPress), d = 2, one frequency w = 0.002f, two query heads of one
+ * kv-head. The rotation averaged over positions 12..523 is, by the Dirichlet kernel's closed form (not a sum),
+ * c = cos(w (L + 511/2)) sin(512 w/2) / (512 sin(w/2)), s likewise with sin: R = [[c, -s], [s, c]]. Head 0 has mean
+ * (1, 0) and no covariance: R mu = (c, s), logit k.(c, s) / sqrt(2); head 1 mean 0 and covariance diag(1, 0):
+ * R S R^T = (c, s)(c, s)^T, logit (k.(c, s))^2 / 4. Each softmaxed over the keys after the 4 sinks, averaged, times
+ * ||v||; the sinks score the largest plus 1. 50% keeps the sinks and the two largest. Without the statistics, with
+ * a context of only sinks, or on a backend without them it fails, naming what is missing. */
+static void test_expected_attention(TestCounts *tc) {
+    const float inv_freq[1] = {0.002f}, key[L][2] = {{9, 9}, {9, 9}, {9, 9}, {9, 9}, {2, 0}, {0, 2}, {1, 1}, {-1, 1},
+                                                    {0, 0}, {1, -1}, {-2, 0}, {0, -2}};
+    float value[L][2];
+    const double norm[L] = {1, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1, 2};
+    for (int j = 0; j < L; j++) value[j][0] = 0, value[j][1] = (float)norm[j];
+    const double stats[2][6] = {{1, 0, 0, 0, 0, 0}, {0, 0, 1, 0, 0, 0}};
+    const double w = inv_freq[0], amp = sin(512 * w / 2) / (512 * sin(w / 2));
+    const double c = cos(w * (L + 511 / 2.0)) * amp, s = sin(w * (L + 511 / 2.0)) * amp;
+    double logit[2][L], total[2] = {0, 0}, want[L], top = 0;
+    for (int j = 4; j < L; j++) {
+        double u = c * key[j][0] + s * key[j][1];
+        logit[0][j] = u / sqrt(2.0), logit[1][j] = u * u / 4;
+        for (int h = 0; h < 2; h++) total[h] += exp(logit[h][j]);
+    }
+    for (int j = 4; j < L; j++) {
+        want[j] = (exp(logit[0][j]) / total[0] + exp(logit[1][j]) / total[1]) / 2 * norm[j];
+        top = fmax(top, want[j]);
+    }
+    for (int j = 0; j < 4; j++) want[j] = top + 1;
+    const float *keys[1] = {key[0]}, *values[1] = {value[0]};
+    Observation obs = {.layer = 0, .n_layers = 1, .L = L, .w = W, .H = 2, .K = 1, .d = 2, .D = 4, .keys = keys,
+                       .values = values, .query_stats = stats[0], .query_stats_from = 4, .rope_inv_freq = inv_freq};
+    PolicyConfig cfg;
+    KvErr err;
+    LayerScores ls;
+    int rc = policy_config(&cfg, "expected-attention", NULL, &err) ||
+             score_layer(policy_row("expected-attention"), &cfg, &obs, &ls, &err);
+    CHECK(tc, !rc, "expected-attention: %s", err.msg);
+    for (int j = 0; !rc && j < L; j++)
+        CHECK(tc, test_close(ls.score[j], want[j], 1e-6, 0), "expected-attention j%d = %.9g, want %.9g", j,
+              ls.score[j], want[j]);
+    if (!rc) layer_scores_free(&ls);
+    int best = 4, next = 5; /* the two largest after the sinks, by the closed form */
+    for (int j = 4; j < L; j++) best = want[j] > want[best] ? j : best;
+    for (int j = 4; j < L; j++) next = j != best && (next == best || want[j] > want[next]) ? j : next;
+    int first = best < next ? best : next, second = best < next ? next : best;
+    KeepSet ks;
+    if (!run_policy(tc, "expected-attention", NULL, 1, &obs, 1, "50%", &ks))
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, first, second);
+    keepset_free(&ks);
+    obs.L = 4;
+    CHECK(tc, score_layer(policy_row("expected-attention"), &cfg, &obs, &ls, &err) != 0 &&
+                  strstr(err.msg, "nothing after its 4 sink tokens"), "a context of sinks only: %s", err.msg);
+    obs.L = L, obs.query_stats = NULL;
+    CHECK(tc, score_layer(policy_row("expected-attention"), &cfg, &obs, &ls, &err) != 0 &&
+                  strstr(err.msg, "without the pre-RoPE query statistics"), "observed without them: %s", err.msg);
+    const char *missing = policy_missing_observation(&cfg, OBSERVES_ATTENTION_SUMS);
+    CHECK(tc, missing && strstr(missing, "covariance of the prefill's queries before RoPE") &&
+                  !policy_missing_observation(&cfg, OBSERVES_QUERY_STATS) && policy_query_stats_from(&cfg) == 4 &&
+                  policy_needs_keys(&cfg) && !policy_needs_attention_sums(&cfg),
+          "expected-attention reads the query statistics from position 4, the keys and values");
+}
+
 /* Random with seed 0 draws torch.manual_seed(0); torch.rand(12): 0.4963, 0.7682, 0.0885, 0.1320, 0.3074, 0.6341,
  * 0.4901, 0.8964, 0.4556, 0.6323, 0.3489, 0.4017 (torch 2.15); 25% keeps the three largest, positions 1, 5, 7, and
  * a second layer draws the same. */
@@ -967,6 +1028,7 @@ int main(void) {
     test_knorm(&tc);
     test_lagkv_short(&tc);
     test_observed_attention(&tc);
+    test_expected_attention(&tc);
     test_random(&tc);
     return test_finish(&tc);
 }

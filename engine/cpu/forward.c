@@ -381,9 +381,9 @@ static int check_inputs(const Model *m, KvCache *const *caches, int B, const int
         if (observe->window > T)
             return kv_fail(err, "cpu forward: observation window %d is larger than the %d tokens of this forward",
                            observe->window, T);
-        if (observe->attention_sums && kc->len[0])
-            return kv_fail(err, "cpu forward: attention sums need a prefill on an empty cache (this one holds %d "
-                                "entries)", kc->len[0]);
+        if ((observe->attention_sums || observe->query_stats) && kc->len[0])
+            return kv_fail(err, "cpu forward: attention sums and query statistics need a prefill on an empty cache "
+                                "(this one holds %d entries)", kc->len[0]);
         for (int i = 1; i < c->n_layers * c->n_kv_heads; i++)
             if (kc->len[i] != kc->len[0])
                 return kv_fail(err, "cpu forward: an observation needs a uniform cache (layer %d kv-head %d holds %d, "
@@ -679,7 +679,11 @@ static int layer_observe(CpuImpl *impl, const Model *m, const KvCache *kc, int t
     Observation obs = {.layer = layer, .n_layers = c->n_layers, .L = L, .w = w, .H = H, .K = K,
                        .d = d, .D = c->d_model, .q_win = s->q_win, .keys = keys, .values = values,
                        .w_o = impl->weights.matrices[layer * W_PER_LAYER + W_O].f32,
-                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL};
+                       .attn_sums = observe->attention_sums ? observe->attention_sums + (size_t)layer * H * L : NULL,
+                       .query_stats = observe->query_stats ? observe->query_stats + (size_t)layer * H * (d + d * d)
+                                                           : NULL,
+                       .query_stats_from = observe->query_stats_from,
+                       .rope_inv_freq = observe->query_stats ? m->rope_inv_freq : NULL};
     if (!obs.w_o) {
         cpu_rebuild_rows(&impl->k, s->wo, &impl->weights.matrices[layer * W_PER_LAYER + W_O].codes, 0, c->d_model,
                          (int)hd);
@@ -732,6 +736,11 @@ static int layer_forward(const Team *tm, const Pass *ps, int l, KvErr *err) {
     team_norm(tm, ps, w->attn_norm, M, 1, 0);
     const CpuProductJob qkv[3] = {{s->q, &mw[W_Q], w->bq}, {s->k, &mw[W_K], w->bk}, {s->v, &mw[W_V], w->bv}};
     team_products(tm, ps, qkv, 3, tm->xn, M, 0);
+    if (ps->observe && ps->observe->query_stats) { /* before RoPE; only a chunk pass observes: no parallel region */
+        int H = ps->m->cfg.n_heads, d = ps->m->cfg.head_dim;
+        cpu_query_stats(ps->observe->query_stats + (size_t)l * H * (d + d * d), s->q, H * d, H, d, ps->tc, ps->t0,
+                        ps->observe->query_stats_from, observed);
+    }
     team_rows(tm, ps, l, M, rope_store_fn);
     /* the attention sums read every chunk's f32 rows (only a chunk pass has an observe hook: no parallel region) */
     int summed = ps->observe && ps->observe->attention_sums;

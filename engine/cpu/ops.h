@@ -160,5 +160,11 @@ void cpu_attend_block(const CpuKernels *k, float *out, int ldo, const float *q, 
 void cpu_attention_sums(const CpuKernels *k, double *sums, int ld_sums, const float *q, int ldq,
                         const float *const *keys, int H, int K, int T, int n_past, int d, float scale, int tile,
                         float *scores, size_t score_stride);
+/* The pre-RoPE query statistics of a prefill (ObserveHook.query_stats): rows t of q (head h's at q + t*ldq + h*d,
+ * position pos0 + t) from position `from` on added to stats[h*(d + d*d)]: the sum, then the upper triangle of the
+ * sum of outer products (a chunk at pos0 0 starts them at 0); on the prefill's `last` chunk they become the mean and
+ * the covariance (centred, over the count, symmetric). In double, parallel over heads, each head's rows added in
+ * order, so the statistics do not depend on the thread count. */
+void cpu_query_stats(double *stats, const float *q, int ldq, int H, int d, int T, int pos0, int from, int last);
 
 #endif

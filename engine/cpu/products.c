@@ -280,6 +280,28 @@ void cpu_attention_sums(const CpuKernels *k, double *sums, int ld_sums, const fl
     }
 }
 
+void cpu_query_stats(double *stats, const float *q, int ldq, int H, int d, int T, int pos0, int from, int last) {
+    const size_t per_head = (size_t)d + (size_t)d * d;
+    const int count = pos0 + T - from;
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < H; h++) {
+        double *sum = stats + per_head * h, *outer = sum + d;
+        if (pos0 == 0) memset(sum, 0, sizeof(double) * per_head);
+        for (int t = from > pos0 ? from - pos0 : 0; t < T; t++) {
+            const float *x = q + (size_t)t * ldq + (size_t)h * d;
+            for (int a = 0; a < d; a++) {
+                sum[a] += x[a];
+                for (int b = a; b < d; b++) outer[(size_t)a * d + b] += (double)x[a] * x[b];
+            }
+        }
+        if (!last || count < 1) continue;
+        for (int a = 0; a < d; a++) sum[a] /= count;
+        for (int a = 0; a < d; a++)
+            for (int b = a; b < d; b++)
+                outer[(size_t)a * d + b] = outer[(size_t)b * d + a] = outer[(size_t)a * d + b] / count - sum[a] * sum[b];
+    }
+}
+
 /* ------------------------------------------------------------------------------ a matrix and its products */
 
 static void product_q4(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,

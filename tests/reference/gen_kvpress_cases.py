@@ -7,26 +7,31 @@ the first CONTEXT_TOKENS tokens of a real LongBench context (tests/data/longbenc
 go through one prefill per (press, compression ratio) with the real kvpress press hooked into the model
 (`with press(model):`), as kvpress's pipeline does. The press's own score() is wrapped to record what it was
 given (the layer's keys after RoPE, the last WINDOW queries' attention, every query's attention summed per key as
-ObservedAttention reads it, and the value norms CriticalKV weights by) and what it returned; the kept positions are then the press's own selection, scores.topk(n_kept), sorted per
-head, with ScorerPress.compress's n_kept = compute_n_kept(L, ratio), or PyramidKVPress's per-layer
-get_layer_budget(layer, L), which depends on the layer index and the number of layers.
+ObservedAttention reads it, the value norms CriticalKV weights by, and ExpectedAttention's pre-RoPE query mean and
+covariance over positions n_sink..L-1, the arguments of its apply_avg_rope) and what it returned; the kept positions
+are then the press's own selection, scores.topk(n_kept), sorted per head, with ScorerPress.compress's
+n_kept = compute_n_kept(L, ratio), or PyramidKVPress's per-layer get_layer_budget(layer, L), which depends on the
+layer index and the number of layers.
 The SnapKV-based presses (PyramidKV, CriticalKV and ChunkKV over SnapKV) run with window_size WINDOW and
 kernel_size 5. ChunkKV's kept positions are its chunks' (chunk_selection), the same in every head; the generator
 checks them against the keys left in the press's compressed cache.
 
 Outputs per model, in tests/data/kvpress/<model>/:
-  manifest.json          shapes, the saved layers, the presses and ratios, per run n_kept of each saved layer and
-                         the smallest gap between the last kept and the first dropped score of any head (relative
-                         to the head's largest finite |score|, the entries CriticalKV's stage 1 sets to float max
-                         left out; a gap of 0 is a tie, where the keep-set is top-k's tie order, not the press's;
-                         for LagKV also min_rank_gap, the smallest gap of two neighbours in a partition's
-                         ranking, relative (lag_rank_gap))
+  manifest.json          shapes (with the model's rope_theta), the saved layers, the presses and ratios, per run
+                         n_kept of each saved layer and the smallest gap between the last kept and the first
+                         dropped score of any head (relative to the head's largest finite |score|, the entries
+                         CriticalKV's stage 1 sets to float max left out; a gap of 0 is a tie, where the keep-set
+                         is top-k's tie order, not the press's; for LagKV also min_rank_gap, the smallest gap of
+                         two neighbours in a partition's ranking, relative (lag_rank_gap))
   keys.f32               [layers][K][L][d] keys after RoPE, as the press saw them
   attn_window.f32        [layers][H][WINDOW][L] the last WINDOW queries' attention rows (eager attention's
                          weights, as SnapKV and TOVA read them: TOVA reads the last row)
   attn_sums.f32          [layers][H][L] eager attention's weights summed over all L queries (attentions.sum(2),
                          ObservedAttentionPress's sums before it divides by L - j)
   values.f32             [layers][K][L][d] values (LagKV's input besides the keys)
+  query_mean.f32         [layers][H][d] ExpectedAttentionPress's query mean before its averaged RoPE: the pre-RoPE
+                         queries (get_prerope_query_states) of positions n_sink..L-1 averaged
+  query_cov.f32          [layers][H][d][d] their covariance, centred, divided by L - n_sink (the press's einsum)
   value_norm.f32         [layers][K][L] CriticalKVPress.vwl1norm: per kv-head the mean over its query heads of
                          ||v W_o^h||_1
   chunkkv.attn_window.f32  [layers][H][WINDOW][L] the window attention ChunkKV's SnapKV computed under sdpa
@@ -39,7 +44,9 @@ RandomPress runs with seed 0; its scores are torch.rand's, which kvbench's rando
 (scores_bitwise in the manifest), so only an exactly equal pair of draws would be a tie.
 Usage: python3 tests/reference/gen_kvpress_cases.py   (from the project root; needs torch, transformers 4.57.0,
        gguf, kvpress==0.5.5; about 3 minutes for both models on 2 shared cores, 2026-12-06; with observed-attention
-       12 minutes wall, 4.3 CPU-minutes, on 2 cores shared with a study and another build, 2026-12-06)
+       12 minutes wall, 4.3 CPU-minutes, on 2 cores shared with a study and another build, 2026-12-06; with
+       expected-attention 17 and 19 minutes wall, 5.4 and 6.1 CPU-minutes in two runs, 2 cores under a load of
+       about 11-13, 2026-12-06)
 """
 import json
 import os
@@ -51,8 +58,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.cache_utils import DynamicCache
 
 import kvpress
-from kvpress import (ChunkKVPress, CriticalKVPress, KeyDiffPress, KnormPress, LagKVPress, ObservedAttentionPress,
-                     PyramidKVPress, RandomPress, SnapKVPress, TOVAPress)
+from kvpress import (ChunkKVPress, CriticalKVPress, ExpectedAttentionPress, KeyDiffPress, KnormPress, LagKVPress,
+                     ObservedAttentionPress, PyramidKVPress, RandomPress, SnapKVPress, TOVAPress)
 from kvpress.utils import compute_n_kept
 
 MODELS = [
@@ -89,6 +96,9 @@ PRESSES = {
     "chunkkv": (lambda r: ChunkKVPress(SnapKVPress(compression_ratio=r, **SNAP), chunk_length=CHUNK),
                 {"press": dict(SNAP, cls="SnapKVPress"), "chunk_length": CHUNK}, False),
     "observed-attention": (lambda r: ObservedAttentionPress(compression_ratio=r), {}, False),
+    "expected-attention": (lambda r: ExpectedAttentionPress(compression_ratio=r),
+                           {"n_future_positions": 512, "n_sink": 4, "use_covariance": True, "use_vnorm": True,
+                            "epsilon": 0.0}, False),
 }
 FLOAT_MAX = float(np.finfo(np.float32).max)
 OUT = "tests/data/kvpress"
@@ -175,8 +185,16 @@ def run_press(model, ids, name, ratio, layers):
     press = make(ratio)
     chunked = isinstance(press, ChunkKVPress)
     scorer = press.press if chunked else press
-    seen, computed = {}, {}
+    seen, computed, query_stats = {}, {}, {}
     score = scorer.score
+    if isinstance(scorer, ExpectedAttentionPress):  # the query statistics as the press computed them, unrotated
+        avg_rope = scorer.apply_avg_rope
+
+        def recording_avg_rope(module, mu, cov, q_len):
+            query_stats[module.layer_idx] = (mu[0].detach().clone(), cov[0].detach().clone())
+            return avg_rope(module, mu, cov, q_len)
+
+        scorer.apply_avg_rope = recording_avg_rope
     window_attention = SnapKVPress.compute_window_attention
 
     def recording_window_attention(module, hidden_states, keys, window_size, position_embeddings):
@@ -193,7 +211,8 @@ def run_press(model, ids, name, ratio, layers):
             attn_sums = None if chunked else attentions[0].sum(1).detach().clone()  # attentions.sum(2), as kvpress
             seen[module.layer_idx] = (keys.detach().clone(), attn,
                                       CriticalKVPress.vwl1norm(values, module)[0].detach().clone(),
-                                      s.detach().clone(), n_kept, values.detach().clone(), attn_sums)
+                                      s.detach().clone(), n_kept, values.detach().clone(), attn_sums,
+                                      query_stats.get(module.layer_idx))
         return s
 
     scorer.score = recording_score
@@ -208,7 +227,7 @@ def run_press(model, ids, name, ratio, layers):
         model.set_attn_implementation("eager")
     out = {}
     for layer in layers:
-        keys, attn_window, value_norm, scores, n_kept, values, attn_sums = seen[layer]
+        keys, attn_window, value_norm, scores, n_kept, values, attn_sums, stats = seen[layer]
         s = scores[0].double().numpy()
         if chunked:
             chunk_scores, kept_chunks = chunk_selection(scores, ratio)
@@ -229,7 +248,8 @@ def run_press(model, ids, name, ratio, layers):
         rank_gap = lag_rank_gap(press, keys, values) if isinstance(press, LagKVPress) else None
         out[layer] = (keys[0].float().numpy(), attn_window.float().numpy(), kept.numpy().astype(np.int32), gap, lab,
                       tied, value_norm.float().numpy(), n_kept, values[0].float().numpy(), rank_gap,
-                      None if attn_sums is None else attn_sums.float().numpy())
+                      None if attn_sums is None else attn_sums.float().numpy(),
+                      None if stats is None else tuple(x.float().numpy() for x in stats))
     return out
 
 
@@ -248,11 +268,13 @@ def main():
             # with an AttributeError); the model itself uses hidden_size // num_attention_heads, set here.
             cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
         N = cfg.num_hidden_layers
+        # ExpectedAttention's averaged rotation: kvbench takes the model's plain RoPE frequencies from rope_theta
+        assert getattr(cfg, "rope_scaling", None) is None
         layers = [0, N // 2, N - 1]
         ids = context_ids(tokenizer)
         out_dir = os.path.join(OUT, short)
         os.makedirs(out_dir, exist_ok=True)
-        runs, inputs = [], None
+        runs, inputs, query_stats = [], None, None
         for name in PRESSES:
             for ratio in RATIOS:
                 got = run_press(model, ids, name, ratio, layers)
@@ -263,6 +285,11 @@ def main():
                 for layer in layers:  # every eager press saw the same inputs
                     for i in (0, 1, 6, 8, 10):
                         assert own_inputs or np.array_equal(got[layer][i], inputs[layer][i])
+                if name == "expected-attention":  # the same at every ratio (the statistics precede the selection)
+                    if query_stats is None:
+                        query_stats = [got[l][11] for l in layers]
+                    assert all(np.array_equal(a[i], b[i]) for a, b in zip(query_stats, (got[l][11] for l in layers))
+                               for i in (0, 1))
                 if own_inputs:  # the same at every ratio: the cache is pressed after each layer's attention
                     np.concatenate([got[l][1].ravel() for l in layers]).astype("<f4").tofile(
                         os.path.join(out_dir, name + ".attn_window.f32"))
@@ -287,6 +314,8 @@ def main():
         np.concatenate([inputs[l][8].ravel() for l in layers]).astype("<f4").tofile(os.path.join(out_dir, "values.f32"))
         np.concatenate([inputs[l][10].ravel() for l in layers]).astype("<f4").tofile(
             os.path.join(out_dir, "attn_sums.f32"))
+        np.concatenate([s[0].ravel() for s in query_stats]).astype("<f4").tofile(os.path.join(out_dir, "query_mean.f32"))
+        np.concatenate([s[1].ravel() for s in query_stats]).astype("<f4").tofile(os.path.join(out_dir, "query_cov.f32"))
         manifest = {
             "format_version": 2,
             "reference": f"kvpress {kvpress.__version__ if hasattr(kvpress, '__version__') else '0.5.5'} (PyPI), "
@@ -295,7 +324,8 @@ def main():
             "context": "tests/data/longbench/multi_news.jsonl sample 0, first tokens, no special tokens",
             "token_ids": ids,
             "shapes": {"n_layers": N, "n_heads": cfg.num_attention_heads, "n_kv_heads": cfg.num_key_value_heads,
-                       "head_dim": inputs[layers[0]][0].shape[-1], "seq_len": len(ids), "window": WINDOW},
+                       "head_dim": inputs[layers[0]][0].shape[-1], "seq_len": len(ids), "window": WINDOW,
+                       "rope_theta": cfg.rope_theta},
             "layers": layers,
             "runs": runs,
         }
