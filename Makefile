@@ -28,7 +28,7 @@ ifeq ($(CUDA),)
   CUDA := $(if $(NVCC_PATH),1,0)
 endif
 CUDA_HOME ?= $(if $(NVCC_PATH),$(patsubst %/bin/nvcc,%,$(NVCC_PATH)),/usr/local/cuda)
-CU_SRC := $(wildcard engine/cuda/*.cu)
+CU_SRC := $(wildcard engine/cuda/*.cu policies/*.cu)
 ifeq ($(CUDA),1)
   ifneq ($(CU_SRC),)
     CFLAGS  += -DKVBENCH_CUDA -isystem $(CUDA_HOME)/include

@@ -21,7 +21,7 @@ typedef struct {
     /* Set when the hook reads only attn and value_norm: a backend that computes those itself may then leave
      * q_win, keys, values and w_o NULL (the CUDA backend saves copying 2·K·L·d floats per layer to the host). */
     int derived_only;
-    /* Set (with derived_only) when the hook scores on the device (engine/cuda/cuda_policy.h): obs->attn and
+    /* Set (with derived_only) when the hook scores on the device (policies/cuda_policy.h): obs->attn and
      * obs->value_norm are then the CUDA backend's device arrays, valid during the call, and nothing is copied to
      * the host. A backend without device memory (cpu) refuses it. */
     int on_device;
@@ -88,7 +88,7 @@ struct Backend {
     int (*memory_free)(Backend *b, double *bytes, KvErr *err);
     int views_fast;  /* decoding on views is measured at least as fast as on copies: the planner never gathers */
     /* Its observed forward can hand the hook device arrays (ObserveHook.on_device), so a build with
-     * engine/cuda/cuda_policy.h scores there; 0 for the CPU backend. */
+     * policies/cuda_policy.h scores there; 0 for the CPU backend. */
     int scores_on_device;
     unsigned observes; /* OBSERVES_* bits (observation.h) its observed forward gives: backend_observes(name) */
     void (*cache_free)(Backend *b, KvCache *c);

@@ -1,6 +1,6 @@
 /* rank.h — the total order of every selection (policies/allocate.c): score descending, then index ascending,
  * NaN ranking as -inf, -0 tying with +0 (the float comparison's ==), as one unsigned 64-bit key: a larger key
- * ranks first. The CUDA backend's selection (engine/cuda/cuda_policy.cu) compares these keys, so its top-k is
+ * ranks first. The CUDA backend's selection (policies/cuda_policy.cu) compares these keys, so its top-k is
  * the host's by construction; tests/test_cuda_rank.c checks the key against topk_stable and sort_desc_stable.
  * A plain header so that nvcc compiles it for the device too. */
 #ifndef KVBENCH_POLICY_RANK_H

@@ -14,7 +14,7 @@
  * heads at 32k, -final.log). 139.3 GiB: what cudaMemGetInfo reported free. */
 const DeviceModel DEVICE_H200 = {"NVIDIA H200 (measured 2026-12-04)", 139.3 * 1073741824.0, 585e12, 94e12, 2.3e12,
                                  1.67e12, 1.14, 30e12, 0.75e-9, 21e-9, "tests/gpu/results/2026-12-04-h200-*.log",
-                                 "scoring and selection on the device (engine/cuda/cuda_policy.cu: equal to the host's "
+                                 "scoring and selection on the device (policies/cuda_policy.cu: equal to the host's "
                                  "keep-sets in emulation, never run on a GPU), so they are modelled at the host's "
                                  "rates; decode across samples and cuDNN attention are not built (issue 36)"};
 

@@ -8,7 +8,7 @@
 #include "../engine/chat.h"
 #include "util.h"
 #ifdef KVBENCH_CUDA
-#include "../engine/cuda/cuda_policy.h"
+#include "../policies/cuda_policy.h"
 #endif
 
 int prepare_tokens(const PrepareEnv *env, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err) {

@@ -33,7 +33,7 @@ int prepare_stop_ids(const PrepareEnv *env, const Sample *s, TokenIds *out, KvEr
 /* One policy state, shared by every budget of a (policy, aggregation, params). */
 typedef struct {
     PolicyState *state;  /* scored on the host; NULL when the prefill scored on the device */
-    void *device;        /* scored on the device: its CudaPolicy (engine/cuda/cuda_policy.h), else NULL */
+    void *device;        /* scored on the device: its CudaPolicy (policies/cuda_policy.h), else NULL */
     PolicyConfig cfg;
     double ms;      /* time in policy_observe (or policy_observe_copy) */
     int scores_from; /* an earlier slot that scores each layer the same way (policy_scores_equal), whose scores

@@ -11,7 +11,7 @@
  * per (sequence, layer, kv-head) for the kernels. The observation for the policies is computed on the device
  * (window attention, projected value norms) and copied to host f32, with the raw tensors unless the hook
  * reads only those two (derived_only), or handed over in device memory to a hook that scores there (on_device,
- * engine/cuda/cuda_policy.h).
+ * policies/cuda_policy.h).
  * Shape legend: see cuda_internal.h. */
 #include <math.h>
 #include <stdint.h>

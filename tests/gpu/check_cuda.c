@@ -30,7 +30,7 @@
 
 #include "../../engine/backend.h"
 #include "../../engine/cuda/cuda_api.h"
-#include "../../engine/cuda/cuda_policy.h"
+#include "../../policies/cuda_policy.h"
 #include "../../engine/kvcache.h"
 #include "../../engine/model.h"
 #include "../../engine/observation.h"
@@ -242,7 +242,7 @@ static double keep_overlap(const KeepSet *a, const KeepSet *b) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
-/* Scoring and selection on the device (engine/cuda/cuda_policy.h) against the host's, bit for bit          */
+/* Scoring and selection on the device (policies/cuda_policy.h) against the host's, bit for bit          */
 
 static const char *AGGREGATIONS[] = {"default", "mean", "max", "max+prior"};
 static const char *DEVICE_BUDGETS[] = {"0.1", "0.2", "0.4", "0.8", "24tok"};

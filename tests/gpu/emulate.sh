@@ -41,7 +41,7 @@ python3 - "$out" <<'PY'
 import os, re, sys
 out = sys.argv[1]
 for name in ('kernels', 'cuda_lab', 'cuda_backend', 'cuda_policy'):
-    src = f'engine/cuda/{name}.cu'
+    src = f'policies/{name}.cu' if name == 'cuda_policy' else f'engine/cuda/{name}.cu'
     if name == 'kernels': src = os.environ.get('EMU_KERNELS', src)  # another version of the kernels, to compare
     s = open(src).read()
     s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?([\w ]+?) (\w+)\[\];', r'\1 *\2 = (\1 *)emu::dyn_smem();', s)
@@ -52,7 +52,7 @@ for name in ('kernels', 'cuda_lab', 'cuda_backend', 'cuda_policy'):
     open(f'{out}/{name}.cpp', 'w').write(f'#line 1 "{src}"\n' + s)
 PY
 cxx=(g++ -std=c++20 -g "${flags[@]}" -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -Wno-unknown-pragmas
-     -Itests/gpu/emu -Iengine/cuda -I"$out")
+     -Itests/gpu/emu -Iengine/cuda -Ipolicies -I"$out")
 "${cxx[@]}" -c -o "$out/cuda_emu.o" tests/gpu/emu/cuda_emu.cpp
 "${cxx[@]}" -c -o "$out/kernels.o" "$out/kernels.cpp"
 if [ $backend -eq 0 ]; then

@@ -1,6 +1,6 @@
 /* emu_policy.c — the GPU check's device scoring part (check_device_scoring_random of tests/gpu/check_cuda.c,
  * unchanged) on the CPU emulation: every policy x aggregation x budget scored and selected by
- * engine/cuda/cuda_policy.cu against the host's policies on random observations full of ties, keep-sets equal
+ * policies/cuda_policy.cu against the host's policies on random observations full of ties, keep-sets equal
  * bit for bit, and a planted error caught. Built and run by tests/gpu/emulate.sh --policies. */
 #define main check_cuda_main
 #include "../check_cuda.c"

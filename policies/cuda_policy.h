@@ -1,4 +1,4 @@
-/* cuda_policy.h — a policy scored and selected on the device (engine/cuda/cuda_policy.cu): the same life
+/* cuda_policy.h — a policy scored and selected on the device (policies/cuda_policy.cu): the same life
  * cycle as policy.h (begin, observe each layer in order, select any number of budgets, end) and the same
  * keep-sets, bit for bit, with the layer's window attention and value norms read in GPU memory and only the
  * keep-set's positions copied back. Every policy and aggregation of policy.h except the opt-in
@@ -6,7 +6,7 @@
 #ifndef KVBENCH_CUDA_POLICY_H
 #define KVBENCH_CUDA_POLICY_H
 
-#include "../../policies/policy.h"
+#include "policy.h"
 
 #ifdef __cplusplus
 extern "C" {

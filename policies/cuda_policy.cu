@@ -25,11 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
+#include "../engine/cuda/cuda_internal.h"
 extern "C" {
 #include "cuda_policy.h"
-#include "../../policies/policy_internal.h"
-#include "../../policies/rank.h"
+#include "policy_internal.h"
+#include "rank.h"
 }
 
 enum { SELECT_THREADS = 128, COLUMN_THREADS = 128, LARGE_BLOCKS = 512 };
