@@ -91,6 +91,7 @@ static const char *const SHIPPED[] = {
     "paper_ruler4k_quick.json",  "paper_ruler4k_20.json",   "paper_ruler4k_40.json",   "paper_niah_20.json",
     "paper_niah_40.json",        "qwen_study.json",         "fragility_qwen.json",     "qwen15_study.json",
     "fragility_qwen15.json",     "cpu_study_baselines.json", "qwen_study_baselines.json", "defensivekv_ladder.json",
+    "qwen15_study_0.5b.json",    "qwen15_study_135m.json",
 };
 enum { N_SHIPPED = sizeof SHIPPED / sizeof SHIPPED[0] };
 
@@ -116,7 +117,8 @@ static void test_shipped(TestCounts *tc) {
             /* the CPU configs render SmolLM2's needle in the chat template (README, the CPU demo) */
             static const char *const cpu_configs[] = {
                 "cpu_demo.json", "cpu_study.json", "qwen_study.json", "qwen15_study.json",
-                "cpu_study_baselines.json", "qwen_study_baselines.json", "defensivekv_ladder.json"};
+                "cpu_study_baselines.json", "qwen_study_baselines.json", "defensivekv_ladder.json",
+                "qwen15_study_0.5b.json", "qwen15_study_135m.json"};
             int is_demo_needle = 0;
             for (size_t c = 0; c < sizeof cpu_configs / sizeof cpu_configs[0]; c++)
                 is_demo_needle |= !strcmp(name, cpu_configs[c]) && !strcmp(ds->suite, "niah");
@@ -126,7 +128,7 @@ static void test_shipped(TestCounts *tc) {
         }
         config_free(&cfg);
     }
-    CHECK(tc, n_files == N_SHIPPED && demo_needle == 7, "%d configs, %d CPU needle datasets", n_files, demo_needle);
+    CHECK(tc, n_files == N_SHIPPED && demo_needle == 9, "%d configs, %d CPU needle datasets", n_files, demo_needle);
 }
 
 /* The list above is git's list (checked where the tree is a git checkout; a release tarball has no .git). */
