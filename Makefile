@@ -40,8 +40,8 @@ ifeq ($(CUDA),1)
   endif
 endif
 
-LIB_SRC  := $(wildcard engine/*.c engine/cpu/*.c policies/*.c datasets/*.c metrics/*.c store/*.c report/*.c) \
-            $(filter-out runs/main.c,$(wildcard runs/*.c))
+LIB_SRC  := $(wildcard engine/*.c engine/cpu/*.c policies/*.c datasets/*.c metrics/*.c store/*.c report/*.c runs/*.c) \
+            $(filter-out cli/main.c,$(wildcard cli/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CU_OBJ   := $(if $(filter 1,$(CUDA)),$(CU_SRC:%.cu=$(BUILD)/%.o))
 TEST_SRC := $(wildcard tests/test_*.c)
@@ -98,7 +98,7 @@ $(shell mkdir -p $(BUILD)/policies && printf '%s\n' $(POLICY_LIST) | cmp -s - $(
 $(BUILD)/policies/registry.o: $(POLICY_LIST_H)
 $(BUILD)/policies/registry.o: CFLAGS += -I$(BUILD)/policies
 
-$(BIN): $(BUILD)/runs/main.o $(BUILD)/libkvbench.a $(LINK_FLAGS)
+$(BIN): $(BUILD)/cli/main.o $(BUILD)/libkvbench.a $(LINK_FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter-out $(LINK_FLAGS),$^) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libkvbench.a: $(LIB_OBJ) $(CU_OBJ)
@@ -198,7 +198,7 @@ bench: kvbench $(BENCH_BIN) $(MODEL)
 clean:
 	rm -rf build build-san build-fuzz kvbench
 
--include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/runs/main.d $(TEST_BIN:=.d) $(BENCH_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/cli/main.d $(TEST_BIN:=.d) $(BENCH_BIN:=.d)
 
 # A real one-node Slurm cluster on this machine (installs slurm-wlm and munge from Debian).
 .PHONY: test-slurm

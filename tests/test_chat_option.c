@@ -14,7 +14,7 @@
 
 #include "../datasets/dataset.h"
 #include "../engine/tokenizer.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "../runs/config.h"
 #include "sweep_harness.h"
 #include "test.h"

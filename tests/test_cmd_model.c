@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "../engine/err.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "test.h"
 
 #define GGUF_PATH "models/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "test.h"
 
 #define MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -9,7 +9,7 @@
 
 #include "../datasets/dataset.h"
 #include "../engine/tokenizer.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "test.h"
 
 #define LLAMA3 "tests/data/tokenizers/llama3.1"

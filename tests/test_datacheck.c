@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "../runs/datacheck.h"
 #include "../runs/estimate.h"
 #include "test.h"

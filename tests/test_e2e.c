@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "sweep_harness.h"
 #include "test.h"
 

@@ -8,7 +8,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "sweep_harness.h"
 #include "test.h"
 

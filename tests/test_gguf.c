@@ -22,7 +22,7 @@
 #include "../engine/gguf.h"
 #include "../engine/jsonfile.h"
 #include "../engine/model.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "test.h"
 
 #define QUANT_CASES TEST_DATA("gguf/quant_cases.gguf")

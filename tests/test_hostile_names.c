@@ -1,5 +1,5 @@
 /* test_hostile_names.c — no name reaches a generated script or document as code (report/escape.h,
- * runs/cmd_slurm.c).
+ * cli/cmd_slurm.c).
  *
  * The hostile names hold quotes of both kinds, newlines, a carriage return, backslashes, `system "touch M"`,
  * `$(touch M)`, backticks, `\input{...}`, `|` and the LaTeX specials; each would create the marker file M if it
@@ -18,7 +18,7 @@
 
 #include "../engine/err.h"
 #include "../report/report.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "../store/store.h"
 #include "test.h"
 

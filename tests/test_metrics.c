@@ -17,7 +17,7 @@
 
 #include "../metrics/metrics.h"
 #include "../metrics/scorers.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "test.h"
 
 #define TOL 1e-6

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "../engine/err.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "fuzz/fuzz_inputs.h"
 #include "test.h"
 

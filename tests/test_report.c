@@ -22,7 +22,7 @@
 
 #include "../report/report.h"
 #include "../report/stats.h"
-#include "../runs/cli.h"
+#include "../cli/cli.h"
 #include "../store/store.h"
 #include "../runs/util.h"
 #include "test.h"
@@ -1304,7 +1304,7 @@ static void test_cli(TestCounts *tc) {
     char *info[] = {"kvbench", "info", "-h", NULL};
     CHECK(tc, test_run_command(run_cli, 3, info, out, NULL, sizeof out) == 0 && !strstr(out, "cannot"),
           "info -h does not open a model: %s", out);
-    /* the program runs OpenMP passive unless the user chose a wait policy (runs/main.c restarts itself once) */
+    /* the program runs OpenMP passive unless the user chose a wait policy (cli/main.c restarts itself once) */
     static const char *const waits[][2] = {{"env -u OMP_WAIT_POLICY ./kvbench --help", "OpenMP wait policy: passive"},
                                            {"OMP_WAIT_POLICY=active ./kvbench --help", "OpenMP wait policy: active"}};
     for (int i = 0; i < 2; i++) {

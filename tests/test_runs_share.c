@@ -20,8 +20,8 @@
 
 #include "../report/model.h"
 #include "../store/claims.h"
-#include "../runs/cli.h"
-#include "../runs/commands.h"
+#include "../cli/cli.h"
+#include "../cli/commands.h"
 #include "../runs/memplan.h"
 #include "../store/store.h"
 #include "sweep_harness.h"

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "../runs/config.h"
 #include "sweep_harness.h"
 #include "test.h"

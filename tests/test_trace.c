@@ -25,7 +25,7 @@
 #include "../engine/cpu/kernels.h"
 #include "../engine/model.h"
 #include "../metrics/fragility.h"
-#include "../runs/commands.h"
+#include "../cli/commands.h"
 #include "../runs/config.h"
 #include "../runs/prepare.h"
 #include "sweep_harness.h"

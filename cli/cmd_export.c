@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "../report/escape.h"
+#include "../runs/util.h"
 #include "commands.h"
-#include "util.h"
 
 static const char USAGE[] = "usage: kvbench export --kvpress DIR --db PATH\n";
 

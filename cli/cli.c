@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "../engine/backend.h"
+#include "../runs/util.h"
 #include "commands.h"
-#include "util.h"
 
 typedef struct {
     const char *name;

@@ -12,8 +12,8 @@
 #include "../engine/model.h"
 #include "../engine/num.h"
 #include "../engine/tokenizer.h"
+#include "../runs/util.h"
 #include "commands.h"
-#include "util.h"
 
 /* The value after option argv[*i], advancing *i; NULL (with a message) when it is missing. */
 static const char *option_value(const char *cmd, int argc, char **argv, int *i) {

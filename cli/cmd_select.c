@@ -15,8 +15,8 @@
 #include "../engine/observation.h"
 #include "../engine/tokenizer.h"
 #include "../policies/policy.h"
+#include "../runs/util.h"
 #include "commands.h"
-#include "util.h"
 
 static const char USAGE[] =
     "usage: kvbench select --model M --file F --policy P --budget B [--aggregation A] [--window W] [--backend NAME]\n"

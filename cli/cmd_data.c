@@ -12,9 +12,9 @@
 #include "../datasets/dataset.h"
 #include "../engine/num.h"
 #include "../engine/tokenizer.h"
+#include "../runs/datacheck.h"
+#include "../runs/util.h"
 #include "commands.h"
-#include "datacheck.h"
-#include "util.h"
 
 #define USAGE                                                                                                   \
     "usage: kvbench data list\n"                                                                                \
