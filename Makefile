@@ -137,6 +137,7 @@ $(QWEN15):
 	bash scripts/fetch_model.sh qwen2.5-1.5b
 
 test: $(BIN) $(TEST_BIN) $(MODEL)
+	bash tests/check_includes.sh
 	bash tests/run_tests.sh $(BUILD) $(TEST_BIN:$(BUILD)/tests/%=%)
 
 # Sanitizers: a separate build tree and binary, -O1, built with clang: its UBSan also traps float-cast-overflow (a
