@@ -27,6 +27,16 @@ static const char *CHANGE_FORMULA =
 
 typedef enum { FMT_MD, FMT_TEX } Format;
 
+/* The document being written: its format, and in LaTeX the tables placed since the last page break. A run of
+ * floats with no text between them never fills a page, so LaTeX places none of them: past 18 it stops ("Too many
+ * unprocessed floats") and past 50 its output routine gives up ("Output loop---100 consecutive dead cycles").
+ * A \clearpage every TEX_FLOATS_PER_PAGE_BREAK tables places those waiting. */
+typedef struct {
+    Format fmt;
+    int floats_waiting;
+} Doc;
+enum { TEX_FLOATS_PER_PAGE_BREAK = 16 };
+
 /* ---------------------------------------------------------------- a table, rendered in either format */
 
 enum { MAX_COLS = 512, MAX_ROWS = 256 };
@@ -240,20 +250,45 @@ static double tex_chars(const char *s) {
 
 static double tex_small(const char *s) { return 4.5 * tex_chars(s) + 2; }
 
-/* The width text needs when wrapped at most to max pt: no narrower than its longest word (a line may break at a
- * space or after a '_', report_put_tex_break). */
-static double tex_wrap_width(const char *s, double max) {
+/* Text wrapped at most to max pt where report_put_tex_break lets a line break (at a space, or after a '_' or a
+ * ','): the width it needs, no narrower than its longest word, and in *lines the lines it then takes, filled
+ * greedily as \raggedright does. */
+static double tex_wrap(const char *s, double max, int *lines) {
     double w = tex_small(s);
+    *lines = 1;
     if (w <= max) return w;
     char word[256];
-    for (const char *p = s; *p;) {
-        size_t len = strcspn(p, " _");
-        len += p[len] == '_';
-        snprintf(word, sizeof word, "%.*s", (int)(len < 255 ? len : 255), p);
-        max = fmax(max, tex_small(word));
-        p += len + (p[len] == ' ');
+    for (int pass = 0; pass < 2; pass++) {
+        double line = 0;
+        for (const char *p = s; *p;) {
+            size_t len = strcspn(p, " _,");
+            len += p[len] == '_' || p[len] == ',';
+            snprintf(word, sizeof word, "%.*s", (int)(len < 255 ? len : 255), p);
+            int spaced = p > s && p[-1] == ' ';
+            p += len + (p[len] == ' ');
+            if (pass == 0) {
+                max = fmax(max, tex_small(word));
+                continue;
+            }
+            double add = 4.5 * tex_chars(word) + (spaced && line > 0 ? 4.5 : 0);
+            if (line > 0 && line + add > max - 2) (*lines)++, line = 4.5 * tex_chars(word);
+            else line += add;
+        }
     }
     return max;
+}
+
+static double tex_wrap_width(const char *s, double max) {
+    int lines;
+    return tex_wrap(s, max, &lines);
+}
+
+/* The height in pt of text wrapped at most to max pt: a row of one line 10 (a compiled table measured 9.3), each
+ * further line 11 (\small's baseline skip). */
+static double tex_wrap_height(const char *s, double max) {
+    int lines;
+    tex_wrap(s, max, &lines);
+    return 10 + 11 * (lines - 1);
 }
 
 /* The estimated width of cell c of column i. */
@@ -286,6 +321,20 @@ static void tex_wrapped(FILE *f, const char *text, double max, int right, double
     fputs("}", f);
 }
 
+/* The end of the column group that starts at column i (columns sharing a group name), at most `to`. */
+static int group_end(const Table *t, int i, int to) {
+    int j = i + 1;
+    while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i])) j++;
+    return j;
+}
+
+/* The width of columns [i, j) with the gaps between them. */
+static double span_width(const double *width, int i, int j, double sep) {
+    double w = width[i];
+    for (int k = i + 1; k < j; k++) w += width[k] + sep;
+    return w;
+}
+
 /* Columns [from, to) of rows [r0, r1) of t as one tabular (part `part` of n_parts). */
 static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int r1, int part, int n_parts,
                           const double *width, double label_w, double scale) {
@@ -309,10 +358,8 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
     if (any_group) {
         int start[MAX_COLS], end[MAX_COLS], n_spans = 0;
         for (int i = from; i < to;) {
-            int j = i + 1;
-            double w = width[i];
-            while (j < to && t->groups[i] && t->groups[j] && !strcmp(t->groups[j], t->groups[i]))
-                w += width[j++] + (t->compact ? 6 / scale : TEX_COL_SEP);
+            int j = group_end(t, i, to);
+            double w = span_width(width, i, j, t->compact ? 6 / scale : TEX_COL_SEP);
             fputs(" & ", f);
             if (t->groups[i]) {
                 fprintf(f, "\\multicolumn{%d}{c}{", j - i);
@@ -402,7 +449,7 @@ static void emit_tex_part(FILE *f, const Table *t, int from, int to, int r0, int
 
 /* The table in as few parts as fit the text width, each part whole column groups where a group fits (a budget's
  * columns stay together), the method column repeated in each. */
-static void emit_tex(FILE *f, const Table *t) {
+static void emit_tex(FILE *f, Doc *doc, const Table *t) {
     /* widths in \\small's pt; a compact table is set in \\scriptsize (7 of 9 pt, whose letters measured 0.84 as
      * wide as the estimate's) with a 6 pt column gap */
     double scale = t->compact ? 0.84 : 1.0, sep = t->compact ? 6 / scale : TEX_COL_SEP;
@@ -412,15 +459,20 @@ static void emit_tex(FILE *f, const Table *t) {
         width[i] = tex_wrap_width(t->cols[i], t->compact ? 1 : TEX_HEAD_MAX);
         for (int r = 0; r < t->n_rows; r++) width[i] = fmax(width[i], tex_cell_width(t, i, &t->rows[r]->cells[i]));
     }
+    /* a group's heading wraps at most to its longest word (a model's name has no break): the group's last column
+     * takes what its columns lack */
+    for (int i = 0, j; i < t->n_cols; i = j) {
+        j = group_end(t, i, t->n_cols);
+        double w = span_width(width, i, j, sep);
+        if (t->groups[i]) width[j - 1] += fmax(0, tex_wrap_width(t->groups[i], w) - w);
+    }
     double room = TEX_TEXT_WIDTH / scale - label_w - 2 * sep;
     int cut[MAX_COLS + 1], n_parts = 0;
     cut[0] = 0;
     for (int i = 0; i < t->n_cols;) {
         /* the next group (columns sharing a group name), added whole when it fits, else column by column */
-        int j = i + 1;
-        double w = width[i] + sep;
-        while (j < t->n_cols && t->groups[i] && t->groups[j] && !strcmp(t->groups[i], t->groups[j]))
-            w += width[j++] + sep;
+        int j = group_end(t, i, t->n_cols);
+        double w = span_width(width, i, j, sep) + sep;
         double used = 0;
         for (int k = cut[n_parts]; k < i; k++) used += width[k] + sep;
         if (used > 0 && used + w > room) {
@@ -443,17 +495,21 @@ static void emit_tex(FILE *f, const Table *t) {
      * compiled table measured 9.3 a row) */
     int rcut[MAX_ROWS + 1], n_rparts = 0;
     rcut[0] = 0;
-    double head = 1;
-    for (int i = 0; i < t->n_cols; i++) head = fmax(head, ceil(tex_small(t->cols[i]) / fmax(width[i], 1)));
-    double fixed = 12 * (tex_chars(t->caption) / 60 + 2) + 40 + 10 * head + (t->has_counts ? 11 : 0), used = fixed;
+    double head = 10, groups = 0;
+    for (int i = 0; i < t->n_cols; i++) head = fmax(head, tex_wrap_height(t->cols[i], width[i]));
+    for (int i = 0, j; i < t->n_cols; i = j) {
+        j = group_end(t, i, t->n_cols);
+        if (t->groups[i]) groups = fmax(groups, tex_wrap_height(t->groups[i], span_width(width, i, j, sep)) + 4); /* and its rule */
+    }
+    double fixed = 12 * (tex_chars(t->caption) / 60 + 2) + 40 + head + groups + (t->has_counts ? 11 : 0), used = fixed;
     for (int r = 0; r < t->n_rows; r++) {
         const TRow *row = t->rows[r];
-        double h = row->header ? 16 : 10 * ceil(tex_small(row->label) / TEX_LABEL_MAX);
+        double h = row->header ? 16 : tex_wrap_height(row->label, label_w);
         int any_ci = 0;
         for (int i = 0; i < t->n_cols && !row->header; i++) {
             const TCell *c = &row->cells[i];
             if (c->few && !t->compact) h = fmax(h, 19); /* the value over its note */
-            if (c->text) h = fmax(h, 10 * ceil(tex_small(c->text) / fmax(width[i], 1)));
+            if (c->text) h = fmax(h, tex_wrap_height(c->text, width[i]));
             any_ci |= !isnan(c->lo);
         }
         h += any_ci ? 9 : 0; /* the intervals' line */
@@ -474,13 +530,19 @@ static void emit_tex(FILE *f, const Table *t) {
     rcut[++n_rparts] = t->n_rows;
     int part = 0, total = n_parts * n_rparts;
     for (int q = 0; q < n_rparts; q++)
-        for (int p = 0; p < n_parts; p++)
+        for (int p = 0; p < n_parts; p++) {
+            if (doc->floats_waiting == TEX_FLOATS_PER_PAGE_BREAK) {
+                fputs("\n\\clearpage\n", f);
+                doc->floats_waiting = 0;
+            }
             emit_tex_part(f, t, cut[p], cut[p + 1], rcut[q], rcut[q + 1], part++, total, width, label_w, scale);
+            doc->floats_waiting++;
+        }
 }
 
-static void emit(FILE *f, Format fmt, const Table *t) {
-    if (fmt == FMT_MD) emit_md(f, t);
-    else emit_tex(f, t);
+static void emit(FILE *f, Doc *doc, const Table *t) {
+    if (doc->fmt == FMT_MD) emit_md(f, t);
+    else emit_tex(f, doc, t);
 }
 
 /* ---------------------------------------------------------------- a section */
@@ -588,11 +650,11 @@ static void summary_cells(const ReportSection *s, int m, int b, TRow *r, int at)
 
 /* Average, change and Δ best baseline with their intervals: in Markdown the budgets side by side (every method),
  * in LaTeX one block of rows per budget (the paper-layout methods: in_main), three columns wide. */
-static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
+static void summary_table(FILE *f, Doc *doc, const ReportSection *s) {
     Table *t = table_new("");
     if (!t) return;
     const char *avg = report_has_substitute(s, -1) ? "avg†" : "avg";
-    int blocks = fmt == FMT_TEX, n_groups = blocks ? 1 : s->n_budgets;
+    int blocks = doc->fmt == FMT_TEX, n_groups = blocks ? 1 : s->n_budgets;
     for (int b = 0; b < n_groups; b++) {
         const char *group = blocks ? NULL : s->budgets[b].label;
         table_col(t, avg, group, s->n_samples);
@@ -626,20 +688,20 @@ static void summary_table(FILE *f, Format fmt, const ReportSection *s) {
             for (int k = 0; r && k < n_groups; k++) summary_cells(s, m, blocks ? b : k, r, 3 * k);
         }
     }
-    emit(f, fmt, t);
+    emit(f, doc, t);
     char line[600];
     int k = snprintf(line, sizeof line, "Best baseline per budget:");
     for (int b = 0; b < s->n_budgets && k < (int)sizeof line - 100; b++)
         k += snprintf(line + k, sizeof line - (size_t)k, " %s %s;", s->budgets[b].label,
                       s->best_baseline[b] >= 0 ? s->methods[s->best_baseline[b]].label : "none");
-    note(f, fmt, line);
+    note(f, doc->fmt, line);
     table_free(t);
 }
 
 /* The paper's Table 1 layout (LaTeX): methods as rows in one block per budget under the full cache, tasks as
  * columns grouped by domain, then the average; values only (the intervals are in the summary table and in
  * report.md), n per column, bold the best per budget and column from at least min_n samples. */
-static void paper_table(FILE *f, const ReportSection *s) {
+static void paper_table(FILE *f, Doc *doc, const ReportSection *s) {
     Table *t = table_new("");
     if (!t) return;
     t->compact = 1;
@@ -678,12 +740,12 @@ static void paper_table(FILE *f, const ReportSection *s) {
         }
     }
     for (int i = 0; s->full.ran && i <= n; i++) t->rows[0]->cells[i].lo = t->rows[0]->cells[i].hi = NAN;
-    emit_tex(f, t);
+    emit_tex(f, doc, t);
     table_free(t);
 }
 
 /* Task scores (kind 0), domain averages (1) or ratios to the full cache (2) at budget b (-1: full cache only). */
-static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int kind) {
+static void budget_table(FILE *f, Doc *doc, const ReportSection *s, int b, int kind) {
     Table *t = table_new("");
     if (!t) return;
     char buf[200];
@@ -740,7 +802,7 @@ static void budget_table(FILE *f, Format fmt, const ReportSection *s, int b, int
         }
         r->cells[n] = (TCell){cnt ? sum / cnt : NAN, NAN, NAN, fewest, fewest, 0, cnt && fewest < s->min_n, NULL};
     }
-    emit(f, fmt, t);
+    emit(f, doc, t);
     table_free(t);
 }
 
@@ -756,7 +818,7 @@ static int in_ablation(const ReportSection *s, int m) {
 
 /* The ablation: rows = policy (and params), columns = aggregation (mean, max, max+prior, others) per budget where
  * an ablation row ran with several, each the overall average with its interval. */
-static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
+static void ablation_table(FILE *f, Doc *doc, const ReportSection *s) {
     const char *aggs[16];
     int n_aggs = 0;
     for (int m = 0; m < s->n_methods; m++) {
@@ -814,7 +876,7 @@ static void ablation_table(FILE *f, Format fmt, const ReportSection *s) {
                     r->cells[i * n_aggs + k] = cell_of(&report_cell(s, o, budgets[i])->domain[s->n_domains], s->min_n);
         }
     }
-    emit(f, fmt, t);
+    emit(f, doc, t);
     table_free(t);
 }
 
@@ -835,7 +897,7 @@ static void pair_label(const ReportSection *s, const AblationPair *p, char *out,
 
 /* The ablation as paired differences (ordering.c, report_ablation_pairs): rows = policy and pair of aggregations,
  * columns = Δ points and verdict per budget. */
-static void ablation_pairs_table(FILE *f, Format fmt, const ReportSection *s) {
+static void ablation_pairs_table(FILE *f, Doc *doc, const ReportSection *s) {
     if (!s->n_pairs) return;
     Table *t = table_new("");
     if (!t) return;
@@ -869,7 +931,7 @@ static void ablation_pairs_table(FILE *f, Format fmt, const ReportSection *s) {
         r->cells[col_of[p->budget]] = compared(&p->diff, 0, s->min_n);
         r->cells[col_of[p->budget] + 1].text = p->verdict;
     }
-    emit(f, fmt, t);
+    emit(f, doc, t);
     table_free(t);
 }
 
@@ -878,7 +940,7 @@ static const char *order_label(const ReportSection *s, int m, const char *policy
 }
 
 /* The paper's ordering link by link (ordering.c), per budget: the paired difference and what it says. */
-static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
+static void ordering_table(FILE *f, Doc *doc, const ReportSection *s) {
     int any = 0;
     for (int i = 0; i < s->n_budgets * REPORT_N_ORDER; i++) any |= s->order[i].diff.n > 0;
     if (!any) return;
@@ -911,13 +973,13 @@ static void ordering_table(FILE *f, Format fmt, const ReportSection *s) {
             r->cells[2 * b + 1].text = x->verdict;
         }
     }
-    emit(f, fmt, t);
+    emit(f, doc, t);
     table_free(t);
 }
 
-static void render_section(FILE *f, Format fmt, const ReportSection *s) {
+static void render_section(FILE *f, Doc *doc, const ReportSection *s) {
     char head[1200];
-    if (fmt == FMT_MD) {
+    if (doc->fmt == FMT_MD) {
         snprintf(head, sizeof head, "## %s — %s (%s)", s->model, s->suite, s->setup);
         fputc('\n', f);
         put_line(f, head);
@@ -926,46 +988,46 @@ static void render_section(FILE *f, Format fmt, const ReportSection *s) {
         fputc('\n', f);
         report_put_tex_comment(f, head);
     }
-    coverage(f, fmt, s);
-    if (report_has_substitute(s, -1)) note(f, fmt, "† " SUBSTITUTE_NOTE ".");
+    coverage(f, doc->fmt, s);
+    if (report_has_substitute(s, -1)) note(f, doc->fmt, "† " SUBSTITUTE_NOTE ".");
     int any_score = report_has_scores(s, &s->full);
     for (int c = 0; c < s->n_methods * s->n_budgets; c++) any_score |= report_has_scores(s, &s->cells[c]);
     if (!any_score) {
-        note(f, fmt, "No scores in this section: every row failed (the errors are counted above).");
+        note(f, doc->fmt, "No scores in this section: every row failed (the errors are counted above).");
         return;
     }
-    if (fmt == FMT_TEX) {
+    if (doc->fmt == FMT_TEX) {
         /* the paper's tables: scores, then n and intervals, the ordering and the ablation, paired; the per-budget
          * tables with every interval are in report.md and the CSV files. LaTeX holds at most 18 floats in
          * waiting: they are flushed after each section */
         if (s->n_budgets && s->n_methods) {
-            paper_table(f, s);
-            summary_table(f, fmt, s);
-            ordering_table(f, fmt, s);
+            paper_table(f, doc, s);
+            summary_table(f, doc, s);
+            ordering_table(f, doc, s);
         } else {
-            budget_table(f, fmt, s, -1, 0);
+            budget_table(f, doc, s, -1, 0);
         }
-        ablation_pairs_table(f, fmt, s);
+        ablation_pairs_table(f, doc, s);
         fputs("\\clearpage\n", f);
         return;
     }
-    if (s->n_budgets && s->n_methods) summary_table(f, fmt, s);
-    if (s->n_budgets && s->n_methods) ordering_table(f, fmt, s);
-    ablation_table(f, fmt, s);
-    ablation_pairs_table(f, fmt, s);
+    if (s->n_budgets && s->n_methods) summary_table(f, doc, s);
+    if (s->n_budgets && s->n_methods) ordering_table(f, doc, s);
+    ablation_table(f, doc, s);
+    ablation_pairs_table(f, doc, s);
     if (s->n_budgets == 0) {
-        budget_table(f, fmt, s, -1, 0);
-        budget_table(f, fmt, s, -1, 1);
+        budget_table(f, doc, s, -1, 0);
+        budget_table(f, doc, s, -1, 1);
     }
     for (int b = 0; b < s->n_budgets; b++) {
-        budget_table(f, fmt, s, b, 0);
-        budget_table(f, fmt, s, b, 1);
-        if (s->full.ran) budget_table(f, fmt, s, b, 2);
+        budget_table(f, doc, s, b, 0);
+        budget_table(f, doc, s, b, 1);
+        if (s->full.ran) budget_table(f, doc, s, b, 2);
     }
 }
 
 /* The cross-domain change of each model at the budget nearest 20% (the paper's Figure 2 style). */
-static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
+static int crossdomain_tables(FILE *f, Doc *doc, const ReportData *d, KvErr *err) {
     for (int i = 0; i < d->n_sections; i++) {
         if (!report_first_of_model(d, i)) continue;
         CrossDomain x;
@@ -1000,7 +1062,7 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
                 r->cells[x.n_domains] = compared(&x.mean[m], 0, x.min_n);
             }
         }
-        if (fmt == FMT_MD) {
+        if (doc->fmt == FMT_MD) {
             snprintf(head, sizeof head, "## %s — cross-domain change at %s", x.model, x.budget);
             fputc('\n', f);
             put_line(f, head);
@@ -1008,7 +1070,7 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
             snprintf(head, sizeof head, "Suites and setups: %s.", x.setup);
             put_line(f, head);
         }
-        emit(f, fmt, t);
+        emit(f, doc, t);
         table_free(t);
         report_crossdomain_free(&x);
         continue;
@@ -1021,7 +1083,7 @@ static int crossdomain_tables(FILE *f, Format fmt, const ReportData *d, KvErr *e
 }
 
 /* Every model side by side at each budget: a method's score as % of its own model's full cache. */
-static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
+static int crossmodel_tables(FILE *f, Doc *doc, const ReportData *d, KvErr *err) {
     for (int j = 0; j < d->n_crossmodels; j++) {
         const CrossModel *c = &d->crossmodels[j];
         if (!c->n_methods) continue;
@@ -1044,12 +1106,12 @@ static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *er
             for (int i = 0; r && i < c->n_models; i++)
                 r->cells[i] = compared(&c->pct[(size_t)m * c->n_models + i], 100, c->min_n);
         }
-        if (fmt == FMT_MD) {
+        if (doc->fmt == FMT_MD) {
             snprintf(head, sizeof head, "## Models side by side at %s", c->budget);
             fputc('\n', f);
             put_line(f, head);
         }
-        emit(f, fmt, t);
+        emit(f, doc, t);
         table_free(t);
     }
     return 0;
@@ -1057,7 +1119,7 @@ static int crossmodel_tables(FILE *f, Format fmt, const ReportData *d, KvErr *er
 
 /* The paper's ordering and the ablations model beside model (sizes.c): per link each model's Δ over the samples
  * all of them scored, the change from each model to the next, and whether the sign changes. */
-static int sizes_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
+static int sizes_tables(FILE *f, Doc *doc, const ReportData *d, KvErr *err) {
     for (int j = 0; j < d->n_sizes; j++) {
         const ReportSizes *x = &d->sizes[j];
         const ReportSection *s0 = &d->sections[x->section[0]];
@@ -1108,13 +1170,13 @@ static int sizes_tables(FILE *f, Format fmt, const ReportData *d, KvErr *err) {
                 if (l->change[i].n) r->cells[1 + x->n_models + i] = compared(&l->change[i], 0, x->min_n);
             r->cells[2 * x->n_models].text = l->sign;
         }
-        if (fmt == FMT_MD) {
+        if (doc->fmt == FMT_MD) {
             char head[400];
             snprintf(head, sizeof head, "## The links model beside model: %s at %s", s0->suite, label_budget);
             fputc('\n', f);
             put_line(f, head);
         }
-        emit(f, fmt, t);
+        emit(f, doc, t);
         table_free(t);
         free(arrow);
         free(n_text);
@@ -1388,8 +1450,9 @@ static int write_document(const ReportData *d, Format fmt, const char *out_dir, 
         fprintf(f, "\n**No scores: all %d result rows failed.** The errors are counted per section below.\n",
                 d->n_rows);
     method_text(f, fmt, d->min_n, d->resamples);
-    for (int i = 0; i < d->n_sections; i++) render_section(f, fmt, &d->sections[i]);
-    if (crossdomain_tables(f, fmt, d, err) || crossmodel_tables(f, fmt, d, err) || sizes_tables(f, fmt, d, err)) {
+    Doc doc = {.fmt = fmt};
+    for (int i = 0; i < d->n_sections; i++) render_section(f, &doc, &d->sections[i]);
+    if (crossdomain_tables(f, &doc, d, err) || crossmodel_tables(f, &doc, d, err) || sizes_tables(f, &doc, d, err)) {
         fclose(f);
         return -1;
     }

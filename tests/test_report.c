@@ -1150,6 +1150,28 @@ static void test_sizes(TestCounts *tc) {
     free(tex);
 }
 
+/* Models whose names have no place to break (the sizes table's column headings): each heading gets the width of
+ * its name, the table splits into parts rather than running past the text width (the 1.5B study's three models
+ * overran it by up to 170 pt). */
+static void test_tex_long_names(TestCounts *tc) {
+    char paths[3][128], merged[128], out[128];
+    const char *names[] = {"SmolLM2-135M-Instruct-Q41", "Qwen2.5-Coder-0.5B-Instruct-AWQ", "Qwen2.5-Coder-1.5B-Instruct-Q4KM"};
+    const char *inputs[3];
+    KvErr err = {{0}};
+    for (int k = 0; k < 3; k++) {
+        snprintf(paths[k], sizeof paths[k], "%s/long_name_%d.db", dir, k);
+        fill_size(paths[k], names[k], 12, k ? d_large : d_small);
+        inputs[k] = paths[k];
+    }
+    snprintf(merged, sizeof merged, "%s/long_names.db", dir);
+    snprintf(out, sizeof out, "%s/long_names_out", dir);
+    CHECK(tc, store_merge_into(merged, inputs, 3, &err) == 0, "merge of three models: %s", err.msg);
+    ReportOptions opt = {merged, out, NULL, NULL, 0, 0, 0};
+    int rc = report_write(&opt, &err);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "report of three long-named models: %s", err.msg);
+    compile_tex(tc, out);
+}
+
 /* File names from a model named ".m%2": never hidden (no leading '.'), '%' as 'p' in the model's part as in the
  * budget's ("_m-p2"... "20p"), one mapping in every file. */
 static void test_file_names(TestCounts *tc) {
@@ -1191,7 +1213,7 @@ static void test_tex_tall(TestCounts *tc) {
     snprintf(db, sizeof db, "%s/tall.db", dir);
     snprintf(out, sizeof out, "%s/tall_out", dir);
     open_db(db, &s, &run);
-    static char params[40][16];
+    static char params[40][96];
     static const char *tasks[] = {"narrativeqa", "qasper", "hotpotqa"};
     for (int i = 0; i < 10; i++) {
         char key[64];
@@ -1201,7 +1223,8 @@ static void test_tex_tall(TestCounts *tc) {
         StoreResult r[81];
         r[0] = row("full", "mean", "full", 1, 0.5 + 0.03 * (i % 4));
         for (int k = 0; k < 40; k++) {
-            snprintf(params[k], sizeof params[k], "w=%d,k=5", 8 + k);
+            snprintf(params[k], sizeof params[k], "w=%d,k=5,forced=mass,safeguard=off,weighting=defensive,allocation=layer",
+                     8 + k);
             for (int b = 0; b < 2; b++) {
                 r[1 + 2 * k + b] = row("snapkv", "mean", b ? "40%" : "20%", b ? 0.4 : 0.2, 0.3 + 0.01 * k + 0.02 * (i % 3));
                 r[1 + 2 * k + b].key.params = params[k];
@@ -1378,6 +1401,7 @@ int main(void) {
     test_sizes(&tc);
     test_file_names(&tc);
     test_tex_tall(&tc);
+    test_tex_long_names(&tc);
     test_provenance(&tc);
     test_errors(&tc);
     test_cli(&tc);
