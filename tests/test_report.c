@@ -1097,23 +1097,32 @@ static double d_large(int i) { return 8 + (i % 4 - 1.5); }
  * shared ones. DefensiveKV > CriticalKV changes sign (−5 at small, +8 at large, both resolved), AdaKV > SnapKV
  * keeps it (+3.5 everywhere; its changes are exactly 0, a zero-width interval with no verdict); the aggregation
  * pair only "large" ran is listed, not run by the others. */
-static void test_sizes(TestCounts *tc) {
-    char paths[3][128], merged[128], out[128];
-    const char *names[] = {"small", "mid", "large"};
-    double (*diffs[])(int) = {d_small, d_mid, d_large};
+/* Three models' databases (fill_size: model k with n[k] samples and diffs[k]) merged smallest first into
+ * DIR/STEM.db and reported into DIR/STEM_out (out). */
+static void sizes_report(TestCounts *tc, const char *stem, const char *const names[3], double (*const diffs[3])(int),
+                         const int n[3], char *out, size_t out_size) {
+    char paths[3][160], merged[160];
     const char *inputs[3];
     KvErr err = {{0}};
     for (int k = 0; k < 3; k++) {
-        snprintf(paths[k], sizeof paths[k], "%s/size_%s.db", dir, names[k]);
-        fill_size(paths[k], names[k], k == 2 ? 14 : 12, diffs[k]);
+        snprintf(paths[k], sizeof paths[k], "%s/%s_%d.db", dir, stem, k);
+        fill_size(paths[k], names[k], n[k], diffs[k]);
         inputs[k] = paths[k];
     }
-    snprintf(merged, sizeof merged, "%s/sizes.db", dir);
-    snprintf(out, sizeof out, "%s/sizes_out", dir);
-    CHECK(tc, store_merge_into(merged, inputs, 3, &err) == 0, "merge of three models: %s", err.msg);
+    snprintf(merged, sizeof merged, "%s/%s.db", dir, stem);
+    snprintf(out, out_size, "%s/%s_out", dir, stem);
+    CHECK(tc, store_merge_into(merged, inputs, 3, &err) == 0, "merge of three models into %s: %s", merged, err.msg);
     ReportOptions opt = {merged, out, NULL, NULL, 0, 0, 0};
     int rc = report_write(&opt, &err);
-    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "sizes report: %s", err.msg);
+    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "report of %s: %s", merged, err.msg);
+}
+
+static void test_sizes(TestCounts *tc) {
+    char out[160];
+    static const char *const names[] = {"small", "mid", "large"};
+    static double (*const diffs[])(int) = {d_small, d_mid, d_large};
+    static const int n[] = {12, 12, 14};
+    sizes_report(tc, "sizes", names, diffs, n, out, sizeof out);
     char *csv = read_in(out, "sizes.csv"), *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex");
     static const char *const want[] = {
         "\"ruler\",\"20%\",0.2,\"defensivekv > criticalkv\",\"defensivekv\",\"max+prior\",\"w=32,k=5\",\"criticalkv\","
@@ -1154,21 +1163,12 @@ static void test_sizes(TestCounts *tc) {
  * its name, the table splits into parts rather than running past the text width (the 1.5B study's three models
  * overran it by up to 170 pt). */
 static void test_tex_long_names(TestCounts *tc) {
-    char paths[3][128], merged[128], out[128];
-    const char *names[] = {"SmolLM2-135M-Instruct-Q41", "Qwen2.5-Coder-0.5B-Instruct-AWQ", "Qwen2.5-Coder-1.5B-Instruct-Q4KM"};
-    const char *inputs[3];
-    KvErr err = {{0}};
-    for (int k = 0; k < 3; k++) {
-        snprintf(paths[k], sizeof paths[k], "%s/long_name_%d.db", dir, k);
-        fill_size(paths[k], names[k], 12, k ? d_large : d_small);
-        inputs[k] = paths[k];
-    }
-    snprintf(merged, sizeof merged, "%s/long_names.db", dir);
-    snprintf(out, sizeof out, "%s/long_names_out", dir);
-    CHECK(tc, store_merge_into(merged, inputs, 3, &err) == 0, "merge of three models: %s", err.msg);
-    ReportOptions opt = {merged, out, NULL, NULL, 0, 0, 0};
-    int rc = report_write(&opt, &err);
-    CHECK(tc, rc == 0 || strstr(err.msg, "gnuplot"), "report of three long-named models: %s", err.msg);
+    char out[160];
+    static const char *const names[] = {"SmolLM2-135M-Instruct-Q41", "Qwen2.5-Coder-0.5B-Instruct-AWQ",
+                                        "Qwen2.5-Coder-1.5B-Instruct-Q4KM"};
+    static double (*const diffs[])(int) = {d_small, d_large, d_large};
+    static const int n[] = {12, 12, 12};
+    sizes_report(tc, "long_names", names, diffs, n, out, sizeof out);
     compile_tex(tc, out);
 }
 
