@@ -309,6 +309,7 @@ typedef struct {
 /* One sample's state between the steps of run_sample. */
 typedef struct {
     TokenIds ctx, q, stops;
+    ChatFormat chat;    /* what the context was rendered in (a reconstruction pass frames its inputs so) */
     int max_new;
     Prefill pf;
     int has_prefill;
@@ -326,8 +327,10 @@ typedef struct {
  * "over_length": "error"), an empty context or question, a prefill cache past the memory limit. */
 static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutcome *o, KvErr *err) {
     const Model *m = sw->model;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
+                      CHAT_NONE};
     if (prepare_tokens(&env, s, &st->ctx, &st->q, err) || prepare_stop_ids(&env, s, &st->stops, err)) return -1;
+    st->chat = prepare_chat_format(&env, s);
     const int n_ctx = st->ctx.n, n_q = st->q.n;
     o->context_tokens = n_ctx;
     o->question_tokens = n_q;
@@ -353,7 +356,8 @@ static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutc
 /* One observed prefill for every variant; the full variant decodes on its cache, so that gets room for question
  * and answer. */
 static int sample_prefill(Sweep *sw, SampleState *st, VariantRun *runs, int n, SampleOutcome *o, KvErr *err) {
-    PrepareEnv env = {sw->model, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    PrepareEnv env = {sw->model, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
+                      st->chat};
     const PolicyConfig **policies = kv_calloc((size_t)n, sizeof *policies, err);
     if (!policies) return -1;
     int has_full = 0;
@@ -617,7 +621,9 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    /* trace_sample sets the chat format from the sample */
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
+                      CHAT_NONE};
     Sample s;
     char key[600];
     KvErr serr = {{0}};

@@ -802,8 +802,11 @@ static void test_descriptors(TestCounts *tc) {
               "%s: needs an observation but scores nothing", r->name);
         CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
               r->chunk_length);
+        CHECK(tc, !(r->needs & NEEDS_RECONSTRUCTION) ||
+                      (r->reconstruct && r->chunk_length > 0 && r->first_prompt && r->next_prompt && r->next_tail >= 0),
+              "%s: a reconstruction pass without its scorer, chunk length or prompts", r->name);
         const int reads_context = r->allocation == ALLOC_UNIFORM || r->allocation == ALLOC_TWO_STAGE ||
-                                  r->allocation == ALLOC_CHUNKS;
+                                  r->allocation == ALLOC_CHUNKS || r->allocation == ALLOC_PRUNE_GLOBAL;
         CHECK(tc, !reads_context || (r->score && r->span == SPAN_CONTEXT),
               "%s: its allocation reads scores of every context position", r->name);
         CHECK(tc, !r->layer_budget || r->allocation == ALLOC_UNIFORM, "%s: layer budgets without ALLOC_UNIFORM",
