@@ -12,6 +12,7 @@
  * so layers and heads keep different counts. kvbench follows kvpress's code and was not compared with the paper's
  * text line by line; the paper's own repository also compresses for real, which kvpress (and kvbench) emulate by
  * the keep-set. */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,62 +27,45 @@ static int score_kvzip(const PolicyRow *row, const PolicyConfig *cfg, const Obse
     return out->score ? 0 : -1;
 }
 
-/* Rows of repeat queries per task: each task keeps the largest probability of each chunk key over its rows. */
-#define KVZIP_ROWS 32
-
 /* One layer of one chunk: q repeat queries (obs->q_win [H][q][d]) over the keys sinks [0, s), chunk [start, end)
- * and repeat [L, L + i] (query i, causal), where s = min(n_sink, start). The logits are float32 dot products as
- * kvpress's matmul gives them (summed in another order), scaled by 1/sqrt(d); the softmax is in double, each
- * probability rounded once to float. score[k][start + c] gets the largest over the group's heads and the rows. */
+ * and repeat [L, L + i] (query i, causal), where s = min(n_sink, start). As kvpress: float32 logits (one sgemm per
+ * head and block of keys, summed in BLAS's order), scaled by 1/sqrt(d), a float32 exp of each; the softmax's sum in
+ * double, each probability rounded once. score[k][start + c] gets the largest over the group's heads and the rows. */
 static int reconstruct_kvzip(const PolicyRow *row, const Observation *o, int start, int end, int L, float *score,
                              KvErr *err) {
     const int H = o->H, K = o->K, G = H / K, d = o->d, q = o->w, n_chunk = end - start;
     const int sinks = row->n_sink < start ? row->n_sink : start, n_cols = sinks + n_chunk + q;
-    const int blocks = (q + KVZIP_ROWS - 1) / KVZIP_ROWS, tasks = H * blocks;
     const float scale = 1.0f / sqrtf((float)d);
-    float *best = kv_calloc((size_t)tasks * n_chunk, sizeof(float), err);
-    double *logit = best ? kv_malloc(sizeof(double) * (size_t)tasks * n_cols, err) : NULL;
-    if (!logit) {
-        free(best);
-        return -1;
-    }
-    #pragma omp parallel for schedule(dynamic)
-    for (int task = 0; task < tasks; task++) {
-        const int h = task / blocks, lo = task % blocks * KVZIP_ROWS, hi = lo + KVZIP_ROWS < q ? lo + KVZIP_ROWS : q;
-        const float *keys = o->keys[h / G];
-        float *mine = best + (size_t)task * n_chunk;
-        double *z = logit + (size_t)task * n_cols;
-        for (int i = lo; i < hi; i++) {
-            const float *query = o->q_win + ((size_t)h * q + i) * d;
+    float *z = kv_malloc(sizeof(float) * (size_t)q * n_cols, err);
+    if (!z) return -1;
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < n_chunk; c++) score[(size_t)k * L + start + c] = 0.0f;
+    for (int h = 0; h < H; h++) {
+        const float *query = o->q_win + (size_t)h * q * d, *keys = o->keys[h / G];
+        /* the three blocks of keys side by side in each row of z: sinks, chunk, repeat */
+        const struct { int from, n, col; } blocks[3] = {{0, sinks, 0}, {start, n_chunk, sinks}, {L, q, sinks + n_chunk}};
+        for (int b = 0; b < 3; b++)
+            if (blocks[b].n > 0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, blocks[b].n, d, scale, query, d,
+                            keys + (size_t)blocks[b].from * d, d, 0.0f, z + blocks[b].col, n_cols);
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < q; i++) {
+            float *zi = z + (size_t)i * n_cols, top = -INFINITY;
             const int n = sinks + n_chunk + i + 1; /* the columns query i sees */
-            double top = -INFINITY, total = 0.0;
-            for (int c = 0; c < n; c++) {
-                const int j = c < sinks ? c : c < sinks + n_chunk ? start + c - sinks : L + c - sinks - n_chunk;
-                const float *key = keys + (size_t)j * d;
-                float dot = 0.0f;
-                #pragma omp simd reduction(+ : dot)
-                for (int t = 0; t < d; t++) dot += query[t] * key[t];
-                z[c] = (double)(dot * scale);
-                top = z[c] > top ? z[c] : top;
-            }
-            for (int c = 0; c < n; c++) total += exp(z[c] - top);
-            for (int c = 0; c < n_chunk; c++) {
-                float p = (float)(exp(z[sinks + c] - top) / total);
-                mine[c] = p > mine[c] ? p : mine[c];
-            }
+            for (int c = 0; c < n; c++) top = zi[c] > top ? zi[c] : top;
+            double total = 0.0;
+            for (int c = 0; c < n; c++) total += (zi[c] = expf(zi[c] - top));
+            for (int c = sinks; c < sinks + n_chunk; c++) zi[c] = (float)(zi[c] / total);
         }
-    }
-    for (int k = 0; k < K; k++) {
-        float *s = score + (size_t)k * L + start;
-        for (int c = 0; c < n_chunk; c++) s[c] = 0.0f;
-        for (int task = k * G * blocks; task < (k + 1) * G * blocks; task++)
-            for (int c = 0; c < n_chunk; c++) {
-                float p = best[(size_t)task * n_chunk + c];
+        float *s = score + (size_t)(h / G) * L + start;
+        #pragma omp parallel for schedule(static)
+        for (int c = 0; c < n_chunk; c++)
+            for (int i = 0; i < q; i++) {
+                float p = z[(size_t)i * n_cols + sinks + c];
                 s[c] = p > s[c] ? p : s[c];
             }
     }
-    free(best);
-    free(logit);
+    free(z);
     return 0;
 }
 
