@@ -301,6 +301,7 @@ static int variant_protected(const Prefill *pf, int i, const Budget *b, VariantR
 /* What one sample's run reports besides its variants' rows. */
 typedef struct {
     double prefill_ms, decode_ms;
+    double reconstruction_ms, reconstruction_cpu_ms; /* KVzip's pass (Prefill), in its rows' select_ms too */
     int context_tokens, question_tokens;
     int over_length; /* context + question + the new tokens exceed the model's max context */
     int n_batches;   /* decode batches (runs/memplan.h) */
@@ -370,6 +371,8 @@ static int sample_prefill(Sweep *sw, SampleState *st, VariantRun *runs, int n, S
     if (rc) return -1;
     st->has_prefill = 1;
     o->prefill_ms = st->pf.prefill_ms;
+    o->reconstruction_ms = st->pf.reconstruction_ms;
+    o->reconstruction_cpu_ms = st->pf.reconstruction_cpu_ms;
     for (int k = 0; k < st->pf.n_slots; k++) sw->stats->select_ms += st->pf.slots[k].ms;
     return 0;
 }
@@ -777,10 +780,14 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         else if (ok < n) snprintf(scored, sizeof scored, "mean score %.3f of the %d that ran (%d failed)", mean / ok, ok,
                                   n - ok);
         else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
-        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
+        char recon[96] = "";
+        if (o.reconstruction_ms > 0)
+            snprintf(recon, sizeof recon, ", reconstruction pass %.0f ms (%.0f CPU-ms)", o.reconstruction_ms,
+                     o.reconstruction_cpu_ms);
+        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms%s, decode %.0f ms in %d "
                               "batch%s, %s\n",
                 sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, o.context_tokens,
-                o.question_tokens, o.prefill_ms, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", scored);
+                o.question_tokens, o.prefill_ms, recon, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
     free(sets);
