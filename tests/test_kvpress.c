@@ -70,6 +70,26 @@ static int get_int(const cJSON *o, const char *key) {
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+/* dir/manifest.json parsed; NULL when it cannot be read or parsed (the caller's checks then fail). */
+static cJSON *read_manifest(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *text = kv_read_file(path, NULL, NULL);
+    cJSON *m = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    return m;
+}
+
+/* The saved layers' indices into out (at most 8): ascending, each below n_layers. */
+static int read_layers(const cJSON *layers, int n_layers, int *out) {
+    int n = cJSON_GetArraySize(layers);
+    for (int s = 0; s < n; s++) {
+        out[s] = cJSON_GetArrayItem(layers, s)->valueint;
+        if (out[s] < (s ? out[s - 1] + 1 : 0) || out[s] >= n_layers) return 0;
+    }
+    return n > 0 && n <= 8;
+}
+
 /* One run: the policy over the saved layers, compared head by head with the press's labels (1 kept, 0 dropped, 2
  * in the boundary tie group). */
 static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const cJSON *run) {
@@ -152,12 +172,8 @@ static void check_run(TestCounts *tc, const char *dir, const Inputs *in, const c
 }
 
 static void check_model(TestCounts *tc, const char *dir) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
     KvErr err;
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *m = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *m = read_manifest(dir);
     const cJSON *shapes = cJSON_GetObjectItemCaseSensitive(m, "shapes");
     const cJSON *runs = cJSON_GetObjectItemCaseSensitive(m, "runs");
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
@@ -169,11 +185,8 @@ static void check_model(TestCounts *tc, const char *dir) {
              in.d <= 512 && in.L > 0 && in.w > 0 && cJSON_IsNumber(theta);
     if (ok) model_rope_inv_freq(&(ModelConfig){.head_dim = in.d, .rope_theta = (float)theta->valuedouble},
                                 in.rope_inv_freq);
-    for (int s = 0; ok && s < in.S; s++) {
-        in.layers[s] = cJSON_GetArrayItem(layers, s)->valueint;
-        ok = in.layers[s] >= (s ? in.layers[s - 1] + 1 : 0) && in.layers[s] < in.N;
-    }
-    CHECK(tc, ok, "%s: a manifest without shapes, ascending layers or runs", path);
+    ok = ok && read_layers(layers, in.N, in.layers);
+    CHECK(tc, ok, "%s/manifest.json: a manifest without shapes, ascending layers or runs", dir);
     if (ok) {
         in.keys = load(dir, "keys.f32", sizeof(float) * (size_t)in.S * in.K * in.L * in.d, &err);
         in.attn = in.keys ? load(dir, "attn_window.f32", sizeof(float) * (size_t)in.S * in.H * in.w * in.L, &err)
@@ -332,12 +345,8 @@ static int kvzip_compare(TestCounts *tc, const char *dir, const KvzipInputs *in,
 }
 
 static void check_kvzip(TestCounts *tc, const char *dir) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
     KvErr err;
-    char *text = kv_read_file(path, NULL, &err);
-    cJSON *m = text ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *m = read_manifest(dir);
     const cJSON *shapes = cJSON_GetObjectItemCaseSensitive(m, "shapes");
     const cJSON *runs = cJSON_GetObjectItemCaseSensitive(m, "runs");
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
@@ -350,10 +359,7 @@ static void check_kvzip(TestCounts *tc, const char *dir) {
     int ok = m && cJSON_IsArray(runs) && in.S > 0 && in.S <= 8 && in.N > 0 && in.H > 0 && in.K > 0 && in.d > 0 &&
              in.L > 0 && in.n_chunks > 0 && in.n_chunks <= 8 && cJSON_GetArraySize(ids) == in.L &&
              get_int(m, "chunk_size") > 0;
-    for (int s = 0; ok && s < in.S; s++) {
-        in.layers[s] = cJSON_GetArrayItem(layers, s)->valueint;
-        ok = in.layers[s] >= (s ? in.layers[s - 1] + 1 : 0) && in.layers[s] < in.N;
-    }
+    ok = ok && read_layers(layers, in.N, in.layers);
     for (int c = 0; ok && c < in.n_chunks; c++) {
         const cJSON *chunk = cJSON_GetArrayItem(chunks, c);
         in.start[c] = get_int(chunk, "start");
@@ -361,7 +367,7 @@ static void check_kvzip(TestCounts *tc, const char *dir) {
         in.q[c] = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(chunk, "input_ids"));
         ok = in.start[c] >= 0 && in.end[c] > in.start[c] && in.end[c] <= in.L && in.q[c] > 0;
     }
-    CHECK(tc, ok, "%s: a manifest without shapes, ascending layers, chunks or runs", path);
+    CHECK(tc, ok, "%s/manifest.json: a manifest without shapes, ascending layers, chunks or runs", dir);
     if (!ok) {
         cJSON_Delete(m);
         return;
