@@ -27,7 +27,7 @@ Outputs per model, in tests/data/kvzip/<model>/:
                        TIE_TOL of the largest score of the last pruned or the first kept one over every layer, where
                        the press's choice is top-k's tie order; kvbench must keep the same number of the group)
 Usage: python3 tests/reference/gen_kvzip_cases.py   (from the project root; needs torch, transformers 4.57.0, gguf,
-       kvpress==0.5.5)
+       kvpress==0.5.5; 3.0 minutes wall, 1.8 CPU-minutes for both models on 2 shared cores, 2026-12-06)
 """
 import json
 import os
