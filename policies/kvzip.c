@@ -14,6 +14,7 @@
  * the keep-set. */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,45 +28,66 @@ static int score_kvzip(const PolicyRow *row, const PolicyConfig *cfg, const Obse
     return out->score ? 0 : -1;
 }
 
+/* Repeat queries per task: a task is one query head's block of rows, its logits KVZIP_ROWS x n_cols floats. */
+#define KVZIP_ROWS 256
+
 /* One layer of one chunk: q repeat queries (obs->q_win [H][q][d]) over the keys sinks [0, s), chunk [start, end)
- * and repeat [L, L + i] (query i, causal), where s = min(n_sink, start). As kvpress: float32 logits (one sgemm per
- * head and block of keys, summed in BLAS's order), scaled by 1/sqrt(d), a float32 exp of each; the softmax's sum in
- * double, each probability rounded once. score[k][start + c] gets the largest over the group's heads and the rows. */
+ * and repeat [L, L + i] (query i, causal), where s = min(n_sink, start). As kvpress: float32 logits (sgemm, summed
+ * in BLAS's order), scaled by 1/sqrt(d), a float32 exp of each; the softmax's sum in double, each probability
+ * rounded once. score[k][start + c] gets the largest over the group's heads and the rows: each thread keeps its own
+ * largest per kv-head, merged by max, so the result does not depend on the threads. Tasks run in parallel with a
+ * single-threaded sgemm each, as the cpu backend's own products (it sets OpenBLAS to one thread). */
 static int reconstruct_kvzip(const PolicyRow *row, const Observation *o, int start, int end, int L, float *score,
                              KvErr *err) {
     const int H = o->H, K = o->K, G = H / K, d = o->d, q = o->w, n_chunk = end - start;
     const int sinks = row->n_sink < start ? row->n_sink : start, n_cols = sinks + n_chunk + q;
+    const int blocks = (q + KVZIP_ROWS - 1) / KVZIP_ROWS, threads = omp_get_max_threads();
     const float scale = 1.0f / sqrtf((float)d);
-    float *z = kv_malloc(sizeof(float) * (size_t)q * n_cols, err);
-    if (!z) return -1;
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < n_chunk; c++) score[(size_t)k * L + start + c] = 0.0f;
-    for (int h = 0; h < H; h++) {
-        const float *query = o->q_win + (size_t)h * q * d, *keys = o->keys[h / G];
-        /* the three blocks of keys side by side in each row of z: sinks, chunk, repeat */
-        const struct { int from, n, col; } blocks[3] = {{0, sinks, 0}, {start, n_chunk, sinks}, {L, q, sinks + n_chunk}};
-        for (int b = 0; b < 3; b++)
-            if (blocks[b].n > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, blocks[b].n, d, scale, query, d,
-                            keys + (size_t)blocks[b].from * d, d, 0.0f, z + blocks[b].col, n_cols);
-        #pragma omp parallel for schedule(static)
-        for (int i = 0; i < q; i++) {
-            float *zi = z + (size_t)i * n_cols, top = -INFINITY;
-            const int n = sinks + n_chunk + i + 1; /* the columns query i sees */
-            for (int c = 0; c < n; c++) top = zi[c] > top ? zi[c] : top;
-            double total = 0.0;
-            for (int c = 0; c < n; c++) total += (zi[c] = expf(zi[c] - top));
-            for (int c = sinks; c < sinks + n_chunk; c++) zi[c] = (float)(zi[c] / total);
+    float *z = kv_malloc(sizeof(float) * (size_t)threads * KVZIP_ROWS * n_cols, err);
+    float *best = z ? kv_calloc((size_t)threads * K * n_chunk, sizeof(float), err) : NULL;
+    if (!best) {
+        free(z);
+        return -1;
+    }
+    #pragma omp parallel num_threads(threads)
+    {
+        float *zt = z + (size_t)omp_get_thread_num() * KVZIP_ROWS * n_cols;
+        float *bt = best + (size_t)omp_get_thread_num() * K * n_chunk;
+        #pragma omp for schedule(dynamic)
+        for (int task = 0; task < H * blocks; task++) {
+            const int h = task / blocks, lo = task % blocks * KVZIP_ROWS, rows = q - lo < KVZIP_ROWS ? q - lo : KVZIP_ROWS;
+            const float *query = o->q_win + ((size_t)h * q + lo) * d, *keys = o->keys[h / G];
+            /* the three blocks of keys side by side in each row: sinks, chunk, repeat */
+            const int from[3] = {0, start, L}, n[3] = {sinks, n_chunk, q}, col[3] = {0, sinks, sinks + n_chunk};
+            for (int b = 0; b < 3; b++)
+                if (n[b] > 0)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n[b], d, scale, query, d,
+                                keys + (size_t)from[b] * d, d, 0.0f, zt + col[b], n_cols);
+            float *mine = bt + (size_t)(h / G) * n_chunk;
+            for (int r = 0; r < rows; r++) {
+                float *zi = zt + (size_t)r * n_cols, top = -INFINITY;
+                const int seen = sinks + n_chunk + lo + r + 1; /* the columns query lo + r sees */
+                for (int c = 0; c < seen; c++) top = zi[c] > top ? zi[c] : top;
+                double total = 0.0;
+                for (int c = 0; c < seen; c++) total += (zi[c] = expf(zi[c] - top));
+                for (int c = 0; c < n_chunk; c++) {
+                    float p = (float)(zi[sinks + c] / total);
+                    mine[c] = p > mine[c] ? p : mine[c];
+                }
+            }
         }
-        float *s = score + (size_t)(h / G) * L + start;
-        #pragma omp parallel for schedule(static)
-        for (int c = 0; c < n_chunk; c++)
-            for (int i = 0; i < q; i++) {
-                float p = z[(size_t)i * n_cols + sinks + c];
+    }
+    for (int k = 0; k < K; k++) {
+        float *s = score + (size_t)k * L + start;
+        for (int c = 0; c < n_chunk; c++) s[c] = 0.0f;
+        for (int t = 0; t < threads; t++)
+            for (int c = 0; c < n_chunk; c++) {
+                float p = best[((size_t)t * K + k) * n_chunk + c];
                 s[c] = p > s[c] ? p : s[c];
             }
     }
     free(z);
+    free(best);
     return 0;
 }
 
