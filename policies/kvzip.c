@@ -10,8 +10,8 @@
  * first chunk (the template's prefix) after the sinks score 0. The selection is global (ALLOC_PRUNE_GLOBAL): the
  * sinks at the largest score plus 1, the bottom int(N*K*L*ratio) over every layer, kv-head and position dropped,
  * so layers and heads keep different counts. kvbench follows kvpress's code and was not compared with the paper's
- * text line by line; the paper's own repository also compresses for real, which kvpress (and kvbench) emulate by
- * the keep-set. */
+ * text line by line (kvpress's docstring points to the paper's repository for a version that compresses the cache
+ * for real; kvpress and kvbench keep the same entries by a keep-set). */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
