@@ -16,7 +16,6 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "policy_internal.h"
 
