@@ -6,9 +6,9 @@
  * tokens together (allowed 1e-4 of the largest |value|, as the rows go through other GEMM shapes; 0 measured here,
  * 2026-12-06); after the truncation the
  * cache is the context's again, so a question fed on it gives the logits of a cache that never saw the pass, bit for
- * bit. prefill_run with kvzip beside snapkv and full (the SmolLM2 GGUF's tokenizer for the prompts) leaves snapkv's
- * keep-set and the full cache as they are without kvzip, and kvzip's keep-set holds the sinks of every head and
- * numel - int(numel * 0.8) entries at 20%. */
+ * bit. prefill_run with kvzip (twice, as two budgets: one state, one pass) beside snapkv and full (the SmolLM2
+ * GGUF's tokenizer for the prompts) leaves snapkv's keep-set and the full cache as they are without kvzip, and
+ * kvzip's keep-set holds the sinks of every head and numel - int(numel * 0.8) entries at 20%. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,14 +141,17 @@ static void test_prefill(TestCounts *tc, Backend *be, Model *m) {
     policy_config(&snap, "snapkv", NULL, &err);
     policy_config(&zip, "kvzip", NULL, &err);
     policy_config(&full, "full", NULL, &err);
-    const PolicyConfig *alone[] = {&snap, &full}, *mixed[] = {&snap, &zip, &full};
+    /* kvzip twice, as a sweep's two budgets of it: one state, one reconstruction pass */
+    const PolicyConfig *alone[] = {&snap, &full}, *mixed[] = {&snap, &zip, &full, &zip};
     Prefill p1 = {0}, p2 = {0};
     Budget b = {0.2, 0};
     KeepSet s1 = {0}, s2 = {0}, z = {0};
     int ok = !rc && prefill_run(&p1, &env, &ctx, alone, 2, 8, &err) == 0 &&
-             prefill_run(&p2, &env, &ctx, mixed, 3, 8, &err) == 0;
+             prefill_run(&p2, &env, &ctx, mixed, 4, 8, &err) == 0;
     CHECK(tc, ok, "prefill_run: %s", err.msg);
     if (ok) {
+        CHECK(tc, p2.n_slots == 2 && p2.slot_of[1] == p2.slot_of[3], "kvzip's two variants in %d slots of %d",
+              p2.slot_of[1] == p2.slot_of[3] ? 1 : 2, p2.n_slots);
         ok = !prefill_select(&p1, 0, &b, &s1, &err) && !prefill_select(&p2, 0, &b, &s2, &err) &&
              !prefill_select(&p2, 1, &b, &z, &err);
         CHECK(tc, ok, "select: %s", err.msg);
