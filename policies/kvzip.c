@@ -54,7 +54,8 @@ static int reconstruct_kvzip(const PolicyRow *row, const Observation *o, int sta
         float *bt = best + (size_t)omp_get_thread_num() * K * n_chunk;
         #pragma omp for schedule(dynamic)
         for (int task = 0; task < H * blocks; task++) {
-            const int h = task / blocks, lo = task % blocks * KVZIP_ROWS, rows = q - lo < KVZIP_ROWS ? q - lo : KVZIP_ROWS;
+            const int h = task / blocks, lo = task % blocks * KVZIP_ROWS;
+            const int rows = q - lo < KVZIP_ROWS ? q - lo : KVZIP_ROWS;
             const float *query = o->q_win + ((size_t)h * q + lo) * d, *keys = o->keys[h / G];
             /* the three blocks of keys side by side in each row: sinks, chunk, repeat */
             const int from[3] = {0, start, L}, n[3] = {sinks, n_chunk, q}, col[3] = {0, sinks, sinks + n_chunk};

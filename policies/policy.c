@@ -482,8 +482,8 @@ static int ladders_score_equal(const LadderParams *a, const LadderParams *b) {
  * the same settings. */
 static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const PolicyConfig *p, const PolicyConfig *q) {
     /* a reconstruction policy's layers are only scored by its own pass */
-    return x && y && x->score && x->score == y->score && !(x->needs & NEEDS_RECONSTRUCTION) && x->gamma == y->gamma && x->tau1 == y->tau1 &&
-           x->tau2 == y->tau2 && p->aggregation == q->aggregation &&
+    return x && y && x->score && x->score == y->score && !(x->needs & NEEDS_RECONSTRUCTION) && x->gamma == y->gamma &&
+           x->tau1 == y->tau1 && x->tau2 == y->tau2 && p->aggregation == q->aggregation &&
            p->window == q->window && p->pool_kernel == q->pool_kernel &&
            p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped &&
            ladders_score_equal(&p->ladder, &q->ladder);

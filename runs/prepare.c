@@ -295,8 +295,8 @@ static int find_reconstruction(Prefill *p, const PrepareEnv *env, const TokenIds
         } else if (spec.chunk != first.chunk || spec.next_tail != first.next_tail ||
                    strcmp(spec.first_prompt, first.first_prompt) || strcmp(spec.next_prompt, first.next_prompt)) {
             s->failed = 1;
-            kv_fail(&s->err, "policy %s: its reconstruction pass differs from %s's, and a prefill runs one", s->cfg.name,
-                    p->slots[(*slots)[0]].cfg.name);
+            kv_fail(&s->err, "policy %s: its reconstruction pass differs from %s's, and a prefill runs one",
+                    s->cfg.name, p->slots[(*slots)[0]].cfg.name);
             continue;
         }
         (*states)[*n] = s->state;

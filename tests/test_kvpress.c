@@ -461,7 +461,8 @@ static void check_kvzip(TestCounts *tc, const char *dir, int end_to_end) {
         for (int c = 0; same && c < in.n_chunks; c++) {
             const cJSON *want = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(chunks, c), "input_ids");
             same = plan.start[c] == in.start[c] && plan.end[c] == in.end[c] && plan.input[c].n == in.q[c];
-            for (int i = 0; same && i < in.q[c]; i++) same = plan.input[c].ids[i] == cJSON_GetArrayItem(want, i)->valueint;
+            for (int i = 0; same && i < in.q[c]; i++)
+                same = plan.input[c].ids[i] == cJSON_GetArrayItem(want, i)->valueint;
         }
         CHECK(tc, same, "%s: kvbench's reconstruction chunks or input ids differ from kvpress's%s%s", dir,
               rc ? ": " : "", rc ? err.msg : "");

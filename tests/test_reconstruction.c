@@ -193,7 +193,8 @@ int main(void) {
     Backend *be = NULL;
     CHECK(&tc, model_load(&m, "synthetic:smollm2-135m:layers=2:seed=7", &err) == 0, "%s", err.msg);
     CHECK(&tc, m && backend_open(&be, "cpu", m, NULL, &err) == 0, "%s", err.msg);
-    CHECK(&tc, (backend_observes("cpu") & OBSERVES_RECONSTRUCTION) && !(backend_observes("cuda") & OBSERVES_RECONSTRUCTION),
+    CHECK(&tc, (backend_observes("cpu") & OBSERVES_RECONSTRUCTION) &&
+                   !(backend_observes("cuda") & OBSERVES_RECONSTRUCTION),
           "the cpu backend observes a reconstruction pass, cuda does not");
     if (be) {
         test_pass(&tc, be, m);
