@@ -288,6 +288,12 @@ static int find_reconstruction(Prefill *p, const PrepareEnv *env, const TokenIds
             return -1;
         if (*n == 0) {
             first = spec;
+            if (!env->tok) {
+                s->failed = 1;
+                kv_fail(&s->err, "policy %s: no tokenizer to write its reconstruction pass's prompts with",
+                        s->cfg.name);
+                continue;
+            }
             if (reconstruction_plan(env->tok, env->chat, &spec, ctx, plan, &s->err)) {
                 s->failed = 1;
                 continue;

@@ -182,6 +182,15 @@ static void test_prefill(TestCounts *tc, Backend *be, Model *m) {
     keepset_free(&z);
     prefill_free(&p1);
     prefill_free(&p2);
+    /* without a tokenizer for the prompts kvzip fails alone, with a line that says so */
+    env.tok = NULL;
+    ok = !rc && prefill_run(&p2, &env, &ctx, mixed, 4, 8, &err) == 0;
+    CHECK(tc, ok && prefill_select(&p2, 1, &b, &z, &err) == -1 && strstr(err.msg, "no tokenizer") &&
+                  prefill_select(&p2, 0, &b, &s1, &err) == 0,
+          "kvzip without a tokenizer: %s", err.msg);
+    keepset_free(&s1);
+    keepset_free(&z);
+    if (ok) prefill_free(&p2);
     ids_free(&ctx);
     tokenizer_free(tok);
 }
