@@ -1,7 +1,8 @@
 /* cmd_select.c — `kvbench select`: one policy's keep-set on a real prefill, to see what a policy keeps.
  *
  * Tokenizes a text file with the model's tokenizer (plain text: no chat template, no BOS), prefills it with
- * an observation hook (observation_prepare, then policy_observe, per layer), selects the budget and prints
+ * an observation hook (observation_prepare, then policy_observe, per layer) and, for a policy that reads one, the
+ * reconstruction pass (KVzip; no chat template: an empty prefix and the suffix "\n"), selects the budget and prints
  * the kept counts per layer and kv-head with a summary. Usage errors exit 2, failures 1. */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "../engine/observation.h"
 #include "../engine/tokenizer.h"
 #include "../policies/policy.h"
+#include "../runs/prepare.h"
 #include "../runs/util.h"
 #include "commands.h"
 
@@ -99,6 +101,8 @@ static int run_select(const char *model_path, const char *file, const char *back
     char *text = NULL;
     double *sums = NULL;  /* the attention sums a policy that reads them observes (ObserveHook.attention_sums) */
     double *stats = NULL; /* the query statistics likewise (ObserveHook.query_stats) */
+    ReconstructionPlan plan = {0};
+    ReconstructionSpec spec;
     int rc = -1;
     size_t len = 0;
     if (!(text = kv_read_file(file, &len, err)) || backend_load_model(&m, backend_name, model_path, err)) goto done;
@@ -125,9 +129,11 @@ static int run_select(const char *model_path, const char *file, const char *back
         kv_fail(err, "%s: budget of %d tokens is more than the context (%d tokens)", file, budget->tokens, ids.n);
         goto done;
     }
+    int reconstructs = policy_reconstruction(cfg, &spec);
+    if (reconstructs && reconstruction_plan(m->tokenizer, CHAT_NONE, &spec, &ids, &plan, err)) goto done;
     BackendOptions bo;
     if (util_backend_options(&bo, NULL, NULL, NULL, err) || backend_open(&be, backend_name, m, &bo, err) ||
-        be->cache_new(be, &cache, ids.n, err) ||
+        be->cache_new(be, &cache, ids.n + plan.max_input, err) ||
         policy_begin(&st, cfg, c->n_layers, c->n_kv_heads, ids.n, err))
         goto done;
     const char *missing = policy_missing_observation(cfg, be->observes);
@@ -145,9 +151,17 @@ static int run_select(const char *model_path, const char *file, const char *back
     ObserveHook hook = {.window = cfg->window, .want_value_norm = hook_state.want_value_norm, .on_layer = on_layer,
                         .user = &hook_state, .derived_only = !policy_needs_keys(cfg), .attention_sums = sums,
                         .query_stats = stats, .query_stats_from = policy_query_stats_from(cfg)};
-    double t0 = now_ms();
+    double t0 = now_ms(), cpu0 = util_cpu_ms();
     if (be->forward(be, &cache, 1, ids.ids, ids.n, NULL, observes ? &hook : NULL, NULL, err)) goto done;
-    double t1 = now_ms();
+    double t1 = now_ms(), cpu1 = util_cpu_ms();
+    int failed = 0;
+    KvErr policy_err = {{0}};
+    if (reconstructs && reconstruction_run(be, cache, &plan, &st, 1, &failed, &policy_err, err)) goto done;
+    if (failed) {
+        *err = policy_err;
+        goto done;
+    }
+    double t_recon = now_ms(), cpu_recon = util_cpu_ms();
     if (policy_select(st, budget, &ks, err)) goto done;
     double t2 = now_ms();
     printf("model %s, %d tokens from %s, backend %s\n", m->name, ids.n, file, be->name);
@@ -159,7 +173,11 @@ static int run_select(const char *model_path, const char *file, const char *back
            budget_compression_ratio(budget, ids.n));
     print_keepset(&ks, ids.n);
     if (keep_out && write_keepset(keep_out, &ks, ids.n, err)) goto done;
-    printf("prefill %.1f ms%s, select %.2f ms\n", t1 - t0, observes ? " (with observation)" : "", t2 - t1);
+    printf("prefill %.1f ms (%.0f CPU-ms)%s", t1 - t0, cpu1 - cpu0, observes ? " (with observation)" : "");
+    if (reconstructs)
+        printf(", reconstruction pass %.1f ms (%.0f CPU-ms) in %d chunk%s", t_recon - t1, cpu_recon - cpu1,
+               plan.n_chunks, plan.n_chunks == 1 ? "" : "s");
+    printf(", select %.2f ms\n", t2 - t_recon);
     rc = 0;
 done:
     keepset_free(&ks);
@@ -170,6 +188,7 @@ done:
     free(text);
     free(sums);
     free(stats);
+    reconstruction_plan_free(&plan);
     if (m) model_free(m);
     return rc;
 }

@@ -64,8 +64,9 @@ int backend_open(Backend **out, const char *name, const Model *m, const BackendO
 }
 
 unsigned backend_observes(const char *name) {
-    /* the cuda backend computes the window attention on the device and never the whole prefill's */
-    return !strcmp(name, "cpu") ? OBSERVES_ATTENTION_SUMS | OBSERVES_QUERY_STATS : 0;
+    /* the cuda backend computes the window attention on the device, never the whole prefill's; KVzip's
+     * reconstruction pass (a forward on the context cache, then kvcache_truncate) is the cpu backend's only */
+    return !strcmp(name, "cpu") ? OBSERVES_ATTENTION_SUMS | OBSERVES_QUERY_STATS | OBSERVES_RECONSTRUCTION : 0;
 }
 
 void backend_options_used(const Backend *b, BackendOptions *used) { *used = b->used; }

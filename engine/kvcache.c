@@ -230,6 +230,17 @@ size_t kvcache_keep_bytes(const KvCache *src, const KeepSet *keep, int extra_cap
     return bytes;
 }
 
+int kvcache_truncate(KvCache *c, int len, KvErr *err) {
+    if (c->base) return kv_fail(err, "kvcache_truncate: a view shares its base's rows (truncate the base)");
+    for (int i = 0; i < c->n_layers * c->n_kv_heads; i++)
+        if (len < 0 || c->len[i] < len)
+            return kv_fail(err, "kvcache_truncate: layer %d kv-head %d holds %d entries, fewer than %d",
+                           i / c->n_kv_heads, i % c->n_kv_heads, c->len[i], len);
+    for (int i = 0; i < c->n_layers * c->n_kv_heads; i++) c->len[i] = len;
+    c->n_pos = len;
+    return 0;
+}
+
 void kvcache_free(KvCache *c) {
     if (!c) return;
     free(c->arena);

@@ -94,6 +94,10 @@ int kvcache_view(KvCache **out, const KvCache *src, const KeepSet *keep, int ext
 /* Bytes of the arena kvcache_view (view = 1) or kvcache_gather (view = 0) of keep with extra_capacity would
  * allocate (keep is checked when the cache is made, not here): what the sweep's memory planner counts. */
 size_t kvcache_keep_bytes(const KvCache *src, const KeepSet *keep, int extra_capacity, int view);
+/* Drops every entry after the first len of each head and sets n_pos to len: the cache as it was before a forward
+ * appended to a uniform cache of len entries (KVzip's reconstruction pass, whose entries are discarded). Fails when
+ * a head holds fewer than len entries or the cache is a view. */
+int kvcache_truncate(KvCache *c, int len, KvErr *err);
 void kvcache_free(KvCache *c);
 /* Bytes of K and V of all entries (sum of len * d * 2 * sizeof(element), a view's shared rows included); for
  * the memory benchmark. */

@@ -36,7 +36,11 @@ typedef struct {
  * observation). */
 enum {
     OBSERVES_ATTENTION_SUMS = 1u << 0, /* attn_sums */
-    OBSERVES_QUERY_STATS = 1u << 1     /* query_stats, rope_inv_freq */
+    OBSERVES_QUERY_STATS = 1u << 1,    /* query_stats, rope_inv_freq */
+    /* an observed forward on top of a cache that already holds the context, its new entries then discarded
+     * (kvcache_truncate): q_win the new tokens' queries after RoPE, keys the whole cache (KVzip's
+     * reconstruction pass) */
+    OBSERVES_RECONSTRUCTION = 1u << 2
 };
 
 /* Computes attn (always) and value_norm (when want_value_norm) if they are NULL, in f32.

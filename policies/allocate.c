@@ -8,6 +8,7 @@
  * Shape legend: N layers, K kv-heads, L context length, w window, P = L - w. */
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -269,6 +270,26 @@ static int cake_allocation(const PolicyRow *row, const LayerScores *layers, int 
     return 0;
 }
 
+/* KVzipPress.compress_post over every layer's score[K][L]: the sinks at the largest score plus 1, then the top
+ * numel - int(numel * (1 - f)) kept (kvpress: the bottom int(numel * compression_ratio) dropped). work and idx hold
+ * N*K*L. */
+static int prune_global(const PolicyRow *row, const LayerScores *layers, int N, int K, int L, double f, float *work,
+                        int *idx, unsigned char *keep, KvErr *err) {
+    const size_t layer_size = (size_t)K * L, numel = (size_t)N * layer_size;
+    if (numel > (size_t)INT32_MAX)
+        return kv_fail(err, "policy %s: %zu entries are too many to rank at once", row->name, numel);
+    float top = -INFINITY;
+    for (int l = 0; l < N; l++) {
+        memcpy(work + (size_t)l * layer_size, layers[l].score, sizeof(float) * layer_size);
+        for (size_t e = 0; e < layer_size; e++) top = layers[l].score[e] > top ? layers[l].score[e] : top;
+    }
+    const int sinks = row->n_sink < L ? row->n_sink : L;
+    for (size_t s = 0; s < (size_t)N * K; s++)
+        for (int j = 0; j < sinks; j++) work[s * L + j] = top + 1.0f;
+    const long long n_pruned = (long long)((double)numel * (1.0 - f));
+    return mark_top(work, (int)numel, (int)(numel - n_pruned), idx, keep, err);
+}
+
 static int keepset_from_mask(const unsigned char *keep, int N, int K, int L, KeepSet *out, KvErr *err) {
     int *counts = kv_calloc((size_t)N * K, sizeof(int), err);
     if (!counts) return -1;
@@ -290,7 +311,8 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
     const size_t layer_size = (size_t)K * L;
     if (row->allocation == ALLOC_ALL) return keepset_full(out, N, K, L, err);
     unsigned char *keep = kv_calloc((size_t)N * layer_size, 1, err);
-    size_t work_size = cfg->ladder.allocation == LADDER_ALLOC_GLOBAL ? (size_t)N * layer_size : layer_size;
+    size_t work_size = cfg->ladder.allocation == LADDER_ALLOC_GLOBAL || row->allocation == ALLOC_PRUNE_GLOBAL
+                           ? (size_t)N * layer_size : layer_size;
     float *work = keep ? kv_malloc(sizeof(float) * work_size, err) : NULL;
     float *head_work = work && cfg->ladder.allocation == LADDER_ALLOC_HEAD
                            ? kv_malloc(sizeof(float) * layer_size, err) : NULL;
@@ -353,6 +375,9 @@ int allocate_keepset(const PolicyRow *row, const PolicyConfig *cfg, const LayerS
                 rc = mark_top(work, N * K * L, (int)(L * f * K * N), idx, keep, err);
             break;
         }
+        case ALLOC_PRUNE_GLOBAL:
+            if (l == N - 1) rc = prune_global(row, layers, N, K, L, f, work, idx, keep, err);
+            break;
         case ALLOC_ALL: break;
         case ALLOC_DUO: break; /* policy_select hands DuoAttention to duo_keepset */
         }

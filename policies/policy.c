@@ -23,6 +23,8 @@ struct PolicyState {
     int n_layers, n_kv_heads, context_len;
     int observed;         /* layers observed so far */
     LayerScores *layers;  /* [N] */
+    int *recon_end;       /* [N] NEEDS_RECONSTRUCTION: the end of the last chunk each layer was reconstructed to
+                           * (policy_observe_reconstruction), -1 before the first; NULL for other policies */
 };
 
 const PolicyRow *policy_row(const char *name) {
@@ -269,7 +271,16 @@ const char *policy_missing_observation(const PolicyConfig *cfg, unsigned observe
         return "the attention sums of every prefill query";
     if (policy_query_stats_from(cfg) >= 0 && !(observes & OBSERVES_QUERY_STATS))
         return "the mean and covariance of the prefill's queries before RoPE";
+    if ((needs(cfg) & NEEDS_RECONSTRUCTION) && !(observes & OBSERVES_RECONSTRUCTION))
+        return "a reconstruction pass over the context (an observed forward on top of its cache)";
     return NULL;
+}
+
+int policy_reconstruction(const PolicyConfig *cfg, ReconstructionSpec *out) {
+    if (!(needs(cfg) & NEEDS_RECONSTRUCTION)) return 0;
+    const PolicyRow *row = policy_row(cfg->name);
+    *out = (ReconstructionSpec){row->chunk_length, row->first_prompt, row->next_prompt, row->next_tail};
+    return 1;
 }
 
 int policy_observes(const PolicyConfig *cfg) {
@@ -386,7 +397,11 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
     PolicyState *st = kv_calloc(1, sizeof *st, err);
     if (!st) return -1;
     st->layers = kv_calloc((size_t)n_layers, sizeof *st->layers, err);
-    if (!st->layers) {
+    if (st->layers && (row->needs & NEEDS_RECONSTRUCTION) &&
+        (st->recon_end = kv_malloc(sizeof(int) * (size_t)n_layers, err)))
+        for (int l = 0; l < n_layers; l++) st->recon_end[l] = -1;
+    if (!st->layers || ((row->needs & NEEDS_RECONSTRUCTION) && !st->recon_end)) {
+        free(st->layers);
         free(st);
         return -1;
     }
@@ -428,6 +443,35 @@ int policy_observe(PolicyState *st, const Observation *obs, KvErr *err) {
     return 0;
 }
 
+int policy_observe_reconstruction(PolicyState *st, const Observation *obs, int chunk_start, int chunk_end,
+                                  KvErr *err) {
+    const char *name = st->row->name;
+    const int l = obs->layer, L = st->context_len;
+    if (!st->recon_end)
+        return kv_fail(err, "policy %s reads no reconstruction pass", name);
+    if (st->observed != st->n_layers)
+        return kv_fail(err, "policy %s: a reconstruction pass after %d of the prefill's %d layers", name, st->observed,
+                       st->n_layers);
+    if (l < 0 || l >= st->n_layers || obs->K != st->n_kv_heads || obs->H < obs->K || obs->H % obs->K)
+        return kv_fail(err, "policy %s: a reconstruction of layer %d with %d query heads and %d kv-heads (the policy "
+                            "began with %d layers and %d kv-heads)", name, l, obs->H, obs->K, st->n_layers,
+                       st->n_kv_heads);
+    /* in order: every layer of a chunk before the next chunk, the chunks back to back */
+    int expected = st->recon_end[l] < 0 ? chunk_start : st->recon_end[l];
+    int previous = l == 0 ? -2 : st->recon_end[l - 1];
+    if (chunk_start != expected || chunk_start < 0 || chunk_end <= chunk_start || chunk_end > L ||
+        (l > 0 && previous != chunk_end))
+        return kv_fail(err, "policy %s: layer %d reconstructs context positions [%d, %d) out of order (it has "
+                            "reached %d of %d)", name, l, chunk_start, chunk_end, st->recon_end[l], L);
+    if (obs->w < 1 || obs->L != L + obs->w || !obs->q_win || !obs->keys)
+        return kv_fail(err, "policy %s: layer %d's reconstruction holds %d keys and %d new queries%s, expected the "
+                            "%d context keys and the new ones", name, l, obs->L, obs->w,
+                       obs->q_win && obs->keys ? "" : " (without queries or keys)", L);
+    if (st->row->reconstruct(st->row, obs, chunk_start, chunk_end, L, st->layers[l].score, err)) return -1;
+    st->recon_end[l] = chunk_end;
+    return 0;
+}
+
 /* Scores depend on every step but the allocation, and what a layer keeps on whether selection reads base. */
 static int ladders_score_equal(const LadderParams *a, const LadderParams *b) {
     return a->enabled == b->enabled && a->pooling == b->pooling && a->group == b->group && a->forced == b->forced &&
@@ -437,8 +481,9 @@ static int ladders_score_equal(const LadderParams *a, const LadderParams *b) {
 /* The same scorer with the same constants (CAKE's; the value-weighted pipeline's are the ladder's, one set) under
  * the same settings. */
 static int rows_score_equal(const PolicyRow *x, const PolicyRow *y, const PolicyConfig *p, const PolicyConfig *q) {
-    return x && y && x->score && x->score == y->score && x->gamma == y->gamma && x->tau1 == y->tau1 &&
-           x->tau2 == y->tau2 && p->aggregation == q->aggregation &&
+    /* a reconstruction policy's layers are only scored by its own pass */
+    return x && y && x->score && x->score == y->score && !(x->needs & NEEDS_RECONSTRUCTION) && x->gamma == y->gamma &&
+           x->tau1 == y->tau1 && x->tau2 == y->tau2 && p->aggregation == q->aggregation &&
            p->window == q->window && p->pool_kernel == q->pool_kernel &&
            p->intended_window_bias == q->intended_window_bias && p->ties_by_unclamped == q->ties_by_unclamped &&
            ladders_score_equal(&p->ladder, &q->ladder);
@@ -474,6 +519,10 @@ int policy_select(PolicyState *st, const Budget *budget, KeepSet *out, KvErr *er
     *out = (KeepSet){0};
     if (st->row->score && st->observed != st->n_layers)
         return kv_fail(err, "policy %s: select after %d of %d layers were observed", name, st->observed, st->n_layers);
+    for (int l = 0; st->recon_end && l < st->n_layers; l++)
+        if (st->recon_end[l] != L)
+            return kv_fail(err, "policy %s: select before the reconstruction pass reached the context's end (layer "
+                                "%d: %d of %d positions)", name, l, st->recon_end[l] < 0 ? 0 : st->recon_end[l], L);
     if (budget->tokens > 0) {
         if (budget->tokens > L)
             return kv_fail(err, "policy %s: budget of %d tokens is more than the context (%d tokens)", name,
@@ -497,6 +546,7 @@ void policy_end(PolicyState *st) {
     if (!st) return;
     for (int l = 0; l < st->n_layers; l++) layer_scores_free(&st->layers[l]);
     free(st->layers);
+    free(st->recon_end);
     free(st);
 }
 

@@ -63,8 +63,10 @@ enum {
     NEEDS_VALUES = 1u << 4,       /* values (a backend hands them with the keys: policy_needs_keys) */
     NEEDS_ATTENTION_SUMS = 1u << 5, /* attn_sums: every prefill query's attention, summed per key (opt-in: a
                                      * backend that observes OBSERVES_ATTENTION_SUMS) */
-    NEEDS_QUERY_STATS = 1u << 6     /* query_stats from the descriptor's n_sink and rope_inv_freq (opt-in: a
+    NEEDS_QUERY_STATS = 1u << 6,    /* query_stats from the descriptor's n_sink and rope_inv_freq (opt-in: a
                                      * backend that observes OBSERVES_QUERY_STATS) */
+    NEEDS_RECONSTRUCTION = 1u << 7  /* nothing from the prefill but its layers' count: a reconstruction pass after
+                                     * it (policy_reconstruction; a backend that observes OBSERVES_RECONSTRUCTION) */
 };
 
 typedef struct {
@@ -144,6 +146,19 @@ int policy_query_stats_from(const PolicyConfig *cfg);
 /* What the policy reads that a backend observing only `observes` (OBSERVES_* bits, backend_observes) cannot give,
  * in words for an error line ("the attention sums of every prefill query"); NULL when it can give everything. */
 const char *policy_missing_observation(const PolicyConfig *cfg, unsigned observes);
+/* KVzip's reconstruction pass, for a policy with NEEDS_RECONSTRUCTION: after the prefill, the context after the chat
+ * template's prefix is cut into chunks of `chunk` tokens (the last one shorter), and each chunk's input — the ids
+ * of `first_prompt` (the first chunk) or of `next_prompt` and the previous chunk's last `next_tail` ids (a later
+ * one), then the chat template's suffix ids, then the chunk's own ids — runs through the model on top of the
+ * context cache (positions after the context), observed at every layer (policy_observe_reconstruction), its
+ * entries dropped before the next chunk. Without a chat template the prefix is empty and the suffix "\n". */
+typedef struct {
+    int chunk;
+    const char *first_prompt, *next_prompt;
+    int next_tail;
+} ReconstructionSpec;
+/* 1 with *out set when the policy reads a reconstruction pass, else 0. */
+int policy_reconstruction(const PolicyConfig *cfg, ReconstructionSpec *out);
 /* Whether the policy needs a DuoAttention head pattern of the model (cfg->duo_pattern). */
 int policy_needs_duo_pattern(const PolicyConfig *cfg);
 /* Whether the policy needs to observe the prefill at all (full, streamingllm and duoattention do not). */
@@ -173,6 +188,12 @@ int policy_begin(PolicyState **out, const PolicyConfig *cfg, int n_layers, int n
  * obs->w must equal cfg->window. policy_begin fails for a context not longer than the window (SnapKVPress
  * asserts q_len > window_size) and for an even pooling kernel. */
 int policy_observe(PolicyState *st, const Observation *obs, KvErr *err);
+/* One layer of one chunk's reconstruction forward, after policy_observe saw every layer of the prefill: obs->L the
+ * context and the n new tokens of the chunk's input (obs->w = n, q_win their queries after RoPE, keys the whole
+ * cache), the chunk the context positions [chunk_start, chunk_end). Chunks come in order, each through every layer
+ * in order, from the first after the prefix to the context's end. */
+int policy_observe_reconstruction(PolicyState *st, const Observation *obs, int chunk_start, int chunk_end,
+                                  KvErr *err);
 /* After every layer was observed (full, streamingllm and duoattention need no observation). May be called for several
  * budgets. A budget outside (0, 1], more tokens
  * than the context, or one that keeps no token per head is an error; a budget of 1 keeps everything. */

@@ -36,7 +36,11 @@ typedef enum {
     ALLOC_CAKE,       /* layer budgets from preferences, uniform over heads, plus the window (§2.6) */
     ALLOC_LADDER,     /* the value-weighted policies: per head (Ada-CriticalKV §2.5), per layer (DefensiveKV §2.7)
                        * or over every layer (Layer-DefensiveKV §2.8) as cfg->ladder.allocation (docs/ladder.md) */
-    ALLOC_DUO         /* DuoAttention: streaming heads from the model's head pattern (duo.h) */
+    ALLOC_DUO,        /* DuoAttention: streaming heads from the model's head pattern (duo.h) */
+    ALLOC_PRUNE_GLOBAL /* kvpress's KVzipPress: the first n_sink positions of every head at the largest score of
+                        * every layer plus 1, then the bottom int(N*K*L*(1 - f)) entries over every layer, kv-head
+                        * and position of the SPAN_CONTEXT scores dropped (kvpress counts each layer's share of them
+                        * and drops that many of the layer's bottom: the same entries, save ties) */
 } Allocation;
 
 /* The aggregations a policy takes, as a set of bits AGG_BIT(AGG_MEAN) | ...; 0 for a policy without any. */
@@ -69,7 +73,15 @@ struct PolicyRow {
     /* ALLOC_UNIFORM's keep per head in layer `layer` of n_layers at keep fraction f, window w (NULL: int(L*f) in
      * every layer); PyramidKV's pyramid. */
     int (*layer_budget)(int layer, int n_layers, int context_len, int window, double f);
-    int chunk_length;               /* ALLOC_CHUNKS: tokens per chunk */
+    int chunk_length;               /* ALLOC_CHUNKS: tokens per chunk; NEEDS_RECONSTRUCTION: context tokens per
+                                     * reconstruction chunk (ReconstructionSpec.chunk) */
+    /* NEEDS_RECONSTRUCTION: the chunks' prompts and tail (ReconstructionSpec), and what one layer of one chunk's
+     * reconstruction forward adds to the layer's scores score[K][context_len] (policy_observe_reconstruction's
+     * obs, chunk_start, chunk_end) */
+    const char *first_prompt, *next_prompt;
+    int next_tail;
+    int (*reconstruct)(const PolicyRow *row, const Observation *obs, int chunk_start, int chunk_end, int context_len,
+                       float *score, KvErr *err);
     int lag_size;                   /* LagKV: tokens per partition */
     int n_future;                   /* ExpectedAttention: the positions after the context its rotation averages */
 };

@@ -1,6 +1,6 @@
 /* report.c — the report's driver (report.h): opens the database, loads the data model (model.c) and runs the
  * writers in turn: the tables (tables.c), the fragility tables (traces.c), the forced-set shares
- * (forced_share.c), the figures (figures.c). */
+ * (forced_share.c), the policies' cost (policy_cost.c), the figures (figures.c). */
 #include "report.h"
 
 #include "../metrics/fragility.h"
@@ -30,6 +30,7 @@ int report_write(const ReportOptions *opt, KvErr *err) {
     if (!rc && data.n_sections) rc = report_tables(&data, opt->out_dir, opt->log, err);
     if (!rc) rc = report_trace_tables(db, data.outlier, &data.prov, opt->out_dir, opt->log, err);
     if (!rc) rc = report_forced_share(db, opt->out_dir, opt->log, err);
+    if (!rc) rc = report_policy_cost(db, opt->out_dir, opt->log, err);
     if (!rc)
         rc = report_figures(&data, db, opt->out_dir, opt->gnuplot ? opt->gnuplot : "gnuplot",
                             opt->log, err);

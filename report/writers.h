@@ -1,7 +1,7 @@
 /* writers.h — the report's writers, each rendering the data model (model.h) with the output kit (plot.h) and
  * the escapers (escape.h): the tables (tables.c: report.md, report.tex, the CSV files), the figures (figures.c,
  * and those of crossdomain.c and traces.c), the rows' provenance (provenance.c), fragility (traces.c) and the
- * forced-set shares (forced_share.c). The driver (report.c) calls them in turn. */
+ * forced-set shares (forced_share.c), the policies' cost (policy_cost.c). The driver (report.c) calls them in turn. */
 #ifndef KVBENCH_REPORT_WRITERS_H
 #define KVBENCH_REPORT_WRITERS_H
 
@@ -32,5 +32,8 @@ int report_trace_figures(FigureCtx *c, sqlite3 *db, double outlier);
 
 /* The protected share of each value-weighted variant's keep-set (forced_share.c); nothing without rows. */
 int report_forced_share(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err);
+/* Each variant's mean prefill and policy time per sample (policy_cost.c: KVzip's reconstruction pass shows there);
+ * nothing without rows. */
+int report_policy_cost(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err);
 
 #endif

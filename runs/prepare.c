@@ -11,8 +11,12 @@
 #include "../policies/cuda_policy.h"
 #endif
 
+ChatFormat prepare_chat_format(const PrepareEnv *env, const Sample *s) {
+    return s->use_chat ? env->model->cfg.chat : CHAT_NONE;
+}
+
 int prepare_tokens(const PrepareEnv *env, const Sample *s, TokenIds *ctx, TokenIds *q, KvErr *err) {
-    ChatFormat f = s->use_chat ? env->model->cfg.chat : CHAT_NONE;
+    ChatFormat f = prepare_chat_format(env, s);
     char *bos_text = NULL, *joined = NULL;
     int bos = tokenizer_bos_id(env->tok);
     /* the BOS token's own text goes into the prompt: never an answer's clean-up */
@@ -55,6 +59,105 @@ int prepare_stop_ids(const PrepareEnv *env, const Sample *s, TokenIds *out, KvEr
         if (!rc && nl.n > 0) rc = ids_push(out, nl.ids[nl.n - 1], err);
         ids_free(&nl);
         if (rc) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- KVzip's reconstruction pass */
+
+void reconstruction_plan_free(ReconstructionPlan *plan) {
+    for (int c = 0; plan->input && c < plan->n_chunks; c++) ids_free(&plan->input[c]);
+    free(plan->input);
+    free(plan->start);
+    free(plan->end);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* The ids of text[0..len) appended to out (special tokens parsed, no BOS: kvpress's encode without special
+ * tokens). */
+static int append_text(const Tokenizer *tok, const char *text, size_t len, TokenIds *out, KvErr *err) {
+    TokenIds ids = {0};
+    int rc = tokenizer_encode(tok, text, len, 1, &ids, err);
+    for (int i = 0; !rc && i < ids.n; i++) rc = ids_push(out, ids.ids[i], err);
+    ids_free(&ids);
+    return rc;
+}
+
+int reconstruction_plan(const Tokenizer *tok, ChatFormat chat, const ReconstructionSpec *spec, const TokenIds *ctx,
+                        ReconstructionPlan *out, KvErr *err) {
+    memset(out, 0, sizeof *out);
+    /* kvpress renders a dummy message and cuts it as the harness cuts a context (chat_split): the prefix is the
+     * context part before the dummy text, the suffix the question part */
+    static const char dummy[] = "dummy context";
+    ChatSplit split = {0};
+    TokenIds prefix = {0}, suffix = {0};
+    int rc = 0;
+    if (chat == CHAT_NONE) {
+        rc = append_text(tok, "\n", 1, &suffix, err);
+    } else {
+        rc = chat_split(chat, "", dummy, "", "", &split, err);
+        size_t cut = rc ? 0 : strlen(split.context_text) - strlen(dummy);
+        if (!rc) rc = append_text(tok, split.context_text, cut, &prefix, err);
+        if (!rc) rc = append_text(tok, split.question_text, strlen(split.question_text), &suffix, err);
+        chat_split_free(&split);
+    }
+    const int from = prefix.n, n_ctx = ctx->n - from;
+    if (!rc && n_ctx < 1)
+        rc = kv_fail(err, "reconstruction: the context's %d tokens hold nothing after the chat template's %d-token "
+                          "prefix", ctx->n, from);
+    const int n = rc ? 0 : n_ctx > spec->chunk ? (n_ctx - 1) / spec->chunk + 1 : 1;
+    if (!rc && (!(out->start = kv_calloc((size_t)n, sizeof(int), err)) ||
+                !(out->end = kv_calloc((size_t)n, sizeof(int), err)) ||
+                !(out->input = kv_calloc((size_t)n, sizeof(TokenIds), err))))
+        rc = -1;
+    out->n_chunks = rc ? 0 : n;
+    for (int c = 0; !rc && c < n; c++) {
+        TokenIds *in = &out->input[c];
+        out->start[c] = from + c * spec->chunk;
+        out->end[c] = out->start[c] + spec->chunk < ctx->n ? out->start[c] + spec->chunk : ctx->n;
+        const char *prompt = c ? spec->next_prompt : spec->first_prompt;
+        rc = append_text(tok, prompt, strlen(prompt), in, err);
+        /* a later chunk repeats from the previous one's last next_tail ids (all of it when shorter) */
+        int tail = c ? out->end[c - 1] - out->start[c - 1] : 0;
+        tail = tail < spec->next_tail ? tail : spec->next_tail;
+        for (int i = out->start[c] - tail; !rc && i < out->start[c]; i++) rc = ids_push(in, ctx->ids[i], err);
+        for (int i = 0; !rc && i < suffix.n; i++) rc = ids_push(in, suffix.ids[i], err);
+        for (int i = out->start[c]; !rc && i < out->end[c]; i++) rc = ids_push(in, ctx->ids[i], err);
+        out->max_input = in->n > out->max_input ? in->n : out->max_input;
+    }
+    ids_free(&prefix);
+    ids_free(&suffix);
+    if (rc) reconstruction_plan_free(out);
+    return rc;
+}
+
+typedef struct {
+    PolicyState *const *states;
+    int n, start, end;
+    int *failed;
+    KvErr *errs;
+} ReconstructCtx;
+
+static int on_reconstruct_layer(void *user, Observation *obs, KvErr *err) {
+    ReconstructCtx *c = user;
+    (void)err;
+    for (int i = 0; i < c->n; i++)
+        if (!c->failed[i] && policy_observe_reconstruction(c->states[i], obs, c->start, c->end, &c->errs[i]))
+            c->failed[i] = 1;
+    return 0;
+}
+
+int reconstruction_run(Backend *be, KvCache *cache, const ReconstructionPlan *plan, PolicyState *const *states,
+                       int n, int *failed, KvErr *errs, KvErr *err) {
+    const int L = cache->len[0];
+    for (int c = 0; c < plan->n_chunks; c++) {
+        ReconstructCtx rc = {states, n, plan->start[c], plan->end[c], failed, errs};
+        const TokenIds *in = &plan->input[c];
+        /* every new token's query and the whole cache's keys: the window is the input */
+        ObserveHook hook = {.window = in->n, .on_layer = on_reconstruct_layer, .user = &rc};
+        int fail = be->forward(be, &cache, 1, in->ids, in->n, NULL, &hook, NULL, err);
+        if (kvcache_truncate(cache, L, fail ? NULL : err) || fail)
+            return kv_wrap(err, "reconstruction of context positions [%d, %d)", plan->start[c], plan->end[c]);
     }
     return 0;
 }
@@ -170,6 +273,76 @@ static int on_layer(void *user, Observation *obs, KvErr *err) {
     return rc;
 }
 
+/* The slots that read a reconstruction pass and have not failed: their states and slot indices (*n of them), and
+ * the plan of the first one's spec, which every other one must share. A slot whose plan cannot be made fails
+ * alone. */
+static int find_reconstruction(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, ReconstructionPlan *plan,
+                               PolicyState ***states, int **slots, int *n, KvErr *err) {
+    ReconstructionSpec first = {0}, spec;
+    *n = 0;
+    for (int k = 0; k < p->n_slots; k++) {
+        PolicySlot *s = &p->slots[k];
+        if (s->failed || !policy_reconstruction(&s->cfg, &spec)) continue;
+        if (!*states && (!(*states = kv_calloc((size_t)p->n_slots, sizeof **states, err)) ||
+                         !(*slots = kv_calloc((size_t)p->n_slots, sizeof **slots, err))))
+            return -1;
+        if (*n == 0) {
+            first = spec;
+            if (!env->tok) {
+                s->failed = 1;
+                kv_fail(&s->err, "policy %s: no tokenizer to write its reconstruction pass's prompts with",
+                        s->cfg.name);
+                continue;
+            }
+            if (reconstruction_plan(env->tok, env->chat, &spec, ctx, plan, &s->err)) {
+                s->failed = 1;
+                continue;
+            }
+        } else if (spec.chunk != first.chunk || spec.next_tail != first.next_tail ||
+                   strcmp(spec.first_prompt, first.first_prompt) || strcmp(spec.next_prompt, first.next_prompt)) {
+            s->failed = 1;
+            kv_fail(&s->err, "policy %s: its reconstruction pass differs from %s's, and a prefill runs one",
+                    s->cfg.name, p->slots[(*slots)[0]].cfg.name);
+            continue;
+        }
+        (*states)[*n] = s->state;
+        (*slots)[(*n)++] = k;
+    }
+    return 0;
+}
+
+static void reconstruction_free(ReconstructionPlan *plan, PolicyState **states, int *slots) {
+    reconstruction_plan_free(plan);
+    free(states);
+    free(slots);
+}
+
+/* The reconstruction pass on the prefill's cache, its time counted to every slot that reads it. */
+static int reconstruct(Prefill *p, const PrepareEnv *env, const ReconstructionPlan *plan, PolicyState **states,
+                       const int *slots, int n, KvErr *err) {
+    int *failed = kv_calloc((size_t)n, sizeof *failed, err);
+    KvErr *errs = failed ? kv_calloc((size_t)n, sizeof *errs, err) : NULL;
+    if (!errs) {
+        free(failed);
+        return -1;
+    }
+    double t = util_now_ms(), cpu = util_cpu_ms();
+    int rc = reconstruction_run(env->be, p->cache, plan, states, n, failed, errs, err);
+    p->reconstruction_ms = util_now_ms() - t;
+    p->reconstruction_cpu_ms = util_cpu_ms() - cpu;
+    for (int i = 0; i < n; i++) {
+        PolicySlot *s = &p->slots[slots[i]];
+        s->ms += p->reconstruction_ms;
+        if (failed[i] || rc) {
+            s->failed = 1;
+            s->err = failed[i] ? errs[i] : *err;
+        }
+    }
+    free(failed);
+    free(errs);
+    return rc;
+}
+
 int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const PolicyConfig *const *policies, int n,
                 int extra_capacity, KvErr *err) {
     const int N = env->model->cfg.n_layers, K = env->model->cfg.n_kv_heads;
@@ -234,6 +407,14 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
     }
     /* A context not longer than a window already failed that policy in policy_begin. */
     if (window > ctx->n) window = ctx->n;
+    ReconstructionPlan plan = {0};
+    PolicyState **recon = NULL;
+    int *recon_slot = NULL, n_recon = 0;
+    if (find_reconstruction(p, env, ctx, &plan, &recon, &recon_slot, &n_recon, err)) {
+        prefill_free(p);
+        return -1;
+    }
+    if (plan.max_input > extra_capacity) extra_capacity = plan.max_input;
     /* raw keys, the attention sums of every query and the query statistics only for a policy that reads them */
     ObserveHook hook = {.window = window, .want_value_norm = oc.want_value_norm, .on_layer = on_layer, .user = &oc,
                         .derived_only = !want_keys, .query_stats_from = stats_from};
@@ -251,13 +432,17 @@ int prefill_run(Prefill *p, const PrepareEnv *env, const TokenIds *ctx, const Po
         kv_wrap(err, "prefill of %d tokens", ctx->n);
         free(hook.attention_sums);
         free(hook.query_stats);
+        reconstruction_free(&plan, recon, recon_slot);
         prefill_free(p);
         return -1;
     }
     free(hook.attention_sums);
     free(hook.query_stats);
     p->prefill_ms = util_now_ms() - t - oc.policy_ms;
-    return 0;
+    int rc = n_recon ? reconstruct(p, env, &plan, recon, recon_slot, n_recon, err) : 0;
+    reconstruction_free(&plan, recon, recon_slot);
+    if (rc) prefill_free(p);
+    return rc;
 }
 
 int prefill_select(Prefill *p, int i, const Budget *b, KeepSet *out, KvErr *err) {

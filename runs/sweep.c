@@ -301,6 +301,7 @@ static int variant_protected(const Prefill *pf, int i, const Budget *b, VariantR
 /* What one sample's run reports besides its variants' rows. */
 typedef struct {
     double prefill_ms, decode_ms;
+    double reconstruction_ms, reconstruction_cpu_ms; /* KVzip's pass (Prefill), in its rows' select_ms too */
     int context_tokens, question_tokens;
     int over_length; /* context + question + the new tokens exceed the model's max context */
     int n_batches;   /* decode batches (runs/memplan.h) */
@@ -309,6 +310,7 @@ typedef struct {
 /* One sample's state between the steps of run_sample. */
 typedef struct {
     TokenIds ctx, q, stops;
+    ChatFormat chat;    /* what the context was rendered in (a reconstruction pass frames its inputs so) */
     int max_new;
     Prefill pf;
     int has_prefill;
@@ -326,8 +328,10 @@ typedef struct {
  * "over_length": "error"), an empty context or question, a prefill cache past the memory limit. */
 static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutcome *o, KvErr *err) {
     const Model *m = sw->model;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
+                      CHAT_NONE};
     if (prepare_tokens(&env, s, &st->ctx, &st->q, err) || prepare_stop_ids(&env, s, &st->stops, err)) return -1;
+    st->chat = prepare_chat_format(&env, s);
     const int n_ctx = st->ctx.n, n_q = st->q.n;
     o->context_tokens = n_ctx;
     o->question_tokens = n_q;
@@ -353,7 +357,8 @@ static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutc
 /* One observed prefill for every variant; the full variant decodes on its cache, so that gets room for question
  * and answer. */
 static int sample_prefill(Sweep *sw, SampleState *st, VariantRun *runs, int n, SampleOutcome *o, KvErr *err) {
-    PrepareEnv env = {sw->model, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    PrepareEnv env = {sw->model, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
+                      st->chat};
     const PolicyConfig **policies = kv_calloc((size_t)n, sizeof *policies, err);
     if (!policies) return -1;
     int has_full = 0;
@@ -366,6 +371,8 @@ static int sample_prefill(Sweep *sw, SampleState *st, VariantRun *runs, int n, S
     if (rc) return -1;
     st->has_prefill = 1;
     o->prefill_ms = st->pf.prefill_ms;
+    o->reconstruction_ms = st->pf.reconstruction_ms;
+    o->reconstruction_cpu_ms = st->pf.reconstruction_cpu_ms;
     for (int k = 0; k < st->pf.n_slots; k++) sw->stats->select_ms += st->pf.slots[k].ms;
     return 0;
 }
@@ -617,7 +624,9 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0};
+    /* trace_sample sets the chat format from the sample */
+    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
+                      CHAT_NONE};
     Sample s;
     char key[600];
     KvErr serr = {{0}};
@@ -771,10 +780,14 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         else if (ok < n) snprintf(scored, sizeof scored, "mean score %.3f of the %d that ran (%d failed)", mean / ok, ok,
                                   n - ok);
         else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
-        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms, decode %.0f ms in %d "
+        char recon[96] = "";
+        if (o.reconstruction_ms > 0)
+            snprintf(recon, sizeof recon, ", reconstruction pass %.0f ms (%.0f CPU-ms)", o.reconstruction_ms,
+                     o.reconstruction_cpu_ms);
+        fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms%s, decode %.0f ms in %d "
                               "batch%s, %s\n",
                 sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, o.context_tokens,
-                o.question_tokens, o.prefill_ms, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", scored);
+                o.question_tokens, o.prefill_ms, recon, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", scored);
     }
     free(answers);
     free(sets);

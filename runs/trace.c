@@ -140,8 +140,10 @@ int trace_sample(const PrepareEnv *env, const Sample *s, const RunVariant *const
                 q.n, steps, max_ctx);
     out->context_tokens = ctx.n;
     out->question_tokens = q.n;
+    PrepareEnv framed = *env;
+    framed.chat = prepare_chat_format(env, s);
     if (serr.msg[0]) fail_all(out, &serr);
-    else trace_prepared(env, &ctx, &q, variants, n, steps, importance, out);
+    else trace_prepared(&framed, &ctx, &q, variants, n, steps, importance, out);
     ids_free(&ctx);
     ids_free(&q);
     return 0;

@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     if (!(ctx.ids = kv_malloc(sizeof(int) * CONTEXT, &err))) goto fail;
     ctx.n = ctx.cap = CONTEXT;
     bench_random_ids(ctx.ids, CONTEXT, m->cfg.vocab_size, 7);
-    PrepareEnv env = {m, NULL, be, 0, 0, NULL, 0};
+    PrepareEnv env = {m, NULL, be, 0, 0, NULL, 0, CHAT_NONE};
     printf("# bench_policies: %s, cpu backend, L=%d, 8 policies x 2 budgets, %d rounds\n", spec, CONTEXT, rounds);
     printf("%-6s %10s %11s %10s %10s %9s %8s %8s %9s %11s %9s\n", "round", "plain ms", "observed ms", "scoring ms",
            "shared obs", "select ms", "share %", "+obs %", "plain CPU", "observed CPU", "+obs CPU%");

@@ -232,8 +232,8 @@ static void test_no_aggregation(TestCounts *tc) {
                  "\"tasks\": [\"needle\"], \"lengths\": [500], \"depths\": [0]}], \"policies\": [{\"name\": \"knorm\", "
                  "\"aggregations\": [\"max\"]}], \"budgets\": [\"20%\"]}",
                  "knorm does not aggregate", NULL);
-    /* observed-attention reads the attention sums of every prefill query and expected-attention the pre-RoPE query
-     * statistics, which the cuda backend does not observe: refused with one line naming the model, the policy and
+    /* observed-attention reads the attention sums of every prefill query, expected-attention the pre-RoPE query
+     * statistics and kvzip a reconstruction pass, which the cuda backend does not observe: refused with one line naming the model, the policy and
      * the missing observation; the cpu backend runs them */
     static const char *const observing =
         "{\"name\": \"t\", \"models\": [{\"path\": \"m.gguf\"}, {\"path\": \"m.gguf\", \"name\": \"g\", "
@@ -241,8 +241,9 @@ static void test_no_aggregation(TestCounts *tc) {
         "\"depths\": [0]}], \"policies\": [\"knorm\", \"%s\"], \"budgets\": [\"20%%\"]}";
     static const char *const needs[][2] = {
         {"observed-attention", "the attention sums of every prefill query"},
-        {"expected-attention", "the mean and covariance of the prefill's queries before RoPE"}};
-    for (int i = 0; i < 2; i++) {
+        {"expected-attention", "the mean and covariance of the prefill's queries before RoPE"},
+        {"kvzip", "a reconstruction pass over the context (an observed forward on top of its cache)"}};
+    for (int i = 0; i < 3; i++) {
         char text[512], want[256];
         snprintf(text, sizeof text, observing, "cuda", needs[i][0]);
         snprintf(want, sizeof want, "models[1] 'g': policy %s needs %s, which backend cuda does not observe",
@@ -258,7 +259,7 @@ static void test_no_aggregation(TestCounts *tc) {
         rc = config_load(&cfg, baselines[i], &err);
         CHECK(tc, rc == 0, "%s: %s", baselines[i], err.msg);
         if (rc) continue;
-        CHECK(tc, cfg.n_variants == 1 + 10 * 2, "%s: %d variants, want 21", baselines[i], cfg.n_variants);
+        CHECK(tc, cfg.n_variants == 1 + 11 * 2, "%s: %d variants, want 23", baselines[i], cfg.n_variants);
         const RunVariant *pyramid = find(&cfg, "pyramidkv", "mean", "20%");
         CHECK(tc, pyramid && !strcmp(pyramid->params, "w=64,k=5"), "%s: pyramidkv at kvpress's window 64",
               baselines[i]);

@@ -802,8 +802,11 @@ static void test_descriptors(TestCounts *tc) {
               "%s: needs an observation but scores nothing", r->name);
         CHECK(tc, r->allocation != ALLOC_CHUNKS || r->chunk_length > 0, "%s: chunks of %d tokens", r->name,
               r->chunk_length);
+        CHECK(tc, !(r->needs & NEEDS_RECONSTRUCTION) ||
+                      (r->reconstruct && r->chunk_length > 0 && r->first_prompt && r->next_prompt && r->next_tail >= 0),
+              "%s: a reconstruction pass without its scorer, chunk length or prompts", r->name);
         const int reads_context = r->allocation == ALLOC_UNIFORM || r->allocation == ALLOC_TWO_STAGE ||
-                                  r->allocation == ALLOC_CHUNKS;
+                                  r->allocation == ALLOC_CHUNKS || r->allocation == ALLOC_PRUNE_GLOBAL;
         CHECK(tc, !reads_context || (r->score && r->span == SPAN_CONTEXT),
               "%s: its allocation reads scores of every context position", r->name);
         CHECK(tc, !r->layer_budget || r->allocation == ALLOC_UNIFORM, "%s: layer budgets without ALLOC_UNIFORM",
@@ -1007,6 +1010,53 @@ static void test_random(TestCounts *tc) {
     policy_end(st);
 }
 
+/* KVzip by hand. d = 4, so a query (2, 0, 0, 0) has the logit k[0] with a key k. Context L = 8, one repeat query,
+ * the chunk [4, 6): the subset is the 4 sinks (logit 0), the chunk (ln 3, 0) and the repeat key (0), so the softmax's
+ * total is 4 + 3 + 1 + 1 = 9 and the chunk scores 3/9 and 1/9; key 6 (logit ln 5) lies outside the subset (with it
+ * the total would be 14). The selection over 2 layers of 8 at keep 0.75 drops int(16 * 0.25) = 4 entries: the 8
+ * sinks are kept, then the top 4 of the rest, {.6 (layer 1, 5), .5 (0, 4), .4 (1, 7), .3 (0, 6)}. The state refuses
+ * a select before the pass reached the context's end and a chunk out of order. */
+static void test_kvzip(TestCounts *tc) {
+    const PolicyRow *row = policy_row("kvzip");
+    CHECK(tc, row && row->reconstruct, "kvzip is registered with its reconstruction scorer");
+    if (!row || !row->reconstruct) return;
+    enum { L = 8, d = 4 };
+    float keys[(L + 1) * d] = {0}, query[d] = {2, 0, 0, 0}, score[L] = {0};
+    keys[4 * d] = logf(3.0f);
+    keys[6 * d] = logf(5.0f);
+    const float *key_rows[1] = {keys};
+    Observation o = {.layer = 0, .n_layers = 1, .L = L + 1, .w = 1, .H = 1, .K = 1, .d = d, .q_win = query,
+                     .keys = key_rows};
+    KvErr err = {{0}};
+    CHECK(tc, row->reconstruct(row, &o, 4, 6, L, score, &err) == 0, "%s", err.msg);
+    CHECK(tc, fabsf(score[4] - 1.0f / 3) < 1e-6f && fabsf(score[5] - 1.0f / 9) < 1e-6f && score[6] == 0.0f &&
+                  score[3] == 0.0f, "kvzip chunk scores %g %g (want 1/3, 1/9), outside %g %g", score[4], score[5],
+          score[3], score[6]);
+    float s0[L] = {0, 0, 0, 0, .5f, .1f, .3f, .2f}, s1[L] = {0, 0, 0, 0, .05f, .6f, .01f, .4f};
+    LayerScores layers[2] = {{.score = s0}, {.score = s1}};
+    PolicyConfig cfg;
+    policy_config(&cfg, "kvzip", NULL, &err);
+    KeepSet ks = {0};
+    CHECK(tc, allocate_keepset(row, &cfg, layers, 2, 1, L, 1.0 - (1.0 - 0.75), &ks, &err) == 0, "%s", err.msg);
+    if (ks.total) {
+        EXPECT_SEGMENT(tc, &ks, 0, 0, 1, 2, 3, 4, 6);
+        EXPECT_SEGMENT(tc, &ks, 1, 0, 1, 2, 3, 5, 7);
+    }
+    keepset_free(&ks);
+    PolicyState *st = NULL;
+    Budget b = {0.5, 0};
+    CHECK(tc, policy_begin(&st, &cfg, 1, 1, L, &err) == 0, "%s", err.msg);
+    if (!st) return;
+    Observation prefill = {.layer = 0, .n_layers = 1, .L = L, .H = 1, .K = 1, .d = d};
+    CHECK(tc, policy_observe(st, &prefill, &err) == 0, "%s", err.msg);
+    CHECK(tc, policy_observe_reconstruction(st, &o, 4, 6, &err) == 0, "%s", err.msg);
+    CHECK(tc, policy_select(st, &b, &ks, &err) == -1 && strstr(err.msg, "before the reconstruction pass"),
+          "select after [4, 6) of 8: %s", err.msg);
+    CHECK(tc, policy_observe_reconstruction(st, &o, 7, 8, &err) == -1 && strstr(err.msg, "out of order"),
+          "a chunk out of order: %s", err.msg);
+    policy_end(st);
+}
+
 int main(void) {
     TestCounts tc = {"policies", 0, 0, 0};
     test_shared_scores(&tc);
@@ -1030,5 +1080,6 @@ int main(void) {
     test_observed_attention(&tc);
     test_expected_attention(&tc);
     test_random(&tc);
+    test_kvzip(&tc);
     return test_finish(&tc);
 }

@@ -189,6 +189,8 @@ static StoreResult row(const char *policy, const char *agg, const char *budget, 
     r.keep_fraction = keep;
     r.prediction = "p";
     r.score = score;
+    r.prefill_ms = 100; /* policy_cost.md: the policy's time beside the prefill */
+    r.select_ms = strcmp(policy, "full") ? 4 : 0;
     return r;
 }
 
@@ -421,6 +423,14 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, md != NULL, "report.md missing");
     if (md) check_md(tc, md);
     free(md);
+
+    /* each variant's policy time beside the prefill, n per row */
+    char *cost = read_in(out, "policy_cost.md");
+    CHECK(tc, cost && strstr(cost, "| n | context tokens | prefill ms | select ms | select / prefill |") &&
+                  strstr(cost, "| snapkv | mean | w=32,k=5 | 20% | ") && strstr(cost, " | 100 | 4.0 | 0.04 |\n") &&
+                  strstr(cost, "| full | mean |  | full | ") && strstr(cost, " | 100 | 0.0 | 0.00 |\n"),
+          "policy_cost.md:\n%.800s", cost ? cost : "(missing)");
+    free(cost);
 
     char *csv = read_in(out, "task_scores.csv");
     CHECK(tc, csv && strstr(csv, "model,setup,suite,domain,task,policy,aggregation,params,budget,keep_fraction,"

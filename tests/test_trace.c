@@ -301,7 +301,7 @@ static void test_window_narrowing(TestCounts *tc) {
         model_free(m);
         return;
     }
-    PrepareEnv env = {m, NULL, be, 0, 0, NULL, 0};
+    PrepareEnv env = {m, NULL, be, 0, 0, NULL, 0, CHAT_NONE};
     TokenIds ctx = {0};
     for (int i = 0; i < 120; i++) ids_push(&ctx, (i * 7919 + 13) % 5000, &err);
     PolicyConfig w1, w16, full;
@@ -404,7 +404,7 @@ static void test_smollm2_reference(TestCounts *tc) {
     Prefill p = {0};
     FragilityTrace fa = {0}, fv = {0};
     if (be && S == 2 && n_nu == N * K * L && n_ra == T * S * N * K && n_rv == n_ra) {
-        PrepareEnv env = {m, NULL, be, 0, 1, NULL, 0};
+        PrepareEnv env = {m, NULL, be, 0, 1, NULL, 0, CHAT_NONE};
         CHECK(tc, prefill_run(&p, &env, &ctx, NULL, 0, T, &err) == 0, "%s", err.msg);
         double worst_nu = 0.0, max_nu = 0.0;
         for (int i = 0; p.value_norm && i < n_nu; i++) {
