@@ -81,14 +81,11 @@ int report_forced_share(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err)
         sqlite3_finalize(st);
         return rc == SQLITE_DONE ? 0 : kv_fail(err, "protected_sets: %s", sqlite3_errmsg(db));
     }
-    char md_path[1100], csv_path[1100];
-    snprintf(md_path, sizeof md_path, "%.1000s/forced_share.md", out_dir);
-    snprintf(csv_path, sizeof csv_path, "%.1000s/forced_share.csv", out_dir);
-    FILE *md = fopen(md_path, "w"), *csv = md ? fopen(csv_path, "w") : NULL;
-    if (!csv) {
-        if (md) fclose(md);
+    char md_path[1200], csv_path[1200];
+    FILE *md, *csv;
+    if (report_open_pair(out_dir, "forced_share", &md, md_path, &csv, csv_path, sizeof md_path, err)) {
         sqlite3_finalize(st);
-        return kv_fail(err, "%s: cannot write", md ? csv_path : md_path);
+        return -1;
     }
     fputs("# The protected share of each variant's keep-set\n\nPer sample: of every entry a value-weighted variant "
           "kept, the share its allocation protects whatever the entry's value-weighted score (the safeguard, the "

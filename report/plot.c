@@ -29,6 +29,18 @@ int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err) {
     return 0;
 }
 
+int report_open_pair(const char *dir, const char *stem, FILE **md, char *md_path, FILE **csv, char *csv_path, size_t n,
+                     KvErr *err) {
+    char name[300];
+    snprintf(name, sizeof name, "%s.md", stem);
+    *md = report_open_out(dir, name, md_path, n, err);
+    snprintf(name, sizeof name, "%s.csv", stem);
+    *csv = *md ? report_open_out(dir, name, csv_path, n, err) : NULL;
+    if (*csv) return 0;
+    if (*md) fclose(*md), *md = NULL;
+    return -1;
+}
+
 extern char **environ;
 
 /* Runs `gnuplot ARG` in DIR (NULL: here) and waits; returns its exit status, or 127 when it could not be started.

@@ -13,6 +13,10 @@
 /* Output files shared by the writers: open DIR/NAME for writing; close, checking for write errors, and log. */
 FILE *report_open_out(const char *dir, const char *name, char *path, size_t n, KvErr *err);
 int report_close_out(FILE *f, const char *path, FILE *log, KvErr *err);
+/* A table in both forms: DIR/STEM.md and DIR/STEM.csv opened together, paths in md_path and csv_path (n bytes
+ * each); both or neither (0, or -1 with err naming the file that could not be written). */
+int report_open_pair(const char *dir, const char *stem, FILE **md, char *md_path, FILE **csv, char *csv_path, size_t n,
+                     KvErr *err);
 
 /* A figure is DIR/NAME.dat (data) and DIR/NAME.gp (script rendering PNG then SVG), run through gnuplot in DIR,
  * so the script names its files relative to its own folder and can be re-run there. */

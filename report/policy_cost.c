@@ -33,14 +33,11 @@ int report_policy_cost(sqlite3 *db, const char *out_dir, FILE *log, KvErr *err) 
         sqlite3_finalize(st);
         return rc == SQLITE_DONE ? 0 : kv_fail(err, "results: %s", sqlite3_errmsg(db));
     }
-    char md_path[1100], csv_path[1100];
-    snprintf(md_path, sizeof md_path, "%.1000s/policy_cost.md", out_dir);
-    snprintf(csv_path, sizeof csv_path, "%.1000s/policy_cost.csv", out_dir);
-    FILE *md = fopen(md_path, "w"), *csv = md ? fopen(csv_path, "w") : NULL;
-    if (!csv) {
-        if (md) fclose(md);
+    char md_path[1200], csv_path[1200];
+    FILE *md, *csv;
+    if (report_open_pair(out_dir, "policy_cost", &md, md_path, &csv, csv_path, sizeof md_path, err)) {
         sqlite3_finalize(st);
-        return kv_fail(err, "%s: cannot write", md ? csv_path : md_path);
+        return -1;
     }
     fputs("# What each policy cost beside the prefill\n\nPer row: select ms is the policy's time for its sample (its "
           "observation of the prefill, shared by every budget of one state; for kvzip its reconstruction pass, a "
