@@ -188,17 +188,21 @@ static void test_report(TestCounts *tc) {
     CHECK(tc, !marker_exists(), "a name ran a command: %s exists", marker);
 
     char *md = read_in(out, "report.md"), *tex = read_in(out, "report.tex"), *frag = read_in(out, "fragility.md");
-    CHECK(tc, md && tex && frag, "report.md, report.tex, fragility.md written");
+    char *cost = read_in(out, "policy_cost.md");
+    CHECK(tc, md && tex && frag && cost, "report.md, report.tex, fragility.md, policy_cost.md written");
     check_md(tc, "report.md", md);
     check_md(tc, "fragility.md", frag);
+    check_md(tc, "policy_cost.md", cost);
+    CHECK(tc, cost && strstr(cost, "a\\|b\\|  c \\| "), "names escaped in policy_cost.md");
+    free(cost);
     check_tex(tc, tex);
     /* the names are there, as text */
     CHECK(tc, md && strstr(md, "a\\|b\\|  c \\| ") && strstr(md, "\\\\input{"), "names escaped in report.md");
     CHECK(tc, tex && strstr(tex, "\\textbackslash{}input\\{") && strstr(tex, "tex \\}\\{ \\% \\# \\_ \\& \\$ "
                                                                            "\\textasciitilde{} \\textasciicircum{}"),
           "names escaped in report.tex");
-    const char *csvs[] = {"task_scores.csv", "domain_scores.csv", "ordering.csv", "fragility.csv"};
-    for (int i = 0; i < 4; i++) {
+    const char *csvs[] = {"task_scores.csv", "domain_scores.csv", "ordering.csv", "fragility.csv", "policy_cost.csv"};
+    for (int i = 0; i < 5; i++) {
         char *csv = read_in(out, csvs[i]);
         check_csv(tc, csvs[i], csv);
         free(csv);
