@@ -324,12 +324,19 @@ typedef struct {
     double device_free; /* the backend's free memory less its reserve (INFINITY: host memory) */
 } SampleState;
 
+/* What the prepare steps read of the sweep; chat frames a reconstruction pass (CHAT_NONE until the sample's tokens
+ * are made, prepare_chat_format). */
+static PrepareEnv sweep_env(const Sweep *sw, ChatFormat chat) {
+    return (PrepareEnv){.model = sw->model, .tok = sw->tok, .be = sw->be,
+                        .compress_question = sw->cfg->compress_question,
+                        .duo_pattern = sw->duo.score ? &sw->duo : NULL, .chat = chat};
+}
+
 /* The sample's tokens and stop ids, and the refusals that need no prefill: over the model's context (with
  * "over_length": "error"), an empty context or question, a prefill cache past the memory limit. */
 static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutcome *o, KvErr *err) {
     const Model *m = sw->model;
-    PrepareEnv env = {m, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
-                      CHAT_NONE};
+    PrepareEnv env = sweep_env(sw, CHAT_NONE);
     if (prepare_tokens(&env, s, &st->ctx, &st->q, err) || prepare_stop_ids(&env, s, &st->stops, err)) return -1;
     st->chat = prepare_chat_format(&env, s);
     const int n_ctx = st->ctx.n, n_q = st->q.n;
@@ -357,8 +364,7 @@ static int sample_tokens(Sweep *sw, const Sample *s, SampleState *st, SampleOutc
 /* One observed prefill for every variant; the full variant decodes on its cache, so that gets room for question
  * and answer. */
 static int sample_prefill(Sweep *sw, SampleState *st, VariantRun *runs, int n, SampleOutcome *o, KvErr *err) {
-    PrepareEnv env = {sw->model, sw->tok, sw->be, sw->cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
-                      st->chat};
+    PrepareEnv env = sweep_env(sw, st->chat);
     const PolicyConfig **policies = kv_calloc((size_t)n, sizeof *policies, err);
     if (!policies) return -1;
     int has_full = 0;
@@ -625,8 +631,7 @@ static int trace_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
     const RunDataset *rd = &cfg->datasets[it->dataset];
     const char *task = rd->tasks[it->task - p->first[it->dataset]];
     /* trace_sample sets the chat format from the sample */
-    PrepareEnv env = {sw->model, sw->tok, sw->be, cfg->compress_question, 0, sw->duo.score ? &sw->duo : NULL, 0,
-                      CHAT_NONE};
+    PrepareEnv env = sweep_env(sw, CHAT_NONE);
     Sample s;
     char key[600];
     KvErr serr = {{0}};
