@@ -11,11 +11,19 @@
  *    bit for bit under OpenBLAS's SkylakeX-family kernels, which this checks where they run; under others
  *    (Haswell, Zen) the sums depend on where rows are cut, and the test reports the difference instead;
  *  - cpu_code_tile_floats is what the product writes: the tiles are allocated at exactly that size, so the
- *    sanitizer build catches an overrun. */
+ *    sanitizer build catches an overrun;
+ *  - the table's blas_order (sums in OpenBLAS's SkylakeX order from a few rebuilt rows, for 2..64 rows of x):
+ *    where the backend's probe keeps it (cpu_blas_order_agrees), the products above take it for M <= 64, and
+ *    the decode shapes of the Qwen2.5 models (K = 896, 1536, 4864, 8960; M = 2..64) equal cpu_matmul bit for
+ *    bit; the portable order (cpu_blas_order_scalar) and every level's entry equal cblas_sgemm on those
+ *    shapes under a SkylakeX-family core (reported elsewhere); a kernel summing in other blocks is refused
+ *    by the probe. */
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
 
+#include "../engine/cpu/isa.h"
+#include "../engine/gguf.h"
 #include "../engine/cpu/ops.h"
 #include "test.h"
 
@@ -48,12 +56,28 @@ typedef struct {
     int N, K;
     CpuQ4Block *q4;
     CpuPacked q8;
+    CpuBlocks blocks; /* a ggml type's blocks (data NULL when the matrix is codes) */
     float *w;
 } Matrix;
 
+/* w[N][K] as GGUF Q8_0 blocks (an f16 scale and 32 int8 codes), and mx->w their dequantisation by gguf.c. */
+static void matrix_make_q8_0(Matrix *mx, int N, int K) {
+    const GgmlTypeTraits *t = ggml_type_traits(GGML_Q8_0);
+    size_t n_blocks = (size_t)N * K / 32;
+    *mx = (Matrix){.N = N, .K = K, .w = malloc(sizeof(float) * N * K)};
+    mx->blocks = (CpuBlocks){malloc(n_blocks * 34), GGML_Q8_0, (size_t)K / 32 * 34, (size_t)K / 32};
+    for (size_t b = 0; b < n_blocks; b++) {
+        uint8_t *block = mx->blocks.data + b * 34;
+        uint16_t d = cpu_f32_to_f16(0.001f + 0.01f * uniform());
+        memcpy(block, &d, 2);
+        for (int i = 0; i < 32; i++) block[2 + i] = (uint8_t)(int8_t)((int)(255 * uniform()) - 127);
+    }
+    t->dequant(mx->blocks.data, mx->w, n_blocks);
+}
+
 static int matrix_make(Matrix *mx, int N, int K, int q8) {
     size_t n = (size_t)N * K;
-    mx->N = N, mx->K = K;
+    mx->N = N, mx->K = K, mx->blocks = (CpuBlocks){0};
     mx->w = malloc(n * sizeof(float));
     make_weights(mx->w, N, K, q8);
     mx->q4 = q8 ? NULL : malloc(n / 32 * sizeof(CpuQ4Block));
@@ -68,6 +92,7 @@ static void matrix_free(Matrix *mx) {
     free(mx->q8.q);
     free(mx->q8.scale);
     free(mx->q8.offset);
+    free(mx->blocks.data);
 }
 
 static void check_unpack(TestCounts *tc, const CpuKernels *k, const Matrix *mx, const char *fmt) {
@@ -94,7 +119,7 @@ static size_t compare(const CpuKernels *k, const Matrix *mx, int M, int threads,
     size_t tile_floats = cpu_code_tile_floats(N, K, threads);
     float *tiles = malloc(sizeof(float) * tile_floats * threads);
     cpu_matmul(ref, x, mx->w, with_bias ? bias : NULL, M, N, K, accumulate);
-    CpuCodes codes = {mx->q4, mx->q4 ? NULL : &mx->q8, NULL};
+    CpuCodes codes = {mx->q4, mx->q4 || mx->blocks.data ? NULL : &mx->q8, mx->blocks.data ? &mx->blocks : NULL};
     cpu_matmul_codes(k, got, x, &codes, with_bias ? bias : NULL, M, N, K, accumulate,
                      tiles, tile_floats);
     size_t differ = 0;
@@ -103,8 +128,103 @@ static size_t compare(const CpuKernels *k, const Matrix *mx, int M, int threads,
     return differ;
 }
 
+/* The portable order with K cut into blocks of 256 instead: what the probe must refuse. */
+static void blocks_of_256(float *y, int ldy, const float *xt, int ldx, int M, int K, const float *w, int rows) {
+    for (int k0 = 0; k0 < K; k0 += 256) {
+        int len = K - k0 < 256 ? K - k0 : 256;
+        for (int n = 0; n < rows; n++)
+            for (int m = 0; m < M; m++) {
+                float chain = 0.0f;
+                for (int k = k0; k < k0 + len; k++) chain = fmaf(xt[(size_t)k * ldx + m], w[(size_t)n * K + k], chain);
+                y[(size_t)m * ldy + n] += chain;
+            }
+    }
+}
+
+/* f against one cblas_sgemm (beta 0) of M rows on N weight rows of K; returns the outputs that differ. */
+static size_t order_against_blas(CpuBlasOrderFn *f, int M, int N, int K) {
+    int ldx = (M + 15) & ~15;
+    float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K), *xt = malloc(sizeof(float) * K * ldx);
+    float *ref = malloc(sizeof(float) * M * N), *got = calloc((size_t)M * N, sizeof(float));
+    for (int i = 0; i < M * K; i++) x[i] = 2 * uniform() - 1;
+    for (int i = 0; i < N * K; i++) w[i] = uniform() - 0.5f;
+    for (int k = 0; k < K; k++)
+        for (int m = 0; m < ldx; m++) xt[(size_t)k * ldx + m] = m < M ? x[(size_t)m * K + k] : 0.0f;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, 0.0f, ref, N);
+    f(got, N, xt, ldx, M, K, w, N);
+    size_t differ = 0;
+    for (int i = 0; i < M * N; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
+    free(x), free(w), free(xt), free(ref), free(got);
+    return differ;
+}
+
+/* blas_order: the order against OpenBLAS itself, the probe, and the products on the decode shapes. */
+static void check_blas_order(TestCounts *tc, int skylakex, const char *core) {
+    /* the Qwen2.5 models' K (0.5B: 896, 4864; 1.5B: 1536, 8960) and M from 2 to 64 lanes */
+    const struct { int M, N, K; } shapes[] = {{2, 600, 896}, {5, 160, 8960}, {17, 100, 1536}, {48, 48, 4864},
+                                              {53, 40, 1536}, {64, 30, 896}};
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        size_t differ = order_against_blas(cpu_blas_order_scalar, shapes[si].M, shapes[si].N, shapes[si].K);
+        if (skylakex)
+            CHECK(tc, differ == 0, "portable blas order M=%d N=%d K=%d: %zu outputs differ from cblas_sgemm",
+                  shapes[si].M, shapes[si].N, shapes[si].K, differ);
+        else
+            printf("test_cpu_tiles: portable blas order M=%d N=%d K=%d under OpenBLAS core %s: %zu outputs differ "
+                   "(not checked: the probe keeps blas_order off here)\n", shapes[si].M, shapes[si].N,
+                   shapes[si].K, core, differ);
+    }
+    for (int li = 0; li < 3; li++) {
+        CpuKernels k;
+        KvErr err = {{0}};
+        if (cpu_kernels_init(&k, levels[li], NULL, &err)) {
+            SKIP(tc, "blas order at %s: not supported here (%s)", levels[li], err.msg);
+            continue;
+        }
+        if (!k.blas_order) {
+            printf("test_cpu_tiles: %s has no blas_order entry (its products stay BLAS's)\n", levels[li]);
+            continue;
+        }
+        int agrees = cpu_blas_order_agrees(&k);
+        if (skylakex) CHECK(tc, agrees, "%s: the probe keeps blas_order under core %s", levels[li], core);
+        printf("test_cpu_tiles: %s blas_order %s under OpenBLAS core %s\n", levels[li], agrees ? "kept" : "dropped",
+               core);
+        if (!agrees) continue;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            CHECK(tc, order_against_blas(k.blas_order, shapes[si].M, shapes[si].N, shapes[si].K) == 0,
+                  "%s blas_order M=%d N=%d K=%d equals cblas_sgemm", levels[li], shapes[si].M, shapes[si].N,
+                  shapes[si].K);
+            /* through cpu_matmul_codes on Q8_0 blocks (the form blas_order serves), every thread count, bias,
+             * accumulate */
+            {
+                Matrix mx;
+                matrix_make_q8_0(&mx, shapes[si].N * 8, shapes[si].K);
+                for (int threads = 1; threads <= 2; threads++)
+                    for (int variant = 0; variant < 4; variant++) {
+                        size_t differ = compare(&k, &mx, shapes[si].M, threads, variant & 1, variant >> 1);
+                        CHECK(tc, differ == 0,
+                              "%s Q8_0 blocks N=%d K=%d M=%d on blas_order, %d threads, bias %d, accumulate %d: %zu "
+                              "outputs differ from cpu_matmul", levels[li], mx.N, mx.K, shapes[si].M,
+                              threads, variant & 1, variant >> 1, differ);
+                    }
+                matrix_free(&mx);
+            }
+        }
+        k.blas_order = blocks_of_256;
+        CHECK(tc, !cpu_blas_order_agrees(&k), "%s: the probe refuses a blas_order that cuts K in blocks of 256",
+              levels[li]);
+        Matrix mx; /* and the blocks' product takes the table's entry: the planted order shows in its sums */
+        matrix_make_q8_0(&mx, 400, 1536);
+        size_t differ = compare(&k, &mx, 40, 1, 0, 0);
+        CHECK(tc, differ > 0, "%s: Q8_0 blocks at M=40 on a planted order differ from cpu_matmul (%zu outputs)",
+              levels[li], differ);
+        matrix_free(&mx);
+    }
+}
+
 int main(void) {
     TestCounts tc = {"test_cpu_tiles", 0, 0, 0};
+    openblas_set_num_threads(1); /* as the cpu backend runs BLAS: one thread per call, its own threads around it */
     int max_threads = omp_get_max_threads();
     const char *core = openblas_get_corename();
     int skylakex = core && (strstr(core, "kylake") || strstr(core, "ooperlake") || strstr(core, "apphire"));
@@ -121,6 +241,7 @@ int main(void) {
             SKIP(&tc, "%s: not supported here (%s)", levels[li], err.msg);
             continue;
         }
+        if (!cpu_blas_order_agrees(&kt)) kt.blas_order = NULL; /* as the backend opens */
         for (int q8 = 0; q8 < 2; q8++) {
             const char *fmt = q8 ? "int8" : "4-bit";
             for (size_t si = 0; si < sizeof whole / sizeof whole[0]; si++) {
@@ -156,6 +277,7 @@ int main(void) {
         }
         printf("test_cpu_tiles: %s checked\n", levels[li]);
     }
+    check_blas_order(&tc, skylakex, core);
     omp_set_num_threads(max_threads);
     return test_finish(&tc);
 }

@@ -5,7 +5,8 @@
  * decode attention give the portable kernels' bits (portable.c fixes their orders in the source); the
  * attention reads a cache's rows where they are (a view's shared rows in its base, binary16 rows widened in
  * registers), so a view and an f16 cache need no copy. Rebuilt rows (GGUF Q4_K, Q6_K and Q5_0 blocks on 16
- * lanes) and binary16 conversions: the portable bits. */
+ * lanes) and binary16 conversions: the portable bits. blas_order: 16 rows of x per vector (x transposed), each
+ * lane one output's chain, so its sums are the portable order's (OpenBLAS's) whatever the lanes. */
 #include "isa.h"
 
 #if CPU_X86
@@ -217,6 +218,76 @@ static inline __attribute__((always_inline)) AVX512_TARGET __m512 exp_approx_avx
     p = _mm512_add_ps(_mm512_set1_ps(1.0f), p);
     __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+}
+
+/* ----------------------------------------------------------------------- sums in OpenBLAS's order (blas_order) */
+
+/* Up to 12 weight rows at a time (BLAS_ORDER_ROWS) and their outputs held transposed, yt[row][lane], so each
+ * K block's chains are added to them as vectors (lane by lane the same additions as one output at a time). */
+#define BLAS_ORDER_ROWS 12
+
+/* Rows [n0, n0 + NR) of w (the last row repeated past `rows`, its sums not kept) against xt, one K block:
+ * NR x MV chains of 16 lanes, each lane one output's, added to yt at the end of the block. MV and NR are
+ * constants where it is inlined, so the chains stay in registers. */
+static inline __attribute__((always_inline)) AVX512_TARGET void blas_order_group(float *yt, const float *xt, int ldx,
+                                                                               int K, const float *w, int rows,
+                                                                               int n0, int k0, int len, const int MV,
+                                                                               const int NR) {
+    const float *wr[BLAS_ORDER_ROWS];
+    __m512 acc[4][BLAS_ORDER_ROWS];
+#pragma GCC unroll 12
+    for (int j = 0; j < NR; j++) wr[j] = w + (size_t)(n0 + j < rows ? n0 + j : rows - 1) * K;
+#pragma GCC unroll 12
+    for (int j = 0; j < NR; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < MV; i++) acc[i][j] = _mm512_setzero_ps();
+    for (int k = k0; k < k0 + len; k++) {
+        const float *xk = xt + (size_t)k * ldx;
+        __m512 xv[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < MV; i++) xv[i] = _mm512_loadu_ps(xk + 16 * i);
+#pragma GCC unroll 12
+        for (int j = 0; j < NR; j++) {
+            __m512 b = _mm512_set1_ps(wr[j][k]);
+#pragma GCC unroll 4
+            for (int i = 0; i < MV; i++) acc[i][j] = _mm512_fmadd_ps(xv[i], b, acc[i][j]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < NR; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < MV; i++) {
+            float *out = yt + (size_t)(n0 + j) * ldx + 16 * i;
+            if (n0 + j < rows) _mm512_store_ps(out, _mm512_add_ps(_mm512_load_ps(out), acc[i][j]));
+        }
+}
+
+static inline __attribute__((always_inline)) AVX512_TARGET void blas_order_rows(float *yt, const float *xt, int ldx,
+                                                                              int K, const float *w, int rows,
+                                                                              const int MV, const int NR) {
+    for (int k0 = 0, len; k0 < K; k0 += len) {
+        len = cpu_blas_k_block(K, k0);
+        for (int n0 = 0; n0 < rows; n0 += NR) blas_order_group(yt, xt, ldx, K, w, rows, n0, k0, len, MV, NR);
+    }
+}
+
+AVX512_TARGET void cpu_blas_order_avx512(float *y, int ldy, const float *xt, int ldx, int M, int K, const float *w,
+                                         int rows) {
+    _Alignas(64) float yt[BLAS_ORDER_ROWS * CPU_BLAS_ORDER_ROWS];
+    for (int r0 = 0; r0 < rows; r0 += BLAS_ORDER_ROWS) {
+        int nr = rows - r0 < BLAS_ORDER_ROWS ? rows - r0 : BLAS_ORDER_ROWS;
+        for (int j = 0; j < nr; j++)
+            for (int m = 0; m < ldx; m++) yt[j * ldx + m] = m < M ? y[(size_t)m * ldy + r0 + j] : 0.0f;
+        const float *wr = w + (size_t)r0 * K;
+        switch (ldx / 16) { /* at most 24 chains */
+        case 1: blas_order_rows(yt, xt, ldx, K, wr, nr, 1, 12); break;
+        case 2: blas_order_rows(yt, xt, ldx, K, wr, nr, 2, 12); break;
+        case 3: blas_order_rows(yt, xt, ldx, K, wr, nr, 3, 6); break;
+        default: blas_order_rows(yt, xt, ldx, K, wr, nr, 4, 6); break;
+        }
+        for (int j = 0; j < nr; j++)
+            for (int m = 0; m < M; m++) y[(size_t)m * ldy + r0 + j] = yt[j * ldx + m];
+    }
 }
 
 AVX512_TARGET void cpu_swiglu_avx512(float *g, const float *u, size_t n) {

@@ -923,6 +923,7 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
         cpu_destroy(be);
         return -1;
     }
+    if (!cpu_blas_order_agrees(&impl->k)) impl->k.blas_order = NULL;
     if (cpu_weights_take(&impl->weights, &impl->k, m, err)) {
         cpu_destroy(be);
         return -1;

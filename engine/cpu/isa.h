@@ -21,6 +21,7 @@ CpuQ4RebuildFn cpu_q4_rebuild_scalar;
 CpuQ8RebuildFn cpu_q8_rebuild_scalar;
 CpuToF16Fn cpu_to_f16_scalar;
 CpuToF32Fn cpu_to_f32_scalar;
+CpuBlasOrderFn cpu_blas_order_scalar;
 void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row);
 void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
 
@@ -58,6 +59,7 @@ CpuAttendRowsFn cpu_attend_rows_avx512;
 CpuBlockRebuildFn cpu_rebuild_q4_k_avx512;
 CpuBlockRebuildFn cpu_rebuild_q6_k_avx512;
 CpuBlockRebuildFn cpu_rebuild_q5_0_avx512;
+CpuBlasOrderFn cpu_blas_order_avx512;
 
 /* vnni.c: AVX-512 VNNI and AMX (the fast products) */
 void cpu_fast_quantize_avx512(CpuFastX *x, int m, const float *row);

@@ -121,6 +121,21 @@ typedef void CpuQ8RebuildFn(float *w, const CpuPacked *p, size_t b0, size_t n_bl
 /* n_blocks blocks of a ggml type at src rebuilt to f32 at dst: the type's dequantiser (GgmlDequantFn), or an
  * instruction-set version of it with the same bits. */
 typedef void CpuBlockRebuildFn(const uint8_t *src, float *dst, size_t n_blocks);
+/* The sums of OpenBLAS's SkylakeX sgemm, made from weights rebuilt a few rows at a time (no tile of f32 weights
+ * for BLAS to copy again): y[m*ldy + n] += x_m . w_n for m < M and n < rows, where each sum is taken as that
+ * library's level-3 driver and kernel take it: K cut into blocks (cpu_blas_k_block), one fused multiply-add chain
+ * per block from zero in ascending k, each block's chain added to y in block order. With y first set as
+ * the BLAS call's beta sets it, this is cblas_sgemm's result bit for bit wherever products.c's probe finds it so
+ * (cpu_blas_order_agrees). xt: x transposed, [K][ldx], ldx = M rounded up to 16 (at most CPU_BLAS_ORDER_ROWS),
+ * lanes from M to ldx zero; w: rows [rows][K]. */
+typedef void CpuBlasOrderFn(float *y, int ldy, const float *xt, int ldx, int M, int K, const float *w, int rows);
+#define CPU_BLAS_ORDER_ROWS 64
+/* The length of the K block that starts at k0 (OpenBLAS's driver: blocks of 320 while at least 640 remain;
+ * between 320 and 640 left, half of them rounded up to 16; then the rest). */
+static inline int cpu_blas_k_block(int K, int k0) {
+    int left = K - k0;
+    return left >= 2 * 320 ? 320 : left > 320 ? (left / 2 + 15) / 16 * 16 : left;
+}
 /* binary16 <-> f32 rows (round to nearest even; the same bits as cpu_f32_to_f16 / kv_f16_to_f32). */
 typedef void CpuToF16Fn(uint16_t *dst, const float *src, size_t n);
 typedef void CpuToF32Fn(float *dst, const uint16_t *src, size_t n);
@@ -154,6 +169,8 @@ typedef struct {
     CpuQ4RebuildFn *q4_rebuild;
     CpuQ8RebuildFn *q8_rebuild;
     CpuBlockRebuildFn *rebuild[CPU_GGML_TYPES]; /* per ggml type; NULL for a type without a dequantiser */
+    CpuBlasOrderFn *blas_order;                    /* NULL at levels without a vector one, or where the probe
+                                                    * finds this machine's BLAS sums otherwise */
     CpuToF16Fn *to_f16;
     CpuToF32Fn *to_f32;
     void (*softmax)(float *x, int n);              /* bit for bit cpu_softmax for inputs that are not NaN */

@@ -37,6 +37,14 @@ void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuCodes *c, int n0, 
  * tile_floats >= cpu_code_tile_floats(N, K, omp_get_max_threads()). */
 #define CPU_CODE_TILE_MAX ((size_t)1 << 20)
 size_t cpu_code_tile_floats(int N, int K, int parts);
+/* Where a BLAS call on a tile would sum as the table's blas_order does (2 to CPU_BLAS_ORDER_ROWS rows of x,
+ * past OpenBLAS's small-matrix kernels), the tile is not rebuilt whole: blas_order sums a few rebuilt rows at
+ * a time, the same bits without BLAS's own copy of the weights. That holds only where
+ * cpu_blas_order_agrees: blas_order against this machine's cblas_sgemm on shapes that take each of its
+ * K-block rules and lane counts, bit for bit, with BLAS as the backend runs it (one thread per call: OpenBLAS's
+ * threaded driver cuts K otherwise). The backend asks once when it opens and drops the entry otherwise
+ * (OpenBLAS's other kernels cut K or sum otherwise). */
+int cpu_blas_order_agrees(const CpuKernels *k);
 void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,
                       int K, int accumulate, float *tiles, size_t tile_floats);
 /* Its slice `part` of `parts`, on that part's own tile. */

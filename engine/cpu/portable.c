@@ -195,6 +195,19 @@ void cpu_q8_rows_scalar(float *y, int ldy, const float *x, int M, int K, const C
     }
 }
 
+/* The order itself, one output at a time: per K block a chain of fused multiply-adds from zero, added to y. */
+void cpu_blas_order_scalar(float *y, int ldy, const float *xt, int ldx, int M, int K, const float *w, int rows) {
+    for (int k0 = 0, len; k0 < K; k0 += len) {
+        len = cpu_blas_k_block(K, k0);
+        for (int n = 0; n < rows; n++)
+            for (int m = 0; m < M; m++) {
+                float chain = 0.0f;
+                for (int k = k0; k < k0 + len; k++) chain = fmaf(xt[(size_t)k * ldx + m], w[(size_t)n * K + k], chain);
+                y[(size_t)m * ldy + n] += chain;
+            }
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ fast products */
 
 void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row) {

@@ -2,7 +2,9 @@
 #include "ops.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------------------------ BLAS products */
@@ -14,22 +16,26 @@ static void matmul_slice(int N, int p, int parts, int *n0, int *n1) {
     *n1 = p == parts - 1 ? N : (int)((long)N * (p + 1) / parts) & ~15;
 }
 
+/* Outputs [n0, n1) of y as a product with a bias starts them: the bias added to them (accumulate) or copied
+ * into them; returns the BLAS call's beta (0: the call overwrites them, 1: it adds to them). */
+static float preset_bias(float *y, const float *bias, int M, int N, int n0, int n1, int accumulate) {
+    if (!bias) return accumulate ? 1.0f : 0.0f;
+    for (int m = 0; m < M; m++) {
+        float *row = y + (size_t)m * N;
+        if (accumulate) {
+#pragma omp simd
+            for (int i = n0; i < n1; i++) row[i] += bias[i];
+        } else {
+            memcpy(row + n0, bias + n0, (size_t)(n1 - n0) * sizeof(float));
+        }
+    }
+    return 1.0f;
+}
+
 /* Outputs [n0, n1) of y = x w^T (+ bias) (+ y), w pointing at weight row n0: one single-threaded BLAS call. */
 static void gemm_slice(float *y, const float *x, const float *w, const float *bias, int M, int N, int K, int n0,
                        int n1, int accumulate) {
-    float beta = accumulate ? 1.0f : 0.0f;
-    if (bias) {
-        for (int m = 0; m < M; m++) {
-            float *row = y + (size_t)m * N;
-            if (accumulate) {
-#pragma omp simd
-                for (int i = n0; i < n1; i++) row[i] += bias[i];
-            } else {
-                memcpy(row + n0, bias + n0, (size_t)(n1 - n0) * sizeof(float));
-            }
-        }
-        beta = 1.0f;
-    }
+    float beta = preset_bias(y, bias, M, N, n0, n1, accumulate);
     if (M == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, K, 1.0f, w, K, x, 1, beta, y + n0, 1);
     else
@@ -51,6 +57,30 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
     for (int p = 0; p < parts; p++) cpu_matmul_part(y, x, w, bias, M, N, K, accumulate, p, parts);
 }
 
+/* Weight rows rebuilt at a time for the table's blas_order (a few KiB to a few hundred: they stay in cache). */
+#define BLAS_ORDER_GROUP 12
+
+/* Whether a tile of `rows` rows of a ggml type's blocks goes to blas_order rather than to BLAS: the table has
+ * one that the probe found agreeing, and the BLAS call would sum as it does (OpenBLAS's SkylakeX dispatch takes
+ * its level-3 driver, not gemv at M = 1 nor its small-matrix kernels, taken only up to M * rows * K = 100^3).
+ * Only a ggml type's blocks: rebuilding a whole tile of those costs about what BLAS's kernel does, while 4-bit
+ * and int8 codes rebuild cheaply and BLAS's kernel is faster than blas_order (SmolLM2's Q4_1 at 33 to 64 rows:
+ * 5-12% slower on blas_order; Qwen2.5-1.5B's Q4_K / Q6_K at 48 and 53 rows: 10-18% faster; docs/performance.md). */
+static int blas_order_serves(const CpuKernels *k, const CpuCodes *c, int M, int rows, int K) {
+    return k->blas_order && c->blocks && M >= 2 && M <= CPU_BLAS_ORDER_ROWS && (double)M * rows * K > 1e6;
+}
+
+/* x[M][K] transposed into xt[K][ldx], lanes from M to ldx zero; returns ldx (M rounded up to 16). */
+static int transpose_x(float *xt, const float *x, int M, int K) {
+    int ldx = (M + 15) & ~15;
+    for (int k = 0; k < K; k++) {
+        float *row = xt + (size_t)k * ldx;
+        for (int m = 0; m < M; m++) row[m] = x[(size_t)m * K + k];
+        for (int m = M; m < ldx; m++) row[m] = 0.0f;
+    }
+    return ldx;
+}
+
 /* Rows per tile of a slice of `rows` weight rows of width K: the whole slice when it fits in
  * CPU_CODE_TILE_MAX floats, else equal parts of at most that, multiples of 16 rows (the last one shorter). */
 static int tile_rows(int rows, int K) {
@@ -62,7 +92,7 @@ static int tile_rows(int rows, int K) {
 }
 
 size_t cpu_code_tile_floats(int N, int K, int parts) {
-    size_t most = 0;
+    size_t most = (size_t)(BLAS_ORDER_GROUP + CPU_BLAS_ORDER_ROWS) * K; /* blas_order's rows and x transposed */
     for (int p = 0; p < parts; p++) {
         int n0, n1;
         matmul_slice(N, p, parts, &n0, &n1);
@@ -84,12 +114,59 @@ void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const 
                            int N, int K, int accumulate, float *tile, int part, int parts) {
     int n0, n1;
     matmul_slice(N, part, parts, &n0, &n1);
-    int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1;
+    int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1, ldx = 0; /* ldx: 0 until x is transposed in the tile */
+    float *xt = tile + (size_t)BLAS_ORDER_GROUP * K;
     for (int t0 = n0; t0 < n1; t0 += step) {
         int t1 = n1 - t0 < step ? n1 : t0 + step;
-        cpu_rebuild_rows(k, tile, c, t0, t1, K);
-        gemm_slice(y, x, tile, bias, M, N, K, t0, t1, accumulate);
+        if (!blas_order_serves(k, c, M, t1 - t0, K)) { /* the tile rebuilt whole and handed to BLAS */
+            cpu_rebuild_rows(k, tile, c, t0, t1, K);
+            gemm_slice(y, x, tile, bias, M, N, K, t0, t1, accumulate);
+            ldx = 0;
+            continue;
+        }
+        /* the same sums without BLAS's copy of the tile: a few rows rebuilt at a time, in cache */
+        if (!ldx) ldx = transpose_x(xt, x, M, K);
+        if (preset_bias(y, bias, M, N, t0, t1, accumulate) == 0.0f)
+            for (int m = 0; m < M; m++) memset(y + (size_t)m * N + t0, 0, sizeof(float) * (size_t)(t1 - t0));
+        for (int g0 = t0; g0 < t1; g0 += BLAS_ORDER_GROUP) {
+            int g1 = t1 - g0 < BLAS_ORDER_GROUP ? t1 : g0 + BLAS_ORDER_GROUP;
+            cpu_rebuild_rows(k, tile, c, g0, g1, K);
+            k->blas_order(y + g0, N, xt, ldx, M, K, tile, g1 - g0);
+        }
     }
+}
+
+int cpu_blas_order_agrees(const CpuKernels *k) {
+    /* shapes past OpenBLAS's small-matrix bound that take each K-block rule (blocks of 320, then a rest between
+     * 320 and 640 halved and rounded up to 16 four ways) and each lane count of blas_order (M = 2, 17, 37, 64),
+     * with and without a bias */
+    static const int shapes[][3] = {{2, 500, 1100}, {17, 64, 1000}, {37, 48, 650}, {64, 24, 700}};
+    if (!k->blas_order) return 0;
+    int agrees = 1;
+    for (size_t s = 0; agrees && s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], rows = shapes[s][1], K = shapes[s][2], ldx = (M + 15) & ~15;
+        size_t nx = (size_t)M * K, nw = (size_t)rows * K, ny = (size_t)M * rows;
+        float *buf = malloc(sizeof(float) * (nx + nw + 2 * ny + rows + (size_t)K * ldx));
+        if (!buf) return 0;
+        float *x = buf, *w = x + nx, *bias = w + nw, *want = bias + rows, *got = want + ny, *xt = got + ny;
+        uint32_t state = 2463534242u + (uint32_t)s;
+        for (size_t i = 0; i < nx + nw + rows; i++) { /* x, w and bias: values of several magnitudes and signs */
+            state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+            x[i] = ldexpf((float)(int32_t)state / 2147483648.0f, (int)(state % 7) - 3);
+        }
+        for (int with_bias = 0; agrees && with_bias <= 1; with_bias++) {
+            const float *b = with_bias ? bias : NULL;
+            memset(want, 0x7f, sizeof(float) * ny);
+            memset(got, 0x7f, sizeof(float) * ny);
+            gemm_slice(want, x, w, b, M, rows, K, 0, rows, 0);
+            transpose_x(xt, x, M, K);
+            if (preset_bias(got, b, M, rows, 0, rows, 0) == 0.0f) memset(got, 0, sizeof(float) * ny);
+            k->blas_order(got, rows, xt, ldx, M, K, w, rows);
+            agrees = !memcmp(want, got, sizeof(float) * ny);
+        }
+        free(buf);
+    }
+    return agrees;
 }
 
 void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,

@@ -58,7 +58,8 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
     *k = (CpuKernels){.simd = simd, .simd_name = simd_names[simd], .q4_rows = cpu_q4_rows_scalar,
                       .q8_rows = cpu_q8_rows_scalar, .q4_rebuild = cpu_q4_rebuild_scalar,
                       .q8_rebuild = cpu_q8_rebuild_scalar, .to_f16 = cpu_to_f16_scalar, .to_f32 = cpu_to_f32_scalar,
-                      .softmax = cpu_softmax, .swiglu = cpu_swiglu, .attend_rows = NULL, .attend_multiple = 0};
+                      .softmax = cpu_softmax, .swiglu = cpu_swiglu, .attend_rows = NULL, .attend_multiple = 0,
+                      .blas_order = NULL};
     /* the block rebuilders: every ggml type's dequantiser (the contract with gguf.c: a type gains its entry here
      * when its dequantiser lands there), replaced below by a vector version where one exists */
     for (int t = 0; t < CPU_GGML_TYPES; t++) {
@@ -83,6 +84,7 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
         k->to_f16 = cpu_to_f16_avx512, k->to_f32 = cpu_to_f32_avx512;
         k->softmax = cpu_softmax_avx512, k->swiglu = cpu_swiglu_avx512;
         k->attend_rows = cpu_attend_rows_avx512, k->attend_multiple = 16;
+        k->blas_order = cpu_blas_order_avx512;
         if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx512;
         if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx512;
         if (k->rebuild[GGML_Q5_0]) k->rebuild[GGML_Q5_0] = cpu_rebuild_q5_0_avx512;
