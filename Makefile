@@ -189,12 +189,19 @@ test-policies: $(BUILD)/tests/test_policy_golden
 	POLICY_GOLDEN=$(POLICY_GOLDEN) bash tests/run_tests.sh $(BUILD) test_policy_golden
 
 # Then the same pairs on Qwen2.5-Coder-0.5B-Instruct (its Q5_0 / Q8_0 / Q4_K / Q6_K blocks decoded from their
-# codes) where make model-qwen has fetched it: 512 and 2048-token prefills, decode, the sweep's per-sample ratio.
+# codes) where make model-qwen has fetched it: 512 and 2048-token prefills, decode, the sweep's per-sample ratio;
+# and on Qwen2.5-Coder-1.5B-Instruct (make model-qwen15): the prefills and decodes only (its sweep would take an
+# hour). Both at 1 and 2 threads unless BENCH_THREADS says otherwise.
 bench: kvbench $(BENCH_BIN) $(MODEL)
 	bash tests/run_bench.sh $(BUILD)
 	@if [ -f $(QWEN) ]; then echo; echo "== make bench: the same on $(QWEN)"; \
-	    BENCH_MODEL=$(QWEN) BENCH_MAX_PREFILL=2048 BENCH_F16=0 BENCH_POLICY_ROUNDS=0 bash tests/run_bench.sh $(BUILD); \
+	    BENCH_MODEL=$(QWEN) BENCH_MAX_PREFILL=2048 BENCH_F16=0 BENCH_POLICY_ROUNDS=0 \
+	    BENCH_THREADS="$${BENCH_THREADS:-1 2}" bash tests/run_bench.sh $(BUILD); \
 	else echo "make bench: $(QWEN) absent (make model-qwen): its section is skipped"; fi
+	@if [ -f $(QWEN15) ]; then echo; echo "== make bench: the same on $(QWEN15), prefills and decodes"; \
+	    BENCH_MODEL=$(QWEN15) BENCH_QUICK=1 BENCH_MAX_PREFILL=2048 BENCH_F16=0 \
+	    BENCH_THREADS="$${BENCH_THREADS:-1 2}" bash tests/run_bench.sh $(BUILD); \
+	else echo "make bench: $(QWEN15) absent (make model-qwen15): its section is skipped"; fi
 
 clean:
 	rm -rf build build-san build-fuzz kvbench
