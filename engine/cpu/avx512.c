@@ -222,9 +222,9 @@ static inline __attribute__((always_inline)) AVX512_TARGET __m512 exp_approx_avx
 
 /* ----------------------------------------------------------------------- sums in OpenBLAS's order (blas_order) */
 
-/* Up to 12 weight rows at a time (BLAS_ORDER_ROWS) and their outputs held transposed, yt[row][lane], so each
- * K block's chains are added to them as vectors (lane by lane the same additions as one output at a time). */
-#define BLAS_ORDER_ROWS 12
+/* Up to 12 weight rows at a time and their outputs held transposed, yt[row][lane], so each K block's chains
+ * are added to them as vectors (lane by lane the same additions as one output at a time). */
+#define WEIGHT_ROWS_PER_PASS 12
 
 /* Rows [n0, n0 + NR) of w (the last row repeated past `rows`, its sums not kept) against xt, one K block:
  * NR x MV chains of 16 lanes, each lane one output's, added to yt at the end of the block. MV and NR are
@@ -233,8 +233,8 @@ static inline __attribute__((always_inline)) AVX512_TARGET void blas_order_group
                                                                                int K, const float *w, int rows,
                                                                                int n0, int k0, int len, const int MV,
                                                                                const int NR) {
-    const float *wr[BLAS_ORDER_ROWS];
-    __m512 acc[4][BLAS_ORDER_ROWS];
+    const float *wr[WEIGHT_ROWS_PER_PASS];
+    __m512 acc[4][WEIGHT_ROWS_PER_PASS];
 #pragma GCC unroll 12
     for (int j = 0; j < NR; j++) wr[j] = w + (size_t)(n0 + j < rows ? n0 + j : rows - 1) * K;
 #pragma GCC unroll 12
@@ -273,9 +273,9 @@ static inline __attribute__((always_inline)) AVX512_TARGET void blas_order_rows(
 
 AVX512_TARGET void cpu_blas_order_avx512(float *y, int ldy, const float *xt, int ldx, int M, int K, const float *w,
                                          int rows) {
-    _Alignas(64) float yt[BLAS_ORDER_ROWS * CPU_BLAS_ORDER_ROWS];
-    for (int r0 = 0; r0 < rows; r0 += BLAS_ORDER_ROWS) {
-        int nr = rows - r0 < BLAS_ORDER_ROWS ? rows - r0 : BLAS_ORDER_ROWS;
+    _Alignas(64) float yt[WEIGHT_ROWS_PER_PASS * CPU_BLAS_ORDER_MAX_X_ROWS];
+    for (int r0 = 0; r0 < rows; r0 += WEIGHT_ROWS_PER_PASS) {
+        int nr = rows - r0 < WEIGHT_ROWS_PER_PASS ? rows - r0 : WEIGHT_ROWS_PER_PASS;
         for (int j = 0; j < nr; j++)
             for (int m = 0; m < ldx; m++) yt[j * ldx + m] = m < M ? y[(size_t)m * ldy + r0 + j] : 0.0f;
         const float *wr = w + (size_t)r0 * K;

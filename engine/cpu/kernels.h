@@ -126,10 +126,10 @@ typedef void CpuBlockRebuildFn(const uint8_t *src, float *dst, size_t n_blocks);
  * library's level-3 driver and kernel take it: K cut into blocks (cpu_blas_k_block), one fused multiply-add chain
  * per block from zero in ascending k, each block's chain added to y in block order. With y first set as
  * the BLAS call's beta sets it, this is cblas_sgemm's result bit for bit wherever products.c's probe finds it so
- * (cpu_blas_order_agrees). xt: x transposed, [K][ldx], ldx = M rounded up to 16 (at most CPU_BLAS_ORDER_ROWS),
+ * (cpu_blas_order_agrees). xt: x transposed, [K][ldx], ldx = M rounded up to 16 (at most CPU_BLAS_ORDER_MAX_X_ROWS),
  * lanes from M to ldx zero; w: rows [rows][K]. */
 typedef void CpuBlasOrderFn(float *y, int ldy, const float *xt, int ldx, int M, int K, const float *w, int rows);
-#define CPU_BLAS_ORDER_ROWS 64
+#define CPU_BLAS_ORDER_MAX_X_ROWS 64
 /* The length of the K block that starts at k0 (OpenBLAS's driver: blocks of 320 while at least 640 remain;
  * between 320 and 640 left, half of them rounded up to 16; then the rest). */
 static inline int cpu_blas_k_block(int K, int k0) {

@@ -37,9 +37,9 @@ void cpu_rebuild_rows(const CpuKernels *k, float *w, const CpuCodes *c, int n0, 
  * tile_floats >= cpu_code_tile_floats(N, K, omp_get_max_threads()). */
 #define CPU_CODE_TILE_MAX ((size_t)1 << 20)
 size_t cpu_code_tile_floats(int N, int K, int parts);
-/* Where a BLAS call on a tile would sum as the table's blas_order does (2 to CPU_BLAS_ORDER_ROWS rows of x,
- * past OpenBLAS's small-matrix kernels), the tile is not rebuilt whole: blas_order sums a few rebuilt rows at
- * a time, the same bits without BLAS's own copy of the weights. That holds only where
+/* Where a BLAS call on a tile of a ggml type's blocks would sum as the table's blas_order does (2 to
+ * CPU_BLAS_ORDER_MAX_X_ROWS rows of x, past OpenBLAS's small-matrix kernels), the tile is not rebuilt whole:
+ * blas_order sums a few rebuilt rows at a time, the same bits without BLAS's own copy of the weights. That holds only where
  * cpu_blas_order_agrees: blas_order against this machine's cblas_sgemm on shapes that take each of its
  * K-block rules and lane counts, bit for bit, with BLAS as the backend runs it (one thread per call: OpenBLAS's
  * threaded driver cuts K otherwise). The backend asks once when it opens and drops the entry otherwise

@@ -58,7 +58,7 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
 }
 
 /* Weight rows rebuilt at a time for the table's blas_order (a few KiB to a few hundred: they stay in cache). */
-#define BLAS_ORDER_GROUP 12
+#define BLAS_ORDER_REBUILT_ROWS 12
 
 /* Whether a tile of `rows` rows of a ggml type's blocks goes to blas_order rather than to BLAS: the table has
  * one that the probe found agreeing, and the BLAS call would sum as it does (OpenBLAS's SkylakeX dispatch takes
@@ -67,7 +67,8 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
  * and int8 codes rebuild cheaply and BLAS's kernel is faster than blas_order (SmolLM2's Q4_1 at 33 to 64 rows:
  * 5-12% slower on blas_order; Qwen2.5-1.5B's Q4_K / Q6_K at 48 and 53 rows: 10-18% faster; docs/performance.md). */
 static int blas_order_serves(const CpuKernels *k, const CpuCodes *c, int M, int rows, int K) {
-    return k->blas_order && c->blocks && M >= 2 && M <= CPU_BLAS_ORDER_ROWS && (double)M * rows * K > 1e6;
+    return k->blas_order && c->blocks && M >= 2 && M <= CPU_BLAS_ORDER_MAX_X_ROWS &&
+           (double)M * rows * K > 1e6;
 }
 
 /* x[M][K] transposed into xt[K][ldx], lanes from M to ldx zero; returns ldx (M rounded up to 16). */
@@ -92,7 +93,8 @@ static int tile_rows(int rows, int K) {
 }
 
 size_t cpu_code_tile_floats(int N, int K, int parts) {
-    size_t most = (size_t)(BLAS_ORDER_GROUP + CPU_BLAS_ORDER_ROWS) * K; /* blas_order's rows and x transposed */
+    /* blas_order's rebuilt rows and x transposed */
+    size_t most = (size_t)(BLAS_ORDER_REBUILT_ROWS + CPU_BLAS_ORDER_MAX_X_ROWS) * K;
     for (int p = 0; p < parts; p++) {
         int n0, n1;
         matmul_slice(N, p, parts, &n0, &n1);
@@ -115,7 +117,7 @@ void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const 
     int n0, n1;
     matmul_slice(N, part, parts, &n0, &n1);
     int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1, ldx = 0; /* ldx: 0 until x is transposed in the tile */
-    float *xt = tile + (size_t)BLAS_ORDER_GROUP * K;
+    float *xt = tile + (size_t)BLAS_ORDER_REBUILT_ROWS * K;
     for (int t0 = n0; t0 < n1; t0 += step) {
         int t1 = n1 - t0 < step ? n1 : t0 + step;
         if (!blas_order_serves(k, c, M, t1 - t0, K)) { /* the tile rebuilt whole and handed to BLAS */
@@ -128,8 +130,8 @@ void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const 
         if (!ldx) ldx = transpose_x(xt, x, M, K);
         if (preset_bias(y, bias, M, N, t0, t1, accumulate) == 0.0f)
             for (int m = 0; m < M; m++) memset(y + (size_t)m * N + t0, 0, sizeof(float) * (size_t)(t1 - t0));
-        for (int g0 = t0; g0 < t1; g0 += BLAS_ORDER_GROUP) {
-            int g1 = t1 - g0 < BLAS_ORDER_GROUP ? t1 : g0 + BLAS_ORDER_GROUP;
+        for (int g0 = t0; g0 < t1; g0 += BLAS_ORDER_REBUILT_ROWS) {
+            int g1 = t1 - g0 < BLAS_ORDER_REBUILT_ROWS ? t1 : g0 + BLAS_ORDER_REBUILT_ROWS;
             cpu_rebuild_rows(k, tile, c, g0, g1, K);
             k->blas_order(y + g0, N, xt, ldx, M, K, tile, g1 - g0);
         }
