@@ -65,10 +65,18 @@ void cpu_matmul(float *y, const float *x, const float *w, const float *bias, int
  * its level-3 driver, not gemv at M = 1 nor its small-matrix kernels, taken only up to M * rows * K = 100^3).
  * Only a ggml type's blocks: rebuilding a whole tile of those costs about what BLAS's kernel does, while 4-bit
  * and int8 codes rebuild cheaply and BLAS's kernel is faster than blas_order (SmolLM2's Q4_1 at 33 to 64 rows:
- * 5-12% slower on blas_order; Qwen2.5-1.5B's Q4_K / Q6_K at 48 and 53 rows: 10-18% faster; docs/performance.md). */
+ * 5-12% slower on blas_order; Qwen2.5-1.5B's Q4_K / Q6_K at 53 rows: 2-11% faster on a quiet machine, 10-18% on a
+ * loaded one; docs/performance.md). */
 static int blas_order_serves(const CpuKernels *k, const CpuCodes *c, int M, int rows, int K) {
     return k->blas_order && c->blocks && M >= 2 && M <= CPU_BLAS_ORDER_MAX_X_ROWS &&
            (double)M * rows * K > 1e6;
+}
+
+/* Outputs [n0, n1) of y set as the BLAS call would start them (preset_bias, then zero where its beta is 0), for
+ * blas_order to add its sums to. */
+static void start_sums(float *y, const float *bias, int M, int N, int n0, int n1, int accumulate) {
+    if (preset_bias(y, bias, M, N, n0, n1, accumulate) == 0.0f)
+        for (int m = 0; m < M; m++) memset(y + (size_t)m * N + n0, 0, sizeof(float) * (size_t)(n1 - n0));
 }
 
 /* x[M][K] transposed into xt[K][ldx], lanes from M to ldx zero; returns ldx (M rounded up to 16). */
@@ -128,8 +136,7 @@ void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const 
         }
         /* the same sums without BLAS's copy of the tile: a few rows rebuilt at a time, in cache */
         if (!ldx) ldx = transpose_x(xt, x, M, K);
-        if (preset_bias(y, bias, M, N, t0, t1, accumulate) == 0.0f)
-            for (int m = 0; m < M; m++) memset(y + (size_t)m * N + t0, 0, sizeof(float) * (size_t)(t1 - t0));
+        start_sums(y, bias, M, N, t0, t1, accumulate);
         for (int g0 = t0; g0 < t1; g0 += BLAS_ORDER_REBUILT_ROWS) {
             int g1 = t1 - g0 < BLAS_ORDER_REBUILT_ROWS ? t1 : g0 + BLAS_ORDER_REBUILT_ROWS;
             cpu_rebuild_rows(k, tile, c, g0, g1, K);
@@ -162,7 +169,7 @@ int cpu_blas_order_agrees(const CpuKernels *k) {
             memset(got, 0x7f, sizeof(float) * ny);
             gemm_slice(want, x, w, b, M, rows, K, 0, rows, 0);
             transpose_x(xt, x, M, K);
-            if (preset_bias(got, b, M, rows, 0, rows, 0) == 0.0f) memset(got, 0, sizeof(float) * ny);
+            start_sums(got, b, M, rows, 0, rows, 0);
             k->blas_order(got, rows, xt, ldx, M, K, w, rows);
             agrees = !memcmp(want, got, sizeof(float) * ny);
         }
