@@ -17,7 +17,14 @@
  *    the decode shapes of the Qwen2.5 models (K = 896, 1536, 4864, 8960; M = 2..64) equal cpu_matmul bit for
  *    bit; the portable order (cpu_blas_order_scalar) and every level's entry equal cblas_sgemm on those
  *    shapes under a SkylakeX-family core (reported elsewhere); a kernel summing in other blocks is refused
- *    by the probe. */
+ *    by the probe;
+ *  - the table's gemv_order (one row of x on Q4_K / Q6_K blocks, sgemv's sums with each block rebuilt in
+ *    registers): the portable order (cpu_gemv_order_scalar) equals cblas_sgemv at the Qwen2.5 models' K under a
+ *    SkylakeX-family core, where the probe (cpu_gemv_order_agrees) keeps the entries; every level's entry equals
+ *    the portable order on the rebuilt rows bit for bit (8-row groups and single rows; K of one block, a block and
+ *    a rest, two blocks and a rest), and cpu_matmul_codes at M = 1 equals cpu_matmul on the f32 weights (1 and 2
+ *    threads, bias, accumulate; slices ending in 1 to 3 rows, which stay BLAS's); a planted entry shows in the
+ *    products, so the path is really taken. */
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
@@ -61,17 +68,22 @@ typedef struct {
 } Matrix;
 
 /* w[N][K] as GGUF Q8_0 blocks (an f16 scale and 32 int8 codes), and mx->w their dequantisation by gguf.c. */
-static void matrix_make_q8_0(Matrix *mx, int N, int K) {
-    const GgmlTypeTraits *t = ggml_type_traits(GGML_Q8_0);
-    size_t n_blocks = (size_t)N * K / 32;
+/* w[N][K] as blocks of a ggml type (Q8_0, Q4_K or Q6_K): random bytes, the f16 scale fields set to normal
+ * values (so no weight is infinite or NaN), and w their dequantised f32 weights. */
+static void matrix_make_blocks(Matrix *mx, int type, int N, int K) {
+    static const struct { int type, n_f16, f16_at[2]; } scales[] = {{GGML_Q8_0, 1, {0}}, {GGML_Q4_K, 2, {0, 2}},
+                                                                     {GGML_Q6_K, 1, {208}}};
+    const GgmlTypeTraits *t = ggml_type_traits(type);
+    size_t n_blocks = (size_t)N * K / t->block;
     *mx = (Matrix){.N = N, .K = K, .w = malloc(sizeof(float) * N * K)};
-    mx->blocks = (CpuBlocks){malloc(n_blocks * 34), GGML_Q8_0, (size_t)K / 32 * 34, (size_t)K / 32};
-    for (size_t b = 0; b < n_blocks; b++) {
-        uint8_t *block = mx->blocks.data + b * 34;
-        uint16_t d = cpu_f32_to_f16(0.001f + 0.01f * uniform());
-        memcpy(block, &d, 2);
-        for (int i = 0; i < 32; i++) block[2 + i] = (uint8_t)(int8_t)((int)(255 * uniform()) - 127);
-    }
+    mx->blocks = (CpuBlocks){malloc(n_blocks * t->bytes), type, (size_t)K / t->block * t->bytes, (size_t)K / t->block};
+    for (size_t i = 0; i < n_blocks * t->bytes; i++) mx->blocks.data[i] = (uint8_t)(uniform() * 256);
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+        for (size_t b = 0; scales[si].type == type && b < n_blocks; b++)
+            for (int f = 0; f < scales[si].n_f16; f++) {
+                uint16_t d = cpu_f32_to_f16(0.001f + 0.01f * uniform());
+                memcpy(mx->blocks.data + b * t->bytes + scales[si].f16_at[f], &d, 2);
+            }
     t->dequant(mx->blocks.data, mx->w, n_blocks);
 }
 
@@ -198,7 +210,7 @@ static void check_blas_order(TestCounts *tc, int skylakex, const char *core) {
              * accumulate */
             {
                 Matrix mx;
-                matrix_make_q8_0(&mx, shapes[si].N * 8, shapes[si].K);
+                matrix_make_blocks(&mx, GGML_Q8_0, shapes[si].N * 8, shapes[si].K);
                 for (int threads = 1; threads <= 2; threads++)
                     for (int variant = 0; variant < 4; variant++) {
                         size_t differ = compare(&k, &mx, shapes[si].M, threads, variant & 1, variant >> 1);
@@ -214,9 +226,111 @@ static void check_blas_order(TestCounts *tc, int skylakex, const char *core) {
         CHECK(tc, !cpu_blas_order_agrees(&k), "%s: the probe refuses a blas_order that cuts K in blocks of 256",
               levels[li]);
         Matrix mx; /* and the blocks' product takes the table's entry: the planted order shows in its sums */
-        matrix_make_q8_0(&mx, 400, 1536);
+        matrix_make_blocks(&mx, GGML_Q8_0, 400, 1536);
         size_t differ = compare(&k, &mx, 40, 1, 0, 0);
         CHECK(tc, differ > 0, "%s: Q8_0 blocks at M=40 on a planted order differ from cpu_matmul (%zu outputs)",
+              levels[li], differ);
+        matrix_free(&mx);
+    }
+}
+
+/* A gemv_order entry for Q4_K rows that sums each row in one chain: what the products must show when planted. */
+static void one_chain_q4_k(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows, int K) {
+    float *row = malloc(sizeof(float) * K);
+    for (int r = 0; r < rows; r++) {
+        ggml_type_traits(GGML_Q4_K)->dequant(w + (size_t)r * row_bytes, row, (size_t)K / 256);
+        float chain = 0.0f;
+        for (int k = 0; k < K; k++) chain = fmaf(row[k], x[k], chain);
+        y[r] += chain;
+    }
+    free(row);
+}
+
+/* gemv_order: the order against OpenBLAS's sgemv, the probe, each level's entries against the rebuilt rows, and
+ * one row of x on K-quant blocks through cpu_matmul_codes (whole slices and a slice's last 1 to 3 rows). */
+static void check_gemv_order(TestCounts *tc, int skylakex, const char *core) {
+    /* the Qwen2.5 models' K (0.5B: 896, 4864; 1.5B: 1536, 8960) and a K past one block by 256 */
+    const int Ks[] = {896, 1536, 4352, 4864, 8960};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int rows = 44, K = Ks[ki];
+        float *w = malloc(sizeof(float) * rows * K), *x = malloc(sizeof(float) * K), *ref = malloc(sizeof(float) * rows),
+              *got = malloc(sizeof(float) * rows);
+        for (int i = 0; i < rows * K; i++) w[i] = uniform() - 0.5f;
+        for (int i = 0; i < K; i++) x[i] = 2 * uniform() - 1;
+        for (int i = 0; i < rows; i++) ref[i] = got[i] = uniform() - 0.5f; /* beta 1: y's old value starts each sum */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, rows, K, 1.0f, w, K, x, 1, 1.0f, ref, 1);
+        cpu_gemv_order_scalar(got, x, w, rows, K);
+        size_t differ = 0;
+        for (int i = 0; i < rows; i++) differ += memcmp(&ref[i], &got[i], sizeof(float)) != 0;
+        if (skylakex)
+            CHECK(tc, differ == 0, "portable gemv order rows=%d K=%d: %zu outputs differ from cblas_sgemv", rows, K,
+                  differ);
+        else
+            printf("test_cpu_tiles: portable gemv order K=%d under OpenBLAS core %s: %zu outputs differ (not checked: "
+                   "the probe keeps gemv_order off here)\n", K, core, differ);
+        free(w), free(x), free(ref), free(got);
+    }
+    int agrees = cpu_gemv_order_agrees();
+    if (skylakex) CHECK(tc, agrees, "the probe keeps gemv_order under core %s", core);
+    printf("test_cpu_tiles: gemv_order %s under OpenBLAS core %s\n", agrees ? "kept" : "dropped", core);
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    const int types[] = {GGML_Q4_K, GGML_Q6_K};
+    for (int li = 0; li < 3; li++) {
+        CpuKernels k;
+        KvErr err = {{0}};
+        if (cpu_kernels_init(&k, levels[li], NULL, &err)) {
+            SKIP(tc, "gemv order at %s: not supported here (%s)", levels[li], err.msg);
+            continue;
+        }
+        for (int ti = 0; ti < 2; ti++) {
+            const char *name = ggml_type_traits(types[ti])->name;
+            CpuGemvOrderFn *entry = k.gemv_order[types[ti]];
+            if (!entry) {
+                printf("test_cpu_tiles: %s has no gemv_order entry for %s (its single rows stay BLAS's)\n",
+                       levels[li], name);
+                continue;
+            }
+            /* the entry against the portable order on the rebuilt rows: 8-row groups and single rows */
+            for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+                if (Ks[ki] % 256) continue;
+                Matrix mx;
+                matrix_make_blocks(&mx, types[ti], 21, Ks[ki]);
+                float *x = malloc(sizeof(float) * mx.K), *want = malloc(sizeof(float) * mx.N),
+                      *got = malloc(sizeof(float) * mx.N);
+                for (int i = 0; i < mx.K; i++) x[i] = 2 * uniform() - 1;
+                for (int i = 0; i < mx.N; i++) want[i] = got[i] = uniform() - 0.5f;
+                cpu_gemv_order_scalar(want, x, mx.w, mx.N, mx.K);
+                entry(got, x, mx.blocks.data, mx.blocks.row_bytes, mx.N, mx.K);
+                size_t differ = 0;
+                for (int i = 0; i < mx.N; i++) differ += memcmp(&want[i], &got[i], sizeof(float)) != 0;
+                CHECK(tc, differ == 0, "%s gemv_order %s rows=%d K=%d equals the portable order on the rebuilt rows "
+                      "(%zu differ)", levels[li], name, mx.N, mx.K, differ);
+                free(x), free(want), free(got);
+                matrix_free(&mx);
+            }
+            if (!agrees) continue;
+            /* one row of x through the products: whole slices, and slices ending in 1 to 3 rows */
+            const struct { int N, K; } shapes[] = {{256, 1536}, {1539, 1536}, {258, 8960}, {97, 4352}};
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                Matrix mx;
+                matrix_make_blocks(&mx, types[ti], shapes[si].N, shapes[si].K);
+                for (int threads = 1; threads <= 2; threads++)
+                    for (int variant = 0; variant < 4; variant++) {
+                        size_t differ = compare(&k, &mx, 1, threads, variant & 1, variant >> 1);
+                        CHECK(tc, differ == 0,
+                              "%s %s blocks N=%d K=%d, one row of x on gemv_order, %d threads, bias %d, accumulate %d: "
+                              "%zu outputs differ from cpu_matmul", levels[li], name, mx.N, mx.K, threads,
+                              variant & 1, variant >> 1, differ);
+                    }
+                matrix_free(&mx);
+            }
+        }
+        if (!agrees || !k.gemv_order[GGML_Q4_K]) continue;
+        k.gemv_order[GGML_Q4_K] = one_chain_q4_k;
+        Matrix mx; /* the products take the table's entry: the planted one shows */
+        matrix_make_blocks(&mx, GGML_Q4_K, 64, 1536);
+        size_t differ = compare(&k, &mx, 1, 1, 0, 0);
+        CHECK(tc, differ > 0, "%s: Q4_K blocks at M=1 on a planted entry differ from cpu_matmul (%zu outputs)",
               levels[li], differ);
         matrix_free(&mx);
     }
@@ -278,6 +392,7 @@ int main(void) {
         printf("test_cpu_tiles: %s checked\n", levels[li]);
     }
     check_blas_order(&tc, skylakex, core);
+    check_gemv_order(&tc, skylakex, core);
     omp_set_num_threads(max_threads);
     return test_finish(&tc);
 }

@@ -7,7 +7,8 @@
  * register tiles of 4 outputs x 2 rows; with one row the rebuilt block goes from registers into the
  * products. Every (output, row) pair is one chain over K in the same order whatever M.
  * Rebuilt rows (the 4-bit and int8 codes, GGUF Q4_K, Q6_K, Q5_0 and Q8_0 blocks) and binary16 conversions: the
- * portable bits. The fast kernel: portable.c's arithmetic, 8 outputs in the lanes of a vector. */
+ * portable bits. gemv_order (Q4_K, Q6_K): blocks rebuilt in registers straight into sgemv's eight chains, one
+ * weight row per vector. The fast kernel: portable.c's arithmetic, 8 outputs in the lanes of a vector. */
 #include "isa.h"
 
 #if CPU_X86
@@ -199,55 +200,110 @@ static inline AVX2_TARGET __m256i bytes8(const uint8_t *p) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
 }
 
-/* Q4_K: the portable dequantiser's operations (d * scale and dmin * min in f32, then code * that - that, a
- * multiply and a subtraction, no fused multiply-add) on 8 lanes: the same bits. */
-AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
-    const __m256i low = _mm256_set1_epi32(15);
-    for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
-        float d = kv_f16_field(src), dmin = kv_f16_field(src + 2);
-        const uint8_t *s = src + 4, *qs = src + 16;
-        for (int c = 0; c < 4; c++) {
-            int sc[2], mn[2];
-            for (int k = 0; k < 2; k++) cpu_q4_k_scale_min(2 * c + k, s, &sc[k], &mn[k]);
-            __m256 d0 = _mm256_set1_ps(d * (float)sc[0]), m0 = _mm256_set1_ps(dmin * (float)mn[0]);
-            __m256 d1 = _mm256_set1_ps(d * (float)sc[1]), m1 = _mm256_set1_ps(dmin * (float)mn[1]);
-            for (int l = 0; l < 32; l += 8) {
-                __m256i q = bytes8(qs + 32 * c + l);
-                __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, low)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
-                _mm256_storeu_ps(dst + 64 * c + l, _mm256_sub_ps(_mm256_mul_ps(d0, lo), m0));
-                _mm256_storeu_ps(dst + 64 * c + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d1, hi), m1));
-            }
-        }
+/* K-quant super-blocks rebuilt 8 elements at a time from their scales (isa.h's CpuKScales) with the
+ * dequantiser's operations per element, Q4_K (d * scale) * code - dmin * min and Q6_K (d * scale) * (code - 32),
+ * a multiply and then a subtraction, no fused multiply-add: gguf.c's bits. */
+
+/* Elements 8 t.. of a Q4_K block: chunk t / 8 of 64 holds its low 32 in the low nibbles of 32 bytes, its high 32
+ * in their high nibbles. */
+static inline AVX2_TARGET __m256 q4_k_8(const uint8_t *blk, const CpuKScales *s, int t) {
+    __m256i q = bytes8(blk + 16 + 32 * (t / 8) + 8 * (t % 4));
+    q = t & 4 ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(15));
+    return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(s->scale[t / 4]), _mm256_cvtepi32_ps(q)),
+                         _mm256_set1_ps(s->offset[t / 4]));
+}
+
+/* Elements 8 t.. of a Q6_K block: in half h (128 elements), quarter j takes the low (j < 2) or high nibbles of
+ * ql's bytes 32 (j % 2).., and bits 2 j, 2 j + 1 of qh's bytes as its fifth and sixth. code - 32 is made exact
+ * without a conversion: the code's bits under the exponent of 2^23 are the float 2^23 + code, less 2^23 + 32. */
+static inline AVX2_TARGET __m256 q6_k_8(const uint8_t *blk, const CpuKScales *s, int t) {
+    int h = t / 16, j = t / 4 % 4, l = 8 * (t % 4);
+    __m256i a = bytes8(blk + 64 * h + 32 * (j % 2) + l), hb = bytes8(blk + 128 + 32 * h + l);
+    __m256i low = j < 2 ? _mm256_and_si256(a, _mm256_set1_epi32(15)) : _mm256_srli_epi32(a, 4);
+    __m256i high = j < 3 ? _mm256_slli_epi32(hb, 4 - 2 * j) : _mm256_srli_epi32(hb, 2); /* bits 2j, 2j+1 at 4, 5 */
+    __m256i q = _mm256_or_si256(_mm256_or_si256(low, _mm256_set1_epi32(0x4B000000)),
+                                _mm256_and_si256(high, _mm256_set1_epi32(0x30)));
+    __m256 code = _mm256_sub_ps(_mm256_castsi256_ps(q), _mm256_set1_ps(8388640.0f));
+    return _mm256_mul_ps(_mm256_set1_ps(s->scale[t / 2]), code);
+}
+
+typedef __m256 KValuesFn(const uint8_t *blk, const CpuKScales *s, int t);
+
+static inline AVX2_TARGET __attribute__((always_inline)) void rebuild_k(const uint8_t *src, float *dst, size_t n_blocks,
+                                                                         size_t block_bytes, CpuKScalesFn *scales,
+                                                                         KValuesFn *values) {
+    for (size_t b = 0; b < n_blocks; b++, src += block_bytes, dst += 256) {
+        CpuKScales s;
+        scales(src, &s);
+        for (int t = 0; t < 32; t++) _mm256_storeu_ps(dst + 8 * t, values(src, &s, t));
     }
 }
 
-/* Q6_K: (d * scale) * (code - 32) as the portable dequantiser computes it, on 8 lanes (8 consecutive elements
- * share a scale): the same bits. */
+AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
+    rebuild_k(src, dst, n_blocks, 144, cpu_q4_k_scales, q4_k_8);
+}
+
 AVX2_TARGET void cpu_rebuild_q6_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
-    const __m256i low = _mm256_set1_epi32(15), two = _mm256_set1_epi32(3), bias = _mm256_set1_epi32(32);
-    for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
-        float d = kv_f16_field(src + 208);
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
-            const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
-            float *y = dst + 128 * h;
-            for (int l = 0; l < 32; l += 8) {
-                int is = l / 16;
-                __m256i a = bytes8(ql + l), c = bytes8(ql + l + 32), hb = bytes8(qh + l);
-                __m256i q[4] = {
-                    _mm256_or_si256(_mm256_and_si256(a, low), _mm256_slli_epi32(_mm256_and_si256(hb, two), 4)),
-                    _mm256_or_si256(_mm256_and_si256(c, low),
-                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 2), two), 4)),
-                    _mm256_or_si256(_mm256_srli_epi32(a, 4),
-                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 4), two), 4)),
-                    _mm256_or_si256(_mm256_srli_epi32(c, 4),
-                                    _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), two), 4))};
-                for (int k = 0; k < 4; k++)
-                    _mm256_storeu_ps(y + l + 32 * k, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 2 * k]),
-                                                                  _mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], bias))));
-            }
-        }
+    rebuild_k(src, dst, n_blocks, 210, cpu_q6_k_scales, q6_k_8);
+}
+
+/* The gemv order on rows of K-quant blocks, one vector of eight chains a row: each row's 8 rebuilt elements go
+ * into its chains, so chain j takes k mod 8 = j in order. ROWS(X) names the rows taken at a time (each row's
+ * chains a variable, so that they stay in registers). The same block of the next rows is prefetched: that many
+ * short streams at once are more than the hardware prefetcher follows. */
+#define GEMV_ZERO(r) __m256 chains_##r = _mm256_setzero_ps();
+#define GEMV_SCALES(r)                                                                                             \
+    {                                                                                                              \
+        const uint8_t *blk_ = w + (size_t)(r) * row_bytes + b * block_bytes;                                       \
+        _Pragma("GCC unroll 4") for (size_t at = 0; at < block_bytes + 63; at += 64)                               \
+            __builtin_prefetch(blk_ + (size_t)n_rows * row_bytes + at, 0, 3);                                      \
+        scales(blk_, &s[r]);                                                                                       \
     }
+#define GEMV_STEP(r)                                                                                               \
+    chains_##r = _mm256_fmadd_ps(values(w + (size_t)(r) * row_bytes + b * block_bytes, &s[r], t), xt, chains_##r);
+#define GEMV_SUM(r) y[r] += cpu_gemv_chains_sum(chains_##r);
+#define GEMV_ROWS(ROWS, n)                                                                                         \
+    for (int k0 = 0; k0 < K; k0 += CPU_GEMV_K_BLOCK) {                                                             \
+        int k1 = K - k0 < CPU_GEMV_K_BLOCK ? K : k0 + CPU_GEMV_K_BLOCK, n_rows = n;                                \
+        ROWS(GEMV_ZERO)                                                                                            \
+        for (int b = k0 / 256; b < k1 / 256; b++) {                                                                \
+            CpuKScales s[n];                                                                                       \
+            ROWS(GEMV_SCALES)                                                                                      \
+            _Pragma("GCC unroll 32") for (int t = 0; t < 32; t++) {                                                \
+                __m256 xt = _mm256_loadu_ps(x + 256 * b + 8 * t);                                                  \
+                ROWS(GEMV_STEP)                                                                                    \
+            }                                                                                                      \
+        }                                                                                                          \
+        ROWS(GEMV_SUM)                                                                                             \
+    }
+#define ROWS_4(X) X(0) X(1) X(2) X(3)
+#define ROWS_1(X) X(0)
+
+static inline AVX2_TARGET __attribute__((always_inline)) void gemv_k(float *y_all, const float *x, const uint8_t *w_all,
+                                                                      size_t row_bytes, int rows, int K,
+                                                                      size_t block_bytes, CpuKScalesFn *scales,
+                                                                      KValuesFn *values) {
+    int r0 = 0;
+    for (; r0 + 4 <= rows; r0 += 4) {
+        float *y = y_all + r0;
+        const uint8_t *w = w_all + (size_t)r0 * row_bytes;
+        GEMV_ROWS(ROWS_4, 4)
+    }
+    for (; r0 < rows; r0++) {
+        float *y = y_all + r0;
+        const uint8_t *w = w_all + (size_t)r0 * row_bytes;
+        GEMV_ROWS(ROWS_1, 1)
+    }
+}
+
+AVX2_TARGET void cpu_gemv_order_q4_k_avx2(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
+                                          int K) {
+    gemv_k(y, x, w, row_bytes, rows, K, 144, cpu_q4_k_scales, q4_k_8);
+}
+
+AVX2_TARGET void cpu_gemv_order_q6_k_avx2(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
+                                          int K) {
+    gemv_k(y, x, w, row_bytes, rows, K, 210, cpu_q6_k_scales, q6_k_8);
 }
 
 /* Q5_0: (code - 16) * d, a small integer times an f16 value, exact in f32 whatever computes it; 8 lanes, the

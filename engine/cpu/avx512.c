@@ -6,7 +6,8 @@
  * attention reads a cache's rows where they are (a view's shared rows in its base, binary16 rows widened in
  * registers), so a view and an f16 cache need no copy. Rebuilt rows (GGUF Q4_K, Q6_K and Q5_0 blocks on 16
  * lanes) and binary16 conversions: the portable bits. blas_order: 16 rows of x per vector (x transposed), each
- * lane one output's chain, so its sums are the portable order's (OpenBLAS's) whatever the lanes. */
+ * lane one output's chain, so its sums are the portable order's (OpenBLAS's) whatever the lanes. gemv_order
+ * (Q4_K, Q6_K): blocks rebuilt in registers straight into sgemv's eight chains, two weight rows per vector. */
 #include "isa.h"
 
 #if CPU_X86
@@ -528,53 +529,125 @@ static inline AVX512_TARGET __m512i bytes16(const uint8_t *p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
-/* Q4_K: code * (d * scale) - dmin * min. */
-AVX512_TARGET void cpu_rebuild_q4_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
-    const __m512i low = _mm512_set1_epi32(15);
-    for (size_t b = 0; b < n_blocks; b++, src += 144, dst += 256) {
-        float d = kv_f16_field(src), dmin = kv_f16_field(src + 2);
-        const uint8_t *s = src + 4, *qs = src + 16;
-        for (int c = 0; c < 4; c++) {
-            int sc[2], mn[2];
-            for (int k = 0; k < 2; k++) cpu_q4_k_scale_min(2 * c + k, s, &sc[k], &mn[k]);
-            __m512 d0 = _mm512_set1_ps(d * (float)sc[0]), m0 = _mm512_set1_ps(dmin * (float)mn[0]);
-            __m512 d1 = _mm512_set1_ps(d * (float)sc[1]), m1 = _mm512_set1_ps(dmin * (float)mn[1]);
-            for (int l = 0; l < 32; l += 16) {
-                __m512i q = bytes16(qs + 32 * c + l);
-                __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, low)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
-                _mm512_storeu_ps(dst + 64 * c + l, _mm512_sub_ps(_mm512_mul_ps(d0, lo), m0));
-                _mm512_storeu_ps(dst + 64 * c + 32 + l, _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
-            }
-        }
+/* K-quant super-blocks rebuilt 16 elements at a time from their scales (isa.h's CpuKScales) with the
+ * dequantiser's operations per element, Q4_K (d * scale) * code - dmin * min and Q6_K (d * scale) * (code - 32),
+ * a multiply and then a subtraction, no fused multiply-add: gguf.c's bits. */
+
+/* Elements 16 g.. of a Q4_K block: chunk g / 4 of 64 holds its low 32 in the low nibbles of 32 bytes, its high
+ * 32 in their high nibbles. The 16 values a code can take in the sub-block are rebuilt first (as the dequantiser
+ * rebuilds each element), and each element picks its own by its code (permutexvar reads a lane's low 4 bits). */
+static inline AVX512_TARGET __m512 q4_k_16(const uint8_t *blk, const CpuKScales *s, int g) {
+    __m512i q = bytes16(blk + 16 + 32 * (g / 4) + 16 * (g % 2));
+    if (g & 2) q = _mm512_srli_epi32(q, 4);
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 values = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(s->scale[g / 2]), codes), _mm512_set1_ps(s->offset[g / 2]));
+    return _mm512_permutexvar_ps(q, values);
+}
+
+/* Elements 16 g.. of a Q6_K block: in half h (128 elements), quarter j takes the low (j < 2) or high nibbles of
+ * ql's bytes 32 (j % 2).., and bits 2 j, 2 j + 1 of qh's bytes as its fifth and sixth. code - 32 is made exact
+ * without a conversion: the code's bits under the exponent of 2^23 are the float 2^23 + code, less 2^23 + 32. */
+static inline AVX512_TARGET __m512 q6_k_16(const uint8_t *blk, const CpuKScales *s, int g) {
+    int h = g / 8, j = g / 2 % 4, l = 16 * (g % 2);
+    __m512i a = bytes16(blk + 64 * h + 32 * (j % 2) + l), hb = bytes16(blk + 128 + 32 * h + l);
+    __m512i low = j < 2 ? _mm512_and_si512(a, _mm512_set1_epi32(15)) : _mm512_srli_epi32(a, 4);
+    __m512i high = j < 3 ? _mm512_slli_epi32(hb, 4 - 2 * j) : _mm512_srli_epi32(hb, 2); /* bits 2j, 2j+1 at 4, 5 */
+    /* low | (high & 0x30) | bits of 2^23, in one ternary-logic operation: select high where the mask is set */
+    __m512i q = _mm512_ternarylogic_epi32(_mm512_or_si512(low, _mm512_set1_epi32(0x4B000000)), high,
+                                          _mm512_set1_epi32(0x30), 0xD8);
+    __m512 code = _mm512_sub_ps(_mm512_castsi512_ps(q), _mm512_set1_ps(8388640.0f));
+    return _mm512_mul_ps(_mm512_set1_ps(s->scale[g]), code);
+}
+
+typedef __m512 KValuesFn(const uint8_t *blk, const CpuKScales *s, int g);
+
+static inline AVX512_TARGET __attribute__((always_inline)) void rebuild_k(const uint8_t *src, float *dst, size_t n_blocks,
+                                                                           size_t block_bytes, CpuKScalesFn *scales,
+                                                                           KValuesFn *values) {
+    for (size_t b = 0; b < n_blocks; b++, src += block_bytes, dst += 256) {
+        CpuKScales s;
+        scales(src, &s);
+        for (int g = 0; g < 16; g++) _mm512_storeu_ps(dst + 16 * g, values(src, &s, g));
     }
 }
 
-/* Q6_K: (d * scale) * (code - 32); 16 consecutive elements share a scale. */
+AVX512_TARGET void cpu_rebuild_q4_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
+    rebuild_k(src, dst, n_blocks, 144, cpu_q4_k_scales, q4_k_16);
+}
+
 AVX512_TARGET void cpu_rebuild_q6_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
-    const __m512i low = _mm512_set1_epi32(15), two = _mm512_set1_epi32(3), bias = _mm512_set1_epi32(32);
-    for (size_t b = 0; b < n_blocks; b++, src += 210, dst += 256) {
-        float d = kv_f16_field(src + 208);
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = src + 64 * h, *qh = src + 128 + 32 * h;
-            const int8_t *sc = (const int8_t *)(src + 192 + 8 * h);
-            float *y = dst + 128 * h;
-            for (int l = 0; l < 32; l += 16) {
-                int is = l / 16;
-                __m512i a = bytes16(ql + l), c = bytes16(ql + l + 32), hb = bytes16(qh + l);
-                __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(a, low), _mm512_slli_epi32(_mm512_and_si512(hb, two), 4)),
-                    _mm512_or_si512(_mm512_and_si512(c, low),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), two), 4)),
-                    _mm512_or_si512(_mm512_srli_epi32(a, 4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), two), 4)),
-                    _mm512_or_si512(_mm512_srli_epi32(c, 4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), two), 4))};
-                for (int k = 0; k < 4; k++)
-                    _mm512_storeu_ps(y + l + 32 * k, _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[is + 2 * k]),
-                                                                  _mm512_cvtepi32_ps(_mm512_sub_epi32(q[k], bias))));
-            }
-        }
+    rebuild_k(src, dst, n_blocks, 210, cpu_q6_k_scales, q6_k_16);
+}
+
+/* The gemv order on rows of K-quant blocks, two rows to a vector of chains: lanes 0-7 are the eight chains of
+ * row 2p, lanes 8-15 those of row 2p + 1 (AVX-512F's 256-bit operations reach only 16 registers: too few for
+ * eight rows' chains). Each row's 16 rebuilt elements feed its chains twice, elements 0-7 and then 8-15, so chain
+ * j takes k mod 8 = j in order. PAIRS(X) names the pairs taken at a time; `stride` is row_bytes, or 0 for a
+ * single row read as both rows of its pair (its second sum dropped). The same block of the next rows is
+ * prefetched: that many short streams at once are more than the hardware prefetcher follows. */
+#define GEMV_ZERO(p) __m512 chains_##p = _mm512_setzero_ps();
+#define GEMV_SCALES(p)                                                                                             \
+    for (int r_ = 2 * (p); r_ < 2 * (p) + 2; r_++) {                                                               \
+        const uint8_t *blk_ = w + (size_t)r_ * stride + b * block_bytes;                                           \
+        _Pragma("GCC unroll 4") for (size_t at = 0; at < block_bytes + 63; at += 64)                               \
+            __builtin_prefetch(blk_ + (size_t)n_rows * row_bytes + at, 0, 3);                                      \
+        scales(blk_, &s[r_]);                                                                                      \
     }
+#define GEMV_STEP(p)                                                                                               \
+    {                                                                                                              \
+        __m512 a_ = values(w + (size_t)(2 * (p)) * stride + b * block_bytes, &s[2 * (p)], g);                      \
+        __m512 b_ = values(w + (size_t)(2 * (p) + 1) * stride + b * block_bytes, &s[2 * (p) + 1], g);              \
+        chains_##p = _mm512_fmadd_ps(_mm512_shuffle_f32x4(a_, b_, 0x44), x0, chains_##p);                          \
+        chains_##p = _mm512_fmadd_ps(_mm512_shuffle_f32x4(a_, b_, 0xEE), x1, chains_##p);                          \
+    }
+#define GEMV_SUM(p)                                                                                                \
+    y[2 * (p)] += cpu_gemv_chains_sum(_mm512_castps512_ps256(chains_##p));                                             \
+    if (stride) y[2 * (p) + 1] += cpu_gemv_chains_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(chains_##p), 1)));
+#define GEMV_ROWS(PAIRS, n)                                                                                        \
+    for (int k0 = 0; k0 < K; k0 += CPU_GEMV_K_BLOCK) {                                                             \
+        int k1 = K - k0 < CPU_GEMV_K_BLOCK ? K : k0 + CPU_GEMV_K_BLOCK, n_rows = stride ? n : 1;                   \
+        PAIRS(GEMV_ZERO)                                                                                           \
+        for (int b = k0 / 256; b < k1 / 256; b++) {                                                                \
+            CpuKScales s[n];                                                                                          \
+            PAIRS(GEMV_SCALES)                                                                                     \
+            _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) {                                                \
+                __m512 xg = _mm512_loadu_ps(x + 256 * b + 16 * g);                                                 \
+                __m512 x0 = _mm512_shuffle_f32x4(xg, xg, 0x44), x1 = _mm512_shuffle_f32x4(xg, xg, 0xEE);           \
+                PAIRS(GEMV_STEP)                                                                                   \
+            }                                                                                                      \
+        }                                                                                                          \
+        PAIRS(GEMV_SUM)                                                                                            \
+    }
+#define PAIRS_4(X) X(0) X(1) X(2) X(3)
+#define PAIRS_1(X) X(0)
+
+static inline AVX512_TARGET __attribute__((always_inline)) void gemv_k(float *y_all, const float *x,
+                                                                        const uint8_t *w_all, size_t row_bytes,
+                                                                        int rows, int K, size_t block_bytes,
+                                                                        CpuKScalesFn *scales, KValuesFn *values) {
+    int r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+        float *y = y_all + r0;
+        const uint8_t *w = w_all + (size_t)r0 * row_bytes;
+        const size_t stride = row_bytes;
+        GEMV_ROWS(PAIRS_4, 8)
+    }
+    for (; r0 < rows; r0 += 2) {
+        float *y = y_all + r0;
+        const uint8_t *w = w_all + (size_t)r0 * row_bytes;
+        const size_t stride = rows - r0 >= 2 ? row_bytes : 0;
+        GEMV_ROWS(PAIRS_1, 2)
+    }
+}
+
+AVX512_TARGET void cpu_gemv_order_q4_k_avx512(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
+                                              int K) {
+    gemv_k(y, x, w, row_bytes, rows, K, 144, cpu_q4_k_scales, q4_k_16);
+}
+
+AVX512_TARGET void cpu_gemv_order_q6_k_avx512(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
+                                              int K) {
+    gemv_k(y, x, w, row_bytes, rows, K, 210, cpu_q6_k_scales, q6_k_16);
 }
 
 /* Q5_0: (code - 16) * d, exact in f32; the fifth bit of element j from bit j of qh. */

@@ -924,6 +924,7 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
         return -1;
     }
     if (!cpu_blas_order_agrees(&impl->k)) impl->k.blas_order = NULL;
+    if (!cpu_gemv_order_agrees()) memset(impl->k.gemv_order, 0, sizeof impl->k.gemv_order);
     if (cpu_weights_take(&impl->weights, &impl->k, m, err)) {
         cpu_destroy(be);
         return -1;

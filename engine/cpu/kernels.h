@@ -136,6 +136,16 @@ static inline int cpu_blas_k_block(int K, int k0) {
     int left = K - k0;
     return left >= 2 * 320 ? 320 : left > 320 ? (left / 2 + 15) / 16 * 16 : left;
 }
+/* The sums of OpenBLAS's sgemv (y = W x, W [rows][K] row-major, one BLAS thread) for the rows of a call below
+ * its last multiple of 4, made from a ggml type's blocks rebuilt in registers to the table's rebuild bits (no
+ * f32 row in memory): y[r] += w_r . x for r < rows, each sum taken as that library's transposed kernel takes
+ * it: K cut into blocks of CPU_GEMV_K_BLOCK; in each block eight fused multiply-add chains from zero (chain j
+ * takes the k with k mod 8 = j, in ascending k), combined as ((c0 + c4) + (c1 + c5)) + ((c2 + c6) + (c3 + c7))
+ * and added to y in block order. With y first set as the call's beta sets it, cblas_sgemv's result bit for bit
+ * wherever products.c's probe finds it so (cpu_gemv_order_agrees; the call's last 1 to 3 rows it sums otherwise).
+ * w: the rows' blocks, row_bytes apart; K a multiple of 256. */
+typedef void CpuGemvOrderFn(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows, int K);
+#define CPU_GEMV_K_BLOCK 4096
 /* binary16 <-> f32 rows (round to nearest even; the same bits as cpu_f32_to_f16 / kv_f16_to_f32). */
 typedef void CpuToF16Fn(uint16_t *dst, const float *src, size_t n);
 typedef void CpuToF32Fn(float *dst, const uint16_t *src, size_t n);
@@ -171,6 +181,8 @@ typedef struct {
     CpuBlockRebuildFn *rebuild[CPU_GGML_TYPES]; /* per ggml type; NULL for a type without a dequantiser */
     CpuBlasOrderFn *blas_order;                    /* NULL at levels without a vector one, or where the probe
                                                     * finds this machine's BLAS sums otherwise */
+    CpuGemvOrderFn *gemv_order[CPU_GGML_TYPES]; /* per ggml type; NULL for a type without one, at levels
+                                                    * without them, or where the probe finds sgemv's sums otherwise */
     CpuToF16Fn *to_f16;
     CpuToF32Fn *to_f32;
     void (*softmax)(float *x, int n);              /* bit for bit cpu_softmax for inputs that are not NaN */
@@ -206,6 +218,9 @@ void cpu_attend_row(float *out, float *probs, const float *q, const float *k, co
 /* IEEE binary16 bits of x rounded to nearest, ties to even (subnormals, overflow to infinity, NaN stays a
  * quiet NaN); the way back, exact, is kv_f16_to_f32 (../half.h). */
 uint16_t cpu_f32_to_f16(float x);
+/* The order of CpuGemvOrderFn on f32 rows w[rows][K] (K a multiple of 8), written out: what the probe holds
+ * this machine's sgemv to and the tests hold the table's entries to. */
+void cpu_gemv_order_scalar(float *y, const float *x, const float *w, int rows, int K);
 /* The f32 weight row n of a 4-bit packed matrix. */
 void cpu_unpack_q4_row(float *w, const CpuQ4Block *blocks, int n, int K);
 

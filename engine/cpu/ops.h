@@ -45,6 +45,12 @@ size_t cpu_code_tile_floats(int N, int K, int parts);
  * threaded driver cuts K otherwise). The backend asks once when it opens and drops the entry otherwise
  * (OpenBLAS's other kernels cut K or sum otherwise). */
 int cpu_blas_order_agrees(const CpuKernels *k);
+/* One row of x on a ggml type's blocks with a gemv_order entry: those rows of a slice below its last multiple of 4
+ * are summed by the entry, each block rebuilt in registers, the rest as before (rebuilt, then BLAS). That holds only
+ * where cpu_gemv_order_agrees: the order (cpu_gemv_order_scalar) against this machine's cblas_sgemv at one thread,
+ * bit for bit, on shapes that take one K block, a block and a rest, and two blocks and a rest. The backend asks
+ * once when it opens and drops the entries otherwise. */
+int cpu_gemv_order_agrees(void);
 void cpu_matmul_codes(const CpuKernels *k, float *y, const float *x, const CpuCodes *c, const float *bias, int M, int N,
                       int K, int accumulate, float *tiles, size_t tile_floats);
 /* Its slice `part` of `parts`, on that part's own tile. */

@@ -208,6 +208,17 @@ void cpu_blas_order_scalar(float *y, int ldy, const float *xt, int ldx, int M, i
     }
 }
 
+/* The same for one row of x (sgemv): per K block eight chains by k mod 8, combined pairwise, added to y. */
+void cpu_gemv_order_scalar(float *y, const float *x, const float *w, int rows, int K) {
+    for (int r = 0; r < rows; r++)
+        for (int k0 = 0; k0 < K; k0 += CPU_GEMV_K_BLOCK) {
+            int k1 = K - k0 < CPU_GEMV_K_BLOCK ? K : k0 + CPU_GEMV_K_BLOCK;
+            float c[8] = {0};
+            for (int k = k0; k < k1; k++) c[(k - k0) % 8] = fmaf(w[(size_t)r * K + k], x[k], c[(k - k0) % 8]);
+            y[r] += ((c[0] + c[4]) + (c[1] + c[5])) + ((c[2] + c[6]) + (c[3] + c[7]));
+        }
+}
+
 /* ------------------------------------------------------------------------------------------ fast products */
 
 void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row) {

@@ -124,6 +124,15 @@ void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const 
                            int N, int K, int accumulate, float *tile, int part, int parts) {
     int n0, n1;
     matmul_slice(N, part, parts, &n0, &n1);
+    if (M == 1 && c->blocks && k->gemv_order[c->blocks->type]) {
+        /* sgemv's sums with each block rebuilt in registers; sgemv sums a call's last 1 to 3 rows otherwise, and
+         * those rows alone in a call as it sums them at a call's end: they stay BLAS's */
+        int fused = n1 > n0 ? (n1 - n0) & ~3 : 0;
+        start_sums(y, bias, 1, N, n0, n0 + fused, accumulate);
+        k->gemv_order[c->blocks->type](y + n0, x, c->blocks->data + (size_t)n0 * c->blocks->row_bytes,
+                                       c->blocks->row_bytes, fused, K);
+        n0 += fused;
+    }
     int step = n1 > n0 ? tile_rows(n1 - n0, K) : 1, ldx = 0; /* ldx: 0 until x is transposed in the tile */
     float *xt = tile + (size_t)BLAS_ORDER_REBUILT_ROWS * K;
     for (int t0 = n0; t0 < n1; t0 += step) {
@@ -145,6 +154,14 @@ void cpu_matmul_codes_part(const CpuKernels *k, float *y, const float *x, const 
     }
 }
 
+/* n values of several magnitudes and signs for a probe of BLAS's sums (xorshift from seed). */
+static void probe_values(float *v, size_t n, uint32_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        seed ^= seed << 13, seed ^= seed >> 17, seed ^= seed << 5;
+        v[i] = ldexpf((float)(int32_t)seed / 2147483648.0f, (int)(seed % 7) - 3);
+    }
+}
+
 int cpu_blas_order_agrees(const CpuKernels *k) {
     /* shapes past OpenBLAS's small-matrix bound that take each K-block rule (blocks of 320, then a rest between
      * 320 and 640 halved and rounded up to 16 four ways) and each lane count of blas_order (M = 2, 17, 37, 64),
@@ -158,11 +175,7 @@ int cpu_blas_order_agrees(const CpuKernels *k) {
         float *buf = malloc(sizeof(float) * (nx + nw + 2 * ny + rows + (size_t)K * ldx));
         if (!buf) return 0;
         float *x = buf, *w = x + nx, *bias = w + nw, *want = bias + rows, *got = want + ny, *xt = got + ny;
-        uint32_t state = 2463534242u + (uint32_t)s;
-        for (size_t i = 0; i < nx + nw + rows; i++) { /* x, w and bias: values of several magnitudes and signs */
-            state ^= state << 13, state ^= state >> 17, state ^= state << 5;
-            x[i] = ldexpf((float)(int32_t)state / 2147483648.0f, (int)(state % 7) - 3);
-        }
+        probe_values(x, nx + nw + rows, 2463534242u + (uint32_t)s); /* x, w and bias */
         for (int with_bias = 0; agrees && with_bias <= 1; with_bias++) {
             const float *b = with_bias ? bias : NULL;
             memset(want, 0x7f, sizeof(float) * ny);
@@ -172,6 +185,29 @@ int cpu_blas_order_agrees(const CpuKernels *k) {
             start_sums(got, b, M, rows, 0, rows, 0);
             k->blas_order(got, rows, xt, ldx, M, K, w, rows);
             agrees = !memcmp(want, got, sizeof(float) * ny);
+        }
+        free(buf);
+    }
+    return agrees;
+}
+
+int cpu_gemv_order_agrees(void) {
+    /* rows in multiples of 4; K in one block, a block and a rest, and the 1.5B's ffn_down (two blocks and a rest) */
+    static const int shapes[][2] = {{8, 256}, {12, 4352}, {4, 8960}};
+    int agrees = 1;
+    for (size_t s = 0; agrees && s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], K = shapes[s][1];
+        float *buf = malloc(sizeof(float) * ((size_t)rows * K + K + 3 * (size_t)rows));
+        if (!buf) return 0;
+        float *w = buf, *x = w + (size_t)rows * K, *bias = x + K, *want = bias + rows, *got = want + rows;
+        probe_values(w, (size_t)rows * K + K + rows, 88675123u + (uint32_t)s); /* w, x and bias */
+        for (int with_bias = 0; agrees && with_bias <= 1; with_bias++) {
+            const float *b = with_bias ? bias : NULL;
+            memset(want, 0x7f, sizeof(float) * rows);
+            gemm_slice(want, x, w, b, 1, rows, K, 0, rows, 0);
+            start_sums(got, b, 1, rows, 0, rows, 0);
+            cpu_gemv_order_scalar(got, x, w, rows, K);
+            agrees = !memcmp(want, got, sizeof(float) * rows);
         }
         free(buf);
     }
