@@ -540,7 +540,8 @@ static inline AVX512_TARGET __m512 q4_k_16(const uint8_t *blk, const CpuKScales 
     __m512i q = bytes16(blk + 16 + 32 * (g / 4) + 16 * (g % 2));
     if (g & 2) q = _mm512_srli_epi32(q, 4);
     const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512 values = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(s->scale[g / 2]), codes), _mm512_set1_ps(s->offset[g / 2]));
+    __m512 values = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(s->scale[g / 2]), codes),
+                                  _mm512_set1_ps(s->offset[g / 2]));
     return _mm512_permutexvar_ps(q, values);
 }
 
@@ -561,9 +562,9 @@ static inline AVX512_TARGET __m512 q6_k_16(const uint8_t *blk, const CpuKScales 
 
 typedef __m512 KValuesFn(const uint8_t *blk, const CpuKScales *s, int g);
 
-static inline AVX512_TARGET __attribute__((always_inline)) void rebuild_k(const uint8_t *src, float *dst, size_t n_blocks,
-                                                                           size_t block_bytes, CpuKScalesFn *scales,
-                                                                           KValuesFn *values) {
+static inline AVX512_TARGET __attribute__((always_inline)) void rebuild_k(const uint8_t *src, float *dst,
+                                                                           size_t n_blocks, size_t block_bytes,
+                                                                           CpuKScalesFn *scales, KValuesFn *values) {
     for (size_t b = 0; b < n_blocks; b++, src += block_bytes, dst += 256) {
         CpuKScales s;
         scales(src, &s);
@@ -601,14 +602,16 @@ AVX512_TARGET void cpu_rebuild_q6_k_avx512(const uint8_t *src, float *dst, size_
         chains_##p = _mm512_fmadd_ps(_mm512_shuffle_f32x4(a_, b_, 0xEE), x1, chains_##p);                          \
     }
 #define GEMV_SUM(p)                                                                                                \
-    y[2 * (p)] += cpu_gemv_chains_sum(_mm512_castps512_ps256(chains_##p));                                             \
-    if (stride) y[2 * (p) + 1] += cpu_gemv_chains_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(chains_##p), 1)));
+    y[2 * (p)] += cpu_gemv_chains_sum(_mm512_castps512_ps256(chains_##p));                                         \
+    if (stride)                                                                                                    \
+        y[2 * (p) + 1] +=                                                                                          \
+            cpu_gemv_chains_sum(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(chains_##p), 1)));
 #define GEMV_ROWS(PAIRS, n)                                                                                        \
     for (int k0 = 0; k0 < K; k0 += CPU_GEMV_K_BLOCK) {                                                             \
         int k1 = K - k0 < CPU_GEMV_K_BLOCK ? K : k0 + CPU_GEMV_K_BLOCK, n_rows = stride ? n : 1;                   \
         PAIRS(GEMV_ZERO)                                                                                           \
         for (int b = k0 / 256; b < k1 / 256; b++) {                                                                \
-            CpuKScales s[n];                                                                                          \
+            CpuKScales s[n];                                                                                       \
             PAIRS(GEMV_SCALES)                                                                                     \
             _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) {                                                \
                 __m512 xg = _mm512_loadu_ps(x + 256 * b + 16 * g);                                                 \

@@ -26,13 +26,6 @@ void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row);
 void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
 
 #if CPU_X86
-/* Q4_K's 6-bit scale and min of sub-block j from the block's 12 packed scale bytes s (gguf.c's
- * get_scale_min_k4). */
-static inline void cpu_q4_k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
-    *sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    *mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-}
-
 #include <immintrin.h>
 
 #define CPU_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -46,17 +39,23 @@ typedef struct {
 } CpuKScales;
 typedef void CpuKScalesFn(const uint8_t *blk, CpuKScales *s);
 
-/* Q4_K's eight 6-bit scales and mins unpacked in lanes as cpu_q4_k_scale_min does one at a time: for j < 4
- * scale s[j] & 63 and min s[j + 4] & 63; for j >= 4 scale (s[j + 4] & 15) | (s[j - 4] >> 6) << 4 and min
- * (s[j + 4] >> 4) | (s[j] >> 6) << 4. */
+/* Q4_K's eight 6-bit scales and mins, from the 12 packed bytes s after d and dmin, unpacked in lanes as gguf.c's
+ * get_scale_min_k4 unpacks them one at a time: for j < 4 scale s[j] & 63 and min s[j + 4] & 63; for j >= 4 scale
+ * (s[j + 4] & 15) | (s[j - 4] >> 6) << 4 and min (s[j + 4] >> 4) | (s[j] >> 6) << 4. */
 static inline CPU_AVX2_TARGET void cpu_q4_k_scales(const uint8_t *blk, CpuKScales *s) {
     __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(blk + 4)); /* s[0..12) and 4 bytes of codes */
-    const char no = -1;
-    __m256i p = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, no, no, no, no, no, no, no, no)));
-    __m256i r = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, no, no, no, no, no, no, no, no)));
-    __m256i q = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(no, no, no, no, 0, 1, 2, 3, no, no, no, no, no, no, no, no)));
-    __m256i t = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(no, no, no, no, 4, 5, 6, 7, no, no, no, no, no, no, no, no)));
-    const __m256i bits = _mm256_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15), shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const char no = -1; /* a zero byte */
+    /* per lane j: p = s[j] or s[j + 4], r = s[j + 4], q = 0 or s[j - 4], t = 0 or s[j] (j < 4 or j >= 4) */
+    __m256i p = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, no, no, no, no,
+                                                                         no, no, no, no)));
+    __m256i r = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, no, no, no, no,
+                                                                         no, no, no, no)));
+    __m256i q = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(no, no, no, no, 0, 1, 2, 3, no, no, no,
+                                                                         no, no, no, no, no)));
+    __m256i t = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(raw, _mm_setr_epi8(no, no, no, no, 4, 5, 6, 7, no, no, no,
+                                                                         no, no, no, no, no)));
+    const __m256i bits = _mm256_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15);
+    const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
     __m256i sc = _mm256_or_si256(_mm256_and_si256(p, bits), _mm256_slli_epi32(_mm256_srli_epi32(q, 6), 4));
     __m256i mn = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi32(r, shift), bits),
                                  _mm256_slli_epi32(_mm256_srli_epi32(t, 6), 4));
@@ -68,7 +67,8 @@ static inline CPU_AVX2_TARGET void cpu_q6_k_scales(const uint8_t *blk, CpuKScale
     __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)(blk + 192));
     __m256 d = _mm256_set1_ps(kv_f16_field(blk + 208));
     _mm256_storeu_ps(s->scale, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-    _mm256_storeu_ps(s->scale + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    __m256 high = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)));
+    _mm256_storeu_ps(s->scale + 8, _mm256_mul_ps(d, high));
 }
 
 /* ((c0 + c4) + (c1 + c5)) + ((c2 + c6) + (c3 + c7)) of the gemv order's eight chains (kernels.h). */
