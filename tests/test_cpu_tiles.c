@@ -18,7 +18,7 @@
  *    bit; the portable order (cpu_blas_order_scalar) and every level's entry equal cblas_sgemm on those
  *    shapes under a SkylakeX-family core (reported elsewhere); a kernel summing in other blocks is refused
  *    by the probe;
- *  - the table's gemv_order (one row of x on Q4_K / Q6_K blocks, sgemv's sums with each block rebuilt in
+ *  - the table's gemv_order (one row of x on Q4_K / Q5_K / Q6_K blocks, sgemv's sums with each block rebuilt in
  *    registers): the portable order (cpu_gemv_order_scalar) equals cblas_sgemv at the Qwen2.5 models' K under a
  *    SkylakeX-family core, where the probe (cpu_gemv_order_agrees) keeps the entries; every level's entry equals
  *    the portable order on the rebuilt rows bit for bit (8-row groups and single rows; K of one block, a block and
@@ -68,11 +68,11 @@ typedef struct {
 } Matrix;
 
 /* w[N][K] as GGUF Q8_0 blocks (an f16 scale and 32 int8 codes), and mx->w their dequantisation by gguf.c. */
-/* w[N][K] as blocks of a ggml type (Q8_0, Q4_K or Q6_K): random bytes, the f16 scale fields set to normal
+/* w[N][K] as blocks of a ggml type (Q8_0, Q4_K, Q5_K or Q6_K): random bytes, the f16 scale fields set to normal
  * values (so no weight is infinite or NaN), and w their dequantised f32 weights. */
 static void matrix_make_blocks(Matrix *mx, int type, int N, int K) {
     static const struct { int type, n_f16, f16_at[2]; } scales[] = {{GGML_Q8_0, 1, {0}}, {GGML_Q4_K, 2, {0, 2}},
-                                                                     {GGML_Q6_K, 1, {208}}};
+                                                                     {GGML_Q5_K, 2, {0, 2}}, {GGML_Q6_K, 1, {208}}};
     const GgmlTypeTraits *t = ggml_type_traits(type);
     size_t n_blocks = (size_t)N * K / t->block;
     *mx = (Matrix){.N = N, .K = K, .w = malloc(sizeof(float) * N * K)};
@@ -274,7 +274,7 @@ static void check_gemv_order(TestCounts *tc, int skylakex, const char *core) {
     if (skylakex) CHECK(tc, agrees, "the probe keeps gemv_order under core %s", core);
     printf("test_cpu_tiles: gemv_order %s under OpenBLAS core %s\n", agrees ? "kept" : "dropped", core);
     const char *levels[] = {"scalar", "avx2", "avx512"};
-    const int types[] = {GGML_Q4_K, GGML_Q6_K};
+    const int types[] = {GGML_Q4_K, GGML_Q5_K, GGML_Q6_K};
     for (int li = 0; li < 3; li++) {
         CpuKernels k;
         KvErr err = {{0}};
@@ -282,7 +282,7 @@ static void check_gemv_order(TestCounts *tc, int skylakex, const char *core) {
             SKIP(tc, "gemv order at %s: not supported here (%s)", levels[li], err.msg);
             continue;
         }
-        for (int ti = 0; ti < 2; ti++) {
+        for (int ti = 0; ti < 3; ti++) {
             const char *name = ggml_type_traits(types[ti])->name;
             CpuGemvOrderFn *entry = k.gemv_order[types[ti]];
             if (!entry) {

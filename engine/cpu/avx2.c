@@ -201,8 +201,8 @@ static inline AVX2_TARGET __m256i bytes8(const uint8_t *p) {
 }
 
 /* K-quant super-blocks rebuilt 8 elements at a time from their scales (isa.h's CpuKScales) with the
- * dequantiser's operations per element, Q4_K (d * scale) * code - dmin * min and Q6_K (d * scale) * (code - 32),
- * a multiply and then a subtraction, no fused multiply-add: gguf.c's bits. */
+ * dequantiser's operations per element, Q4_K and Q5_K (d * scale) * code - dmin * min and Q6_K
+ * (d * scale) * (code - 32), a multiply and then a subtraction, no fused multiply-add: gguf.c's bits. */
 
 /* Elements 8 t.. of a Q4_K block: chunk t / 8 of 64 holds its low 32 in the low nibbles of 32 bytes, its high 32
  * in their high nibbles. */
@@ -211,6 +211,17 @@ static inline AVX2_TARGET __m256 q4_k_8(const uint8_t *blk, const CpuKScales *s,
     q = t & 4 ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(15));
     return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(s->scale[t / 4]), _mm256_cvtepi32_ps(q)),
                          _mm256_set1_ps(s->offset[t / 4]));
+}
+
+/* Elements 8 t.. of a Q5_K block: as Q4_K's (its codes 32 bytes further on), the fifth bit of element l of
+ * sub-block s (= t / 4) from bit s of qh[l]. */
+static inline AVX2_TARGET __m256 q5_k_8(const uint8_t *blk, const CpuKScales *s, int t) {
+    int sub = t / 4;
+    __m256i q = bytes8(blk + 48 + 32 * (t / 8) + 8 * (t % 4)), h = bytes8(blk + 16 + 8 * (t % 4));
+    q = t & 4 ? _mm256_srli_epi32(q, 4) : _mm256_and_si256(q, _mm256_set1_epi32(15));
+    h = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, sub), _mm256_set1_epi32(1)), 4);
+    return _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(s->scale[sub]), _mm256_cvtepi32_ps(_mm256_or_si256(q, h))),
+                         _mm256_set1_ps(s->offset[sub]));
 }
 
 /* Elements 8 t.. of a Q6_K block: in half h (128 elements), quarter j takes the low (j < 2) or high nibbles of
@@ -241,6 +252,10 @@ static inline AVX2_TARGET __attribute__((always_inline)) void rebuild_k(const ui
 
 AVX2_TARGET void cpu_rebuild_q4_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
     rebuild_k(src, dst, n_blocks, 144, cpu_q4_k_scales, q4_k_8);
+}
+
+AVX2_TARGET void cpu_rebuild_q5_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
+    rebuild_k(src, dst, n_blocks, 176, cpu_q4_k_scales, q5_k_8);
 }
 
 AVX2_TARGET void cpu_rebuild_q6_k_avx2(const uint8_t *src, float *dst, size_t n_blocks) {
@@ -299,6 +314,11 @@ static inline AVX2_TARGET __attribute__((always_inline)) void gemv_k(float *y_al
 AVX2_TARGET void cpu_gemv_order_q4_k_avx2(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
                                           int K) {
     gemv_k(y, x, w, row_bytes, rows, K, 144, cpu_q4_k_scales, q4_k_8);
+}
+
+AVX2_TARGET void cpu_gemv_order_q5_k_avx2(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
+                                          int K) {
+    gemv_k(y, x, w, row_bytes, rows, K, 176, cpu_q4_k_scales, q5_k_8);
 }
 
 AVX2_TARGET void cpu_gemv_order_q6_k_avx2(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,

@@ -530,8 +530,8 @@ static inline AVX512_TARGET __m512i bytes16(const uint8_t *p) {
 }
 
 /* K-quant super-blocks rebuilt 16 elements at a time from their scales (isa.h's CpuKScales) with the
- * dequantiser's operations per element, Q4_K (d * scale) * code - dmin * min and Q6_K (d * scale) * (code - 32),
- * a multiply and then a subtraction, no fused multiply-add: gguf.c's bits. */
+ * dequantiser's operations per element, Q4_K and Q5_K (d * scale) * code - dmin * min and Q6_K
+ * (d * scale) * (code - 32), a multiply and then a subtraction, no fused multiply-add: gguf.c's bits. */
 
 /* Elements 16 g.. of a Q4_K block: chunk g / 4 of 64 holds its low 32 in the low nibbles of 32 bytes, its high
  * 32 in their high nibbles. The 16 values a code can take in the sub-block are rebuilt first (as the dequantiser
@@ -543,6 +543,22 @@ static inline AVX512_TARGET __m512 q4_k_16(const uint8_t *blk, const CpuKScales 
     __m512 values = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(s->scale[g / 2]), codes),
                                   _mm512_set1_ps(s->offset[g / 2]));
     return _mm512_permutexvar_ps(q, values);
+}
+
+/* Elements 16 g.. of a Q5_K block: as Q4_K's (its codes 32 bytes further on), the fifth bit of element l of
+ * sub-block s (= g / 2) from bit s of qh[l]. The 32 values a code can take in the sub-block are rebuilt first, and
+ * each element picks its own by its code (permutex2var reads a lane's low 5 bits). */
+static inline AVX512_TARGET __m512 q5_k_16(const uint8_t *blk, const CpuKScales *s, int g) {
+    int sub = g / 2;
+    __m512i q = bytes16(blk + 48 + 32 * (g / 4) + 16 * (g % 2)), h = bytes16(blk + 16 + 16 * (g % 2));
+    if (g & 2) q = _mm512_srli_epi32(q, 4);
+    h = sub < 4 ? _mm512_slli_epi32(h, 4 - sub) : _mm512_srli_epi32(h, sub - 4); /* bit s at bit 4 */
+    __m512i code = _mm512_ternarylogic_epi32(q, h, _mm512_set1_epi32(15), 0xE4); /* bits 0-3 of q, the rest of h */
+    const __m512 low = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 high = _mm512_setr_ps(16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    __m512 scale = _mm512_set1_ps(s->scale[sub]), offset = _mm512_set1_ps(s->offset[sub]);
+    return _mm512_permutex2var_ps(_mm512_sub_ps(_mm512_mul_ps(scale, low), offset), code,
+                                  _mm512_sub_ps(_mm512_mul_ps(scale, high), offset));
 }
 
 /* Elements 16 g.. of a Q6_K block: in half h (128 elements), quarter j takes the low (j < 2) or high nibbles of
@@ -574,6 +590,10 @@ static inline AVX512_TARGET __attribute__((always_inline)) void rebuild_k(const 
 
 AVX512_TARGET void cpu_rebuild_q4_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
     rebuild_k(src, dst, n_blocks, 144, cpu_q4_k_scales, q4_k_16);
+}
+
+AVX512_TARGET void cpu_rebuild_q5_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
+    rebuild_k(src, dst, n_blocks, 176, cpu_q4_k_scales, q5_k_16);
 }
 
 AVX512_TARGET void cpu_rebuild_q6_k_avx512(const uint8_t *src, float *dst, size_t n_blocks) {
@@ -646,6 +666,11 @@ static inline AVX512_TARGET __attribute__((always_inline)) void gemv_k(float *y_
 AVX512_TARGET void cpu_gemv_order_q4_k_avx512(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
                                               int K) {
     gemv_k(y, x, w, row_bytes, rows, K, 144, cpu_q4_k_scales, q4_k_16);
+}
+
+AVX512_TARGET void cpu_gemv_order_q5_k_avx512(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,
+                                              int K) {
+    gemv_k(y, x, w, row_bytes, rows, K, 176, cpu_q4_k_scales, q5_k_16);
 }
 
 AVX512_TARGET void cpu_gemv_order_q6_k_avx512(float *y, const float *x, const uint8_t *w, size_t row_bytes, int rows,

@@ -32,8 +32,9 @@ void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0,
 
 /* A K-quant super-block's (256 elements) scales and offsets as the dequantiser computes them, for the block
  * rebuilders and the gemv order of avx2.c and avx512.c, which then rebuild 8 or 16 elements at a time in
- * registers (one arithmetic for both). Q4_K: scale[j] = d * scale_j and offset[j] = dmin * min_j of its 8
- * sub-blocks of 32; Q6_K: scale[g] = d * scale_g of its 16 groups of 16. */
+ * registers (one arithmetic for both). Q4_K and Q5_K: scale[j] = d * scale_j and offset[j] = dmin * min_j of
+ * their 8 sub-blocks of 32 (the same 12 packed bytes after d and dmin); Q6_K: scale[g] = d * scale_g of its 16
+ * groups of 16. */
 typedef struct {
     float scale[16], offset[16];
 } CpuKScales;
@@ -84,10 +85,12 @@ CpuQ8RowsFn cpu_q8_rows_avx2;
 CpuQ4RebuildFn cpu_q4_rebuild_avx2;
 CpuQ8RebuildFn cpu_q8_rebuild_avx2;
 CpuBlockRebuildFn cpu_rebuild_q4_k_avx2;
+CpuBlockRebuildFn cpu_rebuild_q5_k_avx2;
 CpuBlockRebuildFn cpu_rebuild_q6_k_avx2;
 CpuBlockRebuildFn cpu_rebuild_q5_0_avx2;
 CpuBlockRebuildFn cpu_rebuild_q8_0_avx2;
 CpuGemvOrderFn cpu_gemv_order_q4_k_avx2;
+CpuGemvOrderFn cpu_gemv_order_q5_k_avx2;
 CpuGemvOrderFn cpu_gemv_order_q6_k_avx2;
 CpuToF16Fn cpu_to_f16_f16c;
 CpuToF32Fn cpu_to_f32_f16c;
@@ -104,10 +107,12 @@ void cpu_softmax_avx512(float *x, int n);
 void cpu_swiglu_avx512(float *g, const float *u, size_t n);
 CpuAttendRowsFn cpu_attend_rows_avx512;
 CpuBlockRebuildFn cpu_rebuild_q4_k_avx512;
+CpuBlockRebuildFn cpu_rebuild_q5_k_avx512;
 CpuBlockRebuildFn cpu_rebuild_q6_k_avx512;
 CpuBlockRebuildFn cpu_rebuild_q5_0_avx512;
 CpuBlasOrderFn cpu_blas_order_avx512;
 CpuGemvOrderFn cpu_gemv_order_q4_k_avx512;
+CpuGemvOrderFn cpu_gemv_order_q5_k_avx512;
 CpuGemvOrderFn cpu_gemv_order_q6_k_avx512;
 
 /* vnni.c: AVX-512 VNNI and AMX (the fast products) */

@@ -70,10 +70,12 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
 #if CPU_X86
     if (simd != CPU_SIMD_SCALAR) { /* the AVX2 block rebuilders and gemv orders (the AVX-512 level replaces some below) */
         if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx2;
+        if (k->rebuild[GGML_Q5_K]) k->rebuild[GGML_Q5_K] = cpu_rebuild_q5_k_avx2;
         if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx2;
         if (k->rebuild[GGML_Q5_0]) k->rebuild[GGML_Q5_0] = cpu_rebuild_q5_0_avx2;
         if (k->rebuild[GGML_Q8_0]) k->rebuild[GGML_Q8_0] = cpu_rebuild_q8_0_avx2;
         if (k->rebuild[GGML_Q4_K]) k->gemv_order[GGML_Q4_K] = cpu_gemv_order_q4_k_avx2;
+        if (k->rebuild[GGML_Q5_K]) k->gemv_order[GGML_Q5_K] = cpu_gemv_order_q5_k_avx2;
         if (k->rebuild[GGML_Q6_K]) k->gemv_order[GGML_Q6_K] = cpu_gemv_order_q6_k_avx2;
     }
     if (simd == CPU_SIMD_AVX2) {
@@ -88,8 +90,10 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
         k->attend_rows = cpu_attend_rows_avx512, k->attend_multiple = 16;
         k->blas_order = cpu_blas_order_avx512;
         if (k->rebuild[GGML_Q4_K]) k->rebuild[GGML_Q4_K] = cpu_rebuild_q4_k_avx512;
+        if (k->rebuild[GGML_Q5_K]) k->rebuild[GGML_Q5_K] = cpu_rebuild_q5_k_avx512;
         if (k->rebuild[GGML_Q6_K]) k->rebuild[GGML_Q6_K] = cpu_rebuild_q6_k_avx512;
         if (k->rebuild[GGML_Q4_K]) k->gemv_order[GGML_Q4_K] = cpu_gemv_order_q4_k_avx512;
+        if (k->rebuild[GGML_Q5_K]) k->gemv_order[GGML_Q5_K] = cpu_gemv_order_q5_k_avx512;
         if (k->rebuild[GGML_Q6_K]) k->gemv_order[GGML_Q6_K] = cpu_gemv_order_q6_k_avx512;
         if (k->rebuild[GGML_Q5_0]) k->rebuild[GGML_Q5_0] = cpu_rebuild_q5_0_avx512;
     }
