@@ -6,8 +6,8 @@
  * block once, into a per-thread tile of 4 weight rows that stays in L1, and multiplies it with all M rows in
  * register tiles of 4 outputs x 2 rows; with one row the rebuilt block goes from registers into the
  * products. Every (output, row) pair is one chain over K in the same order whatever M.
- * Rebuilt rows (the 4-bit and int8 codes, GGUF Q4_K, Q6_K, Q5_0 and Q8_0 blocks) and binary16 conversions: the
- * portable bits. gemv_order (Q4_K, Q6_K): blocks rebuilt in registers straight into sgemv's eight chains, one
+ * Rebuilt rows (the 4-bit and int8 codes, GGUF Q4_K, Q5_K, Q6_K, Q5_0 and Q8_0 blocks) and binary16 conversions: the
+ * portable bits. gemv_order (Q4_K, Q5_K, Q6_K): blocks rebuilt in registers straight into sgemv's eight chains, one
  * weight row per vector. The fast kernel: portable.c's arithmetic, 8 outputs in the lanes of a vector. */
 #include "isa.h"
 

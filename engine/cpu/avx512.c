@@ -4,10 +4,10 @@
  * accumulator of 16 lanes per output, reduced as _mm512_reduce_add_ps does). SwiGLU, softmax and the
  * decode attention give the portable kernels' bits (portable.c fixes their orders in the source); the
  * attention reads a cache's rows where they are (a view's shared rows in its base, binary16 rows widened in
- * registers), so a view and an f16 cache need no copy. Rebuilt rows (GGUF Q4_K, Q6_K and Q5_0 blocks on 16
- * lanes) and binary16 conversions: the portable bits. blas_order: 16 rows of x per vector (x transposed), each
+ * registers), so a view and an f16 cache need no copy. Rebuilt rows (GGUF Q4_K, Q5_K, Q6_K and Q5_0 blocks on
+ * 16 lanes) and binary16 conversions: the portable bits. blas_order: 16 rows of x per vector (x transposed), each
  * lane one output's chain, so its sums are the portable order's (OpenBLAS's) whatever the lanes. gemv_order
- * (Q4_K, Q6_K): blocks rebuilt in registers straight into sgemv's eight chains, two weight rows per vector. */
+ * (Q4_K, Q5_K, Q6_K): blocks rebuilt in registers straight into sgemv's eight chains, two weight rows per vector. */
 #include "isa.h"
 
 #if CPU_X86
