@@ -16,7 +16,9 @@ const DeviceModel DEVICE_H200 = {"NVIDIA H200 (measured 2026-12-04)", 139.3 * 10
                                  1.67e12, 1.14, 30e12, 0.75e-9, 21e-9, "tests/gpu/results/2026-12-04-h200-*.log",
                                  "scoring and selection on the device (policies/cuda_policy.cu: equal to the host's "
                                  "keep-sets in emulation, never run on a GPU), so they are modelled at the host's "
-                                 "rates; decode across samples and cuDNN attention are not built (issue 36)"};
+                                 "rates; the fused value norms (engine/cuda/kernels.cu k_value_norms: within 3e-7 of "
+                                 "a double oracle in emulation, never timed), modelled at the GEMM path's rate; decode "
+                                 "across samples and cuDNN attention are not built (issue 36)"};
 
 /* The CUDA backend's sizes (engine/cuda/cuda_backend.cu CHUNK_ROWS, MEM_MARGIN, PLAN_RESERVE, ALLOC_PAGE,
  * sizeof(DevHead); engine/cuda/splitk.h SPLITK_KEYS). */

@@ -2,9 +2,10 @@
  * and the q/k/v RoPE split against the host formula, then flash prefill, split-K decode and window attention
  * against the naive oracle kernel on small shapes of every kind the backend accepts (group sizes 1 to 8, head dims
  * 48 to 256, tile and split edges), with the GPU check's tolerances (2e-2), and every attention kernel on views
- * of a base cache against gathered copies (bit for bit). Each PASS/FAIL line of the
+ * of a base cache against gathered copies (bit for bit), and the observation's value norms (the fused kernel and
+ * the GEMM + L1 path) against a double oracle (1e-4 relative). Each PASS/FAIL line of the
  * emulation counts as one check; a missing closing line (the emulator did not build, a deadlock, a crash) fails.
- * Needs g++ and python3 (scripts/setup.sh installs both); takes about 20 seconds on 2 cores. */
+ * Needs g++ and python3 (scripts/setup.sh installs both); about 50 CPU-seconds (2026-12-06, with the value norms). */
 #include <stdio.h>
 #include <string.h>
 

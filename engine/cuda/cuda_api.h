@@ -51,6 +51,20 @@ int cuda_kernel_selftest(CudaSelftest *out, KvErr *err);
  * naive; small = 1 runs the same paths at shapes the CPU emulation can (a 256-query chunk over 900 entries). */
 int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err);
 
+/* The observation's value norms: the fused kernel (launch_value_norms) and the GEMM + L1 path, each against a
+ * double-precision oracle on the same bf16 values; errors relative to the oracle's norm, the largest over the
+ * rows checked. small = 1 runs the shapes the CPU emulation can (SmolLM2's and Llama's heads, D <= 576);
+ * otherwise Llama-3.1-8B's width over 32k values too. */
+typedef struct {
+    double fused_max_rel_err, gemm_max_rel_err;
+    int cases;
+} CudaValueNormsLab;
+#define CUDA_VALUE_NORMS_TOL 1e-4 /* relative: both sum bf16 products in f32 (the emulation: 2.4e-7) */
+int cuda_value_norms_lab(CudaValueNormsLab *out, int small, KvErr *err);
+/* One layer's value norms at Llama-3.1-8B's shape (8 kv-heads of 4, d = 128, D = 4,096) over L values, in ms:
+ * the GEMM + L1 path and the fused kernel, each the best of 5 after a warm-up. */
+int cuda_measure_value_norms(int L, double *gemm_ms, double *fused_ms, KvErr *err);
+
 /* Ceilings measured on this GPU: a large bf16 GEMM through cuBLAS (fp32 accumulation) in TFLOP/s, and a large
  * device-to-device cudaMemcpy in GB/s counting bytes read plus bytes written. */
 int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err);

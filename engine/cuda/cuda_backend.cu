@@ -566,22 +566,27 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
         h_vp[kh] = h_v + (size_t)kh * L * d;
     }
     if (want_nu) {
-        /* nu[k][j] = 1/G sum_g || v[k][j] W_O^(kG+g) ||_1: per query head one GEMM of the values with that
-         * head's d columns of o_proj into the (now idle) gate/up buffer, then row L1 norms. The projection
-         * (L x D f32 per head, 0.5 GB at 32k tokens) is made in blocks the L2 holds, so the norms read it
-         * there instead of from memory. */
+        /* nu[k][j] = 1/G sum_g || v[k][j] W_O^(kG+g) ||_1, by the fused kernel where it serves the shape. Else per
+         * query head one GEMM of the values with that head's d columns of o_proj into the (now idle) gate/up
+         * buffer, then row L1 norms; the projection (L x D f32 per head, 0.5 GB at 32k tokens) is made in blocks
+         * the L2 holds, so the norms read it there instead of from memory. */
         int chunk_rows = cu->nu_rows;
         const CuLayer *W = &cu->layers[l];
-        for (int kh = 0; kh < K; kh++)
-            for (int g = 0; g < G; g++)
-                for (int j0 = 0; j0 < L; j0 += chunk_rows) {
-                    int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
-                    const bf16 *vals = (const bf16 *)kc->v[l * K + kh] + (size_t)j0 * d;
-                    if (gemm_bf16(cu->blas, vals, d, W->wo + (size_t)(kh * G + g) * d, H * d, cu->gu, CUDA_R_32F,
-                                  D, rc, D, d, 0.0f, err) ||
-                        launch_l1_rows(cu->gu, rc, D, nu + (size_t)kh * L + j0, 1.0f / G, g > 0, cu->st, err))
-                        return -1;
-                }
+        const bf16 *values[ATTN_MAX_KV_HEADS];
+        for (int kh = 0; kh < K; kh++) values[kh] = (const bf16 *)kc->v[l * K + kh];
+        if (value_norms_fused_serves(values, K, d, D, W->wo, H * d)) {
+            if (launch_value_norms(values, K, L, d, W->wo, H * d, G, D, nu, 1.0f / G, cu->st, err)) return -1;
+        } else {
+            for (int kh = 0; kh < K; kh++)
+                for (int g = 0; g < G; g++)
+                    for (int j0 = 0; j0 < L; j0 += chunk_rows) {
+                        int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
+                        if (gemm_bf16(cu->blas, values[kh] + (size_t)j0 * d, d, W->wo + (size_t)(kh * G + g) * d,
+                                      H * d, cu->gu, CUDA_R_32F, D, rc, D, d, 0.0f, err) ||
+                            launch_l1_rows(cu->gu, rc, D, nu + (size_t)kh * L + j0, 1.0f / G, g > 0, cu->st, err))
+                            return -1;
+                    }
+        }
         if (!on_device) CU_CHECK(cudaMemcpyAsync(h_nu, nu, n_nu * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     }
     CU_CHECK(cudaEventRecord(slot->ready, cu->st));

@@ -104,6 +104,13 @@ int launch_argmax_rows(const float *x, int rows, int V, int *out, cudaStream_t s
 /* out[r] (+)= scale * sum_e |P[r][e]| for r < rows. */
 int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int accumulate, cudaStream_t st,
                    KvErr *err);
+/* The same norms fused (kernels.cu k_value_norms), for all K kv-heads of a layer at once: out[kh][j] = scale *
+ * sum_g sum_n |v[kh][j] . W[n][(kh*G + g)*d .. +d)| for j < L, v[kh][L][d] the kv-heads' values, W[D][ld_wo]
+ * the layer's o_proj from wo on; no projection written. Served where value_norms_fused_serves says (d = 64 or
+ * 128, D a multiple of 64, 16-byte aligned rows); elsewhere the GEMM + launch_l1_rows path. */
+int value_norms_fused_serves(const bf16 *const *v, int K, int d, int D, const bf16 *wo, int ld_wo);
+int launch_value_norms(const bf16 *const *v, int K, int L, int d, const bf16 *wo, int ld_wo, int G, int D, float *out,
+                       float scale, cudaStream_t st, KvErr *err);
 /* q_win[h][i][:] = q[t0+i][h][:] (f32) for i < w: the observation window's queries, row b = 0. */
 int launch_qwin(const bf16 *q, float *q_win, int t0, int w, int H, int d, cudaStream_t st, KvErr *err);
 /* Copies n entries: dst rows dst_rows[e] of dst_k/dst_v from src rows src_rows[e] (rows of d elements). */

@@ -400,6 +400,160 @@ extern "C" int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err) 
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------------------ */
+/* The observation's value norms: the fused kernel and the GEMM + L1 path against a double-precision oracle  */
+
+/* The GEMM + L1 path of cuda_backend.cu's observe_layer for one kv-head (rows in blocks of chunk_rows). */
+static int value_norms_gemm(cublasHandle_t h, const bf16 *v, int L, int d, const bf16 *w_group, int ld_wo, int G,
+                            int D, float *proj, int chunk_rows, float *out, KvErr *err) {
+    for (int g = 0; g < G; g++)
+        for (int j0 = 0; j0 < L; j0 += chunk_rows) {
+            int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
+            if (gemm_bf16(h, v + (size_t)j0 * d, d, w_group + (size_t)g * d, ld_wo, proj, CUDA_R_32F, D, rc, D, d,
+                          0.0f, err) ||
+                launch_l1_rows(proj, rc, D, out + j0, 1.0f / G, g > 0, 0, err))
+                return -1;
+        }
+    return 0;
+}
+
+/* One shape: K kv-heads of L values of head dim d, and an o_proj whose first group of G heads is not theirs (so
+ * kv-head kh reads columns (kh + 1)·G·d on, from a base that is not the matrix's). The fused kernel does all K in
+ * one launch, the GEMM + L1 path one kv-head at a time. The oracle, in double from the same bf16 values, checks
+ * the first and last oracle_rows / 2 rows of each kv-head (every row when oracle_rows >= L); errors are relative
+ * to the oracle's norm. */
+static int lab_value_norms_case(cublasHandle_t h, int K, int L, int d, int G, int D, int oracle_rows,
+                                double *fused_err, double *gemm_err, KvErr *err) {
+    DevPool pool;
+    int ld_wo = (K + 1) * G * d, chunk = 512;
+    std::vector<bf16 *> v(K);
+    bf16 *wo;
+    float *proj, *out_fused, *out_gemm;
+    for (int kh = 0; kh < K; kh++)
+        if (upload_random(pool, &v[kh], (size_t)L * d, 1.0f, err)) return -1;
+    if (upload_random(pool, &wo, (size_t)D * ld_wo, 0.05f, err) ||
+        pool.alloc((void **)&proj, (size_t)chunk * D * sizeof(float), err) ||
+        pool.alloc((void **)&out_fused, (size_t)K * L * sizeof(float), err) ||
+        pool.alloc((void **)&out_gemm, (size_t)K * L * sizeof(float), err))
+        return -1;
+    const bf16 *w_first = wo + (size_t)G * d;
+    std::vector<const bf16 *> values(v.begin(), v.end());
+    if (!value_norms_fused_serves(values.data(), K, d, D, w_first, ld_wo))
+        return kv_fail(err, "value norms lab: d = %d, D = %d not served by the fused kernel", d, D);
+    if (launch_value_norms(values.data(), K, L, d, w_first, ld_wo, G, D, out_fused, 1.0f / G, 0, err)) return -1;
+    for (int kh = 0; kh < K; kh++)
+        if (value_norms_gemm(h, v[kh], L, d, w_first + (size_t)kh * G * d, ld_wo, G, D, proj, chunk,
+                             out_gemm + (size_t)kh * L, err))
+            return -1;
+    CU_CHECK(cudaDeviceSynchronize());
+    std::vector<bf16> hv((size_t)L * d), hw((size_t)D * ld_wo);
+    std::vector<float> hf((size_t)K * L), hg((size_t)K * L);
+    CU_CHECK(cudaMemcpy(hw.data(), wo, hw.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+    CU_CHECK(cudaMemcpy(hf.data(), out_fused, hf.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CU_CHECK(cudaMemcpy(hg.data(), out_gemm, hg.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::vector<double> vrow(d);
+    *fused_err = *gemm_err = 0;
+    int half = oracle_rows < L ? oracle_rows / 2 : L;
+    for (int kh = 0; kh < K; kh++) {
+        CU_CHECK(cudaMemcpy(hv.data(), v[kh], hv.size() * sizeof(bf16), cudaMemcpyDeviceToHost));
+        for (int j = 0; j < L; j++) {
+            if (j >= half && j < L - half) continue; /* the first and last rows only */
+            for (int c = 0; c < d; c++) vrow[c] = __bfloat162float(hv[(size_t)j * d + c]);
+            double norm = 0;
+            for (int g = 0; g < G; g++)
+                for (int n = 0; n < D; n++) {
+                    const bf16 *w = hw.data() + (size_t)n * ld_wo + (size_t)((kh + 1) * G + g) * d;
+                    double dot = 0;
+                    for (int c = 0; c < d; c++) dot += vrow[c] * (double)__bfloat162float(w[c]);
+                    norm += fabs(dot);
+                }
+            norm /= G;
+            *fused_err = worse(*fused_err, fabs(hf[(size_t)kh * L + j] - norm) / norm);
+            *gemm_err = worse(*gemm_err, fabs(hg[(size_t)kh * L + j] - norm) / norm);
+        }
+    }
+    return 0;
+}
+
+extern "C" int cuda_value_norms_lab(CudaValueNormsLab *out, int small, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    memset(out, 0, sizeof *out);
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    /* SmolLM2's head (d = 64, G = 3, D = 576) and Llama's (d = 128, G = 4) over lengths that end inside a block of
+     * rows; then, on a GPU, Llama-3.1-8B's whole width (D = 4,096) over 32k values, the oracle on the first and
+     * last 128 rows. */
+    struct {
+        int K, L, d, G, D, oracle_rows;
+    } cases[] = {{1, 300, 64, 3, 576, 300}, {2, 1000, 128, 4, 512, 1000}, {1, 32768, 128, 4, 4096, 256}};
+    int n_cases = small ? 2 : 3, rc = 0;
+    for (int i = 0; i < n_cases && rc == 0; i++) {
+        double fe = 0, ge = 0;
+        rc = lab_value_norms_case(h, cases[i].K, cases[i].L, cases[i].d, cases[i].G, cases[i].D, cases[i].oracle_rows,
+                                  &fe, &ge, err);
+        if (rc) {
+            kv_wrap(err, "value norms lab case %d (K=%d L=%d d=%d G=%d D=%d)", i, cases[i].K, cases[i].L, cases[i].d,
+                    cases[i].G, cases[i].D);
+            break;
+        }
+        fprintf(stderr, "value norms lab case %d: K=%d L=%d d=%d G=%d D=%d: fused %.2e, GEMM + L1 %.2e (relative)\n",
+                i, cases[i].K, cases[i].L, cases[i].d, cases[i].G, cases[i].D, fe, ge);
+        out->fused_max_rel_err = worse(out->fused_max_rel_err, fe);
+        out->gemm_max_rel_err = worse(out->gemm_max_rel_err, ge);
+        out->cases++;
+    }
+    cublasDestroy(h);
+    return rc;
+}
+
+extern "C" int cuda_measure_value_norms(int L, double *gemm_ms, double *fused_ms, KvErr *err) {
+    CudaDeviceInfo dev;
+    if (cuda_device_query(&dev, err)) return -1;
+    const int K = 8, G = 4, d = 128, D = 4096, reps = 5;
+    /* The backend's block of rows: as many f32 projections of D as half the L2 holds (cuda_backend.cu). */
+    int chunk = (int)(dev.l2_bytes / 2 / ((size_t)D * sizeof(float)));
+    if (chunk < 64) chunk = 64;
+    DevPool pool;
+    bf16 *v, *wo;
+    float *proj, *out;
+    if (upload_random(pool, &v, (size_t)K * L * d, 1.0f, err) ||
+        upload_random(pool, &wo, (size_t)D * K * G * d, 0.05f, err) ||
+        pool.alloc((void **)&proj, (size_t)chunk * D * sizeof(float), err) ||
+        pool.alloc((void **)&out, (size_t)K * L * sizeof(float), err))
+        return -1;
+    const bf16 *values[K];
+    for (int kh = 0; kh < K; kh++) values[kh] = v + (size_t)kh * L * d;
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    cudaEvent_t e0, e1;
+    CU_CHECK(cudaEventCreate(&e0));
+    CU_CHECK(cudaEventCreate(&e1));
+    int rc = 0;
+    for (int path = 0; path < 2 && rc == 0; path++) {
+        float best = INFINITY;
+        for (int r = 0; r < reps + 1 && rc == 0; r++) { /* the first a warm-up */
+            CU_CHECK(cudaEventRecord(e0, 0));
+            if (path == 0)
+                for (int kh = 0; kh < K && rc == 0; kh++)
+                    rc = value_norms_gemm(h, values[kh], L, d, wo + (size_t)kh * G * d, K * G * d, G, D, proj, chunk,
+                                          out + (size_t)kh * L, err);
+            else
+                rc = launch_value_norms(values, K, L, d, wo, K * G * d, G, D, out, 1.0f / G, 0, err);
+            CU_CHECK(cudaEventRecord(e1, 0));
+            CU_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0 && ms < best) best = ms;
+        }
+        *(path == 0 ? gemm_ms : fused_ms) = best;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cublasDestroy(h);
+    return rc;
+}
+
 extern "C" int cuda_measure_ceilings(double *gemm_tflops, double *copy_gbs, KvErr *err) {
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, err)) return -1;

@@ -680,6 +680,117 @@ int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int
     return 0;
 }
 
+/* The observation's value norms, fused: out[j] = scale * sum_g sum_n |sum_c v[j][c] W[n][g*d + c]| for the G
+ * query heads of each kv-head, without the L x D projection in memory (the GEMM + L1 path wrote and re-read it,
+ * one GEMM per query head and block of rows: about 30 TFLOP/s on an H200). One block of VN_WARPS warps per
+ * VN_ROWS value rows of a kv-head (all kv-heads in one launch); each warp keeps its 16 rows' fragments of v in
+ * registers for the whole walk over the G heads' D columns, VN_COLS at a time through shared memory (the next
+ * columns loaded into registers while the current ones multiply). The absolute values of each 16 x 16 product add up element-wise in one accumulator
+ * fragment (the same layout every time, so no shuffles), whose 16 columns are summed per row at the end. DK is
+ * d / 16. */
+#define VN_WARPS 8
+#define VN_ROWS (VN_WARPS * 16)
+#define VN_COLS 64
+
+/* Shared rows of d + 16 elements: 32-byte aligned for WMMA, banks staggered. */
+__host__ __device__ static size_t vn_smem_bytes(int d) {
+    size_t tiles = (size_t)(VN_ROWS > VN_COLS ? VN_ROWS : VN_COLS) * (d + 16) * sizeof(bf16);
+    return tiles + (size_t)VN_WARPS * 256 * sizeof(float);
+}
+
+typedef struct {
+    const bf16 *v[ATTN_MAX_KV_HEADS];
+} VnValues;
+
+template <int DK>
+__global__ static void __launch_bounds__(VN_WARPS * 32)
+    k_value_norms(VnValues values, int L, const bf16 *wo, int ld_wo, int G, int D, float *out, float scale) {
+    extern __shared__ __align__(128) unsigned char sh_vn[];
+    const int d = DK * 16, ld = d + 16, vec = d / 8, kh = blockIdx.y;
+    const bf16 *v = values.v[kh];
+    wo += (size_t)kh * G * d;
+    out += (size_t)kh * L;
+    bf16 *tile = reinterpret_cast<bf16 *>(sh_vn); /* v's rows, then W's columns */
+    float *sums = reinterpret_cast<float *>(sh_vn + vn_smem_bytes(d) - (size_t)VN_WARPS * 256 * sizeof(float));
+    const int j0 = blockIdx.x * VN_ROWS, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    for (int idx = threadIdx.x; idx < VN_ROWS * vec; idx += blockDim.x) {
+        int row = idx / vec, c8 = idx % vec;
+        uint4 val = zero;
+        if (j0 + row < L) val = reinterpret_cast<const uint4 *>(v + (size_t)(j0 + row) * d)[c8];
+        reinterpret_cast<uint4 *>(tile + row * ld)[c8] = val;
+    }
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[DK];
+    for (int k = 0; k < DK; k++) wmma::load_matrix_sync(fa[k], tile + warp * 16 * ld + k * 16, ld);
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc, total;
+    wmma::fill_fragment(total, 0.0f);
+
+    /* Each thread's share of one VN_COLS x d stage of W: column n of the stage is W's row n0 + n. */
+    enum { PER_THREAD = (VN_COLS * DK * 2 + VN_WARPS * 32 - 1) / (VN_WARPS * 32) };
+    uint4 next[PER_THREAD];
+    const int n_stages = G * (D / VN_COLS);
+    auto fetch = [&](int stage) {
+        int g = stage / (D / VN_COLS), n0 = (stage % (D / VN_COLS)) * VN_COLS;
+        for (int i = 0; i < PER_THREAD; i++) {
+            int idx = threadIdx.x + i * VN_WARPS * 32, n = idx / vec, c8 = idx % vec;
+            next[i] = idx < VN_COLS * vec
+                          ? reinterpret_cast<const uint4 *>(wo + (size_t)(n0 + n) * ld_wo + (size_t)g * d)[c8]
+                          : zero;
+        }
+    };
+    fetch(0);
+    for (int stage = 0; stage < n_stages; stage++) {
+        __syncthreads(); /* the tile's previous contents (v's rows, or the last stage) are no longer read */
+        for (int i = 0; i < PER_THREAD; i++) {
+            int idx = threadIdx.x + i * VN_WARPS * 32;
+            if (idx < VN_COLS * vec) reinterpret_cast<uint4 *>(tile + (idx / vec) * ld)[idx % vec] = next[i];
+        }
+        __syncthreads();
+        if (stage + 1 < n_stages) fetch(stage + 1);
+        for (int t = 0; t < VN_COLS / 16; t++) {
+            wmma::fill_fragment(acc, 0.0f);
+            for (int k = 0; k < DK; k++) {
+                wmma::load_matrix_sync(fb, tile + t * 16 * ld + k * 16, ld);
+                wmma::mma_sync(acc, fa[k], fb, acc);
+            }
+            for (int e = 0; e < acc.num_elements; e++) total.x[e] += fabsf(acc.x[e]);
+        }
+    }
+    float *mine = sums + warp * 256;
+    wmma::store_matrix_sync(mine, total, 16, wmma::mem_row_major);
+    __syncwarp();
+    if (lane < 16 && j0 + warp * 16 + lane < L) {
+        float s = 0.0f;
+        for (int c = 0; c < 16; c++) s += mine[lane * 16 + c];
+        out[j0 + warp * 16 + lane] = scale * s;
+    }
+}
+
+int value_norms_fused_serves(const bf16 *const *v, int K, int d, int D, const bf16 *wo, int ld_wo) {
+    int aligned = ld_wo % 8 == 0 && (uintptr_t)wo % 16 == 0;
+    for (int kh = 0; kh < K; kh++) aligned &= (uintptr_t)v[kh] % 16 == 0;
+    return (d == 64 || d == 128) && D % VN_COLS == 0 && K <= ATTN_MAX_KV_HEADS && aligned;
+}
+
+int launch_value_norms(const bf16 *const *v, int K, int L, int d, const bf16 *wo, int ld_wo, int G, int D, float *out,
+                       float scale, cudaStream_t st, KvErr *err) {
+    if (L == 0 || K == 0) return 0;
+    if (!value_norms_fused_serves(v, K, d, D, wo, ld_wo))
+        return kv_fail(err, "value norms: head dim %d, width %d, %d kv-heads or a base not 16-byte aligned: not "
+                            "served by the fused kernel", d, D, K);
+    VnValues values = {};
+    for (int kh = 0; kh < K; kh++) values.v[kh] = v[kh];
+    size_t smem = vn_smem_bytes(d); /* within the default 48 KiB at d <= 128 */
+    dim3 grid((L + VN_ROWS - 1) / VN_ROWS, K);
+    if (d == 64) k_value_norms<4><<<grid, VN_WARPS * 32, smem, st>>>(values, L, wo, ld_wo, G, D, out, scale);
+    else k_value_norms<8><<<grid, VN_WARPS * 32, smem, st>>>(values, L, wo, ld_wo, G, D, out, scale);
+    LAUNCH_CHECK();
+    return 0;
+}
+
 /* The host's greedy pick (engine/generate.c argmax) per row: the first index of the largest value, scanning with
  * a strict >, so a NaN is never picked unless it is the row's first value (then nothing beats it: index 0). The
  * block's threads scan strided ranges in ascending order (each keeps its lowest index among equals) and fold

@@ -1275,6 +1275,26 @@ int main(int argc, char **argv) {
         verdict(&s, lab_long.decode_max_err <= TOL_KERNEL, "kernel lab: split-K decode at B = 16 over 32k caches vs "
                 "naive oracle: max abs error %.2e (<= %.0e)", lab_long.decode_max_err, TOL_KERNEL);
     }
+    CudaValueNormsLab vn;
+    if (cuda_value_norms_lab(&vn, 0, &err)) {
+        verdict(&s, 0, "value norms lab: %s", err.msg);
+    } else {
+        verdict(&s, vn.fused_max_rel_err <= CUDA_VALUE_NORMS_TOL, "value norms, fused kernel vs double oracle, %d "
+                "shapes up to 32k values of Llama-3.1-8B's width: max relative error %.2e (<= %.0e)", vn.cases,
+                vn.fused_max_rel_err, CUDA_VALUE_NORMS_TOL);
+        verdict(&s, vn.gemm_max_rel_err <= CUDA_VALUE_NORMS_TOL, "value norms, GEMM + L1 path vs double oracle: max "
+                "relative error %.2e (<= %.0e)", vn.gemm_max_rel_err, CUDA_VALUE_NORMS_TOL);
+    }
+    {   /* one layer's value norms at 32k (4k with --quick): 2·L·d·D·H flops either way */
+        int L = quick ? 4096 : 32768;
+        double gemm_ms = 0, fused_ms = 0, flops = 2.0 * L * 128 * 4096 * 32;
+        if (cuda_measure_value_norms(L, &gemm_ms, &fused_ms, &err))
+            verdict(&s, 0, "value norms timing: %s", err.msg);
+        else
+            printf("value norms of one layer, Llama-3.1-8B's shape, %d values: GEMM + L1 %.2f ms (%.1f TFLOP/s), "
+                   "fused %.2f ms (%.1f TFLOP/s): %.2fx\n", L, gemm_ms, flops / gemm_ms / 1e9, fused_ms,
+                   flops / fused_ms / 1e9, gemm_ms / fused_ms);
+    }
     check_device_scoring_random(&s);
     check_argmax(&s);
     check_model(&s, "synthetic:smollm2-135m:layers=2");

@@ -350,6 +350,7 @@ struct col_major {
 };
 enum layout_t { mem_row_major, mem_col_major };
 template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static constexpr int num_elements = 16 * 16; /* the whole tile: element-wise code sees every element once */
     float x[16 * 16];
 };
 void check_ptr(const void *p, unsigned ldm, size_t elem);

@@ -162,6 +162,15 @@ int main(int argc, char **argv) {
            "elements differ in any bit (== 0)\n", lab.views_mismatches == 0 && lab.views_cases > 0 ? "PASS" : "FAIL",
            lab.views_cases, lab.views_mismatches);
     fails += lab.views_mismatches != 0 || lab.views_cases == 0;
-    printf("emulation: %s (%d lab shapes)\n", fails ? "FAIL" : "PASS", lab.cases);
+    CudaValueNormsLab vn;
+    if (cuda_value_norms_lab(&vn, 1, &err)) {
+        printf("FAIL  value norms lab: %s\n", err.msg);
+        return 1;
+    }
+    verdict(vn.fused_max_rel_err <= CUDA_VALUE_NORMS_TOL, "value norms, fused kernel vs double oracle (relative)",
+            vn.fused_max_rel_err, CUDA_VALUE_NORMS_TOL);
+    verdict(vn.gemm_max_rel_err <= CUDA_VALUE_NORMS_TOL, "value norms, GEMM + L1 vs double oracle (relative)",
+            vn.gemm_max_rel_err, CUDA_VALUE_NORMS_TOL);
+    printf("emulation: %s (%d lab shapes)\n", fails ? "FAIL" : "PASS", lab.cases + vn.cases);
     return fails ? 1 : 0;
 }
