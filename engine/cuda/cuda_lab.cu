@@ -507,6 +507,32 @@ extern "C" int cuda_value_norms_lab(CudaValueNormsLab *out, int small, KvErr *er
     return rc;
 }
 
+/* The best of reps timed runs (after one warm-up) of one layer's value norms at K kv-heads of G: the GEMM + L1
+ * path (fused = 0) or the fused kernel. */
+static int value_norms_best_ms(cublasHandle_t h, cudaEvent_t e0, cudaEvent_t e1, int fused, const bf16 *const *values,
+                               int K, int L, int d, const bf16 *wo, int G, int D, float *proj, int chunk, float *out,
+                               int reps, double *best_ms, KvErr *err) {
+    float best = INFINITY;
+    for (int r = 0; r < reps + 1; r++) {
+        CU_CHECK(cudaEventRecord(e0, 0));
+        if (fused) {
+            if (launch_value_norms(values, K, L, d, wo, K * G * d, G, D, out, 1.0f / G, 0, err)) return -1;
+        } else {
+            for (int kh = 0; kh < K; kh++)
+                if (value_norms_gemm(h, values[kh], L, d, wo + (size_t)kh * G * d, K * G * d, G, D, proj, chunk,
+                                     out + (size_t)kh * L, err))
+                    return -1;
+        }
+        CU_CHECK(cudaEventRecord(e1, 0));
+        CU_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r > 0 && ms < best) best = ms;
+    }
+    *best_ms = best;
+    return 0;
+}
+
 extern "C" int cuda_measure_value_norms(int L, double *gemm_ms, double *fused_ms, KvErr *err) {
     CudaDeviceInfo dev;
     if (cuda_device_query(&dev, err)) return -1;
@@ -526,30 +552,15 @@ extern "C" int cuda_measure_value_norms(int L, double *gemm_ms, double *fused_ms
     for (int kh = 0; kh < K; kh++) values[kh] = v + (size_t)kh * L * d;
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
-    cudaEvent_t e0, e1;
-    CU_CHECK(cudaEventCreate(&e0));
-    CU_CHECK(cudaEventCreate(&e1));
-    int rc = 0;
-    for (int path = 0; path < 2 && rc == 0; path++) {
-        float best = INFINITY;
-        for (int r = 0; r < reps + 1 && rc == 0; r++) { /* the first a warm-up */
-            CU_CHECK(cudaEventRecord(e0, 0));
-            if (path == 0)
-                for (int kh = 0; kh < K && rc == 0; kh++)
-                    rc = value_norms_gemm(h, values[kh], L, d, wo + (size_t)kh * G * d, K * G * d, G, D, proj, chunk,
-                                          out + (size_t)kh * L, err);
-            else
-                rc = launch_value_norms(values, K, L, d, wo, K * G * d, G, D, out, 1.0f / G, 0, err);
-            CU_CHECK(cudaEventRecord(e1, 0));
-            CU_CHECK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CU_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r > 0 && ms < best) best = ms;
-        }
-        *(path == 0 ? gemm_ms : fused_ms) = best;
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = -1;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        kv_fail(err, "value norms timing: cudaEventCreate failed");
+    else if (!value_norms_best_ms(h, e0, e1, 0, values, K, L, d, wo, G, D, proj, chunk, out, reps, gemm_ms, err) &&
+             !value_norms_best_ms(h, e0, e1, 1, values, K, L, d, wo, G, D, proj, chunk, out, reps, fused_ms, err))
+        rc = 0;
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
     cublasDestroy(h);
     return rc;
 }
