@@ -746,6 +746,51 @@ static void check_argmax(Summary *s) {
     free(x);
 }
 
+/* Rows of a batch against the same sequences decoded alone: what decoding the variants of several samples in one
+ * batch needs (issue 36), since a row's logits must not depend on which sequences share its batch. BATCH_ROWS
+ * caches, the N_DECODE keep-sets (full, snapkv, defensivekv, streamingllm: different lengths) in turn, take the
+ * question feed and STEPS greedy steps together; the first N_DECODE take the same tokens alone, one sequence a
+ * call. Prints how many of their logits differ in any bit. Informational: cuBLAS may choose another kernel for
+ * another row count, and nothing decodes across samples yet; a row that differs says what that needs. */
+enum { BATCH_ROWS = 16 };
+static void report_batch_rows(const char *spec, Backend *gpu, const KvCache *gc, const KeepSet *ks_cpu) {
+    KvErr err = {{0}};
+    KvCache *batch[BATCH_ROWS] = {0}, *alone[N_DECODE] = {0};
+    int V = gpu->model->cfg.vocab_size, extra = QUESTION + STEPS, rc = 0;
+    float *lb = malloc(sizeof(float) * BATCH_ROWS * V), *la = malloc(sizeof(float) * N_DECODE * V);
+    int *tokens = malloc(sizeof(int) * BATCH_ROWS * QUESTION), next[BATCH_ROWS];
+    long differ = 0, compared = 0;
+    if (!lb || !la || !tokens) rc = kv_fail(&err, "out of host memory");
+    for (int b = 0; b < BATCH_ROWS && !rc; b++)
+        rc = gpu->cache_gather(gpu, gc, &ks_cpu[DECODE_POLICIES[b % N_DECODE]], extra, &batch[b], &err) ||
+             (b < N_DECODE && gpu->cache_gather(gpu, gc, &ks_cpu[DECODE_POLICIES[b]], extra, &alone[b], &err));
+    for (int b = 0; b < BATCH_ROWS && !rc; b++)
+        for (int t = 0; t < QUESTION; t++) tokens[b * QUESTION + t] = (37 * (b % N_DECODE) + 11 * t) % V;
+    for (int step = 0; step <= STEPS && !rc; step++) {
+        int n_new = step == 0 ? QUESTION : 1;
+        const int *fed = step == 0 ? tokens : next;
+        rc = gpu->forward(gpu, batch, BATCH_ROWS, fed, n_new, lb, NULL, NULL, &err);
+        for (int b = 0; b < N_DECODE && !rc; b++)
+            rc = gpu->forward(gpu, &alone[b], 1, fed + (size_t)b * n_new, n_new, la + (size_t)b * V, NULL, NULL, &err);
+        for (size_t i = 0; i < (size_t)N_DECODE * V && !rc; i++) differ += memcmp(&lb[i], &la[i], sizeof(float)) != 0;
+        compared += (long)N_DECODE * V;
+        for (int b = 0; b < BATCH_ROWS && !rc; b++) next[b] = host_argmax(la + (size_t)(b % N_DECODE) * V, V);
+    }
+    if (rc)
+        printf("INFO  %s batch rows against the same sequences alone: %s\n", spec, err.msg);
+    else
+        printf("INFO  %s batch rows against the same sequences alone (%d caches of 4 lengths in one batch, %d of them "
+               "one a call; question feed and %d steps): %ld of %ld logits differ in any bit\n", spec, BATCH_ROWS,
+               N_DECODE, STEPS, differ, compared);
+    for (int b = 0; b < BATCH_ROWS; b++)
+        if (batch[b]) gpu->cache_free(gpu, batch[b]);
+    for (int b = 0; b < N_DECODE; b++)
+        if (alone[b]) gpu->cache_free(gpu, alone[b]);
+    free(lb);
+    free(la);
+    free(tokens);
+}
+
 static void check_model(Summary *s, const char *spec) {
     KvErr err = {{0}};
     Model *m = NULL;
@@ -936,6 +981,8 @@ static void check_model(Summary *s, const char *spec) {
                 lens_ok &= cb[b]->len[i] == gb[b]->len[i] && cb[b]->len[i] == gv[b]->len[i];
         verdict(s, lens_ok, "%s cache lengths per (layer, kv-head) agree after decoding", spec);
     }
+
+    report_batch_rows(spec, gpu, gc, ks_cpu);
 
     /* Bad input: clear errors, no crash, the backend usable afterwards. */
     {
