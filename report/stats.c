@@ -27,8 +27,17 @@ double stats_quantile_sorted(const double *sorted, int n, double q) {
     return t >= 0.5 ? b - d * (1 - t) : a + d * t;
 }
 
+/* What rounding can move a bound by: the same per-sample values summed over different samples differ in their last
+ * bits (15 points as 15.000000000000002 and 14.999999999999998; a needle difference whose resamples reach 0 as
+ * -7.1e-15). */
+static double rounding_slack(const StatsInterval *ci) {
+    return 1e-9 * fmax(1.0, fmax(fabs(ci->lo), fabs(ci->hi)));
+}
+
 int stats_excludes(const StatsInterval *ci, double v) {
-    return !isnan(ci->lo) && !isnan(ci->hi) && (ci->lo > v || ci->hi < v);
+    if (isnan(ci->lo) || isnan(ci->hi)) return 0;
+    double slack = rounding_slack(ci);
+    return ci->lo > v + slack || ci->hi < v - slack;
 }
 
 int stats_too_few(const StatsInterval *ci, int min_n) {
@@ -37,10 +46,7 @@ int stats_too_few(const StatsInterval *ci, int min_n) {
 
 int stats_resolved(const StatsInterval *ci, int min_n) {
     if (ci->n == 0 || stats_too_few(ci, min_n) || isnan(ci->lo) || isnan(ci->hi)) return 0;
-    /* zero width up to rounding: the same per-sample shift summed over different samples differs in its last
-     * bits (15 points as 15.000000000000002 and 14.999999999999998) */
-    double scale = fmax(1.0, fmax(fabs(ci->lo), fabs(ci->hi)));
-    return ci->hi - ci->lo > 1e-9 * scale;
+    return ci->hi - ci->lo > rounding_slack(ci); /* zero width up to rounding */
 }
 
 int stats_significant(const StatsInterval *ci, double v, int min_n) {

@@ -76,7 +76,8 @@ int stats_bootstrap_domains(StatsKind kind, const double *x, const double *y, co
                             const int *group_domain, int n_domains, int resamples, uint64_t seed,
                             StatsInterval *out, KvErr *err);
 
-/* Whether the interval excludes v (0 for a difference, 100 for a ratio), whatever it rests on. */
+/* Whether the interval excludes v (0 for a difference, 100 for a ratio), whatever it rests on; a bound within
+ * rounding of v (1e-9 of the interval's scale) touches v. */
 int stats_excludes(const StatsInterval *ci, double v);
 
 /* The fewest values an interval or a paired comparison is reported from (`kvbench report --min-n N`). A

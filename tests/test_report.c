@@ -66,6 +66,15 @@ static void test_stats_hand(TestCounts *tc) {
     CHECK(tc, ci.n == 5 && test_close(ci.value, 5, 1e-12, 1) && test_close(ci.lo, 5, 1e-12, 1) &&
                   test_close(ci.hi, 5, 1e-12, 1), "paired shift: %g [%g, %g]", ci.value, ci.lo, ci.hi);
     CHECK(tc, stats_excludes(&ci, 0) && !stats_excludes(&ci, 5), "excludes");
+    /* a bound a few ulps past 0 touches it: the 1.5B study's needle, DefensiveKV − CriticalKV at 20% over 16
+     * samples, gave [-21.02, -7.1e-15] and was called reversed; the same bound at -1e-6 is past it */
+    StatsInterval touch = {.n = 16, .n_least = 16, .value = -9.09, .lo = -21.02, .hi = -7.105427358e-15};
+    CHECK(tc, !stats_excludes(&touch, 0) && !stats_significant(&touch, 0, STATS_MIN_N),
+          "a bound of -7.1e-15 does not exclude 0");
+    touch.hi = -1e-6;
+    CHECK(tc, stats_excludes(&touch, 0) && stats_significant(&touch, 0, STATS_MIN_N), "a bound of -1e-6 excludes 0");
+    touch.lo = 7.1e-15, touch.hi = 30;
+    CHECK(tc, !stats_excludes(&touch, 0), "a lower bound of +7.1e-15 does not exclude 0");
     /* cross-domain change: every sample of the method at 0.8 × the full cache, so each domain's change and their
      * mean are exactly -20 in every resample */
     double full[] = {50, 70, 20, 90, 10, 40}, meth[6];
