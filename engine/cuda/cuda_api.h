@@ -59,7 +59,7 @@ typedef struct {
     double fused_max_rel_err, gemm_max_rel_err;
     int cases;
 } CudaValueNormsLab;
-#define CUDA_VALUE_NORMS_TOL 1e-4 /* relative: both sum bf16 products in f32 (the emulation: 2.4e-7) */
+#define CUDA_VALUE_NORMS_TOL 1e-4 /* relative: both sum bf16 products in f32 (the emulation: 2.9e-7) */
 int cuda_value_norms_lab(CudaValueNormsLab *out, int small, KvErr *err);
 /* One layer's value norms at Llama-3.1-8B's shape (8 kv-heads of 4, d = 128, D = 4,096) over L values, in ms:
  * the GEMM + L1 path and the fused kernel, each the best of 5 after a warm-up. */
