@@ -578,14 +578,9 @@ static int observe_layer(Cuda *cu, const Chunk *ch, int l, KvErr *err) {
             if (launch_value_norms(values, K, L, d, W->wo, H * d, G, D, nu, 1.0f / G, cu->st, err)) return -1;
         } else {
             for (int kh = 0; kh < K; kh++)
-                for (int g = 0; g < G; g++)
-                    for (int j0 = 0; j0 < L; j0 += chunk_rows) {
-                        int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
-                        if (gemm_bf16(cu->blas, values[kh] + (size_t)j0 * d, d, W->wo + (size_t)(kh * G + g) * d,
-                                      H * d, cu->gu, CUDA_R_32F, D, rc, D, d, 0.0f, err) ||
-                            launch_l1_rows(cu->gu, rc, D, nu + (size_t)kh * L + j0, 1.0f / G, g > 0, cu->st, err))
-                            return -1;
-                    }
+                if (value_norms_by_gemm(cu->blas, values[kh], L, d, W->wo + (size_t)kh * G * d, H * d, G, D, cu->gu,
+                                        chunk_rows, nu + (size_t)kh * L, 1.0f / G, cu->st, err))
+                    return -1;
         }
         if (!on_device) CU_CHECK(cudaMemcpyAsync(h_nu, nu, n_nu * sizeof(float), cudaMemcpyDeviceToHost, cu->st));
     }

@@ -104,6 +104,11 @@ int launch_argmax_rows(const float *x, int rows, int V, int *out, cudaStream_t s
 /* out[r] (+)= scale * sum_e |P[r][e]| for r < rows. */
 int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int accumulate, cudaStream_t st,
                    KvErr *err);
+/* One kv-head's value norms the plain way: out[j] = scale * sum_g || v[j] W[:, g*d .. +d) ||_1 for j < L, per query
+ * head one GEMM of chunk_rows values at a time into proj[chunk_rows][D] (f32), then launch_l1_rows. h must work
+ * on stream st. */
+int value_norms_by_gemm(cublasHandle_t h, const bf16 *v, int L, int d, const bf16 *w_group, int ld_wo, int G, int D,
+                        float *proj, int chunk_rows, float *out, float scale, cudaStream_t st, KvErr *err);
 /* The same norms fused (kernels.cu k_value_norms), for all K kv-heads of a layer at once: out[kh][j] = scale *
  * sum_g sum_n |v[kh][j] . W[n][(kh*G + g)*d .. +d)| for j < L, v[kh][L][d] the kv-heads' values, W[D][ld_wo]
  * the layer's o_proj from wo on; no projection written. Served where value_norms_fused_serves says (d = 64 or

@@ -403,20 +403,6 @@ extern "C" int cuda_kernel_long_cases(CudaSelftest *out, int small, KvErr *err) 
 /* ------------------------------------------------------------------------------------------------------ */
 /* The observation's value norms: the fused kernel and the GEMM + L1 path against a double-precision oracle  */
 
-/* The GEMM + L1 path of cuda_backend.cu's observe_layer for one kv-head (rows in blocks of chunk_rows). */
-static int value_norms_gemm(cublasHandle_t h, const bf16 *v, int L, int d, const bf16 *w_group, int ld_wo, int G,
-                            int D, float *proj, int chunk_rows, float *out, KvErr *err) {
-    for (int g = 0; g < G; g++)
-        for (int j0 = 0; j0 < L; j0 += chunk_rows) {
-            int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
-            if (gemm_bf16(h, v + (size_t)j0 * d, d, w_group + (size_t)g * d, ld_wo, proj, CUDA_R_32F, D, rc, D, d,
-                          0.0f, err) ||
-                launch_l1_rows(proj, rc, D, out + j0, 1.0f / G, g > 0, 0, err))
-                return -1;
-        }
-    return 0;
-}
-
 /* One shape: K kv-heads of L values of head dim d, and an o_proj whose first group of G heads is not theirs (so
  * kv-head kh reads columns (kh + 1)·G·d on, from a base that is not the matrix's). The fused kernel does all K in
  * one launch, the GEMM + L1 path one kv-head at a time. The oracle, in double from the same bf16 values, checks
@@ -442,8 +428,8 @@ static int lab_value_norms_case(cublasHandle_t h, int K, int L, int d, int G, in
         return kv_fail(err, "value norms lab: d = %d, D = %d not served by the fused kernel", d, D);
     if (launch_value_norms(values.data(), K, L, d, w_first, ld_wo, G, D, out_fused, 1.0f / G, 0, err)) return -1;
     for (int kh = 0; kh < K; kh++)
-        if (value_norms_gemm(h, v[kh], L, d, w_first + (size_t)kh * G * d, ld_wo, G, D, proj, chunk,
-                             out_gemm + (size_t)kh * L, err))
+        if (value_norms_by_gemm(h, v[kh], L, d, w_first + (size_t)kh * G * d, ld_wo, G, D, proj, chunk,
+                                out_gemm + (size_t)kh * L, 1.0f / G, 0, err))
             return -1;
     CU_CHECK(cudaDeviceSynchronize());
     std::vector<bf16> hv((size_t)L * d), hw((size_t)D * ld_wo);
@@ -519,8 +505,8 @@ static int value_norms_best_ms(cublasHandle_t h, cudaEvent_t e0, cudaEvent_t e1,
             if (launch_value_norms(values, K, L, d, wo, K * G * d, G, D, out, 1.0f / G, 0, err)) return -1;
         } else {
             for (int kh = 0; kh < K; kh++)
-                if (value_norms_gemm(h, values[kh], L, d, wo + (size_t)kh * G * d, K * G * d, G, D, proj, chunk,
-                                     out + (size_t)kh * L, err))
+                if (value_norms_by_gemm(h, values[kh], L, d, wo + (size_t)kh * G * d, K * G * d, G, D, proj, chunk,
+                                        out + (size_t)kh * L, 1.0f / G, 0, err))
                     return -1;
         }
         CU_CHECK(cudaEventRecord(e1, 0));

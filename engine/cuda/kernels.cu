@@ -680,6 +680,19 @@ int launch_l1_rows(const float *P, int rows, int D, float *out, float scale, int
     return 0;
 }
 
+int value_norms_by_gemm(cublasHandle_t h, const bf16 *v, int L, int d, const bf16 *w_group, int ld_wo, int G, int D,
+                        float *proj, int chunk_rows, float *out, float scale, cudaStream_t st, KvErr *err) {
+    for (int g = 0; g < G; g++)
+        for (int j0 = 0; j0 < L; j0 += chunk_rows) {
+            int rc = L - j0 < chunk_rows ? L - j0 : chunk_rows;
+            if (gemm_bf16(h, v + (size_t)j0 * d, d, w_group + (size_t)g * d, ld_wo, proj, CUDA_R_32F, D, rc, D, d, 0.0f,
+                          err) ||
+                launch_l1_rows(proj, rc, D, out + j0, scale, g > 0, st, err))
+                return -1;
+        }
+    return 0;
+}
+
 /* The observation's value norms, fused: out[j] = scale * sum_g sum_n |sum_c v[j][c] W[n][g*d + c]| for the G
  * query heads of each kv-head, without the L x D projection in memory (the GEMM + L1 path wrote and re-read it,
  * one GEMM per query head and block of rows: about 30 TFLOP/s on an H200). One block of VN_WARPS warps per
