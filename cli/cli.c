@@ -23,12 +23,15 @@ typedef struct {
     "               KVBENCH_DECODE, KVBENCH_CACHE, KVBENCH_SIMD, KVBENCH_FAST_KERNEL (docs/running.md)\n"
 
 static const Command COMMANDS[] = {
-    {"run", cmd_run, "run CONFIG.json [--db PATH] [--limit N] [--shard i/N] [--memory-limit SIZE]  run a sweep",
+    {"run", cmd_run, "run CONFIG.json [--db PATH] [--limit N] [--shard i/N] [--memory-limit SIZE] [--decode-samples N]"
+     "  run a sweep",
      "  --db PATH    results database (default: the config's \"db\", else results/kvbench.db)\n"
      "  --limit N    at most N samples per task\n"
      "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n"
      "  --memory-limit SIZE  memory for a sample's prefill cache and its variants (e.g. 8GiB; default: the config's\n"
      "               \"memory_limit\", else the device's): the variants decode in as few batches as fit, same rows\n"
+     "  --decode-samples N  decode the variants of up to N samples as one batch where the memory holds them\n"
+     "               (default: the config's \"decode_samples\", else 1): fewer weight reads per step, same rows\n"
      BACKEND_FLAGS_HELP},
     {"report", cmd_report, "report [CONFIG.json | --db PATH] [--out DIR]  tables and figures from a database",
      "  CONFIG.json  report the config's \"db\" (results/kvbench.db when it names none)\n"

@@ -49,7 +49,7 @@ static int count_option(const char *cmd, int argc, char **argv, int *i, int *out
 }
 
 int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
-    const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL, *memory = NULL;
+    const char *config_path = NULL, *db = NULL, *limit = NULL, *shard = NULL, *memory = NULL, *joint = NULL;
     SweepOptions opt = {0};
     for (int i = 0, key; i < argc; i++) {
         if ((key = util_backend_flag(argv[i])) >= 0) {
@@ -62,11 +62,13 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
             if (option_value(cmd, argc, argv, &i, &shard)) return 2;
         } else if (!trace && !strcmp(argv[i], "--memory-limit")) {
             if (option_value(cmd, argc, argv, &i, &memory)) return 2;
+        } else if (!trace && !strcmp(argv[i], "--decode-samples")) {
+            if (option_value(cmd, argc, argv, &i, &joint)) return 2;
         } else if (argv[i][0] == '-' || config_path) {
             fprintf(stderr, "kvbench %s: unexpected argument '%s'\n"
                             "usage: kvbench %s CONFIG.json [--db PATH] [--limit N] [--shard i/N]%s\n"
                             "         " UTIL_BACKEND_FLAGS_USAGE "\n", cmd, argv[i], cmd,
-                    trace ? "" : " [--memory-limit SIZE]");
+                    trace ? "" : " [--memory-limit SIZE] [--decode-samples N]");
             return 2;
         } else {
             config_path = argv[i];
@@ -80,10 +82,13 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
                         "  --shard i/N  only the samples whose id hashes to i mod N (0 <= i < N)\n"
                         "  --decode, --cache, --simd, --fast-kernel  the cpu backend's options, over each model's "
                         "\"cpu\" in the config and KVBENCH_DECODE, ... (docs/running.md)\n%s", cmd,
-                trace ? "" : " [--memory-limit SIZE]",
+                trace ? "" : " [--memory-limit SIZE] [--decode-samples N]",
                 trace ? "" : "  --memory-limit SIZE  memory for a sample's prefill cache and its variants (e.g. 8GiB; "
                              "default: the config's \"memory_limit\", else the device's): the variants decode in as "
-                             "few batches as fit, with the same rows\n");
+                             "few batches as fit, with the same rows\n"
+                             "  --decode-samples N  decode the variants of up to N samples as one batch where the "
+                             "memory holds them (default: the config's \"decode_samples\", else 1), with the same "
+                             "rows\n");
         return 2;
     }
     KvErr err = {{0}};
@@ -100,6 +105,19 @@ int cmd_sweep(const char *cmd, int trace, int argc, char **argv) {
             return 2;
         }
         opt.limit = (int)n;
+    }
+    if (joint) {
+        long long n = 0;
+        NumCheck r = num_parse_integer(joint, 1, CONFIG_MAX_DECODE_SAMPLES, &n);
+        if (r) {
+            if (r == NUM_OUT_OF_RANGE)
+                fprintf(stderr, "kvbench %s: --decode-samples '%s': out of range [1, %d]\n", cmd, joint,
+                        CONFIG_MAX_DECODE_SAMPLES);
+            else
+                fprintf(stderr, "kvbench %s: --decode-samples '%s': expected a positive integer\n", cmd, joint);
+            return 2;
+        }
+        opt.decode_samples = (int)n;
     }
     if ((memory && memplan_parse_bytes(memory, "--memory-limit", &opt.memory_limit, &err)) ||
         (shard && sweep_parse_shard(shard, &opt.shard_index, &opt.shard_count, &err))) {

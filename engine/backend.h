@@ -87,6 +87,7 @@ struct Backend {
      * reserve; NULL for the CPU backend (host memory: only a run's --memory-limit bounds it). */
     int (*memory_free)(Backend *b, double *bytes, KvErr *err);
     int views_fast;  /* decoding on views is measured at least as fast as on copies: the planner never gathers */
+    int max_seqs;    /* most sequences one forward takes (the CUDA backend's rows); 0: no limit (the CPU's) */
     /* Its observed forward can hand the hook device arrays (ObserveHook.on_device), so a build with
      * policies/cuda_policy.h scores there; 0 for the CPU backend. */
     int scores_on_device;

@@ -35,4 +35,24 @@ typedef struct {
 int generate_greedy(Backend *be, KvCache *const *caches, int n_seqs, const int *prompt, int n_prompt,
                     const GenerateOptions *opt, TokenIds *out, GenerateStats *stats, KvErr *err);
 
+/* The sequences of one sample in a joint decode: they receive its prompt (its question), then decode under its
+ * options. out[n_seqs] as generate_greedy's. stats is filled: its prompt feed, and its share of the joint steps
+ * (each step's time split by how many of the step's sequences are the group's). */
+typedef struct {
+    KvCache *const *caches;
+    int n_seqs;
+    const int *prompt;
+    int n_prompt;
+    GenerateOptions opt;
+    TokenIds *out;
+    GenerateStats stats;
+} GenerateGroup;
+
+/* generate_greedy over several groups at once (runs/sweep.c's decode across samples): each group's prompt is fed
+ * to its caches in a forward of its own (prompts differ in length), then every single-token step runs all the
+ * groups' unfinished sequences as one batch, so a step reads the weights once for all of them. A sequence's
+ * tokens are those generate_greedy gives it alone wherever the backend's batched forward is row-invariant (the
+ * CPU backend's is, and tests/test_generate.c holds it to that). A trace hook sees its group's sequence numbers. */
+int generate_greedy_groups(Backend *be, GenerateGroup *groups, int n_groups, KvErr *err);
+
 #endif

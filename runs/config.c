@@ -508,7 +508,7 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
     static const char *const keys[] = {"name", "description", "db", "models", "datasets", "policies",
                                        "aggregations", "budgets", "compress_question", "max_new_tokens",
                                        "window", "pool_kernel", "trace", "stop_rule", "over_length", "memory_limit",
-                                       NULL};
+                                       "decode_samples", NULL};
     Ctx c = {file, err};
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = kv_parse_json(text, strlen(text), file, err);
@@ -525,7 +525,8 @@ int config_parse(RunConfig *cfg, const char *file, const char *text, KvErr *err)
         get_int(&c, root, "", "pool_kernel", 1, 1 << 10, &pool_kernel) ||
         get_choice(&c, root, "stop_rule", "reference", "any_token", &cfg->stop_any_token) ||
         get_choice(&c, root, "over_length", "run", "error", &cfg->over_length_error) ||
-        parse_memory_limit(&c, root, &cfg->memory_limit))
+        parse_memory_limit(&c, root, &cfg->memory_limit) ||
+        get_int(&c, root, "", "decode_samples", 1, CONFIG_MAX_DECODE_SAMPLES, &cfg->decode_samples))
         goto done;
     const cJSON *description = cJSON_GetObjectItemCaseSensitive(root, "description");
     if (description && !cJSON_IsString(description)) {

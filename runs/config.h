@@ -13,6 +13,8 @@
 #include "../policies/policy.h"
 
 #define CONFIG_MAX_WINDOWS 8  /* observation windows one policy entry may list */
+/* Most samples one decode batch may hold ("decode_samples", --decode-samples). */
+#define CONFIG_MAX_DECODE_SAMPLES 4096
 
 typedef struct {
     char *path;       /* GGUF file, HF directory or synthetic spec, ${VAR} expanded */
@@ -81,6 +83,9 @@ typedef struct {
                                   * (runs/memplan.h), e.g. "8GiB"; 0 = no limit beyond the device's. Rows are the same
                                   * under any limit (only the number of decode batches changes), so it is no part of
                                   * their setup */
+    int decode_samples;          /* "decode_samples": most samples whose variants decode as one batch where the memory
+                                  * holds them (runs/sweep.h); 0 = 1, each sample alone. Rows are the same (a
+                                  * sequence's arithmetic does not depend on its batch): no part of their setup */
 } RunConfig;
 
 int config_load(RunConfig *cfg, const char *path, KvErr *err);

@@ -18,7 +18,9 @@ const DeviceModel DEVICE_H200 = {"NVIDIA H200 (measured 2026-12-04)", 139.3 * 10
                                  "keep-sets in emulation, never run on a GPU), so they are modelled at the host's "
                                  "rates; the fused value norms (engine/cuda/kernels.cu k_value_norms: within 3e-7 of "
                                  "a double oracle in emulation, never timed), modelled at the GEMM path's rate; decode "
-                                 "across samples and cuDNN attention are not built (issue 36)"};
+                                 "across samples (runs/sweep.c's decode_samples: the rows of one sample at a time on "
+                                 "the CPU and in emulation, never timed), modelled one sample a batch; cuDNN attention "
+                                 "is not built (issue 36)"};
 
 /* The CUDA backend's sizes (engine/cuda/cuda_backend.cu CHUNK_ROWS, MEM_MARGIN, PLAN_RESERVE, ALLOC_PAGE,
  * sizeof(DevHead); engine/cuda/splitk.h SPLITK_KEYS). */

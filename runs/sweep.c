@@ -9,7 +9,11 @@
  * variants decode in as few batches as fit the memory beside the prefill's cache, each batch reading the
  * weights once per step. The `full` variant decodes on the prefill cache itself (allocated with room for the
  * question and answer), so it costs no copy; its batch is the last, since it appends to that cache. The rows
- * are the same in any number of batches (a sequence's arithmetic does not depend on its batch).
+ * are the same in any number of batches (a sequence's arithmetic does not depend on its batch). For the same
+ * reason several samples may decode as one batch (decode_samples > 1, the decode pool): each sample whose variants
+ * fit in one batch is prepared and held, its claim kept, until the pool is full, the next sample does not fit
+ * beside it, or the plan's pass ends; then all of them decode together (each feeding its own question), and each
+ * sample's rows are stored as if it had decoded alone.
  *
  * Resume: the plan is built from the database (rows already there are skipped, failed rows are retried), and a
  * sample's rows are written in one transaction, so after a kill — even kill -9 — the rerun redoes at most the
@@ -72,6 +76,12 @@ typedef struct {
     double started_ms;
     double memory_limit;   /* bytes for the prefill's cache and the variants (--memory-limit, else the config's
                             * "memory_limit"); 0: none beyond the device's own */
+    int decode_samples;    /* most samples decoded together (SweepOptions.decode_samples); 1: each alone */
+    struct SampleJob **pool; /* [decode_samples] the decode pool: prepared samples waiting to decode together */
+    int n_pool;
+    double pool_need;      /* bytes the pooled samples' variants will take while they decode */
+    double pool_prefill;   /* bytes of the pooled samples' prefill caches */
+    int pool_seqs;         /* their variants (sequences of the joint batch; at most Backend.max_seqs) */
 } Sweep;
 
 typedef struct {
@@ -305,9 +315,10 @@ typedef struct {
     int context_tokens, question_tokens;
     int over_length; /* context + question + the new tokens exceed the model's max context */
     int n_batches;   /* decode batches (runs/memplan.h) */
+    int joint_samples; /* samples its one batch decoded with, itself included (the decode pool); 1: alone */
 } SampleOutcome;
 
-/* One sample's state between the steps of run_sample. */
+/* One sample's state between its steps (SampleJob). */
 typedef struct {
     TokenIds ctx, q, stops;
     ChatFormat chat;    /* what the context was rendered in (a reconstruction pass frames its inputs so) */
@@ -317,7 +328,7 @@ typedef struct {
     int n_ok;           /* variants with a keep-set or the prefill's cache, listed in idx */
     int full;           /* the full variant's place in idx; -1 when none */
     int *idx;           /* [n] */
-    int *batch_of;      /* [n] each listed variant's decode batch; then the variants of one batch */
+    int *batch_of;      /* [n] each listed variant's decode batch */
     double *need;       /* [2n]: view bytes, then copy bytes, of the variants listed in idx */
     int use_views;      /* the variants decode on views of the prefill's cache, not on gathered copies */
     double budget;      /* bytes for the variants beside the prefill's cache */
@@ -423,15 +434,19 @@ static int sample_keep_sets(Sweep *sw, SampleState *st, VariantRun *runs, int n,
     return 0;
 }
 
-/* The plan: views of the prefill (or copies) in as few decode batches as fit the memory left beside it; a
- * variant that fits in none fails alone, saying what it needed and what was free. */
-static int sample_plan(Sweep *sw, SampleState *st, VariantRun *runs, int n, SampleOutcome *o, KvErr *err) {
+/* The plan: views of the prefill (or copies) in as few decode batches as fit the memory left beside its cache and
+ * beside what the decode pool holds (reserved_device: the pooled samples' variants, not made yet, out of the
+ * device's free memory; reserved_limit: their prefills' caches and their variants, out of the memory limit). Fills
+ * st->batch_of, use_views and budget, the full variant's batch last; *n_unfit: the variants that fit in none.
+ * Returns the batches, -1 when out of memory. */
+static int sample_plan(Sweep *sw, SampleState *st, int n, double reserved_device, double reserved_limit, int *n_unfit,
+                       KvErr *err) {
     const double prefill_bytes = (double)st->pf.cache->arena_bytes;
     st->device_free = INFINITY;
     if (sw->be->memory_free && sw->be->memory_free(sw->be, &st->device_free, err)) return -1;
-    st->budget = st->device_free;
-    if (sw->memory_limit > 0 && sw->memory_limit - prefill_bytes < st->budget)
-        st->budget = sw->memory_limit - prefill_bytes;
+    st->budget = st->device_free - reserved_device;
+    if (sw->memory_limit > 0 && sw->memory_limit - prefill_bytes - reserved_limit < st->budget)
+        st->budget = sw->memory_limit - prefill_bytes - reserved_limit;
     int nb = memplan_choose(sw->be->cache_view ? st->need : NULL, st->need + n, st->n_ok, st->budget,
                             sw->be->views_fast, st->batch_of, &st->use_views, err);
     if (nb < 0) return -1;
@@ -443,9 +458,26 @@ static int sample_plan(Sweep *sw, SampleState *st, VariantRun *runs, int n, Samp
         for (int j = 0; j < st->n_ok; j++)
             batch_of[j] = batch_of[j] == a ? nb - 1 : batch_of[j] == nb - 1 ? a : batch_of[j];
     }
+    *n_unfit = 0;
+    for (int j = 0; j < st->n_ok; j++) *n_unfit += batch_of[j] < 0;
+    return nb;
+}
+
+/* Bytes the planned variants take while they decode (what a pooled sample reserves). */
+static double sample_need(const SampleState *st, int n) {
+    double need = 0;
+    for (int j = 0; j < st->n_ok; j++)
+        if (st->batch_of[j] >= 0) need += st->need[(st->use_views ? 0 : n) + j];
+    return need;
+}
+
+/* Gives each variant its batch of the plan; a variant that fits in none fails alone, saying what it needed and
+ * what was free. */
+static void sample_plan_apply(Sweep *sw, SampleState *st, VariantRun *runs, int n, int nb, SampleOutcome *o) {
+    const double prefill_bytes = (double)st->pf.cache->arena_bytes;
     for (int j = 0; j < st->n_ok; j++) {
         VariantRun *r = &runs[st->idx[j]];
-        r->batch = batch_of[j];
+        r->batch = st->batch_of[j];
         if (r->batch >= 0) continue;
         r->failed = 1;
         char prefill[32], limit[32], needed[32], left[32];
@@ -463,73 +495,6 @@ static int sample_plan(Sweep *sw, SampleState *st, VariantRun *runs, int n, Samp
                     st->budget < st->device_free ? "the memory limit" : "the device's free memory less its reserve");
     }
     o->n_batches = nb;
-    return 0;
-}
-
-/* Each batch: its caches, one batched decode, each answer decoded to text and scored, then the caches are freed;
- * the prefill's cache serves them all. A variant whose cache, decode or score fails fails alone. */
-static int sample_decode(Sweep *sw, const Sample *s, SampleState *st, VariantRun *runs, int n, SampleOutcome *o,
-                         KvErr *err) {
-    const KvCache *prefill_cache = st->pf.cache;
-    KvCache **caches = kv_calloc((size_t)n, sizeof *caches, err);
-    TokenIds *outs = kv_calloc((size_t)n, sizeof *outs, err);
-    int *batch_of = st->batch_of; /* reused: the variants of the batch being decoded */
-    if (!caches || !outs) {
-        free(caches);
-        free(outs);
-        return -1;
-    }
-    for (int batch = 0; batch < o->n_batches; batch++) {
-        int nc = 0;
-        for (int j = 0; j < st->n_ok; j++) {
-            VariantRun *r = &runs[st->idx[j]];
-            if (r->batch != batch || r->failed) continue;
-            if (r->cache != prefill_cache) {
-                double t = util_now_ms();
-                int rc = (st->use_views ? sw->be->cache_view : sw->be->cache_gather)(
-                    sw->be, prefill_cache, &r->keep, st->q.n + st->max_new, &r->cache, &r->err);
-                keepset_free(&r->keep);
-                double made = util_now_ms() - t;
-                r->select_ms += made;
-                sw->stats->select_ms += made;
-                if (rc) {
-                    r->failed = 1;
-                    continue;
-                }
-            }
-            batch_of[nc] = st->idx[j];
-            caches[nc++] = r->cache;
-        }
-        if (nc == 0) continue;
-        GenerateOptions go = {st->max_new, st->stops.ids, st->stops.n, NULL,
-                              sw->cfg->stop_any_token ? GEN_STOP_ANY_TOKEN : GEN_STOP_REFERENCE};
-        GenerateStats gs = {0};
-        KvErr derr = {{0}};
-        int rc = generate_greedy(sw->be, caches, nc, st->q.ids, st->q.n, &go, outs, &gs, &derr);
-        if (rc) kv_wrap(&derr, "decode");
-        o->decode_ms += gs.feed_ms + gs.decode_ms;
-        sw->stats->decode_tokens += gs.decode_tokens;
-        for (int k = 0; k < nc; k++) {
-            VariantRun *r = &runs[batch_of[k]];
-            r->out = outs[k];
-            outs[k] = (TokenIds){0};
-            if (r->cache != prefill_cache) sw->be->cache_free(sw->be, r->cache);
-            r->cache = NULL;
-            if (rc) {
-                r->failed = 1;
-                r->err = derr;
-            } else if (!(r->prediction =
-                             tokenizer_decode(sw->tok, r->out.ids, r->out.n, TOK_DECODE_SKIP_SPECIAL, &r->err)) ||
-                       metric_score(s->metric, s->task, r->prediction, (const char *const *)s->answers, s->n_answers,
-                                    (const char *const *)s->all_classes, s->n_classes, &r->score, &r->err)) {
-                r->failed = 1;
-            }
-        }
-    }
-    for (int i = 0; i < n; i++) ids_free(&outs[i]);
-    free(caches);
-    free(outs);
-    return 0;
 }
 
 /* What the steps leave, whichever step stopped: the variants' caches and keep-sets, the prefill, the buffers. */
@@ -541,30 +506,14 @@ static void sample_state_free(Sweep *sw, SampleState *st, VariantRun *runs, int 
         keepset_free(&runs[i].keep);
     }
     if (st->has_prefill) prefill_free(&st->pf);
+    st->has_prefill = 0;
     free(st->batch_of);
     free(st->need);
     free(st->idx);
     ids_free(&st->ctx);
     ids_free(&st->q);
     ids_free(&st->stops);
-}
-
-/* Prefill, keep-sets, the decode plan, batched decode and scores for the pending variants of one sample, in named
- * steps. Every failure lands in the failing variants' runs[i].err (a failure of a step as a whole, before the
- * keep-sets or of the batches' buffers, fails them all). */
-static void run_sample(Sweep *sw, const Sample *s, VariantRun *runs, int n, SampleOutcome *o) {
-    SampleState st = {.full = -1};
-    KvErr err = {{0}};
-    const double cpu_started = util_cpu_ms();
-    *o = (SampleOutcome){0};
-    if (sample_tokens(sw, s, &st, o, &err) || sample_prefill(sw, &st, runs, n, o, &err) ||
-        sample_keep_sets(sw, &st, runs, n, &err) || sample_plan(sw, &st, runs, n, o, &err) ||
-        sample_decode(sw, s, &st, runs, n, o, &err))
-        fail_all(runs, n, &err);
-    else
-        sw->stats->prefill_tokens += st.ctx.n;
-    sample_state_free(sw, &st, runs, n);
-    sw->stats->sample_cpu_ms += util_cpu_ms() - cpu_started;
+    *st = (SampleState){.full = -1};
 }
 
 static char *answers_json(const Sample *s) {
@@ -699,32 +648,190 @@ done:
     return rc;
 }
 
-/* Runs one planned sample and stores it; -1 only when the database write failed (fatal). A sample the dataset
- * cannot build is stored too, as failed rows with the dataset's message. */
-static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
-    if (sw->opt->trace) return trace_item(sw, p, it, err);
+static void progress(Sweep *sw) {
+    const SweepStats *st = sw->stats;
+    if (!sw->opt->progress_line || st->samples_planned == 0) return;
+    double elapsed = util_now_ms() - sw->started_ms;
+    double per = st->samples_done ? elapsed / st->samples_done : 0;
+    double eta = per * (st->samples_planned - st->samples_done) / 1000.0;
+    fprintf(sw->opt->log, "\r\033[K%s: %d/%d samples  ETA %dm%02ds  prefill %.0f tok/s  decode %.1f tok/s",
+            sw->log_name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
+            st->prefill_ms > 0 ? st->prefill_tokens / (st->prefill_ms / 1000) : 0.0,
+            st->decode_ms > 0 ? st->decode_tokens / (st->decode_ms / 1000) : 0.0);
+    fflush(sw->opt->log);
+}
+
+/* One planned sample from its tokens to its rows: prepared (tokens, prefill, keep-sets, plan), decoded alone or in
+ * the decode pool with other samples, then stored. */
+typedef struct SampleJob {
+    const PlanItem *it;
+    Sample s;
+    int built;         /* the dataset built s (else serr says why, and every variant fails with it) */
+    KvErr serr;
+    char key[600];
+    VariantRun *runs;  /* [n] the pending variants */
+    int n;
+    SampleState st;
+    SampleOutcome o;
+    double need;       /* bytes its variants take while they decode (its reservation in the pool) */
+    int prefill_failed; /* its prefill failed (perhaps for the memory the pool holds) */
+} SampleJob;
+
+static void job_free(Sweep *sw, SampleJob *job) {
+    if (!job) return;
+    sample_state_free(sw, &job->st, job->runs, job->n);
+    for (int i = 0; job->runs && i < job->n; i++) {
+        free(job->runs[i].prediction);
+        free(job->runs[i].protected_counts);
+        ids_free(&job->runs[i].out);
+    }
+    free(job->runs);
+    if (job->built) sample_free(&job->s);
+    free(job);
+}
+
+/* The job of a plan item with its sample built; -1 only when out of memory (fatal, as a failed write). */
+static int job_new(Sweep *sw, Plan *p, const PlanItem *it, SampleJob **out, KvErr *err) {
     const RunConfig *cfg = sw->cfg;
     const RunDataset *rd = &cfg->datasets[it->dataset];
-    const char *task = rd->tasks[it->task - p->first[it->dataset]];
-    Sample s;
-    char key[600];
-    KvErr serr = {{0}};
-    int n = 0, rc = 0;
-    VariantRun *runs = kv_calloc((size_t)cfg->n_variants, sizeof *runs, err);
-    StoreResult *rows = kv_calloc((size_t)cfg->n_variants, sizeof *rows, err);
-    if (!runs || !rows) {
-        free(runs);
-        free(rows);
+    SampleJob *job = kv_calloc(1, sizeof *job, err);
+    if (!job || !(job->runs = kv_calloc((size_t)cfg->n_variants, sizeof *job->runs, err))) {
+        free(job);
         return -1;
     }
+    job->it = it;
+    job->st.full = -1;
     for (int v = 0; v < cfg->n_variants; v++)
-        if (it->pending[v]) runs[n++].v = &cfg->variants[v];
-    SampleOutcome o = {0};
-    int built = item_sample(p, it, rd, task, &s, key, sizeof key, &serr);
-    if (built) run_sample(sw, &s, runs, n, &o);
-    else fail_all(runs, n, &serr);
-    int n_failed = 0;
-    for (int i = 0; i < n; i++) {
+        if (it->pending[v]) job->runs[job->n++].v = &cfg->variants[v];
+    job->built = item_sample(p, it, rd, rd->tasks[it->task - p->first[it->dataset]], &job->s, job->key,
+                             sizeof job->key, &job->serr);
+    *out = job;
+    return 0;
+}
+
+/* Tokens, prefill and keep-sets; returns whether the job has variants to decode (a failed step fails them all,
+ * with its error). The variants' state is reset first, so a job can be prepared again (after a prefill that failed
+ * while the decode pool held memory). */
+static int job_prepare(Sweep *sw, SampleJob *job) {
+    sample_state_free(sw, &job->st, job->runs, job->n);
+    for (int i = 0; i < job->n; i++) {
+        VariantRun *r = &job->runs[i];
+        free(r->protected_counts);
+        *r = (VariantRun){.v = r->v};
+    }
+    job->o = (SampleOutcome){0};
+    if (!job->built) {
+        fail_all(job->runs, job->n, &job->serr);
+        return 0;
+    }
+    KvErr err = {{0}};
+    const double cpu_started = util_cpu_ms();
+    int rc = sample_tokens(sw, &job->s, &job->st, &job->o, &err);
+    job->prefill_failed = !rc && sample_prefill(sw, &job->st, job->runs, job->n, &job->o, &err);
+    rc = rc || job->prefill_failed || sample_keep_sets(sw, &job->st, job->runs, job->n, &err);
+    sw->stats->sample_cpu_ms += util_cpu_ms() - cpu_started;
+    if (rc) fail_all(job->runs, job->n, &err);
+    return !rc && job->st.n_ok > 0;
+}
+
+/* Decodes batch `batch` of each of the jobs in one joint decode (runs/memplan.h; one job: one of its batches; the
+ * pool: its jobs' only batch): each variant's cache made from its sample's prefill, one generate_greedy_groups with
+ * a group per sample, each answer decoded to text and scored, then the caches freed. A variant whose cache or score
+ * fails fails alone; a failing decode fails the variants it decoded. */
+static void decode_joint(Sweep *sw, SampleJob *const *jobs, int n_jobs, int batch) {
+    int total = 0, nc = 0, ng = 0;
+    for (int k = 0; k < n_jobs; k++) total += jobs[k]->n;
+    KvErr err = {{0}};
+    KvCache **caches = kv_calloc((size_t)total + 1, sizeof *caches, &err);
+    TokenIds *outs = caches ? kv_calloc((size_t)total + 1, sizeof *outs, &err) : NULL;
+    int *variant_of = outs ? kv_calloc((size_t)total + 1, sizeof *variant_of, &err) : NULL;
+    GenerateGroup *groups = variant_of ? kv_calloc((size_t)n_jobs, sizeof *groups, &err) : NULL;
+    SampleJob **group_job = groups ? kv_calloc((size_t)n_jobs, sizeof *group_job, &err) : NULL;
+    if (!group_job) {
+        for (int k = 0; k < n_jobs; k++) fail_all(jobs[k]->runs, jobs[k]->n, &err);
+        goto done;
+    }
+    const double cpu_started = util_cpu_ms();
+    for (int k = 0; k < n_jobs; k++) {
+        SampleJob *job = jobs[k];
+        SampleState *st = &job->st;
+        const int first = nc;
+        for (int j = 0; j < st->n_ok; j++) {
+            VariantRun *r = &job->runs[st->idx[j]];
+            if (r->batch != batch || r->failed) continue;
+            if (r->cache != st->pf.cache) {
+                double t = util_now_ms();
+                int rc = (st->use_views ? sw->be->cache_view : sw->be->cache_gather)(
+                    sw->be, st->pf.cache, &r->keep, st->q.n + st->max_new, &r->cache, &r->err);
+                keepset_free(&r->keep);
+                double made = util_now_ms() - t;
+                r->select_ms += made;
+                sw->stats->select_ms += made;
+                if (rc) {
+                    r->failed = 1;
+                    continue;
+                }
+            }
+            variant_of[nc] = st->idx[j];
+            caches[nc++] = r->cache;
+        }
+        if (nc == first) continue;
+        GenerateOptions go = {st->max_new, st->stops.ids, st->stops.n, NULL,
+                              sw->cfg->stop_any_token ? GEN_STOP_ANY_TOKEN : GEN_STOP_REFERENCE};
+        groups[ng] = (GenerateGroup){.caches = caches + first, .n_seqs = nc - first, .prompt = st->q.ids,
+                                     .n_prompt = st->q.n, .opt = go, .out = outs + first};
+        group_job[ng++] = job;
+    }
+    if (ng == 0) goto done;
+    KvErr derr = {{0}};
+    int rc = generate_greedy_groups(sw->be, groups, ng, &derr);
+    if (rc) kv_wrap(&derr, "decode");
+    sw->stats->decode_batches++;
+    for (int g = 0; g < ng; g++) {
+        SampleJob *job = group_job[g];
+        const GenerateGroup *gr = &groups[g];
+        job->o.decode_ms += gr->stats.feed_ms + gr->stats.decode_ms;
+        job->o.joint_samples = ng;
+        sw->stats->decode_tokens += gr->stats.decode_tokens;
+        for (int b = 0; b < gr->n_seqs; b++) {
+            const Sample *s = &job->s;
+            VariantRun *r = &job->runs[variant_of[gr->out - outs + b]];
+            r->out = gr->out[b];
+            gr->out[b] = (TokenIds){0};
+            if (r->cache != job->st.pf.cache) sw->be->cache_free(sw->be, r->cache);
+            r->cache = NULL;
+            if (rc) {
+                r->failed = 1;
+                r->err = derr;
+            } else if (!(r->prediction =
+                             tokenizer_decode(sw->tok, r->out.ids, r->out.n, TOK_DECODE_SKIP_SPECIAL, &r->err)) ||
+                       metric_score(s->metric, s->task, r->prediction, (const char *const *)s->answers, s->n_answers,
+                                    (const char *const *)s->all_classes, s->n_classes, &r->score, &r->err)) {
+                r->failed = 1;
+            }
+        }
+    }
+    sw->stats->sample_cpu_ms += util_cpu_ms() - cpu_started;
+done:
+    for (int i = 0; outs && i < total; i++) ids_free(&outs[i]);
+    free(caches);
+    free(outs);
+    free(variant_of);
+    free(groups);
+    free(group_job);
+}
+
+/* Stores a job's rows, logs it, frees it and releases its claim; -1 only when the database write failed (fatal). */
+static int job_store(Sweep *sw, Plan *p, SampleJob *job, KvErr *err) {
+    const RunConfig *cfg = sw->cfg;
+    const PlanItem *it = job->it;
+    const RunDataset *rd = &cfg->datasets[it->dataset];
+    const int n = job->n;
+    const SampleOutcome o = job->o;
+    VariantRun *runs = job->runs;
+    int n_failed = 0, rc = 0;
+    StoreResult *rows = kv_calloc((size_t)n + 1, sizeof *rows, err);
+    for (int i = 0; rows && i < n; i++) {
         VariantRun *r = &runs[i];
         int vi = (int)(r->v - cfg->variants);
         StoreResult *row = &rows[i];
@@ -742,12 +849,12 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         row->error = r->failed ? r->err.msg : NULL;
         n_failed += r->failed;
     }
-    char *answers = built ? answers_json(&s) : NULL;
-    StoreSample ss = sample_row(sw, p, it, rd, built ? &s : NULL, key, o.context_tokens, o.question_tokens,
-                                   answers);
+    char *answers = job->built ? answers_json(&job->s) : NULL;
+    StoreSample ss = sample_row(sw, p, it, rd, job->built ? &job->s : NULL, job->key, o.context_tokens,
+                                o.question_tokens, answers);
     ss.over_length = o.over_length;
     const int n_layers = sw->model->cfg.n_layers, n_kv_heads = sw->model->cfg.n_kv_heads;
-    ProtectedSet *sets = kv_calloc((size_t)n + 1, sizeof *sets, err);
+    ProtectedSet *sets = rows ? kv_calloc((size_t)n + 1, sizeof *sets, err) : NULL;
     int n_sets = 0;
     for (int i = 0; sets && i < n; i++)
         if (!runs[i].failed && runs[i].protected_counts)
@@ -762,17 +869,17 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         sw->stats->rows_failed += n_failed;
         sw->stats->samples_done++;
         if (n_failed == n) sw->stats->samples_failed++;
+        if (job->st.n_ok > 0 && n_failed < n) sw->stats->prefill_tokens += o.context_tokens;
         sw->stats->prefill_ms += o.prefill_ms;
         sw->stats->decode_ms += o.decode_ms;
-        sw->stats->decode_batches += o.n_batches;
         sw->stats->samples_split += o.n_batches > 1;
         const VariantRun *first = NULL;
         for (int i = 0; i < n && !first; i++)
             if (runs[i].failed) first = &runs[i];
         if (first)
             fprintf(sw->opt->log, "%s%s: %s: %d of %d variants failed (%s: %s)\n",
-                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, key, n_failed, n, first->v->policy.name,
-                    first->err.msg);
+                    sw->opt->progress_line ? "\r\033[K" : "", sw->log_name, job->key, n_failed, n,
+                    first->v->policy.name, first->err.msg);
     }
     if (!sw->opt->progress_line && rc == 0) {
         double mean = 0;
@@ -780,31 +887,107 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         for (int i = 0; i < n; i++)
             if (!runs[i].failed) mean += runs[i].score, ok++;
         /* the mean of the variants that ran: a failed variant has no score, and a 0 for it would read as one */
-        char scored[96];
+        char scored[96], recon[96] = "", joint[64] = "";
         if (!ok) snprintf(scored, sizeof scored, "no score (every variant failed)");
         else if (ok < n) snprintf(scored, sizeof scored, "mean score %.3f of the %d that ran (%d failed)", mean / ok, ok,
                                   n - ok);
         else snprintf(scored, sizeof scored, "mean score %.3f", mean / ok);
-        char recon[96] = "";
         if (o.reconstruction_ms > 0)
             snprintf(recon, sizeof recon, ", reconstruction pass %.0f ms (%.0f CPU-ms)", o.reconstruction_ms,
                      o.reconstruction_cpu_ms);
+        if (o.joint_samples > 1)
+            snprintf(joint, sizeof joint, " with %d other sample%s", o.joint_samples - 1,
+                     o.joint_samples == 2 ? "" : "s");
         fprintf(sw->opt->log, "%s: %s (%d/%d): %d variants, %d+%d tokens, prefill %.0f ms%s, decode %.0f ms in %d "
-                              "batch%s, %s\n",
-                sw->log_name, key, sw->stats->samples_done, sw->stats->samples_planned, n, o.context_tokens,
-                o.question_tokens, o.prefill_ms, recon, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", scored);
+                              "batch%s%s, %s\n",
+                sw->log_name, job->key, sw->stats->samples_done, sw->stats->samples_planned, n, o.context_tokens,
+                o.question_tokens, o.prefill_ms, recon, o.decode_ms, o.n_batches, o.n_batches == 1 ? "" : "es", joint,
+                scored);
     }
     free(answers);
     free(sets);
-    for (int i = 0; i < n; i++) {
-        free(runs[i].prediction);
-        free(runs[i].protected_counts);
-        ids_free(&runs[i].out);
-    }
-    free(runs);
     free(rows);
-    if (built) sample_free(&s);
+    KvErr release_err;
+    if (claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[it->dataset], it->key,
+                       rc ? &release_err : err))
+        rc = -1;
+    job_free(sw, job);
+    progress(sw);
     return rc;
+}
+
+/* Drops the pooled jobs without storing them (a fatal error stopped the run) and releases their claims. */
+static void pool_discard(Sweep *sw) {
+    for (int k = 0; k < sw->n_pool; k++) {
+        KvErr ignored;
+        SampleJob *job = sw->pool[k];
+        if (sw->store)
+            claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[job->it->dataset], job->it->key,
+                           &ignored);
+        job_free(sw, job);
+    }
+    sw->n_pool = sw->pool_seqs = 0;
+    sw->pool_need = sw->pool_prefill = 0;
+}
+
+/* Decodes the pooled samples together and stores each; -1 when a database write failed. */
+static int pool_flush(Sweep *sw, Plan *p, KvErr *err) {
+    if (sw->n_pool == 0) return 0;
+    decode_joint(sw, sw->pool, sw->n_pool, 0);
+    int rc = 0, k = 0;
+    for (; k < sw->n_pool && !rc; k++) rc = job_store(sw, p, sw->pool[k], err);
+    /* after a failed write, the jobs not stored are dropped with their claims */
+    for (int j = 0; j < sw->n_pool - k; j++) sw->pool[j] = sw->pool[k + j];
+    sw->n_pool -= k;
+    pool_discard(sw);
+    return rc;
+}
+
+/* Runs one planned sample: prepared, then decoded alone (in as many batches as its plan needs) and stored, or,
+ * when its variants fit in one batch and the sweep decodes several samples at once (SweepOptions.decode_samples),
+ * held in the decode pool beside the others until the pool is full or the plan's pass ends (pool_flush). A sample
+ * that would not fit beside the pool, or whose preparation fails while the pool holds memory, waits until the pool
+ * has decoded and is planned (prepared) again alone, so the pool never costs a sample a row. -1 only when the
+ * database write failed (fatal). */
+static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
+    SampleJob *job = NULL;
+    if (job_new(sw, p, it, &job, err)) return -1;
+    int ready = job_prepare(sw, job);
+    if (sw->n_pool > 0 && job->prefill_failed) {
+        if (pool_flush(sw, p, err)) {
+            job_free(sw, job);
+            return -1;
+        }
+        ready = job_prepare(sw, job);
+    }
+    if (ready) {
+        KvErr plan_err = {{0}};
+        int unfit = 0, nb = sample_plan(sw, &job->st, job->n, sw->pool_need, sw->pool_prefill + sw->pool_need, &unfit,
+                                        &plan_err);
+        const int n_seqs = job->st.n_ok, max_seqs = sw->be->max_seqs;
+        if (sw->n_pool > 0 && (nb != 1 || unfit > 0 || (max_seqs > 0 && sw->pool_seqs + n_seqs > max_seqs))) {
+            if (pool_flush(sw, p, err)) {
+                job_free(sw, job);
+                return -1;
+            }
+            nb = sample_plan(sw, &job->st, job->n, 0, 0, &unfit, &plan_err);
+        }
+        if (nb < 0) {
+            fail_all(job->runs, job->n, &plan_err);
+        } else {
+            sample_plan_apply(sw, &job->st, job->runs, job->n, nb, &job->o);
+            if (nb == 1 && sw->decode_samples > 1) {
+                job->need = sample_need(&job->st, job->n);
+                sw->pool_need += job->need;
+                sw->pool_prefill += (double)job->st.pf.cache->arena_bytes;
+                sw->pool_seqs += n_seqs;
+                sw->pool[sw->n_pool++] = job;
+                return sw->n_pool == sw->decode_samples ? pool_flush(sw, p, err) : 0;
+            }
+            for (int batch = 0; batch < nb; batch++) decode_joint(sw, &job, 1, batch);
+        }
+    }
+    return job_store(sw, p, job, err);
 }
 
 /* What claim_item found: the sample is this run's to compute, another live run is computing it, or another run has
@@ -829,19 +1012,6 @@ static int claim_item(Sweep *sw, PlanItem *it, ClaimState *state, KvErr *err) {
     return *state == CLAIM_FINISHED ? claims_release(sw->store, &sw->me, sw->rm->name, setup, it->key, err) : 0;
 }
 
-static void progress(Sweep *sw) {
-    const SweepStats *st = sw->stats;
-    if (!sw->opt->progress_line || st->samples_planned == 0) return;
-    double elapsed = util_now_ms() - sw->started_ms;
-    double per = st->samples_done ? elapsed / st->samples_done : 0;
-    double eta = per * (st->samples_planned - st->samples_done) / 1000.0;
-    fprintf(sw->opt->log, "\r\033[K%s: %d/%d samples  ETA %dm%02ds  prefill %.0f tok/s  decode %.1f tok/s",
-            sw->log_name, st->samples_done, st->samples_planned, (int)(eta / 60), (int)eta % 60,
-            st->prefill_ms > 0 ? st->prefill_tokens / (st->prefill_ms / 1000) : 0.0,
-            st->decode_ms > 0 ? st->decode_tokens / (st->decode_ms / 1000) : 0.0);
-    fflush(sw->opt->log);
-}
-
 /* Runs the plan's samples that no other run holds, then waits for those another run is computing: each is tried
  * again every second until that run has stored it (or its claim lapses, and this run computes it), so a run
  * ends only when every planned sample is stored, by it or by another run. */
@@ -861,13 +1031,20 @@ static int run_plan(Sweep *sw, Plan *plan, KvErr *err) {
                 sw->stats->samples_elsewhere++;
                 continue;
             }
-            rc = process_item(sw, plan, it, err);
+            if (!sw->opt->trace) {
+                rc = process_item(sw, plan, it, err); /* it releases the claim once the rows are stored */
+                continue;
+            }
+            rc = trace_item(sw, plan, it, err);
             KvErr release_err;
             if (claims_release(sw->store, &sw->me, sw->rm->name, sw->row_setups[it->dataset], it->key,
                                rc ? &release_err : err))
                 rc = -1;
             progress(sw);
         }
+        /* the pooled samples decode before this run waits for others' (or ends) */
+        if (!rc) rc = pool_flush(sw, plan, err);
+        if (rc) pool_discard(sw);
         if (rc || !n_held) break;
         if (n_held != said)
             fprintf(sw->opt->log, "%s%s: waiting for %d sample%s another run on this database is computing\n",
@@ -1041,15 +1218,20 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     memset(sw.stats, 0, sizeof *sw.stats);
     sw.started_ms = util_now_ms();
     sw.memory_limit = opt->memory_limit > 0 ? opt->memory_limit : cfg->memory_limit;
+    sw.decode_samples = opt->decode_samples > 0   ? opt->decode_samples
+                        : cfg->decode_samples > 0 ? cfg->decode_samples
+                                                  : 1;
     if (opt->trace && cfg->trace_steps < 1)
         return kv_fail(err, "%s: no \"trace\" section (kvbench trace needs e.g. \"trace\": {\"steps\": 64})", cfg->file);
     if (check_inputs(cfg, opt, err)) return -1;
     claims_self(&sw.me);
     if (!(sw.setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.setups, err)) ||
         !(sw.row_setups = kv_calloc((size_t)cfg->n_datasets, sizeof *sw.row_setups, err)) ||
-        !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err))) {
+        !(sw.keys = kv_calloc((size_t)cfg->n_variants, sizeof *sw.keys, err)) ||
+        !(sw.pool = kv_calloc((size_t)sw.decode_samples, sizeof *sw.pool, err))) {
         free(sw.setups);
         free(sw.row_setups);
+        free(sw.keys);
         return -1;
     }
     /* Traces are keyed apart from results: the steps and the importance change them, max_new_tokens does not
@@ -1093,6 +1275,7 @@ int sweep_run(const RunConfig *cfg, const SweepOptions *opt, SweepStats *stats, 
     free(sw.setups);
     free(sw.row_setups);
     free(sw.keys);
+    free(sw.pool);
     sw.stats->wall_ms = util_now_ms() - sw.started_ms;
     return rc;
 }

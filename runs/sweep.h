@@ -1,10 +1,11 @@
 /* sweep.h — runs a configuration into a results database: models × tasks × samples, and per sample one
  * prefill shared by every policy variant, whose compressed caches then decode together in as few batches as fit
- * the memory (docs/DESIGN.md §1, runs/memplan.h). The plan is the expansion minus the rows the database already
- * holds, so a killed run
- * resumes where it stopped; a failing sample becomes failed rows and the run goes on. Runs that share a database
- * share its samples: each claims a sample before computing it (store/claims.h), skips those another live run
- * holds, and at the end waits until that run has stored them (or its claim lapses). */
+ * the memory (docs/DESIGN.md §1, runs/memplan.h), or, with decode_samples > 1, beside the variants of other samples
+ * in one batch, so a step reads the weights once for several samples; the rows are the same either way. The plan
+ * is the expansion minus the rows the database already holds, so a killed run resumes where it stopped; a failing
+ * sample becomes failed rows and the run goes on. Runs that share a database share its samples: each claims a
+ * sample before computing it (store/claims.h), skips those another live run holds, and at the end waits until
+ * that run has stored them (or its claim lapses). */
 #ifndef KVBENCH_RUNS_SWEEP_H
 #define KVBENCH_RUNS_SWEEP_H
 
@@ -27,6 +28,8 @@ typedef struct {
                            * the traces table instead of predictions and scores */
     double memory_limit;  /* --memory-limit: bytes for a sample's prefill cache and its variants while they decode
                            * (runs/memplan.h); overrides the config's "memory_limit"; 0 = that, or none */
+    int decode_samples;   /* --decode-samples: most samples whose variants decode as one batch (the decode pool),
+                           * where the memory holds them; overrides the config's "decode_samples"; 0 = that, or 1 */
     const char *backend_flags[BACKEND_N_OPTIONS]; /* the command line's --decode, --cache, --simd, --fast-kernel
                              * (NULL: not given); each model's backend is asked for these over its config's "cpu"
                              * options and the environment (runs/util.h util_backend_options); its rows' setups

@@ -20,7 +20,8 @@ static const char *GOOD =
     "              \"aggregations\": [\"mean\", \"max\", \"max+prior\", \"default\"], \"pool_kernel\": 7,\n"
     "               \"window\": 8}],\n"
     " \"budgets\": [\"20%\", 0.4],\n"
-    " \"max_new_tokens\": 8, \"compress_question\": true, \"window\": 16, \"memory_limit\": \"8GiB\"}\n";
+    " \"max_new_tokens\": 8, \"compress_question\": true, \"window\": 16, \"memory_limit\": \"8GiB\",\n"
+    " \"decode_samples\": 6}\n";
 
 /* Parses text and expects failure with every `want` substring in the message. */
 static void expect_error(TestCounts *tc, const char *text, const char *want1, const char *want2) {
@@ -79,6 +80,7 @@ static void test_good(TestCounts *tc) {
     CHECK(tc, stream && !strcmp(stream->params, ""), "streamingllm takes no window parameters");
     CHECK(tc, cfg.max_new_tokens == 8 && cfg.compress_question == 1, "switches");
     CHECK(tc, cfg.memory_limit == 8589934592.0, "memory_limit \"8GiB\": %.0f", cfg.memory_limit);
+    CHECK(tc, cfg.decode_samples == 6, "decode_samples 6: %d", cfg.decode_samples);
     config_free(&cfg);
 }
 
@@ -147,6 +149,12 @@ static void test_errors(TestCounts *tc) {
     expect_error(tc, text, "memory_limit '8XB'", "8GiB");
     snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"memory_limit\": 0}", head, ds);
     expect_error(tc, text, "memory_limit", "number of bytes");
+    const char *bad_joint[] = {"0", "4097", "2.5", "\"4\""};
+    for (int i = 0; i < 4; i++) {
+        snprintf(text, sizeof text, "%s%s\"policies\": [\"snapkv\"], \"budgets\": [0.2], \"decode_samples\": %s}",
+                 head, ds, bad_joint[i]);
+        expect_error(tc, text, "decode_samples", NULL);
+    }
 
     RunConfig cfg;
     KvErr err = {{0}};

@@ -3,7 +3,8 @@
  *
  * Checks: row counts of a full run; a run killed with SIGKILL mid-way and rerun ends with exactly the rows of
  * the uninterrupted run (same predictions, nothing duplicated); two shards merged equal the whole; --limit;
- * samples too short for the observation window become failed rows while the run goes on; the report writes
+ * samples too short for the observation window become failed rows while the run goes on; a run under a memory limit
+ * (several batches) and runs that decode several samples as one batch give the same rows; the report writes
  * its files; bad inputs exit non-zero with a message naming the problem. Each run is a forked child calling
  * the subcommand, so the parent stays free of OpenMP threads and can kill a run at any moment. */
 #include <fcntl.h>
@@ -130,6 +131,30 @@ static void test_runs(TestCounts *tc, const char *config) {
           "--memory-limit 4MiB: %lld samples decoded in more than one batch", split);
     CHECK(tc, log_contains("s0", "in 1 batch, mean score"), "an unlimited run decodes each sample in one batch");
     free(rows_ml);
+    /* Decode across samples: the variants of up to 4 samples decode as one batch, every row the one-sample run's,
+     * bit for bit; then up to every sample at once under the 4MiB limit, where the pool decodes early whenever the
+     * next sample does not fit beside it and a sample that needs several batches decodes alone. */
+    char *joint_args[] = {(char *)config, "--db", path_in("joint.db"), "--decode-samples", "4", NULL};
+    int rc_joint = run(cmd_run, "joint", joint_args);
+    char *rows_joint = dump_rows(path_in("joint.db"));
+    CHECK(tc, rc_joint == 3 && !strcmp(rows_m, rows_joint), "rows under --decode-samples 4 differ (exit %d)", rc_joint);
+    CHECK(tc, log_contains("joint", "in 1 batch with 3 other samples, mean score") &&
+                  !log_contains("joint", "with 4 other"),
+          "--decode-samples 4: samples decode four at a time");
+    free(rows_joint);
+    char *jml_args[] = {(char *)config, "--db", path_in("jml.db"), "--decode-samples", "11", "--memory-limit", "4MiB",
+                        NULL};
+    int rc_jml = run(cmd_run, "jml", jml_args);
+    char *rows_jml = dump_rows(path_in("jml.db"));
+    CHECK(tc, rc_jml == 3 && !strcmp(rows_m, rows_jml), "rows under --decode-samples 11 --memory-limit 4MiB differ "
+          "(exit %d)", rc_jml);
+    CHECK(tc, log_contains("jml", " other sample") && logged_split("jml") > 0,
+          "--decode-samples 11 --memory-limit 4MiB: some samples decode together, some alone in several batches");
+    free(rows_jml);
+    char *bad_joint[] = {(char *)config, "--decode-samples", "0", NULL};
+    CHECK(tc, run(cmd_run, "bad_joint", bad_joint) == 2 &&
+                  log_contains("bad_joint", "--decode-samples '0': out of range"),
+          "--decode-samples 0 is refused");
     /* A limit the prefill's cache of a 1024-token sample alone exceeds: none of its variants runs, and its rows
      * say why; the shorter samples still decode what fits. */
     char *tiny_args[] = {(char *)config, "--db", path_in("tiny.db"), "--memory-limit", "1MiB", "--limit", "1", NULL};

@@ -1,5 +1,6 @@
-/* test_generate.c — the stop rules of greedy decoding (engine/generate.h) on a tiny synthetic model, and what
- * decoding the kept stop token gives with SmolLM2's tokenizer.
+/* test_generate.c — the stop rules of greedy decoding (engine/generate.h) on a tiny synthetic model, what
+ * decoding the kept stop token gives with SmolLM2's tokenizer, and groups decoded jointly (decode across samples)
+ * against each sequence decoded alone.
  *
  * The reference (kvpress pipeline.py generate_answer) takes the first token from the question's last logit and
  * never tests it; each later token is appended and then tested, so a stop token ends the answer and is part of
@@ -112,9 +113,95 @@ static void test_decoded_stop(TestCounts *tc) {
     tokenizer_free(t);
 }
 
+/* A cache holding n_context tokens of its own (a sample's context: the groups' caches differ in length). */
+static int context_cache(Backend *be, const int *context, int n_context, int capacity, KvCache **out, KvErr *err) {
+    if (be->cache_new(be, out, capacity, err)) return -1;
+    if (n_context > 0 && be->forward(be, out, 1, context, n_context, NULL, NULL, NULL, err)) {
+        be->cache_free(be, *out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Four groups decoded jointly (different contexts, prompts, max_new, stop sets and rules, one group with max_new
+ * 0) give every sequence the tokens it gets decoded alone, bit for bit: the CPU backend's batched forward is
+ * row-invariant, which is what lets runs/sweep.c decode several samples at once with the same rows. */
+static void test_groups(TestCounts *tc) {
+    enum { N_GROUPS = 4, MAX_SEQS = 3, CAP = 64 };
+    KvErr err = {{0}};
+    Model *m = NULL;
+    Backend *be = NULL;
+    if (model_load(&m, "synthetic:smollm2-135m:layers=2:vocab=512", &err) || backend_open(&be, "cpu", m, NULL, &err)) {
+        CHECK(tc, 0, "%s", err.msg);
+        model_free(m);
+        return;
+    }
+    int context[20], prompts[N_GROUPS][9];
+    for (int i = 0; i < 20; i++) context[i] = (i * 37 + 11) % 512;
+    for (int g = 0; g < N_GROUPS; g++)
+        for (int i = 0; i < 9; i++) prompts[g][i] = (g * 101 + i * 53 + 7) % 512;
+    const int n_seqs[N_GROUPS] = {3, 2, 1, 2}, n_prompt[N_GROUPS] = {5, 9, 3, 4}, max_new[N_GROUPS] = {8, 5, 0, 6};
+    /* sequence b of group g starts from the first context_len[g][b] context tokens */
+    const int context_len[N_GROUPS][MAX_SEQS] = {{0, 7, 12}, {20, 3}, {5}, {12, 0}};
+    const int stop_a = 17, stop_b = 300; /* likely in no free run; a stop that fires is checked by test_stop_rules */
+    GenerateOptions opts[N_GROUPS] = {
+        {.max_new = max_new[0]},
+        {.max_new = max_new[1], .stop_ids = &stop_a, .n_stop = 1},
+        {.max_new = max_new[2]},
+        {.max_new = max_new[3], .stop_ids = &stop_b, .n_stop = 1, .stop_rule = GEN_STOP_ANY_TOKEN},
+    };
+    KvCache *caches[N_GROUPS][MAX_SEQS] = {{0}};
+    TokenIds outs[N_GROUPS][MAX_SEQS] = {{{0}}};
+    GenerateGroup groups[N_GROUPS];
+    int rc = 0;
+    for (int g = 0; g < N_GROUPS && !rc; g++) {
+        for (int b = 0; b < n_seqs[g] && !rc; b++)
+            rc = context_cache(be, context, context_len[g][b], CAP, &caches[g][b], &err);
+        groups[g] = (GenerateGroup){.caches = caches[g], .n_seqs = n_seqs[g], .prompt = prompts[g],
+                                    .n_prompt = n_prompt[g], .opt = opts[g], .out = outs[g]};
+    }
+    if (!rc) rc = generate_greedy_groups(be, groups, N_GROUPS, &err);
+    CHECK(tc, rc == 0, "joint decode: %s", err.msg);
+    long tokens = 0;
+    for (int g = 0; g < N_GROUPS && !rc; g++)
+        for (int b = 0; b < n_seqs[g]; b++) {
+            KvCache *alone = NULL;
+            TokenIds out = {0};
+            GenerateStats st;
+            int ok = !context_cache(be, context, context_len[g][b], CAP, &alone, &err) &&
+                     !generate_greedy(be, &alone, 1, prompts[g], n_prompt[g], &opts[g], &out, &st, &err);
+            CHECK(tc, ok, "alone: %s", err.msg);
+            CHECK(tc, ok && out.n == outs[g][b].n &&
+                          (out.n == 0 || !memcmp(out.ids, outs[g][b].ids, sizeof(int) * (size_t)out.n)),
+                  "group %d, sequence %d: %d tokens jointly, %d alone, the same ids", g, b, outs[g][b].n, out.n);
+            CHECK(tc, max_new[g] > 0 ? outs[g][b].n > 0 : outs[g][b].n == 0, "group %d: max_new %d gives %d tokens", g,
+                  max_new[g], outs[g][b].n);
+            tokens += out.n;
+            ids_free(&out);
+            if (alone) be->cache_free(be, alone);
+        }
+    long counted = 0;
+    for (int g = 0; g < N_GROUPS; g++) counted += groups[g].stats.decode_tokens;
+    CHECK(tc, rc || counted == tokens, "the groups' decode_tokens add up to their tokens: %ld, %ld", counted, tokens);
+    /* a group without sequences is refused before any forward, naming the sizes */
+    GenerateGroup empty = {.caches = caches[0], .n_seqs = 0, .prompt = prompts[0], .n_prompt = 5, .opt = opts[0],
+                           .out = outs[0]};
+    CHECK(tc, generate_greedy_groups(be, &empty, 1, &err) == -1 && strstr(err.msg, "at least one sequence"), "%s",
+          err.msg);
+    for (int g = 0; g < N_GROUPS; g++)
+        for (int b = 0; b < n_seqs[g]; b++) {
+            ids_free(&outs[g][b]);
+            if (caches[g][b]) be->cache_free(be, caches[g][b]);
+        }
+    backend_close(be);
+    model_free(m);
+}
+
 int main(void) {
     TestCounts tc = {"test_generate", 0, 0, 0};
     test_stop_rules(&tc);
     test_decoded_stop(&tc);
+    test_groups(&tc);
     return test_finish(&tc);
 }

@@ -894,6 +894,7 @@ extern "C" int cuda_backend_open(Backend **out, const Model *m, KvErr *err) {
     cu->m = m;
     cu->layers = layers;
     cu->rows = CHUNK_ROWS;
+    b->max_seqs = cu->rows;
     {
         size_t most = (size_t)cu->rows * 2 * c->d_ff / c->d_model; /* what the gate/up buffer holds */
         size_t fit = dev.l2_bytes / 2 / ((size_t)c->d_model * sizeof(float));

@@ -30,6 +30,7 @@
 
 #include "../../engine/backend.h"
 #include "../../engine/cuda/cuda_api.h"
+#include "../../engine/generate.h"
 #include "../../policies/cuda_policy.h"
 #include "../../engine/kvcache.h"
 #include "../../engine/model.h"
@@ -753,7 +754,8 @@ static void check_argmax(Summary *s) {
  * call. Prints how many of their logits differ in any bit. Informational: cuBLAS may choose another kernel for
  * another row count, and nothing decodes across samples yet; a row that differs says what that needs. */
 enum { BATCH_ROWS = 16 };
-static void report_batch_rows(const char *spec, Backend *gpu, const KvCache *gc, const KeepSet *ks_cpu) {
+/* Returns the logits that differ in any bit (-1: the check could not run). */
+static long report_batch_rows(const char *spec, Backend *gpu, const KvCache *gc, const KeepSet *ks_cpu) {
     KvErr err = {{0}};
     KvCache *batch[BATCH_ROWS] = {0}, *alone[N_DECODE] = {0};
     int V = gpu->model->cfg.vocab_size, extra = QUESTION + STEPS, rc = 0;
@@ -789,6 +791,59 @@ static void report_batch_rows(const char *spec, Backend *gpu, const KvCache *gc,
     free(lb);
     free(la);
     free(tokens);
+    return rc ? -1 : differ;
+}
+
+/* Decode across samples (runs/sweep.c's decode pool): two samples' variants (the 4 keep-sets, questions of
+ * different lengths) through one generate_greedy_groups, against each sample through generate_greedy alone. Where
+ * report_batch_rows found the batch rows equal to the rows alone bit for bit (the emulation), every token must be
+ * equal: a verdict. Where they differ (a cuBLAS kernel chosen by the batch's row count), the count is an INFO
+ * line: it says how often that changes a greedy token. */
+static void check_joint_decode(Summary *s, const char *spec, Backend *gpu, const KvCache *gc, const KeepSet *ks_cpu,
+                               long batch_differ) {
+    enum { N_SAMPLES = 2, MAX_NEW = 2 * STEPS };
+    KvErr err = {{0}};
+    KvCache *joint[N_SAMPLES][N_DECODE] = {{0}}, *alone[N_SAMPLES][N_DECODE] = {{0}};
+    TokenIds out_joint[N_SAMPLES][N_DECODE] = {{{0}}}, out_alone[N_SAMPLES][N_DECODE] = {{{0}}};
+    int prompts[N_SAMPLES][QUESTION], n_prompt[N_SAMPLES] = {QUESTION, QUESTION - 5}, rc = 0;
+    const int V = gpu->model->cfg.vocab_size, extra = QUESTION + MAX_NEW;
+    for (int g = 0; g < N_SAMPLES; g++)
+        for (int t = 0; t < QUESTION; t++) prompts[g][t] = (53 * g + 29 * t + 3) % V;
+    GenerateGroup groups[N_SAMPLES];
+    const GenerateOptions opt = {.max_new = MAX_NEW};
+    for (int g = 0; g < N_SAMPLES && !rc; g++) {
+        for (int b = 0; b < N_DECODE && !rc; b++)
+            rc = gpu->cache_gather(gpu, gc, &ks_cpu[DECODE_POLICIES[b]], extra, &joint[g][b], &err) ||
+                 gpu->cache_gather(gpu, gc, &ks_cpu[DECODE_POLICIES[b]], extra, &alone[g][b], &err);
+        groups[g] = (GenerateGroup){.caches = joint[g], .n_seqs = N_DECODE, .prompt = prompts[g],
+                                    .n_prompt = n_prompt[g], .opt = opt, .out = out_joint[g]};
+    }
+    if (!rc) rc = generate_greedy_groups(gpu, groups, N_SAMPLES, &err);
+    for (int g = 0; g < N_SAMPLES && !rc; g++)
+        rc = generate_greedy(gpu, alone[g], N_DECODE, prompts[g], n_prompt[g], &opt, out_alone[g], NULL, &err);
+    long differ = 0, compared = 0;
+    for (int g = 0; g < N_SAMPLES && !rc; g++)
+        for (int b = 0; b < N_DECODE; b++) {
+            const TokenIds *x = &out_joint[g][b], *y = &out_alone[g][b];
+            for (int t = 0; t < MAX_NEW; t++) differ += t >= x->n || t >= y->n || x->ids[t] != y->ids[t];
+            compared += MAX_NEW;
+        }
+    if (rc)
+        verdict(s, 0, "%s decode across samples: %s", spec, err.msg);
+    else if (batch_differ == 0)
+        verdict(s, differ == 0, "%s decode across samples (%d samples x %d caches, questions of %d and %d tokens, %d "
+                "steps) against each sample alone: %ld of %ld tokens differ", spec, N_SAMPLES, N_DECODE, n_prompt[0],
+                n_prompt[1], MAX_NEW, differ, compared);
+    else
+        printf("INFO  %s decode across samples against each sample alone (the batch rows differ, so tokens may): "
+               "%ld of %ld tokens differ\n", spec, differ, compared);
+    for (int g = 0; g < N_SAMPLES; g++)
+        for (int b = 0; b < N_DECODE; b++) {
+            ids_free(&out_joint[g][b]);
+            ids_free(&out_alone[g][b]);
+            if (joint[g][b]) gpu->cache_free(gpu, joint[g][b]);
+            if (alone[g][b]) gpu->cache_free(gpu, alone[g][b]);
+        }
 }
 
 static void check_model(Summary *s, const char *spec) {
@@ -982,7 +1037,7 @@ static void check_model(Summary *s, const char *spec) {
         verdict(s, lens_ok, "%s cache lengths per (layer, kv-head) agree after decoding", spec);
     }
 
-    report_batch_rows(spec, gpu, gc, ks_cpu);
+    check_joint_decode(s, spec, gpu, gc, ks_cpu, report_batch_rows(spec, gpu, gc, ks_cpu));
 
     /* Bad input: clear errors, no crash, the backend usable afterwards. */
     {
