@@ -13,6 +13,10 @@
  * 3. Decode throughput of 15 sequences in one batch against one sequence, on equal caches (one prefill of the
  *    same context, kept whole by each: views of it, as the sweep's variants are, or gathered copies where the
  *    backend has no views), 32 forced steps each (no stop tokens), from generate's own timings.
+ * 4. Decode across samples: the sweep over 4 samples with each sample's variants decoded as its own batch
+ *    ("decode_samples": 1, the default) against all 4 samples' variants as one batch ("decode_samples": 4),
+ *    alternately, ROUNDS pairs: the question feeds and steps (the runner's decode timings), the decode's tokens per
+ *    wall second, and the CPU seconds of the whole (the prefills and policies are the same on both sides).
  * Usage: bench_runs [MODEL.gguf] [CONTEXT_TOKENS] [ROUNDS] [KVBENCH]   (defaults: SmolLM2-135M, 1024, 3,
  * ./kvbench); run from the project root. */
 #include <sqlite3.h>
@@ -123,6 +127,28 @@ static int per_sample(const char *full, const char *sweep, int rounds) {
     unlink("/tmp/kvbench_bench_sweep.db");
     printf("sweep_ratio_sample %.2f   (wall; CPU %.2fx; medians of %d pairs; target <= 2x)\n", median(ratio, rounds),
            median(cpu_ratio, rounds), rounds);
+    return 0;
+}
+
+/* Part 4: alone, joint, alone, joint, ... in this process, as part 1. */
+static int across_samples(const char *alone, const char *joint, int rounds) {
+    double ratio[MAX_ROUNDS], cpu_ratio[MAX_ROUNDS];
+    Measure a, j;
+    for (int k = 0; k < rounds; k++) {
+        if (measure(alone, "/tmp/kvbench_bench_alone.db", &a) || measure(joint, "/tmp/kvbench_bench_joint.db", &j))
+            return -1;
+        ratio[k] = j.decode_ms / a.decode_ms;
+        cpu_ratio[k] = j.cpu_ms / a.cpu_ms;
+        printf("  pair %d  alone: feed+decode %6.0f ms, %.1f tok/s, %5.2f CPU-s | joint: feed+decode %6.0f ms, %.1f "
+               "tok/s, %5.2f CPU-s | %ld sequence-steps each | decode %.2fx wall, whole %.2fx CPU\n",
+               k + 1, a.decode_ms, a.generated / (a.decode_ms / 1e3), a.cpu_ms / 1e3, j.decode_ms,
+               j.generated / (j.decode_ms / 1e3), j.cpu_ms / 1e3, a.generated, ratio[k], cpu_ratio[k]);
+        fflush(stdout);
+    }
+    unlink("/tmp/kvbench_bench_alone.db");
+    unlink("/tmp/kvbench_bench_joint.db");
+    printf("across_samples_decode_ratio %.2f   (joint / alone, feed+decode wall; whole-run CPU %.2fx; medians of %d "
+           "pairs)\n", median(ratio, rounds), median(cpu_ratio, rounds), rounds);
     return 0;
 }
 
@@ -261,5 +287,15 @@ int main(int argc, char **argv) {
     if (per_sample(full, sweep, rounds)) return 1;
     printf("per whole process (%s run, getrusage of the child):\n", kvbench);
     if (per_process(kvbench, full, sweep, rounds)) return 1;
-    return bench_decode(model, tokens) ? 1 : 0;
+    if (bench_decode(model, tokens)) return 1;
+    char alone[2048], joint[2048];
+    const char *fmt4 =
+        "{\"max_new_tokens\": 32, \"decode_samples\": %d, \"models\": [{\"path\": \"%s\", \"name\": \"bench\"}],"
+        " \"datasets\": [{\"suite\": \"ruler\", \"tasks\": [\"niah_single_2\"], \"target_tokens\": %d,"
+        " \"n_samples\": 4}], \"policies\": [\"full\", \"streamingllm\", \"snapkv\", \"adakv\", \"cake\", \"criticalkv\", \"defensivekv\","
+        " \"layer-defensivekv\"], \"budgets\": [\"20%%\", \"40%%\"]}";
+    snprintf(alone, sizeof alone, fmt4, 1, model, tokens);
+    snprintf(joint, sizeof joint, fmt4, 4, model, tokens);
+    printf("decode across samples (4 RULER niah_single_2 samples x 15 variants; decode_samples 1 vs 4):\n");
+    return across_samples(alone, joint, rounds) ? 1 : 0;
 }
