@@ -673,7 +673,6 @@ typedef struct SampleJob {
     int n;
     SampleState st;
     SampleOutcome o;
-    double need;       /* bytes its variants take while they decode (its reservation in the pool) */
     int prefill_failed; /* its prefill failed (perhaps for the memory the pool holds) */
 } SampleJob;
 
@@ -977,8 +976,7 @@ static int process_item(Sweep *sw, Plan *p, const PlanItem *it, KvErr *err) {
         } else {
             sample_plan_apply(sw, &job->st, job->runs, job->n, nb, &job->o);
             if (nb == 1 && sw->decode_samples > 1) {
-                job->need = sample_need(&job->st, job->n);
-                sw->pool_need += job->need;
+                sw->pool_need += sample_need(&job->st, job->n);
                 sw->pool_prefill += (double)job->st.pf.cache->arena_bytes;
                 sw->pool_seqs += n_seqs;
                 sw->pool[sw->n_pool++] = job;
