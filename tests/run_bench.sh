@@ -84,6 +84,8 @@ field() { awk -v k="$1" -v c="$2" '$1 == k { print $c }' "$3"; }
 per_pair() { for i in $(seq 1 "$pairs"); do field "$1" "$2" "$out/$3.$threads.$i"; done; }
 # ratios KEY COLUMN SIDE_A SIDE_B: SIDE_A / SIDE_B of that field, one line per pair.
 ratios() { paste -d' ' <(per_pair "$1" "$2" "$3") <(per_pair "$1" "$2" "$4") | awk '{ print $1 / $2 }'; }
+# ratios_of KEY_A KEY_B COLUMN: kvbench's KEY_A / llama.cpp's KEY_B, one line per pair.
+ratios_of() { paste -d' ' <(per_pair "$1" "$3" kv) <(per_pair "$2" "$3" ll) | awk '{ print $1 / $2 }'; }
 
 for threads in $thread_list; do
     echo
@@ -130,9 +132,16 @@ for threads in $thread_list; do
     # 16-sequence step against a 1-sequence one (per wall-second | per CPU-second)
     for key in decode_1_fast decode_16_fast; do
         [ -n "$(field "$key" 2 "$out/kv.$threads.1")" ] || continue
-        printf "%-13s kvbench %8.1f | %8.1f   (KVBENCH_DECODE=fast, same processes)\n" "$key" \
+        line=$(printf "%-13s kvbench %8.1f | %8.1f   (KVBENCH_DECODE=fast, same processes)" "$key" \
             "$(per_pair "$key" 2 kv | median)" \
-            "$(per_pair "$key" 3 kv | median)"
+            "$(per_pair "$key" 3 kv | median)")
+        peer=${key%_fast}
+        if [ "$llama_ok" = 1 ] && [ -n "$(field "$peer" 2 "$out/ll.$threads.1")" ]; then
+            line+=$(printf "   against llama.cpp's %s: %.2fx | %.2fx per CPU-s (pairs: %s)" "$peer" \
+                "$(ratios_of "$key" "$peer" 2 | median)" "$(ratios_of "$key" "$peer" 3 | median)" \
+                "$(ratios_of "$key" "$peer" 3 | awk '{ printf "%.2f ", $1 }')")
+        fi
+        echo "$line"
     done
     # ... and the sweep's shape: 16 variants (views of one 1024-token prefill) against the full cache alone;
     # with the f16 cache too (its processes)

@@ -1,6 +1,7 @@
 /* test_forward.c — the CPU forward pass against the numpy float64 reference of tests/reference/gen_logits.py
  * (tiny synthetic Llama with llama3 RoPE scaling, tiny Qwen2 with q/k/v biases and tied embeddings, and
- * SmolLM2-135M from its Q4_1 GGUF when models/ has it), and its internal consistency: prefill-then-decode
+ * SmolLM2-135M from its Q4_1 GGUF when models/ has it; the opt-in fast decode also on the Qwen2.5 GGUFs' reference
+ * cases of test_qwen, where models/ has them), and its internal consistency: prefill-then-decode
  * equals one long prefill (across chunk boundaries), a batch equals separate runs (also with different cache
  * lengths), gathering everything changes nothing, the observation and trace hooks agree with each other,
  * and bad inputs fail with a message.
@@ -310,7 +311,8 @@ static void report_fast(TestCounts *tc, const char *spec, const char *ref_name) 
     Model *m = NULL;
     Backend *be = NULL;
     BackendOptions fast = {.decode = BACKEND_DECODE_FAST}, used;
-    int rc = model_load(&m, spec, &err) || backend_open(&be, "cpu", m, &fast, &err);
+    /* loaded as a run loads it: a GGUF's matrices stay its blocks (model_load's f32 copy would not) */
+    int rc = backend_load_model(&m, "cpu", spec, &err) || backend_open(&be, "cpu", m, &fast, &err);
     CHECK(tc, rc == 0, "%s with decode fast: %s", spec, err.msg);
     if (!rc) {
         backend_options_used(be, &used);
@@ -608,6 +610,18 @@ int main(void) {
         report_fast(&tc, GGUF_PATH, "smollm2-135m");
     } else {
         SKIP(&tc, "the SmolLM2 checks: %s not found (make model)", GGUF_PATH);
+    }
+    /* the fast decode on a source's blocks (Q5_0, Q4_K, Q6_K): the Qwen2.5 models' reference cases (test_qwen) */
+    static const char *const qwen[][3] = {
+        {"models/Qwen2.5-Coder-0.5B-Instruct.Q5_0.gguf", "qwen2.5-coder-0.5b", "make model-qwen"},
+        {"models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", "qwen2.5-coder-1.5b", "make model-qwen15"}};
+    for (int i = 0; i < 2; i++) {
+        if ((f = fopen(qwen[i][0], "rb"))) {
+            fclose(f);
+            report_fast(&tc, qwen[i][0], qwen[i][1]);
+        } else {
+            SKIP(&tc, "the fast decode of %s: not found (%s)", qwen[i][0], qwen[i][2]);
+        }
     }
     return test_finish(&tc);
 }

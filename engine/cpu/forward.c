@@ -931,8 +931,9 @@ int cpu_backend_open(Backend **out, const Model *m, const BackendOptions *opt, K
     }
     /* the fast decode reads codes only: a model with f32 matrices would decode exactly under its label */
     if (fast && !all_fast(impl, c)) {
-        kv_fail(err, "cpu backend: %s: the fast decode needs every matrix held as 4- or 8-bit block codes (a Q4_0, Q4_1 "
-                     "or Q8_0 GGUF); this model has matrices in f32 or in other block types: use the exact decode",
+        kv_fail(err, "cpu backend: %s: the fast decode needs every matrix held as GGUF block codes of Q4_0, Q4_1, Q5_0, "
+                     "Q5_1, Q8_0, Q4_K, Q5_K or Q6_K; this model has matrices in f32 or in other block types: use the "
+                     "exact decode",
                 m->source);
         cpu_destroy(be);
         return -1;

@@ -91,17 +91,35 @@ typedef struct {
     int8_t *xq;
     float *d, *xo; /* d_b = max|x| / 127; d_b * s_b */
     int32_t *s;    /* s_b = sum(xq) of the block */
+    int32_t *s16;  /* the sum of the block's first 16 xq */
     int K, rows;
 } CpuFastX;
 
-/* The weights of one fast product: 4-bit blocks or int8 codes. */
+/* The weights of one fast product: 4-bit blocks, int8 codes, or the source's blocks of a ggml type that
+ * cpu_fast_block_type takes. */
 typedef struct {
     float *y;
     const CpuQ4Block *q4;
     const CpuPacked *q8;
     const float *bias;
     int N;
+    const CpuBlocks *blocks;
 } CpuFastJob;
+
+/* One block of 32 weights of a matrix kept as its source's blocks, as the fast products take it: integer codes,
+ * the integer scales of its two halves, and an f32 scale and offset, such that weight i is
+ * fl(fl(fl(w * sub[i / 16]) * code[i]) + o), the loader's f32 value (sub 1 where the type has one scale per 32;
+ * o 0 where it has no offset, where a zero weight may then read +0 for the dequantiser's -0). */
+typedef struct {
+    int8_t code[32];
+    int32_t sub[2];
+    float w, o;
+} CpuFastBlock;
+/* Whether the fast products take blocks of ggml type `type`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
+ * Q6_K (one scale and offset per 32 weights, or Q6_K's two integer scales per 32 under one f32 scale). */
+int cpu_fast_block_type(int type);
+/* Block b (weights 32b .. 32b + 31) of one row of such blocks (row: its first byte). */
+void cpu_fast_block(int type, const uint8_t *row, int b, CpuFastBlock *out);
 
 /* --------------------------------------------------------------------------------------- the kernel table */
 
@@ -156,10 +174,13 @@ typedef void CpuAttendRowsFn(float *out, float *probs, const float *q, const Cpu
 
 /* A fast kernel: quantise row m of x, the products of outputs [n0, n1) (at most CPU_FAST_GROUP) for all
  * x->rows rows, and the state a kernel holds over a call (AMX's tile configuration; NULL when none). */
+typedef void CpuFastGroupFn(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
 typedef struct {
     const char *name;
     void (*quantize)(CpuFastX *x, int m, const float *row);
-    void (*group)(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate);
+    CpuFastGroupFn *group;                   /* 4-bit blocks and int8 codes */
+    CpuFastGroupFn *blocks[CPU_GGML_TYPES]; /* a source's blocks, per ggml type; NULL where cpu_fast_block_type
+                                             * refuses the type */
     void (*begin)(void);
     void (*end)(void);
 } CpuFastKernels;

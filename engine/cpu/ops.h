@@ -87,13 +87,17 @@ void cpu_matmul_q8_part(const CpuKernels *k, float *y, const float *x, const Cpu
 void cpu_ffn_q4_part(const CpuKernels *k, float *gate, float *up, const CpuQ4Block *wg, const CpuQ4Block *wu,
                      const float *x, int M, int K, int F, float *tile, int part, int parts);
 
-/* The fast counterparts of cpu_matmul_q4_part (at most 4 jobs) and cpu_matmul_q8_part on fast kernel f (the
+/* The fast counterparts of cpu_matmul_q4_part (at most 4 jobs), cpu_matmul_q8_part and, for a matrix of a source's
+ * blocks of a type cpu_fast_block_type takes, cpu_matmul_codes_part on fast kernel f (the
  * table's fast_many or fast_few), with the same tiles, parts and store semantics (bias, accumulate). Each weight
  * block is read once per call for up to CPU_FAST_ROWS rows. */
 void cpu_matmul_q4_fast_part(const CpuFastKernels *f, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
                              int accumulate, float *tile, int part, int parts);
 void cpu_matmul_q8_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuPacked *w, const float *bias,
                              int M, int N, int K, int accumulate, float *tile, int part, int parts);
+void cpu_matmul_blocks_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuBlocks *w,
+                                 const float *bias, int M, int N, int K, int accumulate, float *tile, int part,
+                                 int parts);
 
 /* ------------------------------------------------------------------------------- a matrix and its products */
 

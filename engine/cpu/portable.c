@@ -12,10 +12,15 @@
  * s_b = sum(xq) (integers), xo_b = d_b * s_b. For output n with block scale w_b, offset o_b (weight =
  * code * w_b + o_b) and the exact int32 dot dot_b = sum(code * xq):
  *     acc = 0;  for b in order:  acc = fma(fl(float(dot_b) * w_b), d_b, acc);  acc = fma(o_b, xo_b, acc)
- * then y = acc (+ bias) (+ the old y) as the exact path stores. Every (row, output) is its own chain of
+ * then y = acc (+ bias) (+ the old y) as the exact path stores. A matrix kept as its source's blocks of a
+ * ggml type (Q5_0, Q4_K, Q6_K, ...) takes the same chain, its block b read as cpu_fast_block gives it:
+ * dot_b = sub_0 * sum(code * xq over the block's first 16) + sub_1 * sum(over its last 16), w_b = w, o_b = o.
+ * Every (row, output) is its own chain of
  * rounded f32 steps in a fixed order and the integer dots are exact whichever instructions sum them, so the
  * portable, AVX2, VNNI and AMX kernels give the same bits, and row r of an M-row call equals the 1-row call. */
 #include "isa.h"
+
+#include "../gguf.h"
 
 #include <math.h>
 #include <string.h>
@@ -232,6 +237,7 @@ void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row) {
             int q = (int)rintf(v[i] * inv);
             x->xq[(size_t)m * x->K + b * 32 + i] = (int8_t)q;
             sum += q;
+            if (i == 15) x->s16[b * CPU_FAST_ROWS + m] = sum;
         }
         x->d[b * CPU_FAST_ROWS + m] = amax / 127.0f;
         x->xo[b * CPU_FAST_ROWS + m] = (amax / 127.0f) * (float)sum;
@@ -243,27 +249,103 @@ void cpu_fast_quantize_scalar(CpuFastX *x, int m, const float *row) {
 /* The reference: outputs [n0, n1) for all rows of x, one scalar chain each. Rows of y start at y_row0. */
 void cpu_fast_group_scalar(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate) {
     int K = x->K, per_row = K / 32;
-    for (int m = 0; m < x->rows; m++)
-        for (int n = n0; n < n1; n++) {
-            float acc = 0.0f;
-            for (int b = 0; b < per_row; b++) {
-                const int8_t *xq = x->xq + (size_t)m * K + b * 32;
-                int32_t dot = 0;
-                float w, o;
-                if (job->q4) {
-                    const CpuQ4Block *blk = job->q4 + (size_t)n * per_row + b;
-                    for (int i = 0; i < 16; i++) dot += (blk->codes[i] & 15) * xq[i] + (blk->codes[i] >> 4) * xq[i + 16];
-                    w = kv_f16_to_f32(blk->scale);
-                    o = kv_f16_to_f32(blk->offset);
-                } else {
-                    const int8_t *q = job->q8->q + (size_t)n * K + b * 32;
-                    for (int i = 0; i < 32; i++) dot += q[i] * xq[i];
-                    w = job->q8->scale[(size_t)n * per_row + b];
-                    o = job->q8->offset[(size_t)n * per_row + b];
-                }
-                acc = fmaf((float)dot * w, x->d[b * CPU_FAST_ROWS + m], acc);
-                acc = fmaf(o, x->xo[b * CPU_FAST_ROWS + m], acc);
+    for (int n = n0; n < n1; n++) {
+        float acc[CPU_FAST_ROWS] = {0};
+        for (int b = 0; b < per_row; b++) {
+            CpuFastBlock fb = {.sub = {1, 1}};
+            if (job->q4) {
+                const CpuQ4Block *blk = job->q4 + (size_t)n * per_row + b;
+                for (int i = 0; i < 16; i++) fb.code[i] = (int8_t)(blk->codes[i] & 15), fb.code[i + 16] = (int8_t)(blk->codes[i] >> 4);
+                fb.w = kv_f16_to_f32(blk->scale);
+                fb.o = kv_f16_to_f32(blk->offset);
+            } else if (job->blocks) {
+                cpu_fast_block(job->blocks->type, job->blocks->data + (size_t)n * job->blocks->row_bytes, b, &fb);
+            } else {
+                memcpy(fb.code, job->q8->q + (size_t)n * K + b * 32, 32);
+                fb.w = job->q8->scale[(size_t)n * per_row + b];
+                fb.o = job->q8->offset[(size_t)n * per_row + b];
             }
-            cpu_store_out(job->y + (size_t)(y_row0 + m) * job->N + n, acc, job->bias, n, accumulate);
+            for (int m = 0; m < x->rows; m++) {
+                const int8_t *xq = x->xq + (size_t)m * K + b * 32;
+                int32_t lo = 0, hi = 0;
+                for (int i = 0; i < 16; i++) lo += fb.code[i] * xq[i], hi += fb.code[i + 16] * xq[i + 16];
+                int32_t dot = fb.sub[0] * lo + fb.sub[1] * hi;
+                acc[m] = fmaf((float)dot * fb.w, x->d[b * CPU_FAST_ROWS + m], acc[m]);
+                acc[m] = fmaf(fb.o, x->xo[b * CPU_FAST_ROWS + m], acc[m]);
+            }
         }
+        for (int m = 0; m < x->rows; m++)
+            cpu_store_out(job->y + (size_t)(y_row0 + m) * job->N + n, acc[m], job->bias, n, accumulate);
+    }
+}
+
+/* ------------------------------------------------------------------ a source's blocks, as the fast products take them */
+
+int cpu_fast_block_type(int type) {
+    switch (type) {
+    case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: case GGML_Q8_0:
+    case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: return 1;
+    default: return 0;
+    }
+}
+
+/* Each case reads its type's layout as gguf.c's dequantiser does, and w, sub and o are the factors in that
+ * dequantiser's order of rounding (kernels.h CpuFastBlock). */
+void cpu_fast_block(int type, const uint8_t *row, int b, CpuFastBlock *out) {
+    out->sub[0] = out->sub[1] = 1;
+    out->o = 0.0f;
+    switch (type) {
+    case GGML_Q4_0: case GGML_Q4_1: { /* d (, m), qs[16]: (q - 8) * d, or q * d + m */
+        const uint8_t *blk = row + (size_t)b * (type == GGML_Q4_0 ? 18 : 20), *qs = blk + (type == GGML_Q4_0 ? 2 : 4);
+        int zero = type == GGML_Q4_0 ? 8 : 0;
+        for (int j = 0; j < 16; j++) out->code[j] = (int8_t)((qs[j] & 15) - zero), out->code[j + 16] = (int8_t)((qs[j] >> 4) - zero);
+        out->w = kv_f16_field(blk);
+        if (type == GGML_Q4_1) out->o = kv_f16_field(blk + 2);
+        break;
+    }
+    case GGML_Q5_0: case GGML_Q5_1: { /* d (, m), qh (u32: bit j the fifth bit of code j), qs[16] */
+        const uint8_t *blk = row + (size_t)b * (type == GGML_Q5_0 ? 22 : 24), *qh = blk + (type == GGML_Q5_0 ? 2 : 4);
+        const uint8_t *qs = qh + 4;
+        uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+        int zero = type == GGML_Q5_0 ? 16 : 0;
+        for (int j = 0; j < 16; j++) {
+            out->code[j] = (int8_t)(((qs[j] & 15) | (int)((h >> j) & 1) << 4) - zero);
+            out->code[j + 16] = (int8_t)(((qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4) - zero);
+        }
+        out->w = kv_f16_field(blk);
+        if (type == GGML_Q5_1) out->o = kv_f16_field(blk + 2);
+        break;
+    }
+    case GGML_Q8_0: {
+        const uint8_t *blk = row + (size_t)b * 34;
+        for (int j = 0; j < 32; j++) out->code[j] = (int8_t)blk[2 + j];
+        out->w = kv_f16_field(blk);
+        break;
+    }
+    case GGML_Q4_K: case GGML_Q5_K: { /* d, dmin, scales[12] (, qh[32]), qs[128]: sub-block j = b % 8 of 32 */
+        const uint8_t *sb = row + (size_t)(b / 8) * (type == GGML_Q4_K ? 144 : 176), *s = sb + 4;
+        const uint8_t *qs = sb + (type == GGML_Q4_K ? 16 : 48) + 32 * (b % 8 / 2), *qh = sb + 16;
+        int j = b % 8, sc, mn;
+        if (j < 4) sc = s[j] & 63, mn = s[j + 4] & 63;
+        else sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+        for (int l = 0; l < 32; l++)
+            out->code[l] = (int8_t)(((qs[l] >> 4 * (j % 2)) & 15) | (type == GGML_Q5_K ? ((qh[l] >> j) & 1) << 4 : 0));
+        out->w = kv_f16_field(sb) * (float)sc;
+        out->o = -(kv_f16_field(sb + 2) * (float)mn);
+        break;
+    }
+    case GGML_Q6_K: { /* ql[128], qh[64], scales[16] (int8, one per 16), d: block t = b % 4 of half h = b % 8 / 4 */
+        const uint8_t *sb = row + (size_t)(b / 8) * 210;
+        int h = b % 8 / 4, t = b % 4;
+        const uint8_t *ql = sb + 64 * h + 32 * (t & 1), *qh = sb + 128 + 32 * h;
+        const int8_t *sc = (const int8_t *)(sb + 192 + 8 * h);
+        for (int l = 0; l < 32; l++)
+            out->code[l] = (int8_t)((((ql[l] >> 4 * (t >> 1)) & 15) | ((qh[l] >> 2 * t) & 3) << 4) - 32);
+        out->sub[0] = sc[2 * t];
+        out->sub[1] = sc[2 * t + 1];
+        out->w = kv_f16_field(sb + 208);
+        break;
+    }
+    default: memset(out, 0, sizeof *out); /* cpu_fast_block_type refuses it: no caller gets here */
+    }
 }

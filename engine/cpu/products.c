@@ -294,13 +294,15 @@ void cpu_matmul_q8(const CpuKernels *k, float *y, const float *x, const CpuPacke
 
 /* ------------------------------------------------------------------------------------------ fast products */
 
-/* The quantised rows in a tile of CPU_Q4_TILE_FLOATS(K) floats (CpuFastX's layout). */
+/* The quantised rows in a tile of CPU_Q4_TILE_FLOATS(K) floats (CpuFastX's layout): CPU_FAST_ROWS * K code bytes,
+ * then four per-block arrays (d, xo, s, s16) of CPU_FAST_ROWS * K / 32 each, 24 K bytes in all. */
 static CpuFastX fast_x(float *tile, int K) {
     char *p = (char *)tile;
     size_t sums = sizeof(float) * CPU_FAST_ROWS * (size_t)(K / 32);
     CpuFastX x = {(int8_t *)p, (float *)(p + (size_t)CPU_FAST_ROWS * K),
                   (float *)(p + (size_t)CPU_FAST_ROWS * K + sums),
-                  (int32_t *)(p + (size_t)CPU_FAST_ROWS * K + 2 * sums), K, 0};
+                  (int32_t *)(p + (size_t)CPU_FAST_ROWS * K + 2 * sums),
+                  (int32_t *)(p + (size_t)CPU_FAST_ROWS * K + 3 * sums), K, 0};
     return x;
 }
 
@@ -320,10 +322,11 @@ static void fast_part(const CpuFastKernels *f, const CpuFastJob *jobs, int n_job
         long base = 0;
         for (int j = 0; j < n_jobs; j++) {
             long gj = (jobs[j].N + CPU_FAST_GROUP - 1) / CPU_FAST_GROUP;
+            CpuFastGroupFn *group = jobs[j].blocks ? f->blocks[jobs[j].blocks->type] : f->group;
             for (long g = g0 > base ? g0 : base; g < g1 && g < base + gj; g++) {
                 int n0 = (int)(g - base) * CPU_FAST_GROUP;
                 int n1 = n0 + CPU_FAST_GROUP < jobs[j].N ? n0 + CPU_FAST_GROUP : jobs[j].N;
-                f->group(&jobs[j], &fx, m0, n0, n1, accumulate);
+                group(&jobs[j], &fx, m0, n0, n1, accumulate);
             }
             base += gj;
         }
@@ -334,13 +337,20 @@ static void fast_part(const CpuFastKernels *f, const CpuFastJob *jobs, int n_job
 void cpu_matmul_q4_fast_part(const CpuFastKernels *f, const CpuQ4Job *jobs, int n_jobs, const float *x, int M, int K,
                              int accumulate, float *tile, int part, int parts) {
     CpuFastJob fj[4];
-    for (int j = 0; j < n_jobs; j++) fj[j] = (CpuFastJob){jobs[j].y, jobs[j].w, NULL, jobs[j].bias, jobs[j].N};
+    for (int j = 0; j < n_jobs; j++) fj[j] = (CpuFastJob){jobs[j].y, jobs[j].w, NULL, jobs[j].bias, jobs[j].N, NULL};
     fast_part(f, fj, n_jobs, x, M, K, accumulate, tile, part, parts);
 }
 
 void cpu_matmul_q8_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuPacked *w, const float *bias,
                              int M, int N, int K, int accumulate, float *tile, int part, int parts) {
-    CpuFastJob job = {y, NULL, w, bias, N};
+    CpuFastJob job = {y, NULL, w, bias, N, NULL};
+    fast_part(f, &job, 1, x, M, K, accumulate, tile, part, parts);
+}
+
+void cpu_matmul_blocks_fast_part(const CpuFastKernels *f, float *y, const float *x, const CpuBlocks *w,
+                                 const float *bias, int M, int N, int K, int accumulate, float *tile, int part,
+                                 int parts) {
+    CpuFastJob job = {y, NULL, NULL, bias, N, w};
     fast_part(f, &job, 1, x, M, K, accumulate, tile, part, parts);
 }
 
@@ -457,6 +467,13 @@ static void product_q8_fast(const CpuKernels *k, const CpuProductJob *jobs, int 
                                 jobs[j].w->K, accumulate, tile->few, part, parts);
 }
 
+static void product_blocks_fast(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
+                                int accumulate, const CpuTile *tile, int part, int parts) {
+    for (int j = 0; j < n_jobs; j++)
+        cpu_matmul_blocks_fast_part(fast_kernels(k, M), jobs[j].y, x, jobs[j].w->codes.blocks, jobs[j].bias, M,
+                                    jobs[j].w->N, jobs[j].w->K, accumulate, tile->few, part, parts);
+}
+
 static void product_blas_f32(const CpuKernels *k, const CpuProductJob *jobs, int n_jobs, const float *x, int M,
                              int accumulate, const CpuTile *tile, int part, int parts) {
     (void)k, (void)tile;
@@ -486,5 +503,7 @@ void cpu_matrix_init(CpuMatrix *w, int N, int K, const float *f32, CpuCodes code
         w->ffn[CPU_PRODUCT_FEW] = ffn_q4;
     } else if (form == CPU_FORM_Q8) {
         w->product[CPU_PRODUCT_FEW] = product_q8, w->product[CPU_PRODUCT_FAST] = product_q8_fast;
+    } else if (form == CPU_FORM_BLOCKS && cpu_fast_block_type(codes.blocks->type)) {
+        w->product[CPU_PRODUCT_FAST] = product_blocks_fast;
     }
 }

@@ -101,10 +101,20 @@ static void fill_exact(CpuKernels *k, const CpuFeatures *f, CpuSimd simd) {
 }
 
 static CpuFastKernels fast_entries(CpuFastKernel kernel) {
-    CpuFastKernels e = {fast_names[kernel], cpu_fast_quantize_scalar, cpu_fast_group_scalar, NULL, NULL};
+    CpuFastKernels e = {.name = fast_names[kernel], .quantize = cpu_fast_quantize_scalar, .group = cpu_fast_group_scalar};
+    /* a source's blocks: the portable kernel for every type it takes, a vector one where there is one (AMX's
+     * tiles take VNNI's: the same bits) */
+    for (int type = 0; type < CPU_GGML_TYPES; type++)
+        if (cpu_fast_block_type(type)) e.blocks[type] = cpu_fast_group_scalar;
 #if CPU_X86
     if (kernel == CPU_FAST_AVX2) e.group = cpu_fast_group_avx2;
-    if (kernel >= CPU_FAST_VNNI) e.quantize = cpu_fast_quantize_avx512, e.group = cpu_fast_group_vnni;
+    if (kernel >= CPU_FAST_VNNI) {
+        e.quantize = cpu_fast_quantize_avx512, e.group = cpu_fast_group_vnni;
+        e.blocks[GGML_Q4_K] = cpu_fast_blocks_q4_k_vnni;
+        e.blocks[GGML_Q5_K] = cpu_fast_blocks_q5_k_vnni;
+        e.blocks[GGML_Q6_K] = cpu_fast_blocks_q6_k_vnni;
+        e.blocks[GGML_Q5_0] = cpu_fast_blocks_q5_0_vnni;
+    }
     if (kernel == CPU_FAST_AMX) e.group = cpu_fast_group_amx, e.begin = cpu_amx_begin, e.end = cpu_amx_end;
 #endif
     return e;

@@ -3,6 +3,8 @@
  * arithmetic (kernels.h, isa.h), so the portable kernel's bits. */
 #include "isa.h"
 
+#include "../gguf.h"
+
 #if CPU_X86
 #include <immintrin.h>
 #include <string.h>
@@ -24,7 +26,8 @@ FAST_512 void cpu_fast_quantize_avx512(CpuFastX *x, int m, const float *row) {
         float inv = amax > 0 ? 127.0f / amax : 0.0f;
         __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(inv)));
         __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, _mm512_set1_ps(inv)));
-        int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+        int32_t first = _mm512_reduce_add_epi32(qa), sum = first + _mm512_reduce_add_epi32(qc);
+        x->s16[b * CPU_FAST_ROWS + m] = first;
         _mm_storeu_si128((__m128i *)(x->xq + (size_t)m * x->K + b * 32), _mm512_cvtepi32_epi8(qa));
         _mm_storeu_si128((__m128i *)(x->xq + (size_t)m * x->K + b * 32 + 16), _mm512_cvtepi32_epi8(qc));
         x->d[b * CPU_FAST_ROWS + m] = amax / 127.0f;
@@ -149,6 +152,333 @@ static FAST_512 void group_vnni(const CpuFastJob *job, const CpuFastX *x, int y_
     if (x->rows == 1) group_vnni_rows(job, x, y_row0, n0, accumulate, 1);
     else group_vnni_rows(job, x, y_row0, n0, accumulate, x->rows);
 }
+
+/* ------------------------------------------------------------------- a source's blocks (Q5_0, Q4_K, Q5_K, Q6_K) */
+
+/* Up to 8 consecutive blocks of 32 weights of 16 outputs, decoded from a source's blocks into weights_16's layout:
+ * w[i][r] lane j = the codes 4r..4r+3 of output n0 + j in block b0 + i, as unsigned bytes (code + the type's
+ * zero, which the kernel takes off as zero * sum(xq)); the outputs' f32 scales and offsets; Q6_K's integer
+ * scales of each block's two halves. */
+typedef struct {
+    __m512i w[8][8];
+    __m512 scale[8], offset[8];
+    __m512i sub0[8], sub1[8];
+} Blocks16;
+
+/* The type's zero: what is added to a code to make it an unsigned byte. */
+static inline int blocks_zero(int type) { return type == GGML_Q5_0 ? 16 : type == GGML_Q6_K ? 32 : 0; }
+
+/* A 32-bit field at p + j * stride for outputs j = 0..15 (unaligned: byte offsets). */
+static FAST_512 inline __m512i gather_16(const uint8_t *p, size_t stride) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_i32gather_epi32(_mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)stride)), p, 1);
+}
+
+/* Bytes 16 * h .. 16 * h + 15 at p + j * stride for outputs j = 0..15, transposed: r[i] lane j = bytes 4i..4i+3. */
+static FAST_512 inline void load_t(const uint8_t *p, size_t stride, __m512i r[4]) {
+    __m512i z[4];
+    load_lanes((const char *)p, stride, z);
+    transpose_lanes(z, r);
+}
+
+static FAST_512 inline __m512i nibble(__m512i v, int high) {
+    return _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+}
+
+/* Byte `k` of each lane, sign-extended. */
+static FAST_512 inline __m512i byte_signed(__m512i v, int k) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * k), 24); }
+
+/* Slice `part` of `parts` of the next 16 outputs' rows, one contiguous run, so it is in cache when its turn
+ * comes (prefetch_next's reason; a slice in order, not the same block of 16 rows: a sequential run is what the
+ * memory streams fastest). */
+static inline __attribute__((always_inline)) void prefetch_blocks(const CpuFastJob *job, int n0, int part, int parts) {
+    if (n0 + 2 * CPU_FAST_GROUP > job->N) return;
+    size_t run = CPU_FAST_GROUP * job->blocks->row_bytes, from = run * part / parts, to = run * (part + 1) / parts;
+    const uint8_t *next = job->blocks->data + (size_t)(n0 + CPU_FAST_GROUP) * job->blocks->row_bytes;
+    for (size_t i = from & ~(size_t)63; i < to; i += 64) __builtin_prefetch(next + i, 0, 3);
+}
+
+/* The f32 scales and offsets of Q4_K / Q5_K super-block sb's 8 blocks for outputs n0..n0+15 (lanes). */
+static FAST_512 inline void k4_scales(const CpuFastJob *job, int n0, int sb, int five, __m512 scale[8], __m512 offset[8]) {
+    size_t stride = job->blocks->row_bytes;
+    const uint8_t *base = job->blocks->data + (size_t)n0 * stride + (size_t)sb * (five ? 176 : 144);
+    __m512i dd = gather_16(base, stride), s0 = gather_16(base + 4, stride), s1 = gather_16(base + 8, stride),
+            s2 = gather_16(base + 12, stride);
+    __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)), dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+    const __m512i six = _mm512_set1_epi32(63), four = _mm512_set1_epi32(15), three = _mm512_set1_epi32(3);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+    for (int j = 0; j < 8; j++) {
+        __m512i sc, mn;
+        if (j < 4) {
+            sc = _mm512_and_si512(_mm512_srli_epi32(s0, 8 * j), six);
+            mn = _mm512_and_si512(_mm512_srli_epi32(s1, 8 * j), six);
+        } else {
+            __m512i hi = _mm512_srli_epi32(s2, 8 * (j - 4));
+            sc = _mm512_or_si512(_mm512_and_si512(hi, four),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, 8 * (j - 4) + 6), three), 4));
+            mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(hi, 4), four),
+                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, 8 * (j - 4) + 6), three), 4));
+        }
+        scale[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+        offset[j] = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))), sign));
+    }
+}
+
+/* Q6_K super-block sb's f32 scale (d) for outputs n0..n0+15; d sits in bytes 208..209: the field from 206 keeps
+ * the gather inside the block. */
+static FAST_512 inline __m512 q6_k_d(const CpuFastJob *job, int n0, int sb) {
+    size_t stride = job->blocks->row_bytes;
+    const uint8_t *base = job->blocks->data + (size_t)n0 * stride + (size_t)sb * 210;
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(gather_16(base + 206, stride), 16)));
+}
+
+/* Q4_K / Q5_K super-block sb (blocks 8 sb .. 8 sb + 7) of outputs n0..n0+15. */
+static FAST_512 inline void decode_k4(const CpuFastJob *job, int n0, int sb, int five, Blocks16 *o) {
+    size_t stride = job->blocks->row_bytes, bytes = five ? 176 : 144;
+    const uint8_t *base = job->blocks->data + (size_t)n0 * stride + (size_t)sb * bytes;
+    prefetch_blocks(job, n0, sb, (int)job->blocks->row_blocks);
+    k4_scales(job, n0, sb, five, o->scale, o->offset);
+    __m512i h[2][4];
+    if (five) load_t(base + 16, stride, h[0]), load_t(base + 32, stride, h[1]);
+    const uint8_t *qs = base + (five ? 48 : 16);
+    for (int c = 0; c < 4; c++) {
+        __m512i r[2][4];
+        load_t(qs + 32 * c, stride, r[0]);
+        load_t(qs + 32 * c + 16, stride, r[1]);
+        for (int half = 0; half < 2; half++)
+            for (int i = 0; i < 4; i++)
+                for (int hi = 0; hi < 2; hi++) {
+                    __m512i v = nibble(r[half][i], hi);
+                    if (five) /* bit 2c + hi of qh[l] is the fifth bit of sub-block 2c + hi's code l */
+                        v = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h[half][i], 2 * c + hi),
+                                                                                 _mm512_set1_epi8(1)), 4));
+                    o->w[2 * c + hi][4 * half + i] = v;
+                }
+    }
+}
+
+/* Q6_K super-block sb of outputs n0..n0+15: codes stored as q (0..63; zero 32), each block's two int8 scales. */
+static FAST_512 inline void decode_q6_k(const CpuFastJob *job, int n0, int sb, Blocks16 *o) {
+    size_t stride = job->blocks->row_bytes;
+    const uint8_t *base = job->blocks->data + (size_t)n0 * stride + (size_t)sb * 210;
+    prefetch_blocks(job, n0, sb, (int)job->blocks->row_blocks);
+    __m512 d = q6_k_d(job, n0, sb);
+    __m512i sc[4];
+    load_t(base + 192, stride, sc);
+    const __m512i three = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        __m512i ql[4][4], qh[2][4];
+        for (int q = 0; q < 4; q++) load_t(base + 64 * h + 16 * q, stride, ql[q]);
+        load_t(base + 128 + 32 * h, stride, qh[0]);
+        load_t(base + 128 + 32 * h + 16, stride, qh[1]);
+        for (int t = 0; t < 4; t++) {
+            int blk = 4 * h + t, q0 = 2 * (t & 1);
+            for (int half = 0; half < 2; half++)
+                for (int i = 0; i < 4; i++) {
+                    __m512i high = _mm512_and_si512(_mm512_srli_epi16(qh[half][i], 2 * t), three);
+                    o->w[blk][4 * half + i] = _mm512_or_si512(nibble(ql[q0 + half][i], t >> 1), _mm512_slli_epi16(high, 4));
+                }
+            int k = 8 * h + 2 * t;
+            o->sub0[blk] = byte_signed(sc[k / 4], k % 4);
+            o->sub1[blk] = byte_signed(sc[(k + 1) / 4], (k + 1) % 4);
+            o->scale[blk] = d;
+            o->offset[blk] = _mm512_setzero_ps();
+        }
+    }
+}
+
+/* Q5_0 blocks b0 .. b0 + n - 1 of outputs n0..n0+15 (22 bytes: d, qh, qs[16]; codes stored as q, zero 16). */
+static FAST_512 inline void decode_q5_0(const CpuFastJob *job, int n0, int b0, int n, Blocks16 *o) {
+    size_t stride = job->blocks->row_bytes;
+    const __m512i magic = _mm512_set1_epi32(0x00204081), ones = _mm512_set1_epi32(0x01010101);
+    prefetch_blocks(job, n0, b0 / 8, (int)(job->blocks->row_blocks + 7) / 8);
+    for (int i = 0; i < n; i++) {
+        const uint8_t *base = job->blocks->data + (size_t)n0 * stride + (size_t)(b0 + i) * 22;
+        __m512i dq = gather_16(base, stride), qh = gather_16(base + 2, stride), r[4];
+        load_t(base + 6, stride, r);
+        for (int hi = 0; hi < 2; hi++)
+            for (int j = 0; j < 4; j++) {
+                /* bits 16 hi + 4j .. +3 of qh, one to bit 4 of each byte: x * 0x00204081 puts bit k at bit 8k + k */
+                __m512i bits = _mm512_and_si512(_mm512_srli_epi32(qh, 16 * hi + 4 * j), _mm512_set1_epi32(15));
+                __m512i fifth = _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(bits, magic), ones), 4);
+                o->w[i][4 * hi + j] = _mm512_or_si512(nibble(r[j], hi), fifth);
+            }
+        o->scale[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dq));
+        o->offset[i] = _mm512_setzero_ps();
+    }
+}
+
+/* Outputs n0..n0+15 of a source's blocks of `type`, all rows of x (group_vnni_rows' loop, the blocks decoded 8 at
+ * a time). Inlined with constant rows and type, so each (type, 1 row) pair is its own loop. */
+static inline __attribute__((always_inline)) FAST_512 void blocks_vnni_rows(const CpuFastJob *job, const CpuFastX *x,
+                                                                           int y_row0, int n0, int accumulate,
+                                                                           const int rows, const int type) {
+    int K = x->K, per_row = K / 32, zero = blocks_zero(type);
+    __m512 acc[CPU_FAST_ROWS];
+    Blocks16 bk;
+#pragma GCC unroll 16
+    for (int m = 0; m < rows; m++) acc[m] = _mm512_setzero_ps();
+    for (int b0 = 0; b0 < per_row; b0 += 8) {
+        int n = per_row - b0 < 8 ? per_row - b0 : 8;
+        if (type == GGML_Q4_K || type == GGML_Q5_K) decode_k4(job, n0, b0 / 8, type == GGML_Q5_K, &bk);
+        else if (type == GGML_Q6_K) decode_q6_k(job, n0, b0 / 8, &bk);
+        else decode_q5_0(job, n0, b0, n, &bk);
+        for (int i = 0; i < n; i++) {
+            int b = b0 + i;
+            for (int m = 0; m < rows; m++) {
+                const int8_t *xq = x->xq + (size_t)m * K + b * 32;
+                __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    d0 = _mm512_dpbusd_epi32(d0, bk.w[i][r], bcast4(xq + 4 * r));
+                    d1 = _mm512_dpbusd_epi32(d1, bk.w[i][4 + r], bcast4(xq + 16 + 4 * r));
+                }
+                __m512i dot;
+                if (type == GGML_Q6_K) {
+                    int32_t lo = x->s16[b * CPU_FAST_ROWS + m], all = x->s[b * CPU_FAST_ROWS + m];
+                    d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(zero * lo));
+                    d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(zero * (all - lo)));
+                    dot = _mm512_add_epi32(_mm512_mullo_epi32(bk.sub0[i], d0), _mm512_mullo_epi32(bk.sub1[i], d1));
+                } else {
+                    dot = _mm512_add_epi32(d0, d1);
+                    if (zero) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(zero * x->s[b * CPU_FAST_ROWS + m]));
+                }
+                acc[m] = fast_step(acc[m], dot, bk.scale[i], bk.offset[i], x, b, m);
+            }
+        }
+    }
+    store_16(job, acc, rows, y_row0, n0, accumulate);
+}
+
+/* ---------------------------------------------- one row of x on Q4_K / Q6_K: the weights read row after row */
+
+/* One row of x (a single-sequence step) makes the weights' decode the whole cost, and 16 rows read side by side
+ * stream from memory at a fraction of a sequential read. So each output's row is read on its own, in order: the
+ * 64 codes of a vector dotted with 64 xq (dpbusd), the block sums gathered from the lanes, and only the blocks'
+ * integer dots of 16 outputs are then turned to lanes (one output each) for the chain, which is every kernel's. */
+#define ROWWISE_SUPER 8 /* super-blocks per pass: 16 outputs' dots of 64 blocks, 4 KiB */
+#define ROWWISE_AHEAD 2048 /* bytes a row's stream is prefetched ahead (1, 2, 4 and 8 KiB tried: 2 to 8 alike) */
+
+/* Lane i of the result: a[2i] + a[2i + 1] for i < 8, b[2(i - 8)] + b[2(i - 8) + 1] after. */
+static FAST_512 inline __m512i pair_sums(__m512i a, __m512i b) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
+}
+
+/* Vectors v[k] of 16 lanes, each lane 4 products: blocks 2k (lanes 0..7) and 2k + 1 (8..15); the 8 block sums. */
+static FAST_512 inline __m256i block_sums(const __m512i v[4]) {
+    __m512i u = pair_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
+    return _mm512_castsi512_si256(pair_sums(u, u));
+}
+
+/* The 8 block dots of one row's Q4_K super-block (codes 0..15, so no zero to take off). The 32 code bytes of
+ * blocks 2c and 2c + 1 are their low and high nibbles: one half of the vector each. */
+static FAST_512 inline __m256i row_dots_q4_k(const uint8_t *sb, const int8_t *xq) {
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1), low = _mm512_set1_epi8(15);
+    __m512i v[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(sb + 16 + 32 * c)));
+        q = _mm512_and_si512(_mm512_srlv_epi16(q, shift), low);
+        v[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(xq + 64 * c));
+    }
+    return block_sums(v);
+}
+
+/* The 8 block dots of one row's Q6_K super-block: codes q (0..63), zero 32 taken off per lane with zero_x (32
+ * times the lane's 4 xq), each lane then times its 16-weight group's scale, so a block's sum is
+ * sub_0 * dot(first 16) + sub_1 * dot(last 16) exactly. Half h's 64 ql bytes hold blocks 4h, 4h + 1 (low nibbles)
+ * and 4h + 2, 4h + 3 (high); its 32 qh bytes their fifth and sixth bits, two per block. */
+static FAST_512 inline __m256i row_dots_q6_k(const uint8_t *sb, const int8_t *xq, const __m512i zero_x[4]) {
+    const __m512i low = _mm512_set1_epi8(15), two = _mm512_set1_epi8(3);
+    const __m512i shift_lo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i shift_hi = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    const __m128i scales = _mm_loadu_si128((const __m128i *)(const void *)(sb + 192));
+    __m512i v[4];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i ql = _mm512_loadu_si512(sb + 64 * h);
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)(sb + 128 + 32 * h)));
+        __m512i a = _mm512_or_si512(_mm512_and_si512(ql, low),
+                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), two), 4));
+        __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
+                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), two), 4));
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            /* lanes 4g .. 4g + 3 take scale 8h + 4k + g */
+            int s0 = 8 * h + 4 * k;
+            __m128i pick = _mm_setr_epi8((char)s0, (char)s0, (char)s0, (char)s0, (char)(s0 + 1), (char)(s0 + 1),
+                                         (char)(s0 + 1), (char)(s0 + 1), (char)(s0 + 2), (char)(s0 + 2), (char)(s0 + 2),
+                                         (char)(s0 + 2), (char)(s0 + 3), (char)(s0 + 3), (char)(s0 + 3), (char)(s0 + 3));
+            __m512i sub = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(scales, pick));
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k ? b : a, _mm512_loadu_si512(xq + 128 * h + 64 * k));
+            v[2 * h + k] = _mm512_mullo_epi32(sub, _mm512_sub_epi32(dot, zero_x[2 * h + k]));
+        }
+    }
+    return block_sums(v);
+}
+
+/* Outputs n0..n0+15 of a Q4_K or Q6_K matrix for the one row of x, a super-block (8 blocks) at a time. */
+static inline __attribute__((always_inline)) FAST_512 void row_by_row(const CpuFastJob *job, const CpuFastX *x,
+                                                                     int y_row0, int n0, int accumulate, const int type) {
+    int K = x->K, n_chunks = K / 256;
+    size_t stride = job->blocks->row_bytes, bytes = type == GGML_Q6_K ? 210 : 144;
+    const uint8_t *data = job->blocks->data;
+    int32_t dots[CPU_FAST_GROUP][8 * ROWWISE_SUPER] __attribute__((aligned(64)));
+    __m512i zero_x[ROWWISE_SUPER][4];
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i thirty_two = _mm512_set1_epi8(32);
+    for (int c0 = 0; c0 < n_chunks; c0 += ROWWISE_SUPER) {
+        int nc = n_chunks - c0 < ROWWISE_SUPER ? n_chunks - c0 : ROWWISE_SUPER;
+        if (type == GGML_Q6_K)
+            for (int c = 0; c < nc; c++)
+                for (int k = 0; k < 4; k++)
+                    zero_x[c][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), thirty_two,
+                                                       _mm512_loadu_si512(x->xq + 256 * (c0 + c) + 64 * k));
+        for (int j = 0; j < CPU_FAST_GROUP; j++) {
+            const uint8_t *row = data + (size_t)(n0 + j) * stride + (size_t)c0 * bytes;
+            for (int c = 0; c < nc; c++) {
+                const int8_t *xq = x->xq + 256 * (c0 + c);
+                for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(row + c * bytes + ROWWISE_AHEAD + i, 0, 3);
+                __m256i d = type == GGML_Q6_K ? row_dots_q6_k(row + c * bytes, xq, zero_x[c])
+                                              : row_dots_q4_k(row + c * bytes, xq);
+                _mm256_store_si256((__m256i *)(void *)&dots[j][8 * c], d);
+            }
+        }
+        for (int c = 0; c < nc; c++) {
+            __m512 scale[8], offset[8];
+            int b0 = 8 * (c0 + c);
+            if (type == GGML_Q6_K) {
+                scale[0] = q6_k_d(job, n0, c0 + c);
+                for (int i = 1; i < 8; i++) scale[i] = scale[0];
+                for (int i = 0; i < 8; i++) offset[i] = _mm512_setzero_ps();
+            } else {
+                k4_scales(job, n0, c0 + c, 0, scale, offset);
+            }
+            for (int i = 0; i < 8; i++) {
+                __m512i dot = _mm512_i32gather_epi32(_mm512_mullo_epi32(lanes, _mm512_set1_epi32(8 * ROWWISE_SUPER)),
+                                                     &dots[0][8 * c + i], 4);
+                acc = fast_step(acc, dot, scale[i], offset[i], x, b0 + i, 0);
+            }
+        }
+    }
+    store_16(job, &acc, 1, y_row0, n0, accumulate);
+}
+
+#define FAST_BLOCKS_VNNI(name, type)                                                                                   \
+    void name(const CpuFastJob *job, const CpuFastX *x, int y_row0, int n0, int n1, int accumulate) {                \
+        if (n1 - n0 < CPU_FAST_GROUP) cpu_fast_group_scalar(job, x, y_row0, n0, n1, accumulate);                       \
+        else if (x->rows == 1 && (type == GGML_Q4_K || type == GGML_Q6_K))                                            \
+            row_by_row(job, x, y_row0, n0, accumulate, type);                                                   \
+        else if (x->rows == 1) blocks_vnni_rows(job, x, y_row0, n0, accumulate, 1, type);                             \
+        else blocks_vnni_rows(job, x, y_row0, n0, accumulate, x->rows, type);                                          \
+    }
+FAST_512 FAST_BLOCKS_VNNI(cpu_fast_blocks_q4_k_vnni, GGML_Q4_K)
+FAST_512 FAST_BLOCKS_VNNI(cpu_fast_blocks_q5_k_vnni, GGML_Q5_K)
+FAST_512 FAST_BLOCKS_VNNI(cpu_fast_blocks_q6_k_vnni, GGML_Q6_K)
+FAST_512 FAST_BLOCKS_VNNI(cpu_fast_blocks_q5_0_vnni, GGML_Q5_0)
 
 /* Tile registers: 0..3 = C [16 rows][16 outputs] int32 of four blocks in flight, 4 and 5 = A = xq
  * [16 rows][32 bytes], 6 and 7 = B = the weights [8 dwords][16 outputs]: TDPBSSD, signed bytes on both
