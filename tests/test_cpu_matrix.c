@@ -1,8 +1,8 @@
 /* test_cpu_matrix.c — the matrix descriptor (engine/cpu/ops.h CpuMatrix, cpu_matrix_init): the form it names and
  * the products it chooses, against the operations they stand for, called directly:
  *  - a matrix of 4-bit codes is CPU_FORM_Q4, of int8 codes CPU_FORM_Q8, of a ggml type's blocks (Q8_0 blocks
- *    here) CPU_FORM_BLOCKS, of f32 only CPU_FORM_F32; FEW and FAST products only on the codes, the fused
- *    feed-forward only on 4-bit codes;
+ *    here) CPU_FORM_BLOCKS, of f32 only CPU_FORM_F32; FEW products only on 4-bit and int8 codes, FAST ones also
+ *    on blocks of a type the fast products take (Q8_0, not Q2_K), the fused feed-forward only on 4-bit codes;
  *  - each product made part by part (3 parts, as a decode step's threads make it) equals, bit for bit, the
  *    ops.h call it stands for: FEW cpu_matmul_q4 / cpu_matmul_q8; FAST the fast kernels' part products on the
  *    table's kernel for M rows (fast_few below 8 rows, fast_many from 8); MANY cpu_matmul on the f32 weights
@@ -81,18 +81,22 @@ int main(void) {
     k.rebuild[GGML_Q8_0](blocks, wb, (size_t)N_OUT * per_row);
     CpuBlocks cb = {blocks, GGML_Q8_0, per_row * q8_0->bytes, per_row};
 
-    CpuMatrix m4, m4f, m8, mb, mf;
+    CpuBlocks q2 = {blocks, GGML_Q2_K, per_row * q8_0->bytes, per_row}; /* a type the fast products refuse */
+    CpuMatrix m4, m4f, m8, mb, mq2, mf;
     cpu_matrix_init(&m4, N_OUT, K_IN, NULL, (CpuCodes){q4, NULL, NULL});
     cpu_matrix_init(&m4f, N_OUT, K_IN, w4, (CpuCodes){q4, NULL, NULL});
     cpu_matrix_init(&m8, N_OUT, K_IN, NULL, (CpuCodes){NULL, &p8, NULL});
     cpu_matrix_init(&mb, N_OUT, K_IN, NULL, (CpuCodes){NULL, NULL, &cb});
+    cpu_matrix_init(&mq2, N_OUT, K_IN, NULL, (CpuCodes){NULL, NULL, &q2});
     cpu_matrix_init(&mf, N_OUT, K_IN, w8, (CpuCodes){NULL, NULL, NULL});
     CHECK(&tc, m4.form == CPU_FORM_Q4 && m4f.form == CPU_FORM_Q4 && m8.form == CPU_FORM_Q8 &&
                    mb.form == CPU_FORM_BLOCKS && mf.form == CPU_FORM_F32, "the forms named");
     CHECK(&tc, m4.product[CPU_PRODUCT_FEW] && m4.product[CPU_PRODUCT_FAST] && m8.product[CPU_PRODUCT_FEW] &&
-                   m8.product[CPU_PRODUCT_FAST] && !mb.product[CPU_PRODUCT_FEW] && !mb.product[CPU_PRODUCT_FAST] &&
+                   m8.product[CPU_PRODUCT_FAST] && !mb.product[CPU_PRODUCT_FEW] && mb.product[CPU_PRODUCT_FAST] &&
+                   !mq2.product[CPU_PRODUCT_FEW] && !mq2.product[CPU_PRODUCT_FAST] &&
                    !mf.product[CPU_PRODUCT_FEW] && !mf.product[CPU_PRODUCT_FAST],
-          "FEW and FAST products on the codes only");
+          "FEW products on 4-bit and int8 codes only; FAST ones on those and on blocks of a type the fast products take "
+          "(Q8_0 yes, Q2_K no), never on f32");
     CHECK(&tc, m4.ffn[CPU_PRODUCT_FEW] && !m4.ffn[CPU_PRODUCT_FAST] && !m8.ffn[CPU_PRODUCT_FEW] &&
                    !mb.ffn[CPU_PRODUCT_FEW] && !mf.ffn[CPU_PRODUCT_FEW], "the fused feed-forward on 4-bit codes only");
     CHECK(&tc, m4f.product[CPU_PRODUCT_MANY] == mf.product[CPU_PRODUCT_MANY] &&

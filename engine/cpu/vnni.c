@@ -366,9 +366,15 @@ static FAST_512 inline __m512i pair_sums(__m512i a, __m512i b) {
     return _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b), _mm512_permutex2var_epi32(a, odd, b));
 }
 
-/* Vectors v[k] of 16 lanes, each lane 4 products: blocks 2k (lanes 0..7) and 2k + 1 (8..15); the 8 block sums. */
+/* Vectors v[k] of 16 lanes, each lane 4 products of consecutive weights (64 per vector, 256 in all): lane g of
+ * the result sums weights 16g .. 16g + 15. */
+static FAST_512 inline __m512i group_sums(const __m512i v[4]) {
+    return pair_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
+}
+
+/* The same v: the 8 sums of 32 weights (blocks). */
 static FAST_512 inline __m256i block_sums(const __m512i v[4]) {
-    __m512i u = pair_sums(pair_sums(v[0], v[1]), pair_sums(v[2], v[3]));
+    __m512i u = group_sums(v);
     return _mm512_castsi512_si256(pair_sums(u, u));
 }
 
@@ -386,15 +392,15 @@ static FAST_512 inline __m256i row_dots_q4_k(const uint8_t *sb, const int8_t *xq
     return block_sums(v);
 }
 
-/* The 8 block dots of one row's Q6_K super-block: codes q (0..63), zero 32 taken off per lane with zero_x (32
- * times the lane's 4 xq), each lane then times its 16-weight group's scale, so a block's sum is
- * sub_0 * dot(first 16) + sub_1 * dot(last 16) exactly. Half h's 64 ql bytes hold blocks 4h, 4h + 1 (low nibbles)
- * and 4h + 2, 4h + 3 (high); its 32 qh bytes their fifth and sixth bits, two per block. */
-static FAST_512 inline __m256i row_dots_q6_k(const uint8_t *sb, const int8_t *xq, const __m512i zero_x[4]) {
+/* The 8 block dots of one row's Q6_K super-block. Its codes q (0..63) are dotted with xq, the lanes summed to its
+ * 16 groups of 16 weights (lane g: group g), zero_16 (32 times each group's xq sum) taken off, each group times
+ * its int8 scale, then pairs of groups summed: block b's sub_0 * dot(first 16) + sub_1 * dot(last 16) exactly.
+ * Half h's 64 ql bytes hold blocks 4h, 4h + 1 (low nibbles) and 4h + 2, 4h + 3 (high); its 32 qh bytes their
+ * fifth and sixth bits, two per block. */
+static FAST_512 inline __m256i row_dots_q6_k(const uint8_t *sb, const int8_t *xq, __m512i zero_16) {
     const __m512i low = _mm512_set1_epi8(15), two = _mm512_set1_epi8(3);
     const __m512i shift_lo = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i shift_hi = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
-    const __m128i scales = _mm_loadu_si128((const __m128i *)(const void *)(sb + 192));
     __m512i v[4];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
@@ -404,19 +410,13 @@ static FAST_512 inline __m256i row_dots_q6_k(const uint8_t *sb, const int8_t *xq
                                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_lo), two), 4));
         __m512i b = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low),
                                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shift_hi), two), 4));
-#pragma GCC unroll 2
-        for (int k = 0; k < 2; k++) {
-            /* lanes 4g .. 4g + 3 take scale 8h + 4k + g */
-            int s0 = 8 * h + 4 * k;
-            __m128i pick = _mm_setr_epi8((char)s0, (char)s0, (char)s0, (char)s0, (char)(s0 + 1), (char)(s0 + 1),
-                                         (char)(s0 + 1), (char)(s0 + 1), (char)(s0 + 2), (char)(s0 + 2), (char)(s0 + 2),
-                                         (char)(s0 + 2), (char)(s0 + 3), (char)(s0 + 3), (char)(s0 + 3), (char)(s0 + 3));
-            __m512i sub = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(scales, pick));
-            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), k ? b : a, _mm512_loadu_si512(xq + 128 * h + 64 * k));
-            v[2 * h + k] = _mm512_mullo_epi32(sub, _mm512_sub_epi32(dot, zero_x[2 * h + k]));
-        }
+        v[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, _mm512_loadu_si512(xq + 128 * h));
+        v[2 * h + 1] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, _mm512_loadu_si512(xq + 128 * h + 64));
     }
-    return block_sums(v);
+    __m512i groups = _mm512_sub_epi32(group_sums(v), zero_16);
+    __m512i scales = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(sb + 192)));
+    groups = _mm512_mullo_epi32(scales, groups);
+    return _mm512_castsi512_si256(pair_sums(groups, groups));
 }
 
 /* Outputs n0..n0+15 of a Q4_K or Q6_K matrix for the one row of x, a super-block (8 blocks) at a time. */
@@ -426,23 +426,26 @@ static inline __attribute__((always_inline)) FAST_512 void row_by_row(const CpuF
     size_t stride = job->blocks->row_bytes, bytes = type == GGML_Q6_K ? 210 : 144;
     const uint8_t *data = job->blocks->data;
     int32_t dots[CPU_FAST_GROUP][8 * ROWWISE_SUPER] __attribute__((aligned(64)));
-    __m512i zero_x[ROWWISE_SUPER][4];
+    __m512i zero_16[ROWWISE_SUPER];
     __m512 acc = _mm512_setzero_ps();
     const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i thirty_two = _mm512_set1_epi8(32);
     for (int c0 = 0; c0 < n_chunks; c0 += ROWWISE_SUPER) {
         int nc = n_chunks - c0 < ROWWISE_SUPER ? n_chunks - c0 : ROWWISE_SUPER;
-        if (type == GGML_Q6_K)
-            for (int c = 0; c < nc; c++)
+        if (type == GGML_Q6_K) /* 32 times each group of 16 xq's sum: the codes' zero */
+            for (int c = 0; c < nc; c++) {
+                __m512i z[4];
                 for (int k = 0; k < 4; k++)
-                    zero_x[c][k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), thirty_two,
-                                                       _mm512_loadu_si512(x->xq + 256 * (c0 + c) + 64 * k));
+                    z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), thirty_two,
+                                               _mm512_loadu_si512(x->xq + 256 * (c0 + c) + 64 * k));
+                zero_16[c] = group_sums(z);
+            }
         for (int j = 0; j < CPU_FAST_GROUP; j++) {
             const uint8_t *row = data + (size_t)(n0 + j) * stride + (size_t)c0 * bytes;
             for (int c = 0; c < nc; c++) {
                 const int8_t *xq = x->xq + 256 * (c0 + c);
                 for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(row + c * bytes + ROWWISE_AHEAD + i, 0, 3);
-                __m256i d = type == GGML_Q6_K ? row_dots_q6_k(row + c * bytes, xq, zero_x[c])
+                __m256i d = type == GGML_Q6_K ? row_dots_q6_k(row + c * bytes, xq, zero_16[c])
                                               : row_dots_q4_k(row + c * bytes, xq);
                 _mm256_store_si256((__m256i *)(void *)&dots[j][8 * c], d);
             }
