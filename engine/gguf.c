@@ -71,7 +71,7 @@ static uint32_t rd32(const uint8_t *p) {
 
 /* The 32 five-bit codes of a Q5_0 / Q5_1 block: low nibbles laid out as Q4_0's, the fifth bit of element j in
  * bit j of qh (a little-endian u32). */
-static void q5_codes(const uint8_t *qh, const uint8_t *qs, int q[32]) {
+void ggml_q5_codes(const uint8_t *qh, const uint8_t *qs, int q[32]) {
     uint32_t h = rd32(qh);
     for (int j = 0; j < 16; j++) {
         q[j] = (qs[j] & 0x0F) | (int)((h >> j) & 1) << 4;
@@ -84,7 +84,7 @@ static void dequant_q5_0(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
         float d = kv_f16_field(src);
         int q[32];
-        q5_codes(src + 2, src + 6, q);
+        ggml_q5_codes(src + 2, src + 6, q);
         for (int j = 0; j < 32; j++) dst[j] = (float)(q[j] - 16) * d;
     }
 }
@@ -94,7 +94,7 @@ static void dequant_q5_1(const uint8_t *src, float *dst, size_t n_blocks) {
     for (size_t b = 0; b < n_blocks; b++, src += 24, dst += 32) {
         float d = kv_f16_field(src), m = kv_f16_field(src + 2);
         int q[32];
-        q5_codes(src + 4, src + 8, q);
+        ggml_q5_codes(src + 4, src + 8, q);
         for (int j = 0; j < 32; j++) dst[j] = (float)q[j] * d + m;
     }
 }
@@ -106,8 +106,7 @@ static void dequant_q8_0(const uint8_t *src, float *dst, size_t n_blocks) {
     }
 }
 
-/* get_scale_min_k4: 6-bit scale and min of sub-block j from the 12 packed scale bytes. */
-static void q4k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
+void ggml_q4_k_scale_min(int j, const uint8_t *s, int *sc, int *mn) {
     if (j < 4) {
         *sc = s[j] & 63;
         *mn = s[j + 4] & 63;
@@ -123,8 +122,8 @@ static void dequant_q4_k(const uint8_t *src, float *dst, size_t n_blocks) {
         const uint8_t *scales = src + 4, *qs = src + 16;
         for (int c = 0; c < 4; c++) {
             int sc0, mn0, sc1, mn1;
-            q4k_scale_min(2 * c, scales, &sc0, &mn0);
-            q4k_scale_min(2 * c + 1, scales, &sc1, &mn1);
+            ggml_q4_k_scale_min(2 * c, scales, &sc0, &mn0);
+            ggml_q4_k_scale_min(2 * c + 1, scales, &sc1, &mn1);
             float d0 = d * (float)sc0, m0 = dmin * (float)mn0, d1 = d * (float)sc1, m1 = dmin * (float)mn1;
             for (int l = 0; l < 32; l++) {
                 dst[64 * c + l] = d0 * (float)(qs[32 * c + l] & 0x0F) - m0;
@@ -199,7 +198,7 @@ static void dequant_q5_k(const uint8_t *src, float *dst, size_t n_blocks) {
         const uint8_t *scales = src + 4, *qh = src + 16, *qs = src + 48;
         for (int s = 0; s < 8; s++) {
             int sc, mn;
-            q4k_scale_min(s, scales, &sc, &mn);
+            ggml_q4_k_scale_min(s, scales, &sc, &mn);
             float dl = d * (float)sc, ml = dmin * (float)mn;
             for (int l = 0; l < 32; l++) {
                 int q = ((qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0F) | ((qh[l] >> s) & 1) << 4;

@@ -69,6 +69,12 @@ typedef struct {
 } GgmlTypeTraits;
 /* NULL for a type code ggml does not define (or has retired). */
 const GgmlTypeTraits *ggml_type_traits(int type);
+/* The 32 five-bit codes of a Q5_0 / Q5_1 block (qh: its 4 high-bit bytes, qs: its 16 nibble bytes), as the
+ * dequantisers read them. */
+void ggml_q5_codes(const uint8_t *qh, const uint8_t *qs, int q[32]);
+/* ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block from its
+ * 12 packed scale bytes s. */
+void ggml_q4_k_scale_min(int j, const uint8_t *s, int *sc, int *mn);
 
 /* NULL when kvbench can dequantise the type; else buf, saying "type NAME, which kvbench cannot read (it reads
  * f32, f16, ...)" (or that ggml does not define the code), for the caller to put after the tensor's name. */

@@ -303,15 +303,11 @@ void cpu_fast_block(int type, const uint8_t *row, int b, CpuFastBlock *out) {
         if (type == GGML_Q4_1) out->o = kv_f16_field(blk + 2);
         break;
     }
-    case GGML_Q5_0: case GGML_Q5_1: { /* d (, m), qh (u32: bit j the fifth bit of code j), qs[16] */
+    case GGML_Q5_0: case GGML_Q5_1: { /* d (, m), qh, qs[16] */
         const uint8_t *blk = row + (size_t)b * (type == GGML_Q5_0 ? 22 : 24), *qh = blk + (type == GGML_Q5_0 ? 2 : 4);
-        const uint8_t *qs = qh + 4;
-        uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
-        int zero = type == GGML_Q5_0 ? 16 : 0;
-        for (int j = 0; j < 16; j++) {
-            out->code[j] = (int8_t)(((qs[j] & 15) | (int)((h >> j) & 1) << 4) - zero);
-            out->code[j + 16] = (int8_t)(((qs[j] >> 4) | (int)((h >> (j + 16)) & 1) << 4) - zero);
-        }
+        int q[32], zero = type == GGML_Q5_0 ? 16 : 0;
+        ggml_q5_codes(qh, qh + 4, q);
+        for (int j = 0; j < 32; j++) out->code[j] = (int8_t)(q[j] - zero);
         out->w = kv_f16_field(blk);
         if (type == GGML_Q5_1) out->o = kv_f16_field(blk + 2);
         break;
@@ -326,8 +322,7 @@ void cpu_fast_block(int type, const uint8_t *row, int b, CpuFastBlock *out) {
         const uint8_t *sb = row + (size_t)(b / 8) * (type == GGML_Q4_K ? 144 : 176), *s = sb + 4;
         const uint8_t *qs = sb + (type == GGML_Q4_K ? 16 : 48) + 32 * (b % 8 / 2), *qh = sb + 16;
         int j = b % 8, sc, mn;
-        if (j < 4) sc = s[j] & 63, mn = s[j + 4] & 63;
-        else sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+        ggml_q4_k_scale_min(j, s, &sc, &mn);
         for (int l = 0; l < 32; l++)
             out->code[l] = (int8_t)(((qs[l] >> 4 * (j % 2)) & 15) | (type == GGML_Q5_K ? ((qh[l] >> j) & 1) << 4 : 0));
         out->w = kv_f16_field(sb) * (float)sc;

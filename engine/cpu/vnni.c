@@ -57,6 +57,12 @@ static FAST_512 inline void load_lanes(const char *p, size_t stride, __m512i z[4
     }
 }
 
+/* A 32-bit field at p + j * stride for outputs j = 0..15 (unaligned: byte offsets). */
+static FAST_512 inline __m512i gather_16(const uint8_t *p, size_t stride) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_i32gather_epi32(_mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)stride)), p, 1);
+}
+
 /* Block b of outputs n0..n0+15 as 8 vectors: w[r] lane j = codes 4r..4r+3 of output n0 + j (the dwords a
  * VNNI product takes; also AMX's B tile, row r), with the outputs' scales and offsets. q8 codes are biased
  * to unsigned (code + 128) when `biased`. */
@@ -75,7 +81,7 @@ static FAST_512 inline void weights_16(const CpuFastJob *job, int K, int n0, int
             w[j] = _mm512_and_si512(r[j], low);
             w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(r[j], 4), low);
         }
-        __m512i so = _mm512_i32gather_epi32(_mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)stride)), blk, 1);
+        __m512i so = gather_16((const uint8_t *)blk, stride);
         *scale = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(so));
         *offset = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(so, 16)));
     } else {
@@ -168,13 +174,7 @@ typedef struct {
 /* The type's zero: what is added to a code to make it an unsigned byte. */
 static inline int blocks_zero(int type) { return type == GGML_Q5_0 ? 16 : type == GGML_Q6_K ? 32 : 0; }
 
-/* A 32-bit field at p + j * stride for outputs j = 0..15 (unaligned: byte offsets). */
-static FAST_512 inline __m512i gather_16(const uint8_t *p, size_t stride) {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_i32gather_epi32(_mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)stride)), p, 1);
-}
-
-/* Bytes 16 * h .. 16 * h + 15 at p + j * stride for outputs j = 0..15, transposed: r[i] lane j = bytes 4i..4i+3. */
+/* The 16 bytes at p + j * stride for outputs j = 0..15, transposed: r[i] lane j = bytes 4i..4i+3 of output j. */
 static FAST_512 inline void load_t(const uint8_t *p, size_t stride, __m512i r[4]) {
     __m512i z[4];
     load_lanes((const char *)p, stride, z);
@@ -428,7 +428,9 @@ static inline __attribute__((always_inline)) FAST_512 void row_by_row(const CpuF
     int32_t dots[CPU_FAST_GROUP][8 * ROWWISE_SUPER] __attribute__((aligned(64)));
     __m512i zero_16[ROWWISE_SUPER];
     __m512 acc = _mm512_setzero_ps();
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* output j's dots are a row of dots[] apart */
+    const __m512i dots_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(8 * ROWWISE_SUPER));
     const __m512i thirty_two = _mm512_set1_epi8(32);
     for (int c0 = 0; c0 < n_chunks; c0 += ROWWISE_SUPER) {
         int nc = n_chunks - c0 < ROWWISE_SUPER ? n_chunks - c0 : ROWWISE_SUPER;
@@ -461,8 +463,7 @@ static inline __attribute__((always_inline)) FAST_512 void row_by_row(const CpuF
                 k4_scales(job, n0, c0 + c, 0, scale, offset);
             }
             for (int i = 0; i < 8; i++) {
-                __m512i dot = _mm512_i32gather_epi32(_mm512_mullo_epi32(lanes, _mm512_set1_epi32(8 * ROWWISE_SUPER)),
-                                                     &dots[0][8 * c + i], 4);
+                __m512i dot = _mm512_i32gather_epi32(dots_at, &dots[0][8 * c + i], 4);
                 acc = fast_step(acc, dot, scale[i], offset[i], x, b0 + i, 0);
             }
         }
